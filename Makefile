@@ -1,0 +1,53 @@
+# webenv build entry points. `make install && make test` is what CI runs (.ci/run).
+SHELL := /bin/bash
+VENV ?= .venv
+PY := $(VENV)/bin/python
+PIP := $(VENV)/bin/pip
+SERVICES := $(sort $(dir $(wildcard services/*/pyproject.toml)))
+PROTOS := $(wildcard protos/webenv/v1/*.proto)
+GEN_DIR := services/sdk/src
+STAMP := $(VENV)/.installed
+
+.PHONY: install apt venv protos lint test bench up clean
+
+install: apt $(STAMP) protos  ## Debian packages, the venv with every service editable, generated stubs
+
+# Debian packages the services and tests need, listed per service in services/*/apt-packages.txt.
+apt:
+	@bash deploy/scripts/apt-install.sh $(wildcard services/*/apt-packages.txt deploy/apt-packages.txt)
+
+$(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt
+	@test -x $(PY) || python3 -m venv $(VENV)
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements-dev.txt $(foreach s,$(SERVICES),-e $(s))
+	@bash deploy/scripts/post-install.sh $(VENV)
+	@touch $(STAMP)
+
+protos: $(GEN_DIR)/webenv/v1/.stamp
+
+$(GEN_DIR)/webenv/v1/.stamp: $(PROTOS) $(STAMP)
+	@mkdir -p $(GEN_DIR)/webenv/v1
+	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m grpc_tools.protoc -I protos \
+	  --python_out=$(GEN_DIR) --grpc_python_out=$(GEN_DIR) \
+	  --mypy_out=$(GEN_DIR) --mypy_grpc_out=$(GEN_DIR) \
+	  $(PROTOS)
+	@touch $@
+
+lint: protos
+	$(VENV)/bin/ruff check services tests bench
+	cd protos && ../$(VENV)/bin/buf lint
+	@tag=$$(git tag --list 'v*' --sort=-v:refname | head -1); \
+	if [ -n "$$tag" ]; then cd protos && ../$(VENV)/bin/buf breaking --against "../.git#tag=$$tag,subdir=protos"; \
+	else echo "buf breaking: no v* tag yet, skipped"; fi
+
+test: install
+	bash deploy/scripts/run-tests.sh
+
+bench: install
+	$(PY) -m bench.run
+
+up: install
+	$(VENV)/bin/webenv up
+
+clean:
+	rm -rf $(VENV) $(GEN_DIR)/webenv/v1 .pytest_cache
