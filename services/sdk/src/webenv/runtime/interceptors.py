@@ -1,0 +1,174 @@
+"""Server interceptors: metrics for every RPC, the bearer-token check and domain-error translation.
+
+One interceptor wraps each method handler so that unary and streaming RPCs are counted and timed the same way,
+and a :class:`~webenv.errors.WebenvError` raised anywhere in a servicer becomes its status code with an ErrorInfo
+detail. Unexpected exceptions become INTERNAL with the exception type in the message (and a logged traceback),
+never a silent UNKNOWN.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import inspect
+import logging
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+import grpc
+
+from webenv import errors
+from webenv.runtime import metrics
+
+log = logging.getLogger("webenv.runtime")
+
+#: Methods reachable without a token, so Kubernetes probes and grpcurl discovery keep working.
+PUBLIC_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
+
+
+def _split(full_method: str) -> tuple[str, str]:
+    _, service, method = full_method.split("/", 2) if full_method.count("/") >= 2 else ("", "unknown", full_method)
+    return service, method
+
+
+class ServerInterceptor(grpc.aio.ServerInterceptor):
+    """Counts, times, authenticates and translates errors for every RPC."""
+
+    def __init__(self, auth_token: str = "") -> None:
+        self._token = auth_token
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler | None:
+        handler = await continuation(details)
+        if handler is None:
+            return None
+        service, method = _split(details.method)
+        denied = self._token and service not in PUBLIC_SERVICES and not self._authorized(details)
+        if handler.unary_unary:
+            kind, behavior = "unary", handler.unary_unary
+        elif handler.unary_stream:
+            kind, behavior = "server_stream", handler.unary_stream
+        elif handler.stream_unary:
+            kind, behavior = "client_stream", handler.stream_unary
+        else:
+            kind, behavior = "bidi_stream", handler.stream_stream
+        labels = (service, method, kind)
+        wrapped = _wrap(behavior, kind, labels, bool(denied))
+        factory = {
+            "unary": grpc.unary_unary_rpc_method_handler,
+            "server_stream": grpc.unary_stream_rpc_method_handler,
+            "client_stream": grpc.stream_unary_rpc_method_handler,
+            "bidi_stream": grpc.stream_stream_rpc_method_handler,
+        }[kind]
+        return factory(
+            wrapped,
+            request_deserializer=handler.request_deserializer,
+            response_serializer=handler.response_serializer,
+        )
+
+    def _authorized(self, details: grpc.HandlerCallDetails) -> bool:
+        for key, value in details.invocation_metadata or ():
+            if key == "authorization" and isinstance(value, str) and value.startswith("Bearer "):
+                return hmac.compare_digest(value[7:].encode(), self._token.encode())
+        return False
+
+
+def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str], denied: bool) -> Callable[..., Any]:
+    started, received, sent = (m.labels(*labels) for m in (metrics.STARTED, metrics.RECEIVED, metrics.SENT))
+    handling = metrics.HANDLING.labels(*labels)
+
+    def finish(code: grpc.StatusCode, t0: float) -> None:
+        metrics.HANDLED.labels(*labels, code.name).inc()
+        handling.observe(time.perf_counter() - t0)
+
+    async def count_requests(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        async for item in requests:
+            received.inc()
+            yield item
+
+    def as_domain_error(exc: BaseException) -> errors.WebenvError:
+        """The domain error a failure ends the call with (unexpected ones become INTERNAL, logged)."""
+        if isinstance(exc, errors.WebenvError):
+            return exc
+        log.exception("unhandled error in %s/%s", labels[0], labels[1])
+        return errors.Internal(f"internal error in {labels[1]}: {type(exc).__name__}: {exc}")
+
+    def code_of(context: grpc.aio.ServicerContext) -> grpc.StatusCode:
+        code = context.code()
+        if isinstance(code, grpc.StatusCode):
+            return code
+        if isinstance(code, int):
+            return next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
+        return grpc.StatusCode.OK
+
+    if kind in ("unary", "client_stream"):
+
+        async def unary_response(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            t0 = time.perf_counter()
+            started.inc()
+            code = grpc.StatusCode.OK
+            try:
+                if denied:
+                    raise errors.Unauthenticated("missing or invalid bearer token", reason="BAD_TOKEN")
+                if kind == "unary":
+                    received.inc()
+                else:
+                    request = count_requests(request)
+                response = await behavior(request, context)
+                code = code_of(context)
+                if response is not None:
+                    sent.inc()
+                return response
+            except asyncio.CancelledError:
+                code = grpc.StatusCode.CANCELLED
+                raise
+            except grpc.aio.AbortError:
+                code = code_of(context)
+                raise
+            except Exception as exc:  # noqa: BLE001 - every failure must end as a status
+                err = as_domain_error(exc)
+                code = err.code
+                await context.abort_with_status(err.to_status())  # raises AbortError
+            finally:
+                finish(code, t0)
+
+        return unary_response
+
+    async def stream_response(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        t0 = time.perf_counter()
+        started.inc()
+        code = grpc.StatusCode.OK
+        try:
+            if denied:
+                raise errors.Unauthenticated("missing or invalid bearer token", reason="BAD_TOKEN")
+            if kind == "server_stream":
+                received.inc()
+            else:
+                request = count_requests(request)
+            result = behavior(request, context)
+            if inspect.isasyncgen(result):
+                async for response in result:
+                    sent.inc()
+                    yield response
+            else:  # the servicer writes with context.write() and returns None
+                await result
+            code = code_of(context)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except grpc.aio.AbortError:
+            code = code_of(context)
+            raise
+        except Exception as exc:  # noqa: BLE001
+            err = as_domain_error(exc)
+            code = err.code
+            await context.abort_with_status(err.to_status())  # raises AbortError
+        finally:
+            finish(code, t0)
+
+    return stream_response
+

@@ -1,0 +1,97 @@
+"""Pytest fixtures shared by every service's tests (loaded as the ``webenv`` pytest plugin).
+
+They start real things, never fakes: a real ``redis-server`` on a free loopback port, the real Chromium path,
+and a helper that scrapes a real /metrics endpoint over HTTP.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+import urllib.request
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/chromium-browser")
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 right now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 20.0) -> None:
+    """Block until something accepts connections on ``host:port`` (or raise TimeoutError)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            s.settimeout(0.2)
+            if s.connect_ex((host, port)) == 0:
+                return
+        time.sleep(0.05)
+    raise TimeoutError(f"nothing listens on {host}:{port} after {timeout}s")
+
+
+def scrape(port: int, host: str = "127.0.0.1") -> str:
+    """The text of ``http://host:port/metrics``."""
+    with urllib.request.urlopen(f"http://{host}:{port}/metrics", timeout=10) as resp:
+        return resp.read().decode()
+
+
+def find_chromium() -> str | None:
+    """Path of the Debian Chromium binary (the real one, not the shell wrapper), if installed."""
+    env = os.environ.get("WEBENV_FARM_CHROMIUM_PATH")
+    for path in (env, *CHROMIUM_CANDIDATES):
+        if path and Path(path).exists():
+            return path
+    return None
+
+
+@pytest.fixture(scope="session")
+def chromium_path() -> str:
+    path = find_chromium()
+    if path is None:
+        pytest.fail("Chromium is not installed: run `make install` (Debian package chromium)")
+    return path
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> Iterator[str]:
+    """A real redis-server for the whole test session, on a free port, without persistence."""
+    exe = shutil.which("redis-server")
+    if exe is None:
+        pytest.fail("redis-server is not installed: run `make install` (Debian package redis-server)")
+    port = free_port()
+    workdir = tempfile.mkdtemp(prefix="webenv-redis-")
+    proc = subprocess.Popen(
+        [exe, "--port", str(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--dir", workdir],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        wait_for_port(port)
+        yield f"redis://127.0.0.1:{port}/0"
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
+        shutil.rmtree(workdir, ignore_errors=True)
+
+
+@pytest.fixture(name="free_port")
+def free_port_fixture() -> Callable[[], int]:
+    """The :func:`free_port` function, as a fixture."""
+    return free_port
+
+
+@pytest.fixture(name="scrape")
+def scrape_fixture() -> Callable[..., str]:
+    """The :func:`scrape` function, as a fixture."""
+    return scrape
