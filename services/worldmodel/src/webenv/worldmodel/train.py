@@ -1,0 +1,233 @@
+"""`webenv-worldmodel train`: train the world model on transitions JSONL.
+
+From scratch on CPU (a byte-level BPE tokenizer trained on the data + a tiny Llama), or fine-tuning a
+local model directory (`--init /models/qwen`, e.g. on a GPU). Loss is computed on the target only (the
+next URL and edit), not the prompt. Writes into `--out`:
+  model/               the final model + tokenizer (save_pretrained) and worldmodel.json (how it was trained)
+  checkpoint/          latest checkpoint: model, tokenizer, optimizer.pt, trainer.json (for --resume)
+  metrics.jsonl        one line per logged step: step, elapsed_s, loss, eval_loss (the loss curve)
+Training stops at --max-steps or --max-minutes, whichever comes first.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import torch
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from webenv.worldmodel.dataset import Example, build_examples, iter_texts, read_transitions, split_examples
+from webenv.worldmodel.formats import Format
+from webenv.worldmodel.model import TinySize, build_model, parameter_count
+from webenv.worldmodel.tokenizer import train_tokenizer
+
+META_FILE = "worldmodel.json"
+
+
+@dataclass
+class TrainConfig:
+    """Everything a training run depends on (also saved next to the model)."""
+
+    data: list[str]
+    out: str
+    init: str = ""
+    format: str = "axtree"
+    as_edit: bool = True
+    history_window: int = 3
+    reasoning_fraction: float = 0.0
+    size: str = "small"
+    vocab_size: int = 4096
+    max_len: int = 1024
+    batch_size: int = 8
+    lr: float = 2e-3
+    warmup: int = 30
+    max_steps: int = 1000
+    max_minutes: float = 14.0
+    eval_every: int = 50
+    eval_examples: int = 64
+    seed: int = 0
+    resume: bool = False
+    device: str = "auto"
+
+
+@dataclass
+class TrainResult:
+    steps: int
+    first_loss: float
+    last_loss: float
+    eval_loss: float
+    elapsed_s: float
+    parameters: int
+    skipped_too_long: int
+    model_dir: str
+
+
+def _tokenize(examples: list[Example], tok: PreTrainedTokenizerBase, max_len: int) -> tuple[list[tuple[list[int], int]], int]:
+    """(ids, prompt_length) per example; examples longer than max_len are skipped and counted."""
+    out, skipped = [], 0
+    for e in examples:
+        p = tok(e.prompt, add_special_tokens=False)["input_ids"]
+        t = tok(e.target, add_special_tokens=False)["input_ids"]
+        ids = [tok.bos_token_id, *p, *t, tok.eos_token_id]
+        if len(ids) > max_len:
+            skipped += 1
+            continue
+        out.append((ids, len(p) + 1))
+    return out, skipped
+
+
+def _batch(items: list[tuple[list[int], int]], pad_id: int, device: str) -> dict[str, torch.Tensor]:
+    width = max(len(ids) for ids, _ in items)
+    input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
+    labels = torch.full((len(items), width), -100, dtype=torch.long)
+    attn = torch.zeros((len(items), width), dtype=torch.long)
+    for i, (ids, plen) in enumerate(items):
+        input_ids[i, : len(ids)] = torch.tensor(ids)
+        labels[i, plen : len(ids)] = torch.tensor(ids[plen:])
+        attn[i, : len(ids)] = 1
+    return {"input_ids": input_ids.to(device), "labels": labels.to(device), "attention_mask": attn.to(device)}
+
+
+def _batches(data: list[tuple[list[int], int]], batch_size: int, rng: random.Random) -> list[list[tuple[list[int], int]]]:
+    """Length-bucketed batches (little padding), shuffled."""
+    order = sorted(data, key=lambda x: len(x[0]) + rng.random())
+    batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    rng.shuffle(batches)
+    return batches
+
+
+@torch.no_grad()
+def evaluate_loss(model, data: list[tuple[list[int], int]], pad_id: int, device: str, batch_size: int = 8) -> float:  # noqa: ANN001
+    """Mean target-token loss over `data`."""
+    model.eval()
+    total, count = 0.0, 0
+    for i in range(0, len(data), batch_size):
+        b = _batch(data[i : i + batch_size], pad_id, device)
+        n = int((b["labels"][:, 1:] != -100).sum())
+        total += float(model(**b).loss) * n
+        count += n
+    model.train()
+    return total / max(count, 1)
+
+
+def _save(model, tok, path: Path, cfg: TrainConfig) -> None:  # noqa: ANN001
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(path)
+    tok.save_pretrained(path)
+    (path / META_FILE).write_text(json.dumps({"formats": [cfg.format], "as_edit": cfg.as_edit,
+                                              "history_window": cfg.history_window, "max_len": cfg.max_len}))
+
+
+def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
+    """Run one training; resumable from `<out>/checkpoint` when cfg.resume."""
+    torch.manual_seed(cfg.seed)
+    rng = random.Random(cfg.seed)
+    device = ("cuda" if torch.cuda.is_available() else "cpu") if cfg.device == "auto" else cfg.device
+    out = Path(cfg.out)
+    ckpt = out / "checkpoint"
+    records = read_transitions(cfg.data)
+    fmt = Format(cfg.format)
+    examples = build_examples(records, fmt, cfg.as_edit, cfg.history_window, cfg.reasoning_fraction, seed=cfg.seed)
+    train_ex, test_ex = split_examples(examples)
+    if not train_ex:
+        raise ValueError("no training examples: every transition is in the test split")
+    state = {"step": 0, "elapsed_s": 0.0}
+    if cfg.resume and (ckpt / "trainer.json").exists():
+        tok = AutoTokenizer.from_pretrained(ckpt)
+        model = AutoModelForCausalLM.from_pretrained(ckpt)
+        state = json.loads((ckpt / "trainer.json").read_text())
+    elif cfg.init:
+        tok = AutoTokenizer.from_pretrained(cfg.init)
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        model = AutoModelForCausalLM.from_pretrained(cfg.init, torch_dtype=torch.bfloat16 if device == "cuda" else torch.float32)
+    else:
+        tok = train_tokenizer(iter_texts([e.record for e in train_ex]), cfg.vocab_size)
+        model = build_model(tok, TinySize.tiny() if cfg.size == "tiny" else TinySize(max_positions=max(cfg.max_len, 512)))
+    model.to(device).train()
+    train_data, skipped = _tokenize(train_ex, tok, cfg.max_len)
+    eval_data, _ = _tokenize(test_ex[: cfg.eval_examples] if test_ex else train_ex[: cfg.eval_examples], tok, cfg.max_len)
+    opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
+    if cfg.resume and (ckpt / "optimizer.pt").exists():
+        opt.load_state_dict(torch.load(ckpt / "optimizer.pt"))
+
+    def lr_at(step: int) -> float:
+        if step < cfg.warmup:
+            return cfg.lr * (step + 1) / cfg.warmup
+        frac = min(1.0, (step - cfg.warmup) / max(1, cfg.max_steps - cfg.warmup))
+        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+    out.mkdir(parents=True, exist_ok=True)
+    metrics = (out / "metrics.jsonl").open("a")
+    step, started = state["step"], time.monotonic() - state["elapsed_s"]
+    first_loss = last_loss = eval_loss = float("nan")
+    batches: list = []
+    bar = tqdm(total=cfg.max_steps, initial=step, disable=not progress, desc="train", unit="step")
+    while step < cfg.max_steps and (time.monotonic() - started) < cfg.max_minutes * 60:
+        if not batches:
+            batches = _batches(train_data, cfg.batch_size, rng)
+        b = _batch(batches.pop(), tok.pad_token_id, device)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step)
+        loss = model(**b).loss
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        step += 1
+        last_loss = float(loss)
+        first_loss = last_loss if math.isnan(first_loss) else first_loss
+        bar.update(1)
+        bar.set_postfix(loss=f"{last_loss:.3f}")
+        row = {"step": step, "elapsed_s": round(time.monotonic() - started, 2), "loss": round(last_loss, 4)}
+        if step % cfg.eval_every == 0 or step == cfg.max_steps:
+            eval_loss = evaluate_loss(model, eval_data, tok.pad_token_id, device)
+            row["eval_loss"] = round(eval_loss, 4)
+            _save(model, tok, ckpt, cfg)
+            torch.save(opt.state_dict(), ckpt / "optimizer.pt")
+            (ckpt / "trainer.json").write_text(json.dumps({"step": step, "elapsed_s": row["elapsed_s"]}))
+        metrics.write(json.dumps(row) + "\n")
+        metrics.flush()
+    bar.close()
+    eval_loss = evaluate_loss(model, eval_data, tok.pad_token_id, device)
+    elapsed = time.monotonic() - started
+    metrics.write(json.dumps({"step": step, "elapsed_s": round(elapsed, 2), "eval_loss": round(eval_loss, 4), "final": True}) + "\n")
+    metrics.close()
+    _save(model, tok, out / "model", cfg)
+    _save(model, tok, ckpt, cfg)
+    torch.save(opt.state_dict(), ckpt / "optimizer.pt")
+    (ckpt / "trainer.json").write_text(json.dumps({"step": step, "elapsed_s": elapsed}))
+    return TrainResult(steps=step, first_loss=first_loss, last_loss=last_loss, eval_loss=eval_loss, elapsed_s=elapsed,
+                       parameters=parameter_count(model), skipped_too_long=skipped, model_dir=str(out / "model"))
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="webenv-worldmodel train", description=__doc__.split("\n")[0])
+    p.add_argument("--data", nargs="+", required=True, help="transitions JSONL file(s)")
+    p.add_argument("--out", required=True)
+    p.add_argument("--init", default="", help="local model directory to fine-tune (default: from scratch)")
+    p.add_argument("--format", default="axtree", choices=[f.value for f in Format])
+    p.add_argument("--full-state", action="store_true", help="predict the full next state instead of an edit")
+    p.add_argument("--reasoning-fraction", type=float, default=0.0)
+    p.add_argument("--size", default="small", choices=["tiny", "small"])
+    p.add_argument("--max-len", type=int, default=1024)
+    p.add_argument("--batch-size", type=int, default=8)
+    p.add_argument("--lr", type=float, default=2e-3)
+    p.add_argument("--max-steps", type=int, default=1000)
+    p.add_argument("--max-minutes", type=float, default=14.0)
+    p.add_argument("--eval-every", type=int, default=50)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--resume", action="store_true")
+    p.add_argument("--device", default="auto")
+    a = p.parse_args(argv)
+    cfg = TrainConfig(data=a.data, out=a.out, init=a.init, format=a.format, as_edit=not a.full_state,
+                      reasoning_fraction=a.reasoning_fraction, size=a.size, max_len=a.max_len,
+                      batch_size=a.batch_size, lr=a.lr, max_steps=a.max_steps, max_minutes=a.max_minutes,
+                      eval_every=a.eval_every, seed=a.seed, resume=a.resume, device=a.device)
+    print(json.dumps(asdict(train(cfg))))
