@@ -1,0 +1,73 @@
+"""`python -m webenv.sites` / `webenv-sites`: serve; `webenv-sites export-tasks|stats`: work with the catalog."""
+
+from __future__ import annotations
+
+import json
+import sys
+from enum import StrEnum
+from pathlib import Path
+
+import typer
+import yaml
+from google.protobuf import json_format
+from webenv.runtime import load_settings, run
+from webenv.sites.config import Settings
+from webenv.sites.service import main, world_from
+
+app = typer.Typer(help="webenv synthetic web and task catalog. Without a command it serves.", add_completion=False)
+
+
+class Format(StrEnum):
+    jsonl = "jsonl"
+    yaml = "yaml"
+
+
+@app.command()
+def serve() -> None:
+    """Serve TaskService (gRPC) and the websites (HTTP), configured by WEBENV_* variables."""
+    run(main, Settings, name="webenv-sites")
+
+
+@app.command("export-tasks")
+def export_tasks(out: Path = typer.Option(..., "--out", help="Output file."),
+                 fmt: Format = typer.Option(Format.jsonl, "--format", help="jsonl or yaml."),
+                 source: str = typer.Option("", help="Only this source, e.g. SYNTHETIC, MINIWOB, YAML.")) -> None:
+    """Write the catalog (the tasks the service would serve with the same settings) to a file."""
+    world = world_from(load_settings(Settings, "webenv-sites"))
+    tasks = world.tasks.tasks
+    if source:
+        tasks = [t for t in tasks if _src(t) == source.upper()]
+    rows = [json_format.MessageToDict(t, preserving_proto_field_name=True) for t in tasks]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with out.open("w", encoding="utf-8") as fh:
+        if fmt == Format.jsonl:
+            for r in rows:
+                fh.write(json.dumps(r, sort_keys=True) + "\n")
+        else:
+            yaml.safe_dump_all(rows, fh, sort_keys=True, allow_unicode=True)
+    typer.echo(f"wrote {len(rows)} tasks to {out}")
+
+
+def _src(t: object) -> str:
+    from webenv.v1 import common_pb2
+
+    return common_pb2.TaskSource.Name(t.source).removeprefix("TASK_SOURCE_")  # type: ignore[attr-defined]
+
+
+@app.command()
+def stats() -> None:
+    """Print the catalog's size, build time and task distribution as JSON."""
+    world = world_from(load_settings(Settings, "webenv-sites"))
+    typer.echo(json.dumps({"sites": len(world.sites.sites), "tasks": len(world.tasks),
+                           "build_seconds": round(world.build_seconds, 2), **world.tasks.stats()}, indent=2))
+
+
+def cli() -> None:
+    if len(sys.argv) <= 1:
+        run(main, Settings, name="webenv-sites")
+        return
+    app()
+
+
+if __name__ == "__main__":
+    cli()

@@ -1,0 +1,139 @@
+"""WebGym-style rubric JSON tasks: an instruction, a website and fact groups.
+
+A file holds one task object, a list of them, `{"tasks": [...]}`, or JSON Lines. A fact is either a
+string (judged by an LLM from keypoint evidence, as WebGym does for the real web) or an object with a
+`criterion` in the contract's JSON form (`{"answer": {"mode": "MATCH_MODE_CONTAINS", "expected": "42"}}`).
+Tasks on hosts outside the synthetic web are REAL_WEB tasks.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
+
+from google.protobuf import json_format
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from webenv.sites.catalog import DOMAIN, split_of
+from webenv.sites.tasks import difficulty_of
+from webenv.v1 import common_pb2 as pb
+
+KINDS = {"information": pb.TASK_KIND_INFORMATION, "navigation": pb.TASK_KIND_NAVIGATION,
+         "transaction": pb.TASK_KIND_TRANSACTION, "open_ended": pb.TASK_KIND_OPEN_ENDED}
+
+
+class RubricError(ValueError):
+    """A malformed rubric JSON task; the message names the file, the task and the field."""
+
+
+class FactIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    description: str = Field(min_length=1)
+    criterion: dict[str, Any] | None = None
+
+
+class GroupIn(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+    group_id: str = ""
+    description: str = ""
+    facts: list[FactIn | str] = Field(min_length=1)
+    optional: bool = False
+
+
+class TaskIn(BaseModel):
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+    task_id: str = Field(min_length=1, pattern=r"^[A-Za-z0-9._/-]+$")
+    website: str = Field(alias="start_url")
+    task: str = Field(alias="instruction", min_length=1)
+    fact_groups: list[GroupIn] = Field(min_length=1)
+    kind: str = "information"
+    category: str = ""
+    max_steps: int = Field(0, ge=0)
+    timeout_seconds: float = Field(0.0, ge=0)
+
+    @field_validator("website")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        parts = urlsplit(v)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"must be an http(s) URL, got {v!r}")
+        return v
+
+    @field_validator("kind")
+    @classmethod
+    def _kind(cls, v: str) -> str:
+        if v not in KINDS:
+            raise ValueError(f"must be one of {', '.join(KINDS)}")
+        return v
+
+
+def convert(t: TaskIn, where: str) -> pb.Task:
+    host = urlsplit(t.website).hostname or ""
+    synthetic = host.endswith("." + DOMAIN)
+    source = pb.TASK_SOURCE_RUBRIC_JSON if synthetic else pb.TASK_SOURCE_REAL_WEB
+    task_id = ("rubric/" if synthetic else "realweb/") + t.task_id
+    rubric = pb.Rubric(rubric_id=task_id, version=1)
+    n = 0
+    for gi, g in enumerate(t.fact_groups):
+        gid = g.group_id or f"g{gi}"
+        fg = rubric.groups.add(group_id=gid, description=g.description, optional=g.optional)
+        for fi, f in enumerate(g.facts):
+            fact = FactIn(description=f) if isinstance(f, str) else f
+            crit = pb.Criterion(llm=pb.LlmCriterion())
+            if fact.criterion is not None:
+                try:
+                    crit = json_format.ParseDict(fact.criterion, pb.Criterion())
+                except json_format.ParseError as exc:
+                    raise RubricError(f"{where}: fact_groups[{gi}].facts[{fi}].criterion: {exc}") from None
+            fg.facts.add(fact_id=f"{gid}.{fi}", description=fact.description, criterion=crit)
+            n += 1
+    family = host.split("-", 1)[0] if synthetic and "-" in host else ""
+    subtasks = [pb.Subtask(subtask_id=f"{task_id}/sub-{i}", instruction=g.description, group_ids=[g.group_id or f"g{i}"])
+                for i, g in enumerate(t.fact_groups) if g.description and len(t.fact_groups) > 1]
+    return pb.Task(
+        task_id=task_id, source=source, kind=KINDS[t.kind], instruction=t.task, start_url=t.website, site=host,
+        family=family, split=split_of(host), difficulty=difficulty_of(n), rubric=rubric, subtasks=subtasks,
+        max_steps=t.max_steps, timeout_seconds=t.timeout_seconds, category=t.category, metadata={"rubric_file": where},
+    )
+
+
+def _objects(path: Path) -> list[tuple[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        out = []
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append((f"{path}:{i}", json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    raise RubricError(f"{path}:{i}: not JSON: {exc.msg}") from None
+        return out
+    if isinstance(data, dict) and "tasks" in data:
+        data = data["tasks"]
+    items = data if isinstance(data, list) else [data]
+    return [(f"{path}[{i}]", obj) for i, obj in enumerate(items)]
+
+
+def load_file(path: str | Path) -> list[pb.Task]:
+    path = Path(path)
+    out = []
+    for where, obj in _objects(path):
+        try:
+            t = TaskIn.model_validate(obj)
+        except ValidationError as exc:
+            first = exc.errors()[0]
+            loc = ".".join(str(x) for x in first["loc"])
+            raise RubricError(f"{where}: {loc}: {first['msg']}") from None
+        out.append(convert(t, where))
+    return out
+
+
+def load_dirs(dirs: list[str | Path]) -> list[pb.Task]:
+    out: list[pb.Task] = []
+    for d in dirs:
+        for p in sorted(Path(d).rglob("*.json*")):
+            out.extend(load_file(p))
+    return out

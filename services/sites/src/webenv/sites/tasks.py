@@ -1,0 +1,379 @@
+"""Tasks generated from each site's own data, graded by ground truth.
+
+Three kinds: information (the answer must contain values read off the site), navigation (the final URL
+and page must match), transaction (the site state must show the records the task asks for). A task's
+rubric is a list of fact groups; difficulty is the number of facts (easy 1-3, medium 4-6, hard 7+);
+subtasks are groups that make sense on their own; the oracle is a selector-addressed action sequence
+that ends with an AnswerAction, run by the tests in real Chromium to prove every kind is solvable.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from dataclasses import dataclass, field
+
+from webenv.sites import content as c
+from webenv.sites.catalog import PAGE_SIZE, Site
+from webenv.sites.families.base import Item
+from webenv.sites.web import search
+from webenv.v1 import common_pb2 as pb
+
+# --- actions ------------------------------------------------------------------------------------
+
+
+def _t(selector: str) -> pb.ElementTarget:
+    return pb.ElementTarget(selector=selector)
+
+
+def click(selector: str) -> pb.Action:
+    return pb.Action(click=pb.ClickAction(target=_t(selector)))
+
+
+def fill(selector: str, text: str) -> pb.Action:
+    return pb.Action(fill=pb.FillAction(target=_t(selector), text=text))
+
+
+def select(selector: str, option: str) -> pb.Action:
+    return pb.Action(select=pb.SelectAction(target=_t(selector), options=[option]))
+
+
+def answer(text: str) -> pb.Action:
+    return pb.Action(answer=pb.AnswerAction(text=text))
+
+
+# --- criteria -----------------------------------------------------------------------------------
+
+
+def answer_contains(expected: str) -> pb.Criterion:
+    return pb.Criterion(answer=pb.AnswerCriterion(mode=pb.MATCH_MODE_CONTAINS, expected=expected))
+
+
+def url_contains(value: str, any_step: bool = False) -> pb.Criterion:
+    return pb.Criterion(url=pb.UrlCriterion(mode=pb.MATCH_MODE_CONTAINS, value=value, any_step=any_step))
+
+
+def page_has(css: str, text: str = "") -> pb.Criterion:
+    return pb.Criterion(page=pb.PageCriterion(css_selector=css, text=text, step_index=-1))
+
+
+def state_eq(path: str, value: object) -> pb.Criterion:
+    return pb.Criterion(site_state=pb.SiteStateCriterion(path=path, op=pb.COMPARISON_EQ, value_json=json.dumps(value)))
+
+
+@dataclass
+class Group:
+    """A fact group under construction: (description, criterion) pairs."""
+
+    gid: str
+    description: str
+    facts: list[tuple[str, pb.Criterion]] = field(default_factory=list)
+    subtask: str = ""  # instruction when this group alone is a sensible subtask
+
+
+def difficulty_of(n_facts: int) -> int:
+    if n_facts <= 3:
+        return pb.DIFFICULTY_EASY
+    if n_facts <= 6:
+        return pb.DIFFICULTY_MEDIUM
+    return pb.DIFFICULTY_HARD
+
+
+def short_name(site: Site) -> str:
+    return site.host.split(".", 1)[0]
+
+
+# --- wording ------------------------------------------------------------------------------------
+
+INFO_OPENERS = (
+    "On {site}, find the {noun} \"{title}\" and tell me {what}.",
+    "Look up \"{title}\" on {site}. What {be} {what}?",
+    "I need {what} of the {noun} called \"{title}\" ({site}).",
+    "Using {site}, report {what} for \"{title}\".",
+    "Go to {site} and check {what} of \"{title}\"; answer with the values.",
+)
+NAV_OPENERS = (
+    "On {site}, open the page of the {noun} \"{title}\".",
+    "Navigate to the {noun} \"{title}\" on {site}.",
+    "Bring up the detail page for \"{title}\" on {site}.",
+)
+TX_OPENERS = ("On {site}, {todo}.", "Please {todo} using {site}.", "Using {site}: {todo}.", "{Todo} on {site}.")
+LOGIN_PHRASES = (
+    "Log in as {user} (password: {pw}) first. ",
+    "Your account is {user} with password {pw}. ",
+    "Sign in with username {user} and password {pw}. ",
+)
+
+
+def _join(parts: list[str]) -> str:
+    return parts[0] if len(parts) == 1 else ", ".join(parts[:-1]) + " and " + parts[-1]
+
+
+# --- generator ----------------------------------------------------------------------------------
+
+
+class TaskFactory:
+    """Builds one site's tasks; every choice comes from an rng seeded by (site, task number)."""
+
+    def __init__(self, site: Site) -> None:
+        self.site = site
+        self.fam = site.family
+        self.user = site.users[0]
+
+    # building blocks of oracles
+    def prelude(self, login: bool) -> list[pb.Action]:
+        acts: list[pb.Action] = []
+        if self.site.look["popup"]:
+            acts.append(click("#popup-close"))
+        if self.site.look["cookie_banner"]:
+            acts.append(click("#cookie-accept"))
+        if login:
+            acts += [click("#login-link"), fill("#username", self.user.username),
+                     fill("#password", self.user.password), click("#login-submit")]
+        return acts
+
+    def open_item(self, item: Item) -> list[pb.Action]:
+        return [fill("#search-q", item.title), click("#search-btn"),
+                click(f'#results a.item-link[data-item="{item.id}"]')]
+
+    def login_text(self, rng: random.Random) -> str:
+        if not self.fam.login_required:
+            return ""
+        return rng.choice(LOGIN_PHRASES).format(user=self.user.username, pw=self.user.password)
+
+    def attributes(self, item: Item) -> list[tuple[str, str]]:
+        """(label, value as shown) pairs an information task can ask for."""
+        s = self.site
+        out = [(self.fam.value_label.lower(), item.value_text), (self.fam.author_label.lower(), item.author),
+               ("category", s.category_labels.get(item.category, item.category)),
+               (self.fam.date_label.lower() + " date", s.fmt_date(item.date)), ("rating", f"{item.rating:.1f}")]
+        out += [(k.lower(), v) for k, v in item.attrs]
+        return out
+
+    def task(self, kind: int, n: int, instruction: str, groups: list[Group], oracle: list[pb.Action],
+             rng_seed: int, start_path: str = "/") -> pb.Task:
+        s = self.site
+        prefix = {pb.TASK_KIND_INFORMATION: "info", pb.TASK_KIND_NAVIGATION: "nav", pb.TASK_KIND_TRANSACTION: "tx"}[kind]
+        task_id = f"synthetic/{short_name(s)}/{prefix}-{n}"
+        rubric = pb.Rubric(rubric_id=task_id, version=1)
+        n_facts = 0
+        for g in groups:
+            fg = rubric.groups.add(group_id=g.gid, description=g.description)
+            for i, (desc, crit) in enumerate(g.facts):
+                fg.facts.add(fact_id=f"{g.gid}.{i}", description=desc, criterion=crit)
+                n_facts += 1
+        subtasks = [
+            pb.Subtask(subtask_id=f"{task_id}/sub-{i}", instruction=g.subtask, group_ids=[g.gid])
+            for i, g in enumerate(groups) if g.subtask and len(groups) > 1
+        ]
+        return pb.Task(
+            task_id=task_id, source=pb.TASK_SOURCE_SYNTHETIC, kind=kind, instruction=instruction,
+            start_url=s.url(start_path), site=s.host, family=self.fam.name, split=s.split,
+            difficulty=difficulty_of(n_facts), rubric=rubric, subtasks=subtasks, oracle=oracle,
+            max_steps=max(10, 2 * len(oracle) + 5), timeout_seconds=float(max(60, 10 * len(oracle))),
+            category=self.fam.name, seed=rng_seed,
+            metadata={"site_name": s.name, "facts": str(n_facts), "layout": str(s.look["layout"])},
+        )
+
+    def rng(self, label: str, n: int) -> tuple[random.Random, int]:
+        seed = c.stable_int("task", self.site.host, self.site.seed, label, n)
+        return random.Random(seed), seed & 0x7FFFFFFFFFFFFFFF
+
+    # information ---------------------------------------------------------------------------
+    def info(self, n: int, n_items: int, n_attrs: int) -> pb.Task:
+        rng, seed = self.rng("info", n)
+        items = rng.sample(self.site.items, n_items)
+        groups: list[Group] = []
+        answers: list[str] = []
+        oracle = self.prelude(self.fam.login_required)
+        asks: list[str] = []
+        for k, item in enumerate(items):
+            attrs = rng.sample(self.attributes(item), n_attrs)
+            what = _join([f"the {label}" for label, _ in attrs])
+            asks.append(f"{what} of \"{item.title}\"")
+            g = Group(f"item{k}", f"Facts about {item.title}", subtask=f"{self.login_text(rng)}On {self.site.name}, find {what} of the {self.fam.noun} \"{item.title}\".")
+            for label, value in attrs:
+                g.facts.append((f"The answer gives the {label} of {item.title}: {value}", answer_contains(value)))
+                answers.append(f"{label}: {value}")
+            groups.append(g)
+            oracle += self.open_item(item)
+        oracle.append(answer("; ".join(answers)))
+        if n_items == 1:
+            label_what = asks[0].rsplit(" of \"", 1)[0]
+            instr = rng.choice(INFO_OPENERS).format(site=self.site.name, noun=self.fam.noun, title=items[0].title,
+                                                    what=label_what, be="is" if n_attrs == 1 else "are")
+        else:
+            instr = f"On {self.site.name}, compare two {self.fam.plural}: give {asks[0]}, and {asks[1]}."
+        return self.task(pb.TASK_KIND_INFORMATION, n, self.login_text(rng) + instr, groups, oracle, seed)
+
+    def superlative(self, n: int) -> pb.Task:
+        rng, seed = self.rng("info", n)
+        slug = rng.choice(sorted(self.site.category_labels))
+        label = self.site.category_labels[slug]
+        asc = rng.random() < 0.5
+        sort = "value_asc" if asc else "value_desc"
+        best = search(self.site, "", slug, sort)[0]
+        word = self.fam.value_sort_words[0 if asc else 1]
+        instr = (f"{self.login_text(rng)}On {self.site.name}, which {self.fam.noun} in the {label} category is the "
+                 f"{word} (by {self.fam.value_label.lower()})? Give its name and {self.fam.value_label.lower()}.")
+        g = Group("answer", f"The {word} {self.fam.noun} in {label}")
+        g.facts.append((f"The answer names {best.title}", answer_contains(best.title)))
+        g.facts.append((f"The answer gives its {self.fam.value_label.lower()} {best.value_text}", answer_contains(best.value_text)))
+        oracle = self.prelude(self.fam.login_required) + [
+            click(f'a.cat-link[data-category="{slug}"]'), select("#sort", sort), click("#apply-filters"),
+            answer(f"{best.title} ({best.value_text})"),
+        ]
+        return self.task(pb.TASK_KIND_INFORMATION, n, instr, [g], oracle, seed)
+
+    # navigation ----------------------------------------------------------------------------
+    def nav_item(self, n: int) -> pb.Task:
+        rng, seed = self.rng("nav", n)
+        item = rng.choice(self.site.items)
+        instr = self.login_text(rng) + rng.choice(NAV_OPENERS).format(site=self.site.name, noun=self.fam.noun, title=item.title)
+        g = Group("page", f"The page of {item.title} is open")
+        g.facts.append((f"The final URL is the page of {item.id}", url_contains(f"/{self.fam.path}/{item.id}")))
+        g.facts.append((f"The page's heading is {item.title}", page_has("#item-title", item.title)))
+        oracle = self.prelude(self.fam.login_required) + self.open_item(item) + [answer("done")]
+        return self.task(pb.TASK_KIND_NAVIGATION, n, instr, [g], oracle, seed)
+
+    def nav_sorted_page(self, n: int) -> pb.Task:
+        rng, seed = self.rng("nav", n)
+        sort = rng.choice(("value_asc", "value_desc", "date_desc", "rating_desc"))
+        ranked = search(self.site, "", "", sort)
+        page = rng.randrange(2, max(3, -(-len(ranked) // PAGE_SIZE) + 1))
+        first = ranked[(page - 1) * PAGE_SIZE]
+        how = {"value_asc": f"by {self.fam.value_label.lower()}, {self.fam.value_sort_words[0]} first",
+               "value_desc": f"by {self.fam.value_label.lower()}, {self.fam.value_sort_words[1]} first",
+               "date_desc": "newest first", "rating_desc": "best rated first"}[sort]
+        instr = (f"{self.login_text(rng)}On {self.site.name}, list all {self.fam.plural} sorted {how} and go to "
+                 f"page {page} of the results.")
+        g = Group("list", f"Page {page} of the {self.fam.plural} sorted {how}")
+        g.facts.append((f"The URL sorts by {sort}", url_contains(f"sort={sort}")))
+        g.facts.append((f"The URL is page {page}", url_contains(f"page={page}")))
+        g.facts.append((f"The page shows page number {page}", page_has("#page-number", str(page))))
+        g.facts.append((f"The first result is {first.title}",
+                        page_has("#results li.result:first-child a.item-link", first.title)))
+        oracle = self.prelude(self.fam.login_required) + [
+            click("#nav-list"), select("#sort", sort), click("#apply-filters"),
+            click(f'#pagination a.page-link[data-page="{page}"]'), answer("done"),
+        ]
+        return self.task(pb.TASK_KIND_NAVIGATION, n, instr, [g], oracle, seed)
+
+    def nav_best_in_category(self, n: int) -> pb.Task:
+        rng, seed = self.rng("nav", n)
+        slug = rng.choice(sorted(self.site.category_labels))
+        label = self.site.category_labels[slug]
+        best = search(self.site, "", slug, "rating_desc")[0]
+        instr = (f"{self.login_text(rng)}On {self.site.name}, filter the {self.fam.plural} to the {label} category, "
+                 f"sort them by rating and open the best rated one.")
+        g1 = Group("filter", f"The {label} list was sorted by rating")
+        g1.facts.append((f"Some URL filtered to {label}", url_contains(f"category={slug}", any_step=True)))
+        g1.facts.append(("Some URL sorted by rating", url_contains("sort=rating_desc", any_step=True)))
+        g2 = Group("page", f"The page of {best.title} is open")
+        g2.facts.append((f"The final URL is the page of {best.id}", url_contains(f"/{self.fam.path}/{best.id}")))
+        g2.facts.append((f"The page's heading is {best.title}", page_has("#item-title", best.title)))
+        oracle = self.prelude(self.fam.login_required) + [
+            click(f'a.cat-link[data-category="{slug}"]'), select("#sort", "rating_desc"), click("#apply-filters"),
+            click(f'#results a.item-link[data-item="{best.id}"]'), answer("done"),
+        ]
+        return self.task(pb.TASK_KIND_NAVIGATION, n, instr, [g1, g2], oracle, seed)
+
+    # transactions ----------------------------------------------------------------------------
+    def tx_records(self, n: int, n_records: int) -> pb.Task:
+        spec = self.fam.action
+        assert spec is not None
+        rng, seed = self.rng("tx", n)
+        items = rng.sample(self.site.items, n_records)
+        login = self.fam.login_required
+        oracle = self.prelude(login)
+        groups: list[Group] = []
+        todos: list[str] = []
+        for k, item in enumerate(items):
+            values = spec.make_values(rng, item)
+            todo = spec.describe(values, item)
+            todos.append(todo)
+            g = Group(f"record{k}", f"A {spec.key} record for {item.title}", subtask=f"On {self.site.name}, {todo}.")
+            base = f'$.{spec.key}[?(@.{spec.item_field}=="{item.id}")]'
+            oracle += self.open_item(item)
+            for f in spec.fields:
+                v = values[f.name]
+                g.facts.append((f"The {spec.key} record for {item.id} has {f.name} = {v!r}", state_eq(f"{base}.{f.name}", v)))
+                if f.kind == "select":
+                    oracle.append(select(f"#f-{f.name}", str(v)))
+                elif f.kind == "checkbox":
+                    if v:
+                        oracle.append(click(f"#f-{f.name}"))
+                else:
+                    oracle.append(fill(f"#f-{f.name}", str(v)))
+            oracle.append(click("#action-submit"))
+            groups.append(g)
+        if login:
+            g = Group("auth", f"Signed in as {self.user.username}")
+            g.facts.append((f"The session is logged in as {self.user.username}", state_eq("$.auth.user", self.user.username)))
+            groups.append(g)
+        oracle.append(answer("done"))
+        todo = _join(todos)
+        instr = rng.choice(TX_OPENERS).format(site=self.site.name, todo=todo, Todo=todo[0].upper() + todo[1:])
+        return self.task(pb.TASK_KIND_TRANSACTION, n, self.login_text(rng) + instr, groups, oracle, seed)
+
+    def tx_cart(self, n: int, n_items: int) -> pb.Task:
+        rng, seed = self.rng("tx", n)
+        items = rng.sample(self.site.items, n_items)
+        qtys = [rng.randrange(1, 5) for _ in items]
+        g = Group("cart", "The cart holds the requested quantities")
+        oracle = self.prelude(False)
+        for item, q in zip(items, qtys, strict=True):
+            g.facts.append((f"The cart has {q} x {item.title}", state_eq(f'$.cart.items[?(@.sku=="{item.id}")].qty', q)))
+            oracle += self.open_item(item) + [fill("#qty", str(q)), click("#add-to-cart"), click("#modal-close")]
+        oracle.append(answer("done"))
+        what = _join([f"{q} x \"{it.title}\"" for it, q in zip(items, qtys, strict=True)])
+        instr = rng.choice(("On {site}, add {what} to the cart (do not check out).",
+                            "Put {what} in your {site} shopping cart.",
+                            "Add {what} to the basket on {site}; no need to order.")).format(site=self.site.name, what=what)
+        return self.task(pb.TASK_KIND_TRANSACTION, n, instr, [g], oracle, seed)
+
+    def tx_order(self, n: int, n_items: int) -> pb.Task:
+        rng, seed = self.rng("tx", n)
+        items = rng.sample(self.site.items, n_items)
+        qtys = [rng.randrange(1, 4) for _ in items]
+        addr = c.address(rng)
+        g_items = Group("items", "The last order has the requested items",
+                        subtask="")
+        oracle = self.prelude(False)
+        for item, q in zip(items, qtys, strict=True):
+            g_items.facts.append((f"The last order has {q} x {item.title}",
+                                  state_eq(f'$.orders[-1].items[?(@.sku=="{item.id}")].qty', q)))
+            oracle += self.open_item(item) + [fill("#qty", str(q)), click("#add-to-cart"), click("#modal-close")]
+        g_ship = Group("shipping", f"The last order ships to {addr['name']}")
+        for k in ("name", "street", "city", "zip"):
+            g_ship.facts.append((f"The shipping {k} is {addr[k]}", state_eq(f"$.orders[-1].shipping.{k}", addr[k])))
+        g_status = Group("status", "The order was placed")
+        g_status.facts.append(("The last order's status is placed", state_eq("$.orders[-1].status", "placed")))
+        oracle += [click("#checkout-btn")] + [fill(f"#ship-{k}", addr[k]) for k in ("name", "street", "city", "zip")]
+        oracle += [click("#place-order"), answer("done")]
+        what = _join([f"{q} x \"{it.title}\"" for it, q in zip(items, qtys, strict=True)])
+        where = f"{addr['name']}, {addr['street']}, {addr['city']} {addr['zip']}"
+        instr = rng.choice((
+            "On {site}, order {what} and ship it to {where}.",
+            "Buy {what} from {site}; the delivery address is {where}.",
+            "Place an order on {site} for {what}, shipping to {where}.",
+        )).format(site=self.site.name, what=what, where=where)
+        return self.task(pb.TASK_KIND_TRANSACTION, n, instr, [g_items, g_ship, g_status], oracle, seed)
+
+    # the site's task list ---------------------------------------------------------------------
+    def all(self) -> list[pb.Task]:
+        out = [self.info(0, 1, 1), self.info(1, 1, 2), self.info(2, 1, 3), self.superlative(3),
+               self.info(4, 1, 4), self.info(5, 1, 5), self.info(6, 1, 6), self.info(7, 2, 4), self.info(8, 2, 5)]
+        out += [self.nav_item(0), self.nav_item(1), self.nav_item(2), self.nav_sorted_page(3),
+                self.nav_sorted_page(4), self.nav_best_in_category(5)]
+        if self.fam.action is None:
+            out += [self.tx_cart(0, 1), self.tx_cart(1, 2), self.tx_order(2, 1), self.tx_order(3, 1),
+                    self.tx_order(4, 2), self.tx_order(5, 3)]
+        else:
+            out += [self.tx_records(0, 1), self.tx_records(1, 1), self.tx_records(2, 2), self.tx_records(3, 2),
+                    self.tx_records(4, 3), self.tx_records(5, 3)]
+        return out
+
+
+def site_tasks(site: Site) -> list[pb.Task]:
+    return TaskFactory(site).all()

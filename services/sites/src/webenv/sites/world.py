@@ -1,0 +1,62 @@
+"""Builds the whole synthetic world from settings: sites, task catalog (every source), state store, web app."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from webenv.sites import miniwob, rubricjson, yamltasks
+from webenv.sites.catalog import SiteCatalog
+from webenv.sites.state import StateStore
+from webenv.sites.taskcatalog import TaskCatalog
+from webenv.sites.tasks import site_tasks
+from webenv.sites.web import SitesApp
+from webenv.v1 import common_pb2 as pb
+
+log = logging.getLogger("webenv.sites")
+DATA = Path(__file__).parent / "data"
+
+
+@dataclass
+class World:
+    sites: SiteCatalog
+    tasks: TaskCatalog
+    store: StateStore
+    app: SitesApp
+    build_seconds: float
+
+
+def build_tasks(sites: SiteCatalog, *, yaml_dirs: list[str] = (), rubric_dirs: list[str] = (),  # type: ignore[assignment]
+                builtin: bool = True, with_miniwob: bool = True, real_web: bool = False) -> list[pb.Task]:
+    tasks: list[pb.Task] = []
+    for site in sites.sites:
+        tasks.extend(site_tasks(site))
+    ydirs = [*([DATA / "yaml"] if builtin else []), *yaml_dirs]
+    tasks.extend(yamltasks.load_dirs(ydirs))
+    rfiles = [DATA / "rubric" / "synthetic_examples.json"] if builtin else []
+    if builtin and real_web:
+        rfiles.append(DATA / "rubric" / "real_web.json")
+    for f in rfiles:
+        tasks.extend(rubricjson.load_file(f))
+    tasks.extend(rubricjson.load_dirs(list(rubric_dirs)))
+    root = miniwob.html_dir() if with_miniwob else None
+    if root is not None:
+        tasks.extend(miniwob.miniwob_tasks(root))
+    return tasks
+
+
+def build_world(*, count: int = 1000, seed: int = 0, yaml_dirs: list[str] = (), rubric_dirs: list[str] = (),  # type: ignore[assignment]
+                builtin: bool = True, with_miniwob: bool = True, real_web: bool = False,
+                max_sessions: int = 100_000) -> World:
+    t0 = time.perf_counter()
+    sites = SiteCatalog(count, seed)
+    tasks = TaskCatalog(build_tasks(sites, yaml_dirs=yaml_dirs, rubric_dirs=rubric_dirs, builtin=builtin,
+                                    with_miniwob=with_miniwob, real_web=real_web))
+    store = StateStore(max_sessions=max_sessions)
+    root = miniwob.html_dir() if with_miniwob else None
+    app = SitesApp(sites, store, str(root) if root else None)
+    took = time.perf_counter() - t0
+    log.info("catalog built", extra={"sites": len(sites.sites), "tasks": len(tasks), "seconds": round(took, 2)})
+    return World(sites, tasks, store, app, took)
