@@ -1,0 +1,48 @@
+"""`python -m webenv.browser`: the browser farm service."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+from webenv.browser.config import Settings
+from webenv.browser.farm import Farm
+from webenv.browser.servicer import BrowserFarmServicer, EnvironmentServicer
+from webenv.runtime import Server, run
+from webenv.v1 import browser_pb2_grpc, environment_pb2_grpc
+
+log = logging.getLogger("webenv.browser")
+
+
+@asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[tuple[Server, Farm]]:
+    """Start the farm and its gRPC server (health SERVING once browsers are up); stop both on exit."""
+    farm = Farm(settings)
+    server = Server("browser", settings)
+    server.add_service(environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, EnvironmentServicer(farm),
+                       "webenv.v1.EnvironmentService")
+    server.add_service(browser_pb2_grpc.add_BrowserFarmServiceServicer_to_server, BrowserFarmServicer(farm),
+                       "webenv.v1.BrowserFarmService")
+    async with server:
+        try:
+            await farm.start()
+            await server.set_serving()
+            yield server, farm
+        finally:
+            await server.stop()
+            await farm.close()
+
+
+async def main(settings: Settings) -> None:
+    async with serving(settings) as (server, farm):
+        log.info("browser farm ready", extra={"browsers": settings.farm_browsers, "node": farm.node})
+        await server.wait_for_termination()
+
+
+def cli() -> None:
+    run(main, Settings, "webenv-browser")
+
+
+if __name__ == "__main__":
+    cli()

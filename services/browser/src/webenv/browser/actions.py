@@ -1,0 +1,296 @@
+"""Executing Actions on a page.
+
+Two kinds of failure, kept apart on purpose:
+- a malformed action (no kind, no target, empty key, negative wait, bad CSS selector) raises
+  `errors.InvalidArgument` before anything touches the page (`validate`);
+- a valid action that fails on the page (element gone, hidden, covered, navigation error, URL
+  refused by the guard) returns a message that becomes `Observation.last_action_error`; the
+  session goes on.
+
+Clicks resolve the element in one JS call (scroll into view, centre point, hit test, same-origin
+frames included) and then use trusted mouse events at that point: ~3 ms instead of the ~48 ms of
+Playwright's `click()` actionability checks, with the same "is it really clickable" answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from playwright.async_api import Error as PlaywrightError
+from playwright.async_api import Page
+from webenv import errors
+from webenv.browser.guard import BlockedUrl
+from webenv.v1 import common_pb2
+
+if TYPE_CHECKING:
+    from webenv.browser.session import BrowserSession
+
+ELEMENT_KINDS = ("click", "fill", "select", "hover", "scroll_element")
+NAVIGATION_KINDS = ("navigate", "go_back", "go_forward", "new_tab")
+_BUTTONS = {common_pb2.MOUSE_BUTTON_UNSPECIFIED: "left", common_pb2.MOUSE_BUTTON_LEFT: "left",
+            common_pb2.MOUSE_BUTTON_MIDDLE: "middle", common_pb2.MOUSE_BUTTON_RIGHT: "right"}
+
+# Find an element by id or selector (searching same-origin frames), bring it into view and say
+# where its centre is in top-level viewport coordinates and whether that point hits it.
+RESOLVE_JS = """
+([ref, mode]) => {
+  const find = (doc, offX, offY) => {
+    const el = ref.id ? doc.querySelector('[data-webenv-id="' + CSS.escape(ref.id) + '"]') : doc.querySelector(ref.sel);
+    if (el) return [el, offX, offY];
+    for (const f of doc.querySelectorAll('iframe')) {
+      let d = null; try { d = f.contentDocument; } catch (e) {}
+      if (d) { const r = f.getBoundingClientRect(); const got = find(d, offX + r.x + f.clientLeft, offY + r.y + f.clientTop); if (got) return got; }
+    }
+    return null;
+  };
+  let got;
+  try { got = find(document, 0, 0); } catch (e) { return {error: 'BAD_SELECTOR', message: String(e.message || e)}; }
+  if (!got) return {error: 'NOT_FOUND'};
+  const [el, offX, offY] = got;
+  if (mode === 'handle') return el;
+  const win = el.ownerDocument.defaultView;
+  let r = el.getBoundingClientRect();
+  if (r.bottom < 0 || r.right < 0 || r.top > win.innerHeight || r.left > win.innerWidth) {
+    el.scrollIntoView({block: 'center', inline: 'center', behavior: 'instant'});
+    r = el.getBoundingClientRect();
+  }
+  if (r.width === 0 || r.height === 0) return {error: 'NOT_VISIBLE'};
+  const cx = Math.min(Math.max(r.left + r.width / 2, 0), win.innerWidth - 1);
+  const cy = Math.min(Math.max(r.top + r.height / 2, 0), win.innerHeight - 1);
+  if (mode === 'scroll') return {ok: true};
+  const hit = el.ownerDocument.elementFromPoint(cx, cy);
+  const covered = hit && hit !== el && !el.contains(hit) && !(hit.control === el) && !(el.tagName === 'OPTION');
+  return {x: cx + offX, y: cy + offY, covered: covered ? (hit.tagName.toLowerCase() + (hit.id ? '#' + hit.id : '')) : '',
+          disabled: !!el.disabled};
+}
+"""
+
+SELECT_JS = """
+(el, options) => {
+  if (el.tagName !== 'SELECT') return 'element is a ' + el.tagName.toLowerCase() + ', not a select';
+  let n = 0;
+  for (const o of el.options) {
+    const hit = options.includes(o.value) || options.includes(o.label.trim()) || options.includes(o.text.trim());
+    if (hit && (el.multiple || n === 0)) { o.selected = true; n++; } else if (el.multiple) { o.selected = false; }
+  }
+  if (!n) return 'no option matches ' + JSON.stringify(options);
+  el.dispatchEvent(new Event('input', {bubbles: true}));
+  el.dispatchEvent(new Event('change', {bubbles: true}));
+  return '';
+}
+"""
+
+
+@dataclass
+class ActionOutcome:
+    """What an action did: an error for last_action_error, and whether it ended the episode."""
+
+    error: str = ""
+    done: bool = False
+    answer: str = ""
+
+
+def kind_of(action: common_pb2.Action) -> str:
+    return action.WhichOneof("kind") or ""
+
+
+def _target(msg: Any, field: str, required: bool = True) -> dict[str, str] | None:
+    if not msg.HasField("target") or not msg.target.WhichOneof("ref"):
+        if required:
+            raise errors.InvalidArgument(f"{field}: element_id or selector is required", reason="BAD_ACTION",
+                                         metadata={"field": field})
+        return None
+    t = msg.target
+    if t.WhichOneof("ref") == "element_id":
+        if not t.element_id.strip():
+            raise errors.InvalidArgument(f"{field}.element_id: empty", reason="BAD_ACTION", metadata={"field": field})
+        return {"id": t.element_id.strip()}
+    if not t.selector.strip():
+        raise errors.InvalidArgument(f"{field}.selector: empty", reason="BAD_ACTION", metadata={"field": field})
+    return {"sel": t.selector}
+
+
+def validate(action: common_pb2.Action, max_wait_ms: int) -> str:
+    """Check an action's shape; returns its kind or raises InvalidArgument naming the bad field."""
+    kind = kind_of(action)
+    if not kind:
+        raise errors.InvalidArgument("action: no action kind is set", reason="BAD_ACTION", metadata={"field": "action"})
+    msg = getattr(action, kind)
+    if kind in ELEMENT_KINDS:
+        _target(msg, f"action.{kind}.target")
+    if kind == "click" and msg.click_count < 0:
+        raise errors.InvalidArgument("action.click.click_count: must be >= 0", reason="BAD_ACTION",
+                                     metadata={"field": "action.click.click_count"})
+    if kind == "select" and not msg.options:
+        raise errors.InvalidArgument("action.select.options: at least one option is required", reason="BAD_ACTION",
+                                     metadata={"field": "action.select.options"})
+    if kind == "press":
+        _target(msg, "action.press.target", required=False)
+        if not msg.key.strip():
+            raise errors.InvalidArgument("action.press.key: a key name is required", reason="BAD_ACTION",
+                                         metadata={"field": "action.press.key"})
+    if kind in ("click_at", "drag"):
+        coords = [msg.x, msg.y] if kind == "click_at" else [msg.from_x, msg.from_y, msg.to_x, msg.to_y]
+        if any(c < 0 or c != c for c in coords):
+            raise errors.InvalidArgument(f"action.{kind}: coordinates must be >= 0", reason="BAD_ACTION",
+                                         metadata={"field": f"action.{kind}"})
+    if kind == "navigate" and not msg.url.strip():
+        raise errors.InvalidArgument("action.navigate.url: a URL is required", reason="BAD_ACTION",
+                                     metadata={"field": "action.navigate.url"})
+    if kind == "switch_tab" and not msg.tab_id.strip():
+        raise errors.InvalidArgument("action.switch_tab.tab_id: a tab id is required", reason="BAD_ACTION",
+                                     metadata={"field": "action.switch_tab.tab_id"})
+    if kind == "wait" and not 0 <= msg.milliseconds <= max_wait_ms:
+        raise errors.InvalidArgument(f"action.wait.milliseconds: must be within 0..{max_wait_ms}",
+                                     reason="BAD_ACTION", metadata={"field": "action.wait.milliseconds"})
+    return kind
+
+
+async def _resolve(page: Page, ref: dict[str, str], mode: str = "point") -> dict[str, Any]:
+    res = await page.evaluate(RESOLVE_JS, [ref, mode])
+    if res.get("error") == "BAD_SELECTOR":
+        raise errors.InvalidArgument(f"selector {ref.get('sel')!r} is not valid CSS: {res.get('message')}",
+                                     reason="BAD_SELECTOR", metadata={"field": "target.selector"})
+    return res
+
+
+def _describe(ref: dict[str, str]) -> str:
+    return f"element {ref['id']}" if "id" in ref else f"selector {ref['sel']!r}"
+
+
+def _point_error(ref: dict[str, str], res: dict[str, Any], verb: str) -> str:
+    if res.get("error") == "NOT_FOUND":
+        return f"{_describe(ref)} not found on the page"
+    if res.get("error") == "NOT_VISIBLE":
+        return f"{_describe(ref)} is not visible (zero size)"
+    if res.get("covered"):
+        return f"{_describe(ref)} is covered by {res['covered']}; {verb} not performed"
+    if res.get("disabled"):
+        return f"{_describe(ref)} is disabled"
+    return ""
+
+
+async def _handle(page: Page, ref: dict[str, str]) -> Any:
+    """An ElementHandle for the target, or None when it is not on the page."""
+    handle = await page.evaluate_handle(RESOLVE_JS, [ref, "handle"])
+    el = handle.as_element()
+    if el is None:
+        res = await handle.json_value()
+        await handle.dispose()
+        if isinstance(res, dict) and res.get("error") == "BAD_SELECTOR":
+            raise errors.InvalidArgument(f"selector {ref.get('sel')!r} is not valid CSS: {res.get('message')}",
+                                         reason="BAD_SELECTOR", metadata={"field": "target.selector"})
+        return None
+    return el
+
+
+async def perform(session: BrowserSession, action: common_pb2.Action, kind: str, *, nav_timeout_ms: int) -> ActionOutcome:
+    """Run one validated action in the session's active tab."""
+    page = session.page
+    msg = getattr(action, kind)
+    try:
+        if kind in ("click", "hover"):
+            ref = _target(msg, f"action.{kind}.target")
+            assert ref is not None
+            res = await _resolve(page, ref)
+            err = _point_error(ref, res, kind)
+            if err:
+                return ActionOutcome(error=err)
+            if kind == "click":
+                await page.mouse.click(res["x"], res["y"], button=_BUTTONS[msg.button],  # type: ignore[arg-type]
+                                       click_count=msg.click_count or 1)
+            else:
+                await page.mouse.move(res["x"], res["y"])
+        elif kind in ("fill", "select", "scroll_element"):
+            ref = _target(msg, f"action.{kind}.target")
+            assert ref is not None
+            el = await _handle(page, ref)
+            if el is None:
+                return ActionOutcome(error=f"{_describe(ref)} not found on the page")
+            if kind == "fill":
+                await el.fill(msg.text, timeout=2000)
+            elif kind == "select":
+                err = await el.evaluate(SELECT_JS, list(msg.options))
+                if err:
+                    return ActionOutcome(error=f"{_describe(ref)}: {err}")
+            else:
+                await el.evaluate("(el, [dx, dy]) => el.scrollBy(dx, dy)", [msg.dx, msg.dy])
+        elif kind == "press":
+            ref = _target(msg, "action.press.target", required=False)
+            if ref is not None:
+                el = await _handle(page, ref)
+                if el is None:
+                    return ActionOutcome(error=f"{_describe(ref)} not found on the page")
+                await el.focus()
+            try:
+                await page.keyboard.press(msg.key)
+            except PlaywrightError as exc:
+                if "Unknown key" in str(exc):
+                    raise errors.InvalidArgument(f"action.press.key: unknown key {msg.key!r}", reason="BAD_ACTION",
+                                                 metadata={"field": "action.press.key"}) from exc
+                raise
+        elif kind == "click_at":
+            vp = page.viewport_size or {"width": 1 << 30, "height": 1 << 30}
+            if msg.x >= vp["width"] or msg.y >= vp["height"]:
+                return ActionOutcome(error=f"point ({msg.x}, {msg.y}) is outside the viewport")
+            await page.mouse.click(msg.x, msg.y, button=_BUTTONS[msg.button])  # type: ignore[arg-type]
+        elif kind == "type":
+            await page.keyboard.type(msg.text)
+        elif kind == "scroll":
+            vp = page.viewport_size or {"width": 1280, "height": 720}
+            await page.mouse.move(vp["width"] / 2, vp["height"] / 2)
+            await page.mouse.wheel(msg.dx, msg.dy)
+        elif kind == "drag":
+            await page.mouse.move(msg.from_x, msg.from_y)
+            await page.mouse.down()
+            await page.mouse.move(msg.to_x, msg.to_y, steps=5)
+            await page.mouse.up()
+        elif kind == "navigate":
+            return ActionOutcome(error=await goto(session, page, msg.url, nav_timeout_ms))
+        elif kind in ("go_back", "go_forward"):
+            fn = page.go_back if kind == "go_back" else page.go_forward
+            resp = await fn(wait_until="domcontentloaded", timeout=nav_timeout_ms)
+            if resp is None and page.url in ("about:blank", ""):
+                return ActionOutcome(error=f"{kind}: no history entry")
+        elif kind == "new_tab":
+            tab = await session.new_tab()
+            if msg.url:
+                return ActionOutcome(error=await goto(session, tab.page, msg.url, nav_timeout_ms))
+        elif kind == "switch_tab":
+            if not session.switch_tab(msg.tab_id):
+                return ActionOutcome(error=f"tab {msg.tab_id!r} does not exist (open: {', '.join(session.tabs)})")
+        elif kind == "close_tab":
+            tab_id = msg.tab_id or session.active_tab_id
+            if tab_id not in session.tabs:
+                return ActionOutcome(error=f"tab {tab_id!r} does not exist")
+            await session.close_tab(tab_id)
+        elif kind == "wait":
+            await asyncio.sleep(msg.milliseconds / 1000)
+        elif kind == "answer":
+            return ActionOutcome(done=True, answer=msg.text)
+        elif kind == "noop":
+            pass
+    except errors.WebenvError:
+        raise
+    except PlaywrightError as exc:
+        text = str(exc).split("\n")[0]
+        return ActionOutcome(error=f"{kind} failed: {text[:300]}")
+    return ActionOutcome()
+
+
+async def goto(session: BrowserSession, page: Page, url: str, nav_timeout_ms: int) -> str:
+    """Navigate after the guard's check; returns an error message or ''."""
+    try:
+        session.guard.check(url, top_level=True)
+    except BlockedUrl as exc:
+        return f"navigation refused by the URL guard: {exc}"
+    try:
+        await page.goto(url, wait_until="domcontentloaded", timeout=nav_timeout_ms)
+    except PlaywrightError as exc:
+        text = str(exc).split("\n")[0]
+        if "ERR_BLOCKED_BY_CLIENT" in text and session.slot.state.blocked:
+            return f"navigation refused by the URL guard: {session.slot.state.blocked[-1]}"
+        return f"navigation to {url[:200]} failed: {text[:300]}"
+    return ""

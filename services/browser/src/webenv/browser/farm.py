@@ -1,0 +1,422 @@
+"""The farm: sessions on top of the browser pool, with queues, limits, leases and deadlines.
+
+Settle rule after every action (bounded, no fixed sleeps):
+1. main-frame navigations started by the action: wait until their requests finish or fail, then
+   for DOMContentLoaded (cap: WEBENV_FARM_NAV_TIMEOUT_MS);
+2. network: wait until no request of the context is in flight (cap: WEBENV_FARM_NETWORK_IDLE_MS);
+3. DOM: inside the observation's JS pass, wait until no mutation for WEBENV_FARM_SETTLE_QUIET_MS
+   (cap: WEBENV_FARM_SETTLE_MAX_MS); a navigation that still interrupts the pass is waited for
+   and the pass retried.
+
+A step past its deadline (page JS in an infinite loop, alert storm) cannot be interrupted inside
+the renderer, so the farm gives the session a fresh context (the hung renderer is disposed with
+the old one), answers DEADLINE_EXCEEDED, and reports the reset in the next observation's
+last_action_error. Other sessions live in other renderer processes and are not blocked.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import socket
+import time
+import uuid
+from collections import OrderedDict
+
+from webenv import errors
+from webenv.browser import metrics
+from webenv.browser.actions import NAVIGATION_KINDS, perform, validate
+from webenv.browser.config import Settings
+from webenv.browser.guard import BlockedUrl, UrlGuard
+from webenv.browser.observe import ObserveSettings, observe
+from webenv.browser.pool import BrowserHandle, BrowserPool
+from webenv.browser.queues import Queues
+from webenv.browser.session import BrowserSession
+from webenv.browser.tasks import adapter_for
+from webenv.v1 import browser_pb2, common_pb2, environment_pb2
+
+log = logging.getLogger(__name__)
+_CLOSED_KEEP = 2000
+
+
+def validate_spec(spec: common_pb2.ObservationSpec, field: str) -> None:
+    """Reject specs that name no real format or ask for impossible sizes."""
+    for f in spec.formats:
+        if f == common_pb2.OBSERVATION_FORMAT_UNSPECIFIED or f not in common_pb2.ObservationFormat.values():
+            raise errors.InvalidArgument(f"{field}.formats: {f} is not a valid observation format",
+                                         reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.formats"})
+    s = spec.screenshot
+    if s.width < 0 or s.height < 0 or s.width > 8192 or s.height > 8192:
+        raise errors.InvalidArgument(f"{field}.screenshot: width/height must be within 0..8192",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.screenshot"})
+    if not 0 <= s.quality <= 100:
+        raise errors.InvalidArgument(f"{field}.screenshot.quality: must be within 0..100",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.screenshot.quality"})
+    if spec.max_text_chars < 0:
+        raise errors.InvalidArgument(f"{field}.max_text_chars: must be >= 0", reason="BAD_OBSERVATION_SPEC",
+                                     metadata={"field": f"{field}.max_text_chars"})
+
+
+class Farm:
+    """Owns the pool, the sessions and the background reaper."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.node = settings.node_name or socket.gethostname()
+        self.guard = UrlGuard(allow_hosts=settings.allow_host_list(), enabled=settings.farm_url_guard)
+        self.pool = BrowserPool(
+            chromium_path=settings.farm_chromium_path, browsers=settings.farm_browsers, warm=settings.farm_warm_contexts,
+            contexts_per_browser=settings.farm_contexts_per_browser, sites_http_addr=settings.farm_sites_http_addr,
+            guard=self.guard, viewport=(settings.farm_viewport_width, settings.farm_viewport_height),
+            headless=settings.farm_headless, extra_args=settings.farm_extra_args, on_crash=self._on_crash,
+        )
+        self.queues = Queues.create(settings.farm_queue_open, settings.farm_queue_act, settings.farm_queue_observe)
+        self.obs_cfg = ObserveSettings(quiet_ms=settings.farm_settle_quiet_ms, settle_max_ms=settings.farm_settle_max_ms,
+                                       max_chars=settings.farm_max_text_chars, nav_timeout_ms=settings.farm_nav_timeout_ms)
+        self.sessions: dict[str, BrowserSession] = {}
+        self.closed: OrderedDict[str, environment_pb2.Session] = OrderedDict()
+        self.open_requests: OrderedDict[str, str] = OrderedDict()
+        self.opening = 0
+        self.draining = False
+        self._reaper: asyncio.Task[None] | None = None
+
+    async def start(self) -> None:
+        await self.pool.start()
+        self._reaper = asyncio.create_task(self._reap_loop(), name="lease-reaper")
+
+    async def close(self) -> None:
+        if self._reaper:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        for s in list(self.sessions.values()):
+            with contextlib.suppress(Exception):
+                await self._end(s, environment_pb2.SESSION_STATE_CLOSED)
+        await self.pool.close()
+
+    # -- helpers ---------------------------------------------------------------------------------
+    def _get(self, session_id: str) -> BrowserSession:
+        if not session_id:
+            raise errors.InvalidArgument("session_id: required", reason="BAD_SESSION_ID",
+                                         metadata={"field": "session_id"})
+        s = self.sessions.get(session_id)
+        if s is not None:
+            return s
+        old = self.closed.get(session_id)
+        if old is not None:
+            state = environment_pb2.SessionState.Name(old.state)
+            raise errors.FailedPrecondition(f"session {session_id} is no longer open ({state})",
+                                            reason="SESSION_" + state.removeprefix("SESSION_STATE_"),
+                                            metadata={"session_id": session_id, "state": state})
+        raise errors.NotFound(f"session {session_id} does not exist on node {self.node}", reason="SESSION_NOT_FOUND",
+                              metadata={"session_id": session_id})
+
+    async def _end(self, s: BrowserSession, state: int) -> environment_pb2.Session:
+        """Remove a session and close its context."""
+        if self.sessions.pop(s.session_id, None) is None:
+            return self.closed.get(s.session_id) or s.to_proto()
+        s.state = state
+        proto = s.to_proto()
+        self.closed[s.session_id] = proto
+        while len(self.closed) > _CLOSED_KEEP:
+            self.closed.popitem(last=False)
+        metrics.SESSIONS_ACTIVE.set(len(self.sessions))
+        metrics.SESSIONS_CLOSED.labels(environment_pb2.SessionState.Name(state).removeprefix("SESSION_STATE_").lower()).inc()
+        if s.adapter:
+            with contextlib.suppress(Exception):
+                await s.adapter.close()
+        if state != environment_pb2.SESSION_STATE_CRASHED:
+            await self.pool.release(s.slot.handle, s.slot.context)
+        else:
+            s.slot.handle.live_contexts -= 1
+        return proto
+
+    async def _on_crash(self, handle: BrowserHandle) -> None:
+        for s in [s for s in self.sessions.values() if s.slot.handle is handle]:
+            log.warning("session %s lost: its browser crashed", s.session_id)
+            await self._end(s, environment_pb2.SESSION_STATE_CRASHED)
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.settings.farm_reaper_interval_seconds)
+            now = time.monotonic()
+            for s in list(self.sessions.values()):
+                if s.lease_expired(now) and not s.lock.locked():
+                    log.info("session %s lease expired", s.session_id)
+                    with contextlib.suppress(Exception):
+                        await self._end(s, environment_pb2.SESSION_STATE_EXPIRED)
+
+    # -- EnvironmentService ----------------------------------------------------------------------
+    async def open(self, req: environment_pb2.OpenSessionRequest) -> environment_pb2.OpenSessionResponse:
+        t0 = time.perf_counter()
+        start = req.WhichOneof("start")
+        if start is None:
+            raise errors.InvalidArgument("start_url or task is required", reason="BAD_START",
+                                         metadata={"field": "start"})
+        validate_spec(req.observation_spec, "observation_spec")
+        if req.viewport.width or req.viewport.height:
+            if not (100 <= req.viewport.width <= 8192 and 100 <= req.viewport.height <= 8192):
+                raise errors.InvalidArgument("viewport: width and height must both be within 100..8192",
+                                             reason="BAD_VIEWPORT", metadata={"field": "viewport"})
+        if req.lease_seconds < 0 or req.lease_seconds > self.settings.farm_max_lease_seconds:
+            raise errors.InvalidArgument(f"lease_seconds: must be within 0..{self.settings.farm_max_lease_seconds}",
+                                         reason="BAD_LEASE", metadata={"field": "lease_seconds"})
+        if req.request_id and req.request_id in self.open_requests:
+            sid = self.open_requests[req.request_id]
+            if sid in self.sessions:
+                return await self._reopen_answer(self.sessions[sid])
+        task = req.task if start == "task" else None
+        adapter = adapter_for(task, req.start_url if start == "start_url" else "", self.settings.sites_addr)
+        if adapter.start_url:
+            try:
+                self.guard.check(adapter.start_url, top_level=True)
+            except BlockedUrl as exc:
+                raise errors.PermissionDenied(f"start URL refused by the URL guard: {exc}", reason="URL_BLOCKED",
+                                              metadata={"url": adapter.start_url[:200]}) from exc
+        if self.draining:
+            raise errors.Unavailable(f"node {self.node} is draining; open the session elsewhere", reason="DRAINING")
+        if len(self.sessions) + self.opening >= self.settings.farm_max_sessions:
+            raise errors.ResourceExhausted(
+                f"node {self.node} is at its limit of {self.settings.farm_max_sessions} sessions",
+                reason="FARM_FULL", retry_after_seconds=2.0,
+                metadata={"max_sessions": str(self.settings.farm_max_sessions)})
+        self.opening += 1
+        session: BrowserSession | None = None
+        try:
+            async with self.queues.open.slot():
+                vp = (req.viewport.width, req.viewport.height) if req.viewport.width else None
+                slot = await self.pool.acquire(vp)
+                session = BrowserSession(
+                    session_id=uuid.uuid4().hex, slot=slot, guard=self.guard, spec=req.observation_spec,
+                    lease_seconds=req.lease_seconds or self.settings.farm_lease_seconds, node=self.node,
+                    task_id=task.task_id if task else "", labels=dict(req.labels), adapter=adapter,
+                )
+                self.sessions[session.session_id] = session
+                metrics.SESSIONS_ACTIVE.set(len(self.sessions))
+                try:
+                    session.instruction = await asyncio.wait_for(
+                        adapter.setup(session, req.seed, self.settings.farm_nav_timeout_ms),
+                        self.settings.farm_open_timeout_seconds)
+                except TimeoutError as exc:
+                    raise errors.DeadlineExceeded("opening the start page took longer than "
+                                                  f"{self.settings.farm_open_timeout_seconds}s", reason="OPEN_TIMEOUT") from exc
+            obs, raw = await observe(session.page, None, session.spec, self.obs_cfg, miniwob=adapter.miniwob)
+        except BaseException:
+            if session is not None:
+                await self._end(session, environment_pb2.SESSION_STATE_CLOSED)
+            raise
+        finally:
+            self.opening -= 1
+        if req.request_id:
+            self.open_requests[req.request_id] = session.session_id
+            while len(self.open_requests) > _CLOSED_KEEP:
+                self.open_requests.popitem(last=False)
+        if obs.formats and common_pb2.OBSERVATION_FORMAT_SCREENSHOT in obs.formats:
+            pass
+        self._fill_tabs(session, obs)
+        session.renew()
+        dt = time.perf_counter() - t0
+        metrics.OPEN_SECONDS.observe(dt)
+        return environment_pb2.OpenSessionResponse(session=session.to_proto(), observation=obs,
+                                                   instruction=session.instruction, open_seconds=dt)
+
+    async def _reopen_answer(self, s: BrowserSession) -> environment_pb2.OpenSessionResponse:
+        async with s.lock:
+            obs, _ = await self._observe(s, s.spec, settle=False)
+        return environment_pb2.OpenSessionResponse(session=s.to_proto(), observation=obs, instruction=s.instruction)
+
+    def _fill_tabs(self, s: BrowserSession, obs: common_pb2.Observation) -> None:
+        del obs.tabs[:]
+        obs.tabs.extend(s.tab_messages())
+        for t in obs.tabs:
+            if t.active:
+                t.title = obs.title
+        obs.active_tab_id = s.active_tab_id
+
+    async def _observe(self, s: BrowserSession, spec: common_pb2.ObservationSpec, settle: bool = True
+                       ) -> tuple[common_pb2.Observation, dict]:
+        cdp = await s.cdp() if common_pb2.OBSERVATION_FORMAT_SCREENSHOT in spec.formats else None
+        return await observe(s.page, cdp, spec, self.obs_cfg, settle=settle,
+                             miniwob=bool(s.adapter and s.adapter.miniwob))
+
+    async def step(self, req: environment_pb2.StepRequest, deadline: float | None = None) -> environment_pb2.StepResponse:
+        s = self._get(req.session_id)
+        kind = validate(req.action, self.settings.farm_max_wait_ms)
+        if req.HasField("observation_spec"):
+            validate_spec(req.observation_spec, "observation_spec")
+        if req.timeout_seconds < 0:
+            raise errors.InvalidArgument("timeout_seconds: must be >= 0", reason="BAD_TIMEOUT",
+                                         metadata={"field": "timeout_seconds"})
+        async with s.lock:
+            if s.session_id not in self.sessions:
+                self._get(req.session_id)  # raises with the final state
+            if req.step_index >= 0 and s.last_response is not None and req.step_index == s.step_count - 1 \
+                    and req.step_index != 0:
+                return s.last_response
+            if req.step_index > s.step_count:
+                raise errors.FailedPrecondition(
+                    f"step_index {req.step_index} is ahead of the session's next step {s.step_count}",
+                    reason="STEP_INDEX_MISMATCH", metadata={"expected": str(s.step_count)})
+            s.renew()
+            timeout = req.timeout_seconds or self.settings.farm_step_timeout_seconds
+            if deadline is not None:
+                timeout = min(timeout, max(0.05, deadline))
+            t0 = time.perf_counter()
+            try:
+                resp = await asyncio.wait_for(self._step(s, req, kind, t0), timeout)
+            except TimeoutError as exc:
+                metrics.STEP_TIMEOUTS.inc()
+                await self._reset_context(s, f"step {s.step_count} exceeded its {timeout:.3g}s deadline; "
+                                             "the session's pages were reset to about:blank")
+                s.step_count += 1
+                raise errors.DeadlineExceeded(
+                    f"step {s.step_count - 1} of session {s.session_id} ({kind}) exceeded {timeout:.3g}s; "
+                    "its pages were reset", reason="STEP_TIMEOUT",
+                    metadata={"session_id": s.session_id, "kind": kind}) from exc
+            s.step_count += 1
+            s.last_response = resp
+            s.renew()
+            return resp
+
+    async def _reset_context(self, s: BrowserSession, why: str) -> None:
+        """Replace a session's context (hung renderer): the old one is disposed in the background."""
+        old = s.slot
+        try:
+            slot = await self.pool.acquire()
+        except Exception as exc:  # pragma: no cover - browser gone as well
+            log.warning("could not reset session %s: %s", s.session_id, exc)
+            return
+        s.attach(slot)
+        s.pending_error = why
+
+        async def dispose() -> None:
+            await self.pool.release(old.handle, old.context)
+
+        asyncio.get_running_loop().create_task(dispose())
+
+    async def _settle(self, s: BrowserSession, nav_before: int) -> float:
+        t0 = time.perf_counter()
+        st = s.slot.state
+        nav_cap = t0 + self.settings.farm_nav_timeout_ms / 1000
+        net_cap = t0 + self.settings.farm_network_idle_ms / 1000
+        if st.nav_count != nav_before or st.navs:
+            while st.navs and time.perf_counter() < nav_cap:
+                st.changed.clear()
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(st.changed.wait(), nav_cap - time.perf_counter())
+            with contextlib.suppress(Exception):
+                await s.page.wait_for_load_state("domcontentloaded",
+                                                 timeout=max(1.0, (nav_cap - time.perf_counter()) * 1000))
+            net_cap = time.perf_counter() + self.settings.farm_network_idle_ms / 1000
+        while st.inflight and time.perf_counter() < net_cap:
+            st.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(st.changed.wait(), net_cap - time.perf_counter())
+        return time.perf_counter() - t0
+
+    async def _step(self, s: BrowserSession, req: environment_pb2.StepRequest, kind: str, t0: float
+                    ) -> environment_pb2.StepResponse:
+        spec = req.observation_spec if req.HasField("observation_spec") else s.spec
+        queue = self.queues.open if kind in NAVIGATION_KINDS else self.queues.act
+        st = s.slot.state
+        blocked_before = len(st.blocked)
+        async with queue.slot() as waited_act:
+            ta = time.perf_counter()
+            await s.ensure_tab()
+            nav_before = st.nav_count
+            outcome = await perform(s, req.action, kind, nav_timeout_ms=self.settings.farm_nav_timeout_ms)
+            action_s = time.perf_counter() - ta
+            await s.ensure_tab()
+            settle_s = await self._settle(s, nav_before)
+        metrics.ACTIONS.labels(kind).inc()
+        error = outcome.error
+        if st.violation:
+            st.violation = False
+            with contextlib.suppress(Exception):
+                await s.page.goto("about:blank")
+            error = error or f"a redirect was refused by the URL guard: {st.blocked[-1]}"
+        elif not error and len(st.blocked) > blocked_before and s.page.url in ("about:blank", "") \
+                or (not error and len(st.blocked) > blocked_before and "chrome-error" in s.page.url):
+            error = f"navigation refused by the URL guard: {st.blocked[-1]}"
+        if s.pending_error:
+            error = f"{s.pending_error}; {error}" if error else s.pending_error
+            s.pending_error = ""
+        if error:
+            metrics.ACTION_ERRORS.labels(kind).inc()
+        async with self.queues.observe.slot() as waited_obs:
+            to = time.perf_counter()
+            obs, raw = await self._observe(s, spec)
+            observe_s = time.perf_counter() - to
+        obs.last_action_error = error
+        self._fill_tabs(s, obs)
+        rw = s.adapter.reward(raw) if s.adapter else None
+        done = outcome.done or bool(rw and rw.done)
+        if rw is not None and s.adapter and s.adapter.miniwob:
+            s.env_reward = rw.raw_reward
+        total = time.perf_counter() - t0
+        timings = common_pb2.StepTimings(queue_seconds=waited_act + waited_obs, action_seconds=action_s,
+                                         settle_seconds=settle_s, observe_seconds=observe_s, total_seconds=total)
+        for name, v in (("queue", waited_act + waited_obs), ("action", action_s), ("settle", settle_s),
+                        ("observe", observe_s), ("total", total)):
+            metrics.STEP_SECONDS.labels(name).observe(v)
+        s.done = s.done or done
+        return environment_pb2.StepResponse(
+            session_id=s.session_id, step_index=s.step_count, observation=obs,
+            reward=rw.reward if rw else 0.0, raw_reward=rw.raw_reward if rw else 0.0, done=done,
+            reward_reason=rw.reason if rw else "", timings=timings,
+        )
+
+    async def close_session(self, req: environment_pb2.CloseSessionRequest) -> environment_pb2.CloseSessionResponse:
+        s = self._get(req.session_id)
+        async with s.lock:
+            evidence = ""
+            if req.capture_evidence and s.adapter and s.session_id in self.sessions:
+                evidence = await s.adapter.evidence(s)
+            proto = await self._end(s, environment_pb2.SESSION_STATE_CLOSED)
+        return environment_pb2.CloseSessionResponse(session=proto, site_state_json=evidence, env_reward=s.env_reward)
+
+    def get_session(self, session_id: str) -> environment_pb2.Session:
+        if session_id in self.closed and session_id not in self.sessions:
+            return self.closed[session_id]
+        return self._get(session_id).to_proto()
+
+    def renew(self, req: environment_pb2.RenewLeaseRequest) -> environment_pb2.Session:
+        if req.lease_seconds < 0 or req.lease_seconds > self.settings.farm_max_lease_seconds:
+            raise errors.InvalidArgument(f"lease_seconds: must be within 0..{self.settings.farm_max_lease_seconds}",
+                                         reason="BAD_LEASE", metadata={"field": "lease_seconds"})
+        s = self._get(req.session_id)
+        s.renew(req.lease_seconds)
+        return s.to_proto()
+
+    # -- BrowserFarmService ----------------------------------------------------------------------
+    def list_sessions(self, req: browser_pb2.ListSessionsRequest) -> browser_pb2.ListSessionsResponse:
+        size = req.page_size or 100
+        if size < 0:
+            raise errors.InvalidArgument("page_size: must be >= 0", reason="BAD_PAGE_SIZE",
+                                         metadata={"field": "page_size"})
+        size = min(size, 1000)
+        try:
+            offset = int(req.page_token) if req.page_token else 0
+        except ValueError as exc:
+            raise errors.InvalidArgument("page_token: not a token this node issued", reason="BAD_PAGE_TOKEN",
+                                         metadata={"field": "page_token"}) from exc
+        items = sorted(self.sessions.values(), key=lambda x: (x.created_wall, x.session_id))
+        want = dict(req.labels)
+        items = [x for x in items if all(x.labels.get(k) == v for k, v in want.items())]
+        page = items[offset:offset + size]
+        nxt = str(offset + size) if offset + size < len(items) else ""
+        return browser_pb2.ListSessionsResponse(sessions=[x.to_proto() for x in page], next_page_token=nxt)
+
+    def capacity(self) -> browser_pb2.GetCapacityResponse:
+        return browser_pb2.GetCapacityResponse(
+            node=self.node, max_sessions=self.settings.farm_max_sessions, active_sessions=len(self.sessions),
+            pooled_contexts=self.pool.pooled, browsers=self.pool.browsers_alive(),
+            browser_restarts=self.pool.restarts, draining=self.draining,
+            queues=[browser_pb2.QueueStats(name=q.name, limit=q.limit, running=q.running, waiting=q.waiting)
+                    for q in self.queues.all()],
+        )
+
+    def drain(self, req: browser_pb2.DrainRequest) -> browser_pb2.DrainResponse:
+        self.draining = req.draining
+        return browser_pb2.DrainResponse(capacity=self.capacity())

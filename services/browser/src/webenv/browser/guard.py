@@ -1,0 +1,153 @@
+"""URL guard: decides which URLs a session may load.
+
+Why here and not in Chromium flags: Chromium has no switch that refuses private addresses for
+both navigations and subresources, so every request of every context goes through
+`context.route` and this check. URLs are canonicalised first (IPv4 in decimal, octal, hex or
+short forms, IPv4-mapped IPv6, upper-case schemes, trailing dots), because the blocklist is only
+as good as the parser in front of it.
+
+Policy:
+- schemes: http/https load; `about:blank`, `data:`/`blob:` (non-file) are allowed for
+  subresources and frames only; file:, chrome:, view-source:, javascript:, filesystem:,
+  devtools: and anything else are refused.
+- hosts matching an allowlist glob (the synthetic web, `*.web.test`) are trusted as configured
+  (they are mapped to the sites server by --host-resolver-rules).
+- other hosts must be public: IP literals and resolved names that are loopback, private,
+  link-local (incl. the 169.254.169.254 metadata address), CGNAT, multicast, reserved or
+  unspecified are refused; `localhost` and `*.localhost` are refused by name.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import ipaddress
+import socket
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+_ALWAYS_BLOCKED_SCHEMES = {"file", "chrome", "chrome-extension", "view-source", "javascript",
+                           "filesystem", "devtools", "chrome-untrusted", "ws", "wss", "ftp"}
+_SUBRESOURCE_SCHEMES = {"data", "blob", "about"}
+_BLOCKED_NAMES = {"localhost", "localhost.localdomain", "ip6-localhost", "ip6-loopback",
+                  "metadata.google.internal", "metadata"}
+
+
+class BlockedUrl(Exception):
+    """A URL the guard refuses; str() says why."""
+
+
+def parse_ipv4_loose(host: str) -> ipaddress.IPv4Address | None:
+    """Parse IPv4 the way browsers do (decimal `2130706433`, octal `0177.0.0.1`, hex `0x7f.1`)."""
+    if not host or not all(c in "0123456789abcdefxABCDEFX." for c in host):
+        return None
+    parts = host.split(".")
+    if parts and parts[-1] == "":
+        parts = parts[:-1]
+    if not 1 <= len(parts) <= 4:
+        return None
+    nums: list[int] = []
+    for p in parts:
+        try:
+            if p.lower().startswith("0x"):
+                nums.append(int(p[2:] or "0", 16))
+            elif len(p) > 1 and p.startswith("0"):
+                nums.append(int(p, 8))
+            else:
+                nums.append(int(p, 10))
+        except ValueError:
+            return None
+    *head, last = nums
+    if any(n > 255 for n in head) or last >= 256 ** (5 - len(nums)):
+        return None
+    value = 0
+    for n in head:
+        value = value * 256 + n
+    value = value * 256 ** (5 - len(nums)) + last
+    return ipaddress.IPv4Address(value)
+
+
+def canonical_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """The IP a host string denotes, or None for a name. IPv4-mapped IPv6 becomes IPv4."""
+    h = host.strip("[]")
+    if ":" in h:
+        try:
+            ip6 = ipaddress.IPv6Address(h.split("%")[0])
+        except ValueError:
+            return None
+        return ip6.ipv4_mapped or ip6.sixtofour or ip6
+    return parse_ipv4_loose(h)
+
+
+def ip_is_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """True for globally routable unicast addresses only."""
+    return bool(ip.is_global) and not ip.is_multicast and not ip.is_reserved
+
+
+@dataclass
+class UrlGuard:
+    """Checks URLs against the policy above. `enabled=False` turns every check off (trusted labs)."""
+
+    allow_hosts: list[str] = field(default_factory=lambda: ["*.web.test"])
+    enabled: bool = True
+    resolve: bool = True
+    _dns_cache: dict[str, bool] = field(default_factory=dict, repr=False)
+
+    def host_allowlisted(self, host: str) -> bool:
+        """Whether a canonical host matches one of the allowlist globs."""
+        return any(fnmatch.fnmatchcase(host, pat.lower()) for pat in self.allow_hosts)
+
+    def check(self, url: str, *, top_level: bool = True) -> str:
+        """Return the canonical URL, or raise BlockedUrl naming the reason."""
+        if not self.enabled:
+            return url
+        raw = url.strip()
+        try:
+            parts = urlsplit(raw)
+        except ValueError as exc:
+            raise BlockedUrl(f"unparseable URL {raw!r}: {exc}") from exc
+        scheme = parts.scheme.lower()
+        if scheme in _SUBRESOURCE_SCHEMES:
+            if scheme == "about" and raw.lower() in ("about:blank", "about:srcdoc"):
+                return raw
+            inner = raw.split(":", 1)[1].lower()
+            if scheme == "blob" and (inner.startswith("file:") or inner.startswith("null")):
+                raise BlockedUrl(f"scheme blob:file is not allowed: {raw[:80]!r}")
+            if top_level:
+                raise BlockedUrl(f"scheme {scheme}: is not allowed for top-level navigation")
+            return raw
+        if scheme in _ALWAYS_BLOCKED_SCHEMES or scheme not in ("http", "https"):
+            raise BlockedUrl(f"scheme {scheme or '(none)'}: is not allowed (only http and https)")
+        host = (parts.hostname or "").rstrip(".").lower()
+        if not host:
+            raise BlockedUrl(f"URL has no host: {raw[:80]!r}")
+        if self.host_allowlisted(host):
+            return raw
+        ip = canonical_ip(host)
+        if ip is not None:
+            if not ip_is_public(ip):
+                raise BlockedUrl(f"address {ip} (from host {host!r}) is not public")
+            return raw
+        if host in _BLOCKED_NAMES or host.endswith(".localhost") or host.endswith(".internal"):
+            raise BlockedUrl(f"host {host!r} is a local name")
+        if self.resolve and not self._resolves_public(host):
+            raise BlockedUrl(f"host {host!r} resolves to a non-public address")
+        return raw
+
+    def _resolves_public(self, host: str) -> bool:
+        """DNS check against rebinding to private space; unresolvable names pass (Chromium fails them)."""
+        cached = self._dns_cache.get(host)
+        if cached is not None:
+            return cached
+        try:
+            infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+        except OSError:
+            return True
+        ok = True
+        for info in infos:
+            ip = canonical_ip(str(info[4][0]))
+            if ip is not None and not ip_is_public(ip):
+                ok = False
+        if len(self._dns_cache) > 4096:
+            self._dns_cache.clear()
+        self._dns_cache[host] = ok
+        return ok

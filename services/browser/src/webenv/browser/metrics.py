@@ -1,0 +1,28 @@
+"""The farm's own Prometheus metrics (the generic gRPC ones come from the sdk runtime)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+from webenv.runtime import LATENCY_BUCKETS
+
+STEP_SECONDS = Histogram(
+    "webenv_browser_step_seconds", "Time of one step phase, by operation (queue, action, settle, observe, total).",
+    ("operation",), buckets=LATENCY_BUCKETS,
+)
+OBSERVE_SECONDS = Histogram(
+    "webenv_browser_observe_seconds", "Time to produce an observation, by format ('text' = one JS pass for all text formats).",
+    ("format",), buckets=LATENCY_BUCKETS,
+)
+OPEN_SECONDS = Histogram("webenv_browser_open_seconds", "OpenSession latency.", buckets=LATENCY_BUCKETS)
+QUEUE_WAIT_SECONDS = Histogram(
+    "webenv_browser_queue_wait_seconds", "Time an operation waited for its queue.", ("queue",), buckets=LATENCY_BUCKETS,
+)
+SESSIONS_ACTIVE = Gauge("webenv_browser_sessions_active", "Open sessions.")
+CONTEXTS_POOLED = Gauge("webenv_browser_contexts_pooled", "Pre-warmed contexts ready for OpenSession.")
+BROWSERS = Gauge("webenv_browser_browsers", "Chromium processes running.")
+BROWSER_RESTARTS = Counter("webenv_browser_browser_restarts_total", "Chromium processes replaced, by reason.", ("reason",))
+ACTION_ERRORS = Counter("webenv_browser_action_errors_total", "Actions that failed on the page, by action kind.", ("kind",))
+ACTIONS = Counter("webenv_browser_actions_total", "Actions executed, by kind.", ("kind",))
+BLOCKED_REQUESTS = Counter("webenv_browser_blocked_requests_total", "Requests refused by the URL guard.")
+SESSIONS_CLOSED = Counter("webenv_browser_sessions_closed_total", "Sessions ended, by final state.", ("state",))
+STEP_TIMEOUTS = Counter("webenv_browser_step_timeouts_total", "Steps past their deadline (page reset).")

@@ -1,0 +1,283 @@
+// One in-page pass that settles, assigns stable element ids and produces every text format asked for.
+// Called as page.evaluate(OBSERVE_JS, opts); returns a JSON string (cheaper to move than an object tree).
+// Ids live in the `data-webenv-id` attribute, set once per element, so they survive across steps
+// while the element lives. The counter sits on the top window so same-origin frames share it.
+async (opts) => {
+  const ATTR = 'data-webenv-id';
+  const want = opts.formats || {};
+  const maxChars = opts.maxChars || 100000;
+  const visibleOnly = !!opts.visibleOnly;
+
+  // --- settle: wait until the DOM has been quiet for quietMs (bounded by maxMs) -------------------
+  if (opts.quietMs > 0) {
+    const start = performance.now();
+    let last = start;
+    let seen = false;
+    const mo = new MutationObserver(() => { last = performance.now(); seen = true; });
+    mo.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+    for (;;) {
+      await new Promise((r) => setTimeout(r, opts.quietMs));
+      const now = performance.now();
+      if (!seen || now - last >= opts.quietMs || now - start >= opts.maxMs) break;
+    }
+    mo.disconnect();
+  }
+
+  let topWin = window;
+  try { if (window.top && window.top.document) topWin = window.top; } catch (e) { /* cross-origin top */ }
+  if (!topWin.__webenvNext) topWin.__webenvNext = 1;
+  const idOf = (el) => {
+    let id = el.getAttribute(ATTR);
+    if (!id) { id = String(topWin.__webenvNext++); el.setAttribute(ATTR, id); }
+    return id;
+  };
+
+  const SKIP = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD', 'META', 'LINK', 'TITLE', 'BASE']);
+  const INPUT_ROLES = {checkbox: 'checkbox', radio: 'radio', submit: 'button', button: 'button', reset: 'button',
+    image: 'button', range: 'slider', number: 'spinbutton', search: 'searchbox', email: 'textbox', tel: 'textbox',
+    url: 'textbox', text: 'textbox', password: 'textbox', date: 'textbox', time: 'textbox', 'datetime-local': 'textbox',
+    month: 'textbox', week: 'textbox', color: 'button', file: 'button'};
+  const TAG_ROLES = {BUTTON: 'button', TEXTAREA: 'textbox', OPTION: 'option', H1: 'heading', H2: 'heading',
+    H3: 'heading', H4: 'heading', H5: 'heading', H6: 'heading', UL: 'list', OL: 'list', LI: 'listitem',
+    NAV: 'navigation', MAIN: 'main', ASIDE: 'complementary', FORM: 'form', TABLE: 'table', TR: 'row',
+    TD: 'cell', TH: 'columnheader', P: 'paragraph', LABEL: 'LabelText', DIALOG: 'dialog', SUMMARY: 'button',
+    DETAILS: 'group', ARTICLE: 'article', HR: 'separator', FIELDSET: 'group', PROGRESS: 'progressbar',
+    IFRAME: 'Iframe', HEADER: 'banner', FOOTER: 'contentinfo', DL: 'list', DT: 'term', DD: 'definition',
+    BLOCKQUOTE: 'blockquote', CAPTION: 'caption', METER: 'meter', OPTGROUP: 'group', LEGEND: 'legend'};
+  const NAME_FROM_CONTENT = new Set(['link', 'button', 'heading', 'option', 'cell', 'columnheader',
+    'tab', 'menuitem', 'checkbox', 'radio', 'switch', 'treeitem', 'LabelText', 'term', 'legend', 'caption']);
+  const INTERACTIVE_ROLES = new Set(['link', 'button', 'checkbox', 'radio', 'textbox', 'searchbox', 'combobox',
+    'listbox', 'option', 'slider', 'spinbutton', 'switch', 'tab', 'menuitem', 'menuitemcheckbox',
+    'menuitemradio', 'treeitem']);
+  const KEEP_ATTRS = new Set(['id', 'class', 'href', 'src', 'alt', 'title', 'type', 'name', 'value', 'placeholder',
+    'role', 'for', 'checked', 'selected', 'disabled', 'action', 'method', 'target', 'colspan', 'rowspan',
+    'multiple', 'required', 'readonly', 'tabindex', 'contenteditable']);
+
+  const clip = (s, n) => (s.length > n ? s.slice(0, n - 1) + '…' : s);
+  const norm = (s) => (s || '').replace(/\s+/g, ' ').trim();
+
+  const roleOf = (el) => {
+    const explicit = el.getAttribute('role');
+    if (explicit) return explicit.split(' ')[0];
+    const tag = el.tagName;
+    if (tag === 'A') return el.hasAttribute('href') ? 'link' : '';
+    if (tag === 'INPUT') return el.type === 'hidden' ? '' : (INPUT_ROLES[el.type] || 'textbox');
+    if (tag === 'SELECT') return (el.multiple || el.size > 1) ? 'listbox' : 'combobox';
+    if (tag === 'IMG') return el.getAttribute('alt') === '' ? '' : 'img';
+    if (tag === 'SECTION') return (el.hasAttribute('aria-label') || el.hasAttribute('aria-labelledby')) ? 'region' : '';
+    if (el.isContentEditable && (el.parentElement === null || !el.parentElement.isContentEditable)) return 'textbox';
+    return TAG_ROLES[tag] || '';
+  };
+
+  const labelFor = (el) => {
+    const doc = el.ownerDocument;
+    if (el.id) {
+      try {
+        const l = doc.querySelector('label[for="' + CSS.escape(el.id) + '"]');
+        if (l) return norm(l.innerText || l.textContent);
+      } catch (e) { /* odd id */ }
+    }
+    const wrap = el.closest('label');
+    if (wrap) return norm(wrap.innerText || wrap.textContent);
+    return '';
+  };
+
+  const nameOf = (el, role) => {
+    const doc = el.ownerDocument;
+    const lb = el.getAttribute('aria-labelledby');
+    if (lb) {
+      const t = lb.split(/\s+/).map((i) => doc.getElementById(i)).filter(Boolean)
+        .map((n) => norm(n.textContent)).join(' ');
+      if (t) return clip(t, 200);
+    }
+    const al = el.getAttribute('aria-label');
+    if (al && al.trim()) return clip(norm(al), 200);
+    const tag = el.tagName;
+    if (tag === 'INPUT' || tag === 'TEXTAREA' || tag === 'SELECT') {
+      if (tag === 'INPUT' && ['submit', 'button', 'reset'].includes(el.type)) return clip(norm(el.value), 200);
+      const l = labelFor(el);
+      if (l) return clip(l, 200);
+      return clip(norm(el.getAttribute('placeholder') || el.getAttribute('title') || ''), 200);
+    }
+    if (tag === 'IMG') return clip(norm(el.getAttribute('alt') || el.getAttribute('title') || ''), 200);
+    if (NAME_FROM_CONTENT.has(role)) return clip(norm(el.innerText !== undefined ? el.innerText : el.textContent), 200);
+    return clip(norm(el.getAttribute('title') || ''), 200);
+  };
+
+  const hidden = (el, win) => {
+    if (el.hidden || el.getAttribute('aria-hidden') === 'true') return true;
+    if (el.checkVisibility) return !el.checkVisibility({visibilityProperty: true, opacityProperty: false});
+    const cs = win.getComputedStyle(el);
+    return cs.display === 'none' || cs.visibility === 'hidden';
+  };
+
+  const vw = window.innerWidth, vh = window.innerHeight;
+  const axLines = [], htmlParts = [], mdParts = [], domNodes = [], elements = [];
+  let axLen = 0, htmlLen = 0, mdLen = 0;
+  const needIds = want.axtree || want.html || want.markdown || want.dom || want.elements;
+
+  const isInteractive = (el, role) => INTERACTIVE_ROLES.has(role) || el.hasAttribute('onclick') ||
+    el.isContentEditable || (el.tabIndex >= 0 && el.hasAttribute('tabindex') && el.tagName !== 'BODY');
+
+  const states = (el, role, doc) => {
+    const s = [];
+    if (doc.activeElement === el) s.push('focused');
+    if (role === 'checkbox' || role === 'radio' || role === 'switch' || role === 'menuitemcheckbox') {
+      const ac = el.getAttribute('aria-checked');
+      s.push('checked=' + (ac !== null ? ac : String(!!el.checked)));
+    }
+    if (role === 'option' && (el.selected || el.getAttribute('aria-selected') === 'true')) s.push('selected');
+    if (el.disabled || el.getAttribute('aria-disabled') === 'true') s.push('disabled');
+    const ex = el.getAttribute('aria-expanded');
+    if (ex !== null) s.push('expanded=' + ex);
+    if (el.required) s.push('required');
+    if (role === 'heading') s.push('level=' + (el.getAttribute('aria-level') || el.tagName.slice(1)));
+    if ((role === 'textbox' || role === 'searchbox' || role === 'combobox' || role === 'spinbutton' || role === 'slider') &&
+        el.value !== undefined && el.value !== '' && el.type !== 'password') s.push('value=' + JSON.stringify(clip(String(el.value), 200)));
+    return s;
+  };
+
+  const esc = (s) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
+  const escAttr = (s) => esc(s).replace(/"/g, '&quot;');
+
+  const walk = (root, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix) => {
+    const doc = root.ownerDocument || root;
+    for (let node = root.firstChild; node; node = node.nextSibling) {
+      if (node.nodeType === 3) {
+        const t = norm(node.nodeValue);
+        if (!t) continue;
+        if (want.axtree && !inNamed && axLen < maxChars) {
+          const line = '\t'.repeat(depth) + 'StaticText ' + JSON.stringify(clip(t, 300));
+          axLines.push(line); axLen += line.length + 1;
+        }
+        if (want.html && htmlLen < maxChars) { const h = esc(t); htmlParts.push(h); htmlLen += h.length; }
+        if (want.markdown && !inNamed && mdLen < maxChars) { mdParts.push(t + ' '); mdLen += t.length + 1; }
+        if (want.dom) domNodes.push({p: parentDom, t: '#text', x: clip(t, 1000)});
+        continue;
+      }
+      if (node.nodeType !== 1) continue;
+      const el = node;
+      if (SKIP.has(el.tagName)) continue;
+      if (hidden(el, win)) continue;
+      const role = roleOf(el);
+      const id = needIds ? idOf(el) : '';
+      let visible = true;
+      let rect = null;
+      const interactive = isInteractive(el, role);
+      if (visibleOnly || (want.elements && interactive)) {
+        const r = el.getBoundingClientRect();
+        rect = {x: r.x + offX, y: r.y + offY, width: r.width, height: r.height};
+        visible = r.width > 0 && r.height > 0 && rect.x + r.width > 0 && rect.y + r.height > 0 && rect.x < vw && rect.y < vh;
+      }
+      const shown = !visibleOnly || visible;
+      let name = '';
+      const describe = role && role !== 'generic' && role !== 'none' && role !== 'presentation';
+      if (describe && (want.axtree || want.markdown || (want.elements && interactive))) name = nameOf(el, role);
+
+      let childDepth = depth;
+      const childNamed = inNamed || (describe && NAME_FROM_CONTENT.has(role) && name !== '');
+      if (want.axtree && describe && shown && axLen < maxChars) {
+        const st = states(el, role, doc);
+        const line = '\t'.repeat(depth) + '[' + id + '] ' + role + ' ' + JSON.stringify(name) + (st.length ? ' ' + st.join(', ') : '');
+        axLines.push(line); axLen += line.length + 1;
+        childDepth = depth + 1;
+      }
+      if (want.elements && interactive && (!visibleOnly || visible)) {
+        elements.push({
+          element_id: id, tag: el.tagName.toLowerCase(), role, name,
+          text: clip(norm(el.innerText || ''), 100), bbox: rect, visible,
+          clickable: true, focused: doc.activeElement === el,
+          value: (el.value !== undefined && el.type !== 'password' && el.tagName !== 'BUTTON' && el.tagName !== 'LI') ? String(el.value) : '',
+          checked: !!el.checked, disabled: !!el.disabled, href: el.tagName === 'A' ? (el.href || '') : '', frame,
+        });
+      }
+      let domIndex = -1;
+      if (want.dom) {
+        const attrs = {};
+        for (const a of el.attributes) if (KEEP_ATTRS.has(a.name) || a.name.startsWith('aria-')) attrs[a.name] = clip(a.value, 300);
+        domIndex = domNodes.length;
+        domNodes.push({p: parentDom, t: el.tagName.toLowerCase(), a: attrs, i: id});
+      }
+      let closeTag = '';
+      if (want.html && htmlLen < maxChars) {
+        let s = '<' + el.tagName.toLowerCase() + ' bid="' + id + '"';
+        for (const a of el.attributes) {
+          if ((KEEP_ATTRS.has(a.name) || a.name.startsWith('aria-')) && !(a.name === 'src' && a.value.startsWith('data:'))) {
+            s += ' ' + a.name + '="' + escAttr(clip(a.value, 300)) + '"';
+          }
+        }
+        if ((el.tagName === 'INPUT' || el.tagName === 'TEXTAREA') && el.value && !el.hasAttribute('value') && el.type !== 'password') {
+          s += ' value="' + escAttr(clip(el.value, 300)) + '"';
+        }
+        s += '>';
+        htmlParts.push(s); htmlLen += s.length;
+        closeTag = '</' + el.tagName.toLowerCase() + '>';
+      }
+      let mdClose = '';
+      let mdNamed = false;
+      if (want.markdown && shown && mdLen < maxChars && !inNamed) {
+        const tag = el.tagName;
+        let s = '';
+        if (role === 'heading') { s = '\n' + '#'.repeat(Number(tag.slice(1)) || 2) + ' [' + id + '] ' + name + '\n'; mdNamed = true; }
+        else if (role === 'link') { s = '[' + id + ':' + name + '](' + (el.getAttribute('href') || '') + ') '; mdNamed = true; }
+        else if (role === 'button') { s = '[' + id + ':button ' + name + '] '; mdNamed = true; }
+        else if (tag === 'IMG') { s = '![' + name + ']'; }
+        else if (INTERACTIVE_ROLES.has(role)) {
+          const st = states(el, role, doc).filter((x) => x !== 'focused');
+          s = '[' + id + ':' + role + (name ? ' ' + name : '') + (st.length ? ' ' + st.join(' ') : '') + '] ';
+          mdNamed = role === 'option' || role === 'checkbox' || role === 'radio';
+        } else if (tag === 'LI') { s = '\n- '; }
+        else if (tag === 'TR') { s = '\n|'; }
+        else if (tag === 'TD' || tag === 'TH') { s = ' '; mdClose = ' |'; }
+        else if (['P', 'DIV', 'SECTION', 'ARTICLE', 'UL', 'OL', 'TABLE', 'FORM', 'BR', 'HEADER', 'FOOTER', 'NAV', 'MAIN'].includes(tag)) { s = '\n'; mdClose = '\n'; }
+        if (s) { mdParts.push(s); mdLen += s.length; }
+      }
+      if (el.tagName === 'IFRAME') {
+        let sub = null;
+        try { sub = el.contentDocument; } catch (e) { sub = null; }
+        if (sub && sub.body) {
+          const r = el.getBoundingClientRect();
+          const idx = Array.prototype.indexOf.call(doc.querySelectorAll('iframe'), el);
+          const subFrame = frame === '' ? String(idx) : frame + '.' + idx;
+          walk(sub.body, subFrame, childDepth, offX + r.x + el.clientLeft, offY + r.y + el.clientTop,
+            sub.defaultView || win, domIndex, childNamed, mdPrefix);
+        }
+      } else if (el.tagName === 'SELECT' && !want.dom && !want.html) {
+        // options are part of the select's own state; the tree still lists them below
+        walk(el, frame, childDepth, offX, offY, win, domIndex, childNamed || mdNamed, mdPrefix);
+      } else {
+        walk(el, frame, childDepth, offX, offY, win, domIndex, childNamed || mdNamed, mdPrefix);
+      }
+      if (closeTag && htmlLen < maxChars) { htmlParts.push(closeTag); htmlLen += closeTag.length; }
+      if (mdClose && mdLen < maxChars) { mdParts.push(mdClose); mdLen += mdClose.length; }
+    }
+  };
+
+  const body = document.body || document.documentElement;
+  if (body && needIds) walk(body, '', 0, 0, 0, window, -1, false, '');
+
+  let focused = '';
+  try {
+    let a = document.activeElement;
+    while (a && a.tagName === 'IFRAME' && a.contentDocument) a = a.contentDocument.activeElement;
+    if (a && a !== document.body && a.getAttribute) focused = a.getAttribute(ATTR) || '';
+  } catch (e) { /* cross-origin frame focused */ }
+
+  const se = document.scrollingElement || document.documentElement;
+  const out = {
+    url: location.href, title: document.title, focused,
+    scroll: {x: window.scrollX, y: window.scrollY, scroll_width: se ? se.scrollWidth : 0,
+      scroll_height: se ? se.scrollHeight : 0, viewport_width: vw, viewport_height: vh},
+  };
+  if (want.axtree) out.axtree = clip(axLines.join('\n'), maxChars);
+  if (want.html) out.html = clip(htmlParts.join(''), maxChars);
+  if (want.markdown) out.markdown = clip(mdParts.join('').replace(/[ \t]+\n/g, '\n').replace(/\n{3,}/g, '\n\n').trim(), maxChars);
+  if (want.dom) out.dom = domNodes;
+  if (want.elements) out.elements = elements;
+  if (opts.miniwob) {
+    // MiniWoB++ reward protocol (core.js globals); read in the same round trip as the observation.
+    out.miniwob = {done: !!window.WOB_DONE_GLOBAL, reward: Number(window.WOB_REWARD_GLOBAL || 0),
+      raw_reward: Number(window.WOB_RAW_REWARD_GLOBAL || 0), reason: window.WOB_REWARD_REASON == null ? '' : String(window.WOB_REWARD_REASON)};
+  }
+  return JSON.stringify(out);
+}

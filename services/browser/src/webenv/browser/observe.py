@@ -1,0 +1,203 @@
+"""Observations: one in-page JS pass for every text format, one CDP call for the screenshot.
+
+Why JS and not CDP Accessibility.getFullAXTree: the CDP tree costs ~55 ms and ~28 ms of Python
+CPU on a 300-element page and its node ids change between calls; the JS pass walks the DOM once,
+computes ARIA roles and names the common way, marks each element with a `data-webenv-id`
+attribute that survives across steps, and returns only the formats asked for as one JSON string.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import io
+import json
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from playwright.async_api import CDPSession, Page
+from playwright.async_api import Error as PlaywrightError
+from webenv.browser import metrics
+from webenv.v1 import common_pb2
+
+OBSERVE_JS = (Path(__file__).parent / "observe.js").read_text(encoding="utf-8")
+
+F = common_pb2.ObservationFormat
+TEXT_KEYS = {F.OBSERVATION_FORMAT_AXTREE: "axtree", F.OBSERVATION_FORMAT_HTML: "html",
+             F.OBSERVATION_FORMAT_MARKDOWN: "markdown", F.OBSERVATION_FORMAT_DOM: "dom",
+             F.OBSERVATION_FORMAT_ELEMENTS: "elements"}
+_RETRYABLE = ("Execution context was destroyed", "navigat", "detached", "Cannot find context",
+              "Frame was detached", "Target page, context or browser has been closed")
+
+
+@dataclass
+class ObserveSettings:
+    """Farm-wide knobs of the settle rule and text caps."""
+
+    quiet_ms: int = 15
+    settle_max_ms: int = 1000
+    max_chars: int = 200000
+    nav_timeout_ms: int = 10000
+
+
+def wanted_formats(spec: common_pb2.ObservationSpec) -> list[int]:
+    """Formats to produce: the spec's, AXTREE when it names none."""
+    return list(dict.fromkeys(spec.formats)) or [F.OBSERVATION_FORMAT_AXTREE]
+
+
+async def page_data(page: Page, opts: dict[str, Any], nav_timeout_ms: int, attempts: int = 4) -> dict[str, Any]:
+    """Run the observe JS, retrying when a navigation or a frame detach interrupts it."""
+    last: Exception | None = None
+    for _ in range(attempts):
+        try:
+            return json.loads(await page.evaluate(OBSERVE_JS, opts))
+        except PlaywrightError as exc:
+            last = exc
+            if not any(s in str(exc) for s in _RETRYABLE) or page.is_closed():
+                raise
+            try:
+                await page.wait_for_load_state("domcontentloaded", timeout=nav_timeout_ms)
+            except PlaywrightError:
+                pass
+    assert last is not None
+    raise last
+
+
+async def observe(
+    page: Page,
+    cdp: CDPSession | None,
+    spec: common_pb2.ObservationSpec,
+    cfg: ObserveSettings,
+    *,
+    settle: bool = True,
+    miniwob: bool = False,
+) -> tuple[common_pb2.Observation, dict[str, Any]]:
+    """Build an Observation of `page` in the formats of `spec`; returns it with the raw JS result."""
+    formats = wanted_formats(spec)
+    shot = F.OBSERVATION_FORMAT_SCREENSHOT in formats
+    marks = shot and spec.screenshot.set_of_marks
+    flags = {TEXT_KEYS[f]: True for f in formats if f in TEXT_KEYS}
+    if marks:
+        flags["elements"] = True
+    opts = {
+        "formats": flags,
+        "maxChars": spec.max_text_chars or cfg.max_chars,
+        "visibleOnly": spec.visible_only,
+        "quietMs": cfg.quiet_ms if settle else 0,
+        "maxMs": cfg.settle_max_ms,
+        "miniwob": miniwob,
+    }
+    t0 = time.perf_counter()
+    data = await page_data(page, opts, cfg.nav_timeout_ms)
+    metrics.OBSERVE_SECONDS.labels("text").observe(time.perf_counter() - t0)
+    obs = common_pb2.Observation(url=data.get("url", page.url), title=data.get("title", ""),
+                                 focused_element_id=data.get("focused", ""))
+    sc = data.get("scroll") or {}
+    obs.scroll.CopyFrom(common_pb2.ScrollPosition(**{k: float(v or 0) for k, v in sc.items()}))
+    produced: list[int] = []
+    for f in formats:
+        key = TEXT_KEYS.get(f)
+        if key == "axtree":
+            obs.axtree = data.get("axtree", "")
+        elif key == "html":
+            obs.html = data.get("html", "")
+        elif key == "markdown":
+            obs.markdown = data.get("markdown", "")
+        elif key == "dom":
+            for n in data.get("dom", []):
+                obs.dom_nodes.add(parent_index=n["p"], tag=n["t"], attributes=n.get("a", {}),
+                                  text=n.get("x", ""), element_id=n.get("i", ""))
+        elif key == "elements":
+            obs.elements.extend(_elements(data.get("elements", [])))
+        elif f != F.OBSERVATION_FORMAT_SCREENSHOT:
+            continue
+        produced.append(f)
+    if shot:
+        t1 = time.perf_counter()
+        try:
+            obs.screenshot.CopyFrom(await screenshot(page, cdp, spec.screenshot, sc,
+                                                     data.get("elements", []) if marks else None))
+        except PlaywrightError:
+            produced.remove(F.OBSERVATION_FORMAT_SCREENSHOT)
+        metrics.OBSERVE_SECONDS.labels("screenshot").observe(time.perf_counter() - t1)
+    obs.formats.extend(produced)
+    return obs, data
+
+
+def _elements(items: list[dict[str, Any]]) -> list[common_pb2.Element]:
+    out = []
+    for e in items:
+        bb = e.get("bbox") or {}
+        out.append(common_pb2.Element(
+            element_id=e["element_id"], tag=e["tag"], role=e.get("role", ""), name=e.get("name", ""),
+            text=e.get("text", ""), bbox=common_pb2.BoundingBox(**{k: float(bb.get(k, 0)) for k in ("x", "y", "width", "height")}),
+            visible=bool(e.get("visible")), clickable=bool(e.get("clickable")), focused=bool(e.get("focused")),
+            value=e.get("value", ""), checked=bool(e.get("checked")), disabled=bool(e.get("disabled")),
+            href=e.get("href", ""), frame=e.get("frame", ""),
+        ))
+    return out
+
+
+async def screenshot(
+    page: Page,
+    cdp: CDPSession | None,
+    spec: common_pb2.ScreenshotSpec,
+    scroll: dict[str, Any],
+    marks: list[dict[str, Any]] | None,
+) -> common_pb2.Screenshot:
+    """Capture the viewport once, at the size and codec asked for (CDP scales while capturing)."""
+    vw = int(scroll.get("viewport_width") or (page.viewport_size or {}).get("width", 1280))
+    vh = int(scroll.get("viewport_height") or (page.viewport_size or {}).get("height", 720))
+    codec = spec.codec or common_pb2.IMAGE_CODEC_PNG
+    fmt = "jpeg" if codec == common_pb2.IMAGE_CODEC_JPEG else "png"
+    quality = spec.quality or 75
+    out_w = spec.width or (round(vw * spec.height / vh) if spec.height else vw)
+    out_h = spec.height or round(vh * out_w / vw)
+    params: dict[str, Any] = {"format": fmt}
+    if fmt == "jpeg":
+        params["quality"] = quality
+    if (out_w, out_h) != (vw, vh):
+        params["clip"] = {"x": float(scroll.get("x", 0)), "y": float(scroll.get("y", 0)),
+                          "width": vw, "height": vh, "scale": out_w / vw}
+    if cdp is not None:
+        import base64
+
+        res = await cdp.send("Page.captureScreenshot", params)
+        data = base64.b64decode(res["data"])
+    else:
+        data = await page.screenshot(type=fmt, quality=quality if fmt == "jpeg" else None)
+    needs_resize = round(vh * out_w / vw) != out_h
+    if marks is not None or needs_resize:
+        data = await asyncio.to_thread(_postprocess, data, fmt, quality, out_w, out_h, vw, marks)
+    return common_pb2.Screenshot(data=data, codec=codec, width=out_w, height=out_h, set_of_marks=marks is not None)
+
+
+def _postprocess(data: bytes, fmt: str, quality: int, out_w: int, out_h: int, vw: int,
+                 marks: list[dict[str, Any]] | None) -> bytes:
+    """Resize to an exact size and draw set-of-marks boxes labelled with element ids."""
+    from PIL import Image, ImageDraw
+
+    img = Image.open(io.BytesIO(data)).convert("RGB")
+    scale = img.width / vw
+    if marks:
+        draw = ImageDraw.Draw(img)
+        for e in marks:
+            bb = e.get("bbox") or {}
+            if not e.get("visible") or not bb:
+                continue
+            x0, y0 = bb["x"] * scale, bb["y"] * scale
+            x1, y1 = x0 + bb["width"] * scale, y0 + bb["height"] * scale
+            draw.rectangle((x0, y0, x1, y1), outline=(255, 0, 0), width=2)
+            label = str(e["element_id"])
+            tw = 6 * len(label) + 4
+            draw.rectangle((x0, max(0, y0 - 12), x0 + tw, max(12, y0)), fill=(255, 0, 0))
+            draw.text((x0 + 2, max(0, y0 - 12)), label, fill=(255, 255, 255))
+    if img.size != (out_w, out_h):
+        img = img.resize((out_w, out_h))
+    buf = io.BytesIO()
+    if fmt == "jpeg":
+        img.save(buf, "JPEG", quality=quality)
+    else:
+        img.save(buf, "PNG")
+    return buf.getvalue()

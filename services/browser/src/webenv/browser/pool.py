@@ -1,0 +1,381 @@
+"""Chromium processes and the warm pool of browser contexts.
+
+One session = one BrowserContext (cookies, storage and cache isolated) on one of several Chromium
+processes. Contexts are created ahead of time (guard route installed, first page open at
+about:blank) so OpenSession only has to take one and navigate. A browser is retired after
+`contexts_per_browser` contexts (it finishes its live sessions, then closes) and replaced at once
+when it crashes; the sessions on a crashed browser are reported to the farm through `on_crash`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import re
+import uuid
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+from playwright.async_api import Browser, BrowserContext, Page, Playwright, Request, Route, async_playwright
+from webenv.browser import metrics
+from webenv.browser.guard import BlockedUrl, UrlGuard
+
+log = logging.getLogger(__name__)
+
+# Playwright passes its own --disable-features list; passing the switch ourselves replaces it, so we
+# read Playwright's list from its driver and append the two omnibox features (machine-facts.md:
+# halves memory per context and cuts new_context+new_page from ~300 ms to ~165 ms).
+_FALLBACK_DISABLED = [
+    "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
+    "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding",
+    "ThirdPartyStoragePartitioning", "AvoidCorsURLLoaderRestartOnRedirect", "TcpPortRandomizationWin",
+    "OptimizationHints", "NetworkTimeServiceQuerying", "AimEnabled", "PreconnectToSearch",
+    "msForceBrowserSignIn", "msEdgeUpdateLaunchServicesPreferredVersion",
+]
+_EXTRA_DISABLED = ["WebUIOmniboxPopup", "WebUIOmniboxAimPopup"]
+
+
+def playwright_disabled_features() -> list[str]:
+    """Playwright's own --disable-features list, read from the installed driver (fallback: a copy)."""
+    try:
+        import playwright
+
+        bundle = Path(playwright.__file__).parent / "driver" / "package" / "lib" / "coreBundle.js"
+        text = bundle.read_text(encoding="utf-8", errors="replace")
+        m = re.search(r"disabledFeatures = \[(.*?)\]\.filter", text, re.S)
+        if m:
+            body = re.sub(r"//[^\n]*", "", m.group(1))
+            names = re.findall(r'"([A-Za-z0-9]+)"', body)
+            if names:
+                return names
+    except OSError:
+        pass
+    return list(_FALLBACK_DISABLED)
+
+
+def chromium_args(sites_http_addr: str, marker: str, extra: str = "") -> list[str]:
+    """Launch switches: machine-facts.md's set, the synthetic-web host mapping and a marker to find the pid."""
+    features = playwright_disabled_features() + _EXTRA_DISABLED
+    args = [
+        "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
+        "--disable-sync", "--no-first-run", "--disable-quic", "--disable-features=" + ",".join(features),
+        f"--host-resolver-rules=MAP *.web.test {sites_http_addr}", "--mute-audio",
+        "--disable-notifications", "--deny-permission-prompts", f"--webenv-browser={marker}",
+    ]
+    return args + [a for a in extra.split() if a]
+
+
+@dataclass
+class ContextState:
+    """Per-context facts the network hooks record for the session that owns the context:
+    refused URLs, and requests in flight (all, and main-frame navigations) for the settle rule."""
+
+    blocked: list[str] = field(default_factory=list)
+    violation: bool = False
+    inflight: set[Request] = field(default_factory=set)
+    navs: set[Request] = field(default_factory=set)
+    nav_count: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+
+    def done(self, request: Request) -> None:
+        self.inflight.discard(request)
+        self.navs.discard(request)
+        self.changed.set()
+
+
+@dataclass
+class BrowserHandle:
+    """One Chromium process and its bookkeeping."""
+
+    index: int
+    browser: Browser
+    marker: str
+    contexts_created: int = 0
+    live_contexts: int = 0
+    retiring: bool = False
+    alive: bool = True
+
+    def pid(self) -> int | None:
+        """The browser process id (found by the marker switch)."""
+        for proc in psutil.process_iter(["cmdline"]):
+            cmd = proc.info.get("cmdline") or []
+            if f"--webenv-browser={self.marker}" in cmd and not any(c.startswith("--type=") for c in cmd):
+                return int(proc.pid)
+        return None
+
+    def pids(self) -> list[int]:
+        """All processes of this browser (main, renderers, utilities)."""
+        out = []
+        main = self.pid()
+        if main is None:
+            return out
+        with contextlib.suppress(psutil.Error):
+            p = psutil.Process(main)
+            out = [main] + [c.pid for c in p.children(recursive=True)]
+        return out
+
+
+@dataclass
+class Slot:
+    """A context ready for a session: its browser, its first page and its guard state."""
+
+    handle: BrowserHandle
+    context: BrowserContext
+    page: Page
+    state: ContextState
+
+
+class BrowserPool:
+    """Launches browsers, keeps `warm` contexts ready and recycles browsers."""
+
+    def __init__(
+        self,
+        *,
+        chromium_path: str,
+        browsers: int,
+        warm: int,
+        contexts_per_browser: int,
+        sites_http_addr: str,
+        guard: UrlGuard,
+        viewport: tuple[int, int],
+        headless: bool = True,
+        extra_args: str = "",
+        on_crash: Callable[[BrowserHandle], Awaitable[None]] | None = None,
+    ) -> None:
+        self.chromium_path = chromium_path
+        self.n_browsers = browsers
+        self.warm_target = warm
+        self.contexts_per_browser = contexts_per_browser
+        self.sites_http_addr = sites_http_addr
+        self.guard = guard
+        self.viewport = viewport
+        self.headless = headless
+        self.extra_args = extra_args
+        self.on_crash = on_crash
+        self.handles: list[BrowserHandle] = []
+        self.restarts = 0
+        self._pw: Playwright | None = None
+        self._warm: list[Slot] = []
+        self._refill_task: asyncio.Task[None] | None = None
+        self._refill_wakeup = asyncio.Event()
+        self._launch_lock = asyncio.Lock()
+        self._closing = False
+        self._next_index = 0
+
+    # -- lifecycle -------------------------------------------------------------------------------
+    async def start(self) -> None:
+        """Start Playwright, launch the browsers and fill the warm pool once."""
+        self._pw = await async_playwright().start()
+        for _ in range(self.n_browsers):
+            await self._launch()
+        await self._fill_warm()
+        self._refill_task = asyncio.create_task(self._refill_loop(), name="pool-refill")
+
+    async def close(self) -> None:
+        """Close every context and browser, then Playwright."""
+        self._closing = True
+        if self._refill_task:
+            self._refill_task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await self._refill_task
+        for slot in self._warm:
+            with contextlib.suppress(Exception):
+                await slot.context.close()
+        self._warm.clear()
+        for h in self.handles:
+            h.alive = False
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(h.browser.close(), 10)
+        self.handles.clear()
+        metrics.BROWSERS.set(0)
+        metrics.CONTEXTS_POOLED.set(0)
+        if self._pw:
+            with contextlib.suppress(Exception):
+                await self._pw.stop()
+
+    @property
+    def pooled(self) -> int:
+        return len(self._warm)
+
+    def browsers_alive(self) -> int:
+        return sum(1 for h in self.handles if h.alive)
+
+    async def _launch(self) -> BrowserHandle:
+        assert self._pw is not None
+        marker = uuid.uuid4().hex[:12]
+        browser = await self._pw.chromium.launch(
+            executable_path=self.chromium_path,
+            headless=self.headless,
+            args=chromium_args(self.sites_http_addr, marker, self.extra_args),
+            handle_sigint=False,
+            handle_sigterm=False,
+            handle_sighup=False,
+        )
+        handle = BrowserHandle(index=self._next_index, browser=browser, marker=marker)
+        self._next_index += 1
+        browser.on("disconnected", lambda _b: self._on_disconnected(handle))
+        self.handles.append(handle)
+        metrics.BROWSERS.set(self.browsers_alive())
+        return handle
+
+    def _on_disconnected(self, handle: BrowserHandle) -> None:
+        if not handle.alive or self._closing:
+            handle.alive = False
+            return
+        handle.alive = False
+        log.warning("browser %s disconnected (crash?), replacing it", handle.index)
+        asyncio.get_running_loop().create_task(self._replace(handle, "crash"))
+
+    async def _replace(self, handle: BrowserHandle, reason: str) -> None:
+        self._warm = [s for s in self._warm if s.handle is not handle]
+        metrics.CONTEXTS_POOLED.set(len(self._warm))
+        if handle in self.handles:
+            self.handles.remove(handle)
+        self.restarts += 1
+        metrics.BROWSER_RESTARTS.labels(reason).inc()
+        if self.on_crash and reason == "crash":
+            with contextlib.suppress(Exception):
+                await self.on_crash(handle)
+        if not self._closing:
+            async with self._launch_lock:
+                if sum(1 for h in self.handles if h.alive and not h.retiring) < self.n_browsers:
+                    await self._launch()
+            self._refill_wakeup.set()
+
+    def _pick_browser(self) -> BrowserHandle | None:
+        live = [h for h in self.handles if h.alive and not h.retiring]
+        return min(live, key=lambda h: h.live_contexts) if live else None
+
+    # -- contexts --------------------------------------------------------------------------------
+    async def _new_slot(self, viewport: tuple[int, int] | None = None) -> Slot:
+        handle = self._pick_browser()
+        if handle is None:
+            async with self._launch_lock:
+                handle = self._pick_browser() or await self._launch()
+        handle.contexts_created += 1
+        handle.live_contexts += 1
+        try:
+            w, h = viewport or self.viewport
+            context = await handle.browser.new_context(
+                viewport={"width": w, "height": h},
+                service_workers="block",
+                accept_downloads=False,
+            )
+            state = ContextState()
+            await context.route("**/*", self._route_handler(state))
+            context.on("request", self._redirect_watch(state))
+            context.on("requestfinished", state.done)
+            context.on("requestfailed", state.done)
+            page = await context.new_page()
+        except Exception:
+            handle.live_contexts -= 1
+            raise
+        if handle.contexts_created >= self.contexts_per_browser and not handle.retiring:
+            handle.retiring = True
+            log.info("browser %s retiring after %s contexts", handle.index, handle.contexts_created)
+            asyncio.get_running_loop().create_task(self._ensure_capacity())
+        return Slot(handle, context, page, state)
+
+    async def _ensure_capacity(self) -> None:
+        async with self._launch_lock:
+            while sum(1 for h in self.handles if h.alive and not h.retiring) < self.n_browsers:
+                await self._launch()
+                self.restarts += 1
+                metrics.BROWSER_RESTARTS.labels("recycle").inc()
+
+    def _route_handler(self, state: ContextState) -> Callable[[Route, Request], Awaitable[None]]:
+        guard = self.guard
+
+        async def handle(route: Route, request: Request) -> None:
+            url = request.url
+            top = False
+            with contextlib.suppress(Exception):
+                top = request.is_navigation_request() and request.frame.parent_frame is None
+            try:
+                guard.check(url, top_level=top)
+            except BlockedUrl as exc:
+                state.blocked.append(f"{url[:200]}: {exc}")
+                metrics.BLOCKED_REQUESTS.inc()
+                with contextlib.suppress(Exception):
+                    await route.abort("blockedbyclient")
+                return
+            state.inflight.add(request)
+            if top:
+                state.navs.add(request)
+                state.nav_count += 1
+            try:
+                await route.continue_()
+            except Exception:
+                state.done(request)
+
+        return handle
+
+    def _redirect_watch(self, state: ContextState) -> Callable[[Request], None]:
+        """Playwright's route does not see redirect hops; a hop to a refused address marks the context
+        so the farm blanks the page before anything of it is observed."""
+        guard = self.guard
+
+        def on_request(request: Request) -> None:
+            if request.redirected_from is None:
+                return
+            try:
+                guard.check(request.url, top_level=False)
+            except BlockedUrl as exc:
+                state.blocked.append(f"redirect to {request.url[:200]}: {exc}")
+                state.violation = True
+                metrics.BLOCKED_REQUESTS.inc()
+
+        return on_request
+
+    async def acquire(self, viewport: tuple[int, int] | None = None) -> Slot:
+        """A context for a new session: a warm one when the viewport matches, else a fresh one."""
+        slot: Slot | None = None
+        while self._warm:
+            cand = self._warm.pop()
+            if cand.handle.alive and not cand.page.is_closed():
+                slot = cand
+                break
+            await self._discard(cand)
+        metrics.CONTEXTS_POOLED.set(len(self._warm))
+        self._refill_wakeup.set()
+        if slot is None:
+            return await self._new_slot(viewport)
+        if viewport and viewport != self.viewport:
+            await slot.page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
+        return slot
+
+    async def release(self, slot_handle: BrowserHandle, context: BrowserContext) -> None:
+        """Close a session's context; a retiring browser with no contexts left is closed."""
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(context.close(), 10)
+        slot_handle.live_contexts -= 1
+        if slot_handle.retiring and slot_handle.live_contexts <= 0 and slot_handle.alive:
+            slot_handle.alive = False
+            if slot_handle in self.handles:
+                self.handles.remove(slot_handle)
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(slot_handle.browser.close(), 10)
+            metrics.BROWSERS.set(self.browsers_alive())
+
+    async def _discard(self, slot: Slot) -> None:
+        await self.release(slot.handle, slot.context)
+
+    async def _fill_warm(self) -> None:
+        while not self._closing and len(self._warm) < self.warm_target:
+            try:
+                slot = await self._new_slot()
+            except Exception as exc:  # browser died under us; the crash path relaunches
+                log.warning("warm context creation failed: %s", exc)
+                await asyncio.sleep(0.2)
+                return
+            self._warm.append(slot)
+            metrics.CONTEXTS_POOLED.set(len(self._warm))
+
+    async def _refill_loop(self) -> None:
+        while not self._closing:
+            await self._refill_wakeup.wait()
+            self._refill_wakeup.clear()
+            await self._fill_warm()

@@ -1,0 +1,168 @@
+"""A session: one browser context with its tabs, its lease and its step bookkeeping."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+from playwright.async_api import CDPSession, Page
+from webenv.browser.guard import UrlGuard
+from webenv.browser.pool import Slot
+from webenv.v1 import common_pb2, environment_pb2
+
+if TYPE_CHECKING:
+    from webenv.browser.tasks import TaskAdapter
+
+
+@dataclass
+class Tab:
+    """One tab; the CDP session (for screenshots) is opened on first use."""
+
+    tab_id: str
+    page: Page
+    cdp: CDPSession | None = None
+
+
+@dataclass
+class BrowserSession:
+    """State of one session. `lock` serialises its steps (a session acts one step at a time)."""
+
+    session_id: str
+    slot: Slot
+    guard: UrlGuard
+    spec: common_pb2.ObservationSpec
+    lease_seconds: float
+    node: str
+    task_id: str = ""
+    labels: dict[str, str] = field(default_factory=dict)
+    adapter: TaskAdapter | None = None
+    instruction: str = ""
+    state: int = environment_pb2.SESSION_STATE_OPEN
+    step_count: int = 0
+    created_wall: float = field(default_factory=time.time)
+    lease_deadline: float = 0.0  # monotonic
+    tabs: dict[str, Tab] = field(default_factory=dict)
+    active_tab_id: str = ""
+    last_response: environment_pb2.StepResponse | None = None
+    pending_error: str = ""
+    done: bool = False
+    env_reward: float = 0.0
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    _next_tab: int = 0
+    _pages: dict[int, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.renew()
+        self.attach(self.slot)
+
+    # -- lease -----------------------------------------------------------------------------------
+    def renew(self, seconds: float = 0.0) -> None:
+        """Push the lease deadline `seconds` (the session's lease length when 0) from now."""
+        if seconds > 0:
+            self.lease_seconds = seconds
+        self.lease_deadline = time.monotonic() + self.lease_seconds
+
+    def lease_expired(self, now: float | None = None) -> bool:
+        return (now if now is not None else time.monotonic()) >= self.lease_deadline
+
+    # -- tabs ------------------------------------------------------------------------------------
+    def attach(self, slot: Slot) -> None:
+        """Adopt a (new) context: its first page becomes tab 0 and popups become tabs."""
+        self.slot = slot
+        self.tabs.clear()
+        self._pages.clear()
+        slot.context.on("page", self._on_page)
+        self._add_page(slot.page)
+
+    def _add_page(self, page: Page) -> Tab:
+        key = id(page)
+        if key in self._pages:
+            tab = self.tabs[self._pages[key]]
+        else:
+            tab = Tab(str(self._next_tab), page)
+            self._next_tab += 1
+            self.tabs[tab.tab_id] = tab
+            self._pages[key] = tab.tab_id
+            page.on("close", lambda p: self._on_close(p))
+        self.active_tab_id = tab.tab_id
+        return tab
+
+    def _on_page(self, page: Page) -> None:
+        if self.state == environment_pb2.SESSION_STATE_OPEN:
+            self._add_page(page)
+
+    def _on_close(self, page: Page) -> None:
+        tab_id = self._pages.pop(id(page), None)
+        if tab_id is None:
+            return
+        self.tabs.pop(tab_id, None)
+        if self.active_tab_id == tab_id:
+            self.active_tab_id = next(reversed(self.tabs), "") if self.tabs else ""
+
+    @property
+    def tab(self) -> Tab:
+        return self.tabs[self.active_tab_id]
+
+    @property
+    def page(self) -> Page:
+        return self.tab.page
+
+    async def ensure_tab(self) -> None:
+        """A session always has a tab: reopen a blank one when the last was closed."""
+        if not self.tabs or self.active_tab_id not in self.tabs:
+            if self.tabs:
+                self.active_tab_id = next(reversed(self.tabs))
+            else:
+                await self.new_tab()
+
+    async def new_tab(self) -> Tab:
+        page = await self.slot.context.new_page()
+        return self._add_page(page)
+
+    def switch_tab(self, tab_id: str) -> bool:
+        if tab_id not in self.tabs:
+            return False
+        self.active_tab_id = tab_id
+        return True
+
+    async def close_tab(self, tab_id: str) -> None:
+        tab = self.tabs.get(tab_id)
+        if tab is None:
+            return
+        with contextlib.suppress(Exception):
+            await tab.page.close()
+        self._on_close(tab.page)
+        await self.ensure_tab()
+
+    async def cdp(self) -> CDPSession:
+        """The active tab's CDP session (opened once per tab)."""
+        tab = self.tab
+        if tab.cdp is None:
+            tab.cdp = await self.slot.context.new_cdp_session(tab.page)
+        return tab.cdp
+
+    def tab_messages(self) -> list[common_pb2.Tab]:
+        out = []
+        for tid, tab in self.tabs.items():
+            title = ""
+            out.append(common_pb2.Tab(tab_id=tid, url=tab.page.url, title=title, active=tid == self.active_tab_id))
+        return out
+
+    # -- proto -----------------------------------------------------------------------------------
+    def to_proto(self) -> environment_pb2.Session:
+        created = Timestamp()
+        created.FromNanoseconds(int(self.created_wall * 1e9))
+        expires = Timestamp()
+        expires.FromNanoseconds(int((time.time() + max(0.0, self.lease_deadline - time.monotonic())) * 1e9))
+        return environment_pb2.Session(
+            session_id=self.session_id, state=self.state, task_id=self.task_id,  # type: ignore[arg-type]
+            env_kind=common_pb2.ENV_KIND_BROWSER, step_count=self.step_count, tabs=self.tab_messages(),
+            created_at=created, lease_expires_at=expires, node=self.node, labels=self.labels,
+        )
+
+    def summary(self) -> dict[str, Any]:
+        return {"session_id": self.session_id, "state": self.state, "steps": self.step_count}

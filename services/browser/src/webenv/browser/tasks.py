@@ -1,0 +1,173 @@
+"""Task adapters: task-specific setup at open, env-side reward after each step, evidence at close.
+
+- `UrlAdapter`: a bare start URL (also YAML/rubric/real-web tasks: they are judged elsewhere).
+- `MiniWobAdapter`: the MiniWoB++ page protocol (machine-facts.md): open the task page, end any
+  episode, seed, `core.startEpisodeReal()`, wait for `WOB_TASK_READY`; the goal is
+  `core.getUtterance()`; after each step the reward globals are read in the observation's own JS
+  pass (no extra round trip).
+- `SyntheticAdapter`: the synthetic web. The site session id (the `site_session` cookie) is the
+  label `site_session` when given (a fork) or the farm session id; the site state is reset through
+  TaskService at open (unless forked) and read back at close as evidence.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import grpc
+from playwright.async_api import Error as PlaywrightError
+from webenv import errors
+from webenv.browser.actions import goto
+from webenv.browser.session import BrowserSession
+from webenv.v1 import common_pb2, task_pb2, task_pb2_grpc
+
+MINIWOB_RESET_JS = """
+async (seed) => {
+  if (typeof core === 'undefined') return {error: 'core.js is not loaded on this page'};
+  try { core.endEpisode(0); } catch (e) {}
+  if (seed !== null && Math.seedrandom) Math.seedrandom(seed);
+  core.setDataMode('train');
+  core.startEpisodeReal();
+  for (let i = 0; i < 100 && !window.WOB_TASK_READY; i++) await new Promise((r) => setTimeout(r, 20));
+  if (!window.WOB_TASK_READY) return {error: 'WOB_TASK_READY never became true'};
+  const u = core.getUtterance();
+  return {utterance: typeof u === 'string' ? u : (u && u.utterance) || ''};
+}
+"""
+
+
+@dataclass
+class StepReward:
+    """Env-side reward after a step."""
+
+    reward: float = 0.0
+    raw_reward: float = 0.0
+    done: bool = False
+    reason: str = ""
+
+
+class TaskAdapter:
+    """Base adapter: go to the start URL; no env-side reward; no evidence."""
+
+    miniwob = False
+
+    def __init__(self, task: common_pb2.Task | None, start_url: str) -> None:
+        self.task = task
+        self.start_url = start_url
+
+    async def setup(self, session: BrowserSession, seed: int, nav_timeout_ms: int) -> str:
+        """Prepare the session; returns the instruction for the agent."""
+        if self.start_url:
+            err = await goto(session, session.page, self.start_url, nav_timeout_ms)
+            if err:
+                raise errors.FailedPrecondition(f"start URL could not be opened: {err}", reason="START_URL_FAILED",
+                                                metadata={"url": self.start_url[:200]})
+        return self.task.instruction if self.task else ""
+
+    def reward(self, raw: dict[str, Any]) -> StepReward:
+        return StepReward()
+
+    async def evidence(self, session: BrowserSession) -> str:
+        return ""
+
+    async def close(self) -> None:
+        return None
+
+
+UrlAdapter = TaskAdapter
+
+
+class MiniWobAdapter(TaskAdapter):
+    """MiniWoB++ protocol; reward from the page's globals."""
+
+    miniwob = True
+
+    async def setup(self, session: BrowserSession, seed: int, nav_timeout_ms: int) -> str:
+        await super().setup(session, seed, nav_timeout_ms)
+        try:
+            res = await session.page.evaluate(MINIWOB_RESET_JS, seed if seed else None)
+        except PlaywrightError as exc:
+            raise errors.FailedPrecondition(f"MiniWoB reset failed: {exc}", reason="MINIWOB_RESET_FAILED") from exc
+        if res.get("error"):
+            raise errors.FailedPrecondition(f"MiniWoB reset failed: {res['error']}", reason="MINIWOB_RESET_FAILED",
+                                            metadata={"url": self.start_url[:200]})
+        return str(res.get("utterance") or (self.task.instruction if self.task else ""))
+
+    def reward(self, raw: dict[str, Any]) -> StepReward:
+        m = raw.get("miniwob") or {}
+        return StepReward(reward=float(m.get("reward", 0.0)), raw_reward=float(m.get("raw_reward", 0.0)),
+                          done=bool(m.get("done")), reason=str(m.get("reason", "")))
+
+
+class SyntheticAdapter(TaskAdapter):
+    """Synthetic web: site state reset/read through TaskService."""
+
+    def __init__(self, task: common_pb2.Task, start_url: str, sites_addr: str) -> None:
+        super().__init__(task, start_url)
+        self.sites_addr = sites_addr
+        self.site = task.site or (urlsplit(start_url).hostname or "")
+        self.site_session = ""
+        self._channel: grpc.aio.Channel | None = None
+
+    def _stub(self) -> task_pb2_grpc.TaskServiceStub:
+        if self._channel is None:
+            from webenv.client import make_channel
+
+            self._channel = make_channel(self.sites_addr, timeout=10.0)
+        return task_pb2_grpc.TaskServiceStub(self._channel)
+
+    async def setup(self, session: BrowserSession, seed: int, nav_timeout_ms: int) -> str:
+        forked = session.labels.get("site_session", "")
+        self.site_session = forked or session.session_id
+        if not forked:
+            try:
+                await self._stub().ResetSiteState(task_pb2.ResetSiteStateRequest(
+                    request_id=f"{session.session_id}-reset", site_session=self.site_session, site=self.site))
+            except grpc.aio.AioRpcError as exc:
+                raise errors.Unavailable(f"TaskService at {self.sites_addr} could not reset site state: "
+                                         f"{exc.code().name}: {exc.details()}", reason="SITES_UNAVAILABLE",
+                                         metadata={"sites_addr": self.sites_addr}) from exc
+        parts = urlsplit(self.start_url)
+        host = self.site or parts.hostname or ""
+        if host:
+            await session.slot.context.add_cookies([{
+                "name": "site_session", "value": self.site_session, "domain": host, "path": "/",
+            }])
+        return await super().setup(session, seed, nav_timeout_ms)
+
+    async def evidence(self, session: BrowserSession) -> str:
+        try:
+            res = await self._stub().GetSiteState(task_pb2.GetSiteStateRequest(
+                site_session=self.site_session, site=self.site))
+        except grpc.aio.AioRpcError as exc:
+            return json.dumps({"error": f"GetSiteState failed: {exc.code().name}: {exc.details()}"})
+        return res.state_json
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            await asyncio.shield(self._channel.close())
+
+
+def adapter_for(task: common_pb2.Task | None, start_url: str, sites_addr: str) -> TaskAdapter:
+    """Choose the adapter for an OpenSession request."""
+    if task is None:
+        return TaskAdapter(None, start_url)
+    url = task.start_url
+    if task.source == common_pb2.TASK_SOURCE_MINIWOB:
+        name = task.metadata.get("miniwob_task", "")
+        if not url and name:
+            url = f"http://miniwob.web.test/miniwob/{name}.html"
+        if not url:
+            raise errors.InvalidArgument("task.start_url or task.metadata[miniwob_task] is required for MiniWoB",
+                                         reason="BAD_TASK", metadata={"field": "task.start_url"})
+        return MiniWobAdapter(task, url)
+    if not url:
+        raise errors.InvalidArgument("task.start_url is required", reason="BAD_TASK",
+                                     metadata={"field": "task.start_url"})
+    if task.source == common_pb2.TASK_SOURCE_SYNTHETIC:
+        return SyntheticAdapter(task, url, sites_addr)
+    return TaskAdapter(task, url)

@@ -1,0 +1,178 @@
+"""Fixtures of the browser farm tests: a local HTTP server for test pages and MiniWoB++, and a farm
+served over a real gRPC channel. `*.web.test` hosts are mapped to the local server by Chromium's
+host-resolver rules, exactly as the synthetic web is in production."""
+
+from __future__ import annotations
+
+import http.server
+import threading
+import urllib.parse
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+
+from webenv.browser.__main__ import serving
+from webenv.browser.config import Settings
+from webenv.client import make_channel
+from webenv.v1 import browser_pb2_grpc, environment_pb2_grpc
+
+PAGES: dict[str, str] = {
+    "basic": """<!doctype html><html><head><title>Basic page</title></head><body>
+<h1>Welcome</h1>
+<p id="para">Some text <a href="/pages/second" id="to-second">Second page</a></p>
+<button id="btn" onclick="document.getElementById('out').textContent = 'clicked ' + (++window.n || (window.n = 1))">Press me</button>
+<span id="out"></span>
+<input id="name" placeholder="Your name">
+<label for="agree">Agree</label><input type="checkbox" id="agree">
+<select id="color"><option value="r">Red</option><option value="g">Green</option><option value="b">Blue</option></select>
+<textarea id="notes"></textarea>
+<div id="hover" onmouseover="this.textContent='hovered'">hover me</div>
+<input id="keys" onkeydown="document.getElementById('out').textContent = 'key ' + event.key">
+<div id="box" style="height:80px; overflow:auto"><div style="height:600px">tall content</div></div>
+<div style="height:2000px">spacer</div>
+<a href="/pages/second" target="_blank" id="newtab">Open in new tab</a>
+<iframe src="/pages/inner" id="frame" style="width:300px;height:100px"></iframe>
+<div style="display:none"><button id="hidden-btn">Hidden</button></div>
+</body></html>""",
+    "second": """<!doctype html><html><head><title>Second</title></head><body><h2>Second page</h2>
+<a href="/pages/basic" id="back">Back</a></body></html>""",
+    "inner": """<!doctype html><html><body><button id="inner-btn" onclick="this.textContent='inner clicked'">Inner</button></body></html>""",
+    "drag": """<!doctype html><html><body style="margin:0"><div id="log">none</div>
+<div id="pad" style="position:absolute;left:0;top:50px;width:400px;height:300px;background:#eee"
+ onmousedown="this.dataset.d=event.clientX+','+event.clientY"
+ onmouseup="document.getElementById('log').textContent='drag '+this.dataset.d+' -> '+event.clientX+','+event.clientY"
+ onclick="document.getElementById('log').textContent += ' click '+event.clientX+','+event.clientY"></div></body></html>""",
+    "loop": """<!doctype html><html><body><button id="hang" onclick="while(true){}">Hang</button>
+<button id="alerts" onclick="while(true){alert('x')}">Alerts</button></body></html>""",
+    "cookie": """<!doctype html><html><body><div id="c"></div><script>
+document.getElementById('c').textContent = 'cookie=' + document.cookie;</script>
+<button id="set" onclick="document.cookie='secret=s3cr3t; path=/'; document.getElementById('c').textContent='set'">Set</button>
+</body></html>""",
+    "products": "".join(
+        ["<!doctype html><html><head><title>Products</title></head><body><h1>Products</h1><ul>"]
+        + [f'<li><a href="#p{i}">Product {i}</a> <span>${i}.99</span> <button id="b{i}" '
+           f'onclick="this.textContent=\'added\'">Add</button></li>' for i in range(100)]
+        + ["</ul></body></html>"]
+    ),
+}
+
+
+def miniwob_html_dir() -> Path:
+    """The html/ folder of the miniwob wheel (served as-is; importing miniwob is not needed)."""
+    import importlib.util
+
+    spec = importlib.util.find_spec("miniwob")
+    assert spec is not None and spec.origin, "the miniwob wheel is not installed"
+    return Path(spec.origin).parent / "html"
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    html_root: Path
+
+    def log_message(self, *args: object) -> None:
+        return
+
+    def _send(self, code: int, body: bytes, ctype: str = "text/html; charset=utf-8", headers: dict | None = None) -> None:
+        self.send_response(code)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        self.wfile.write(body)
+
+    def do_GET(self) -> None:  # noqa: N802
+        url = urllib.parse.urlsplit(self.path)
+        q = urllib.parse.parse_qs(url.query)
+        if url.path.startswith("/pages/"):
+            name = url.path.removeprefix("/pages/")
+            if name in PAGES:
+                return self._send(200, PAGES[name].encode())
+            return self._send(404, b"no such page")
+        if url.path == "/redirect":
+            return self._send(302, b"", headers={"Location": q["to"][0]})
+        if url.path == "/echo-cookie":
+            return self._send(200, ("<html><body><pre id='c'>" + (self.headers.get("Cookie") or "") +
+                                    "</pre></body></html>").encode())
+        rel = url.path.lstrip("/")
+        path = (self.html_root / rel).resolve()
+        if self.html_root in path.parents and path.is_file():
+            ctype = {".html": "text/html", ".js": "application/javascript", ".css": "text/css",
+                     ".png": "image/png"}.get(path.suffix, "application/octet-stream")
+            return self._send(200, path.read_bytes(), ctype)
+        return self._send(404, b"not found")
+
+
+@dataclass
+class PageServer:
+    port: int
+
+    @property
+    def addr(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def url(self, name: str, host: str = "pages.web.test") -> str:
+        return f"http://{host}/pages/{name}"
+
+
+@pytest.fixture(scope="session")
+def page_server() -> Iterator[PageServer]:
+    handler = type("H", (_Handler,), {"html_root": miniwob_html_dir().resolve()})
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    srv.daemon_threads = True
+    t = threading.Thread(target=srv.serve_forever, daemon=True)
+    t.start()
+    yield PageServer(srv.server_address[1])
+    srv.shutdown()
+    srv.server_close()
+
+
+@dataclass
+class FarmHandle:
+    server: object
+    farm: object
+    channel: grpc.aio.Channel
+    env: environment_pb2_grpc.EnvironmentServiceStub
+    admin: browser_pb2_grpc.BrowserFarmServiceStub
+    address: str
+    metrics_port: int
+
+
+def farm_settings(page_server: PageServer, chromium_path: str, **over: object) -> Settings:
+    base: dict[str, object] = dict(
+        grpc_port=0, metrics_port=0, host="127.0.0.1", farm_chromium_path=chromium_path,
+        farm_sites_http_addr=page_server.addr, farm_warm_contexts=2, farm_max_sessions=24,
+        farm_step_timeout_seconds=20.0, log_json=False, grace_seconds=1.0,
+    )
+    base.update(over)
+    return Settings(**base)  # type: ignore[arg-type]
+
+
+@asynccontextmanager
+async def start_farm(settings: Settings) -> AsyncIterator[FarmHandle]:
+    """A farm served on free ports with a client channel to it."""
+    async with serving(settings) as (server, f):
+        addr = f"127.0.0.1:{server.port}"
+        channel = make_channel(addr, timeout=60.0)
+        try:
+            yield FarmHandle(server, f, channel, environment_pb2_grpc.EnvironmentServiceStub(channel),
+                             browser_pb2_grpc.BrowserFarmServiceStub(channel), addr, server.metrics_port)
+        finally:
+            await channel.close()
+
+
+@pytest.fixture(scope="session")
+def farm_factory(page_server: PageServer, chromium_path: str):  # noqa: ANN201
+    """Start a private farm with overridden settings: `async with farm_factory(farm_max_sessions=2) as f:`."""
+    return lambda **over: start_farm(farm_settings(page_server, chromium_path, **over))
+
+
+@pytest.fixture(scope="session")
+async def farm(page_server: PageServer, chromium_path: str) -> AsyncIterator[FarmHandle]:
+    """One farm for the module's tests (tests that break browsers start their own)."""
+    async with start_farm(farm_settings(page_server, chromium_path)) as handle:
+        yield handle
