@@ -1,0 +1,65 @@
+"""Collector settings: every field is read from WEBENV_<FIELD> (e.g. WEBENV_STORE_URL)."""
+
+from __future__ import annotations
+
+import os
+import socket
+
+from pydantic import Field, field_validator
+from webenv.runtime import ServiceSettings
+
+
+class Settings(ServiceSettings):
+    """The collector's configuration; bad values stop it at start-up with the variable named."""
+
+    grpc_port: int = Field(50056, ge=0, le=65535)
+    metrics_port: int = Field(9456, ge=0, le=65535)
+    data_dir: str = Field(".webenv", description="Folder for the embedded store, the spool and blobs.")
+    store_url: str = Field("", description="chdb:///path (embedded) or http(s)://host:8123 (server); default chdb under data_dir.")
+    store_database: str = Field("webenv", pattern=r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+    spool_dir: str = Field("", description="Where rows wait while the store is down; default data_dir/spool.")
+    blob_dir: str = Field("", description="Content-addressed screenshots; default data_dir/blobs.")
+    redis_url: str = Field("", description="redis://... to share runs between collectors; empty runs alone.")
+    queue_prefix: str = Field("webenv", description="Prefix of the Redis keys.")
+    queue_claim_idle_seconds: float = Field(15.0, gt=0, description="Idle time after which another collector claims an episode.")
+    queue_max_deliveries: int = Field(3, ge=1, description="Deliveries before an episode goes to the dead-letter stream.")
+    queue_workers: int = Field(16, ge=1, le=4096, description="Episodes this collector runs at once from the queue.")
+    browser_addr: str = Field("localhost:50051", description="Default environment address(es), comma separated.")
+    policy_addr: str = Field("localhost:50052")
+    judge_addr: str = Field("localhost:50054")
+    sites_addr: str = Field("localhost:50055")
+    default_concurrency: int = Field(16, ge=1, le=4096)
+    default_policy: str = Field("random")
+    episode_timeout_seconds: float = Field(300.0, gt=0)
+    step_timeout_seconds: float = Field(60.0, gt=0)
+    batch_rows: int = Field(2000, ge=1, description="Rows per store insert.")
+    flush_interval_seconds: float = Field(0.25, gt=0, description="Longest a finished episode waits for its batch.")
+    spool_retry_seconds: float = Field(1.0, gt=0)
+    collector_id: str = Field("", description="Name in provenance and the Redis consumer group; default host-pid.")
+
+    @field_validator("store_url")
+    @classmethod
+    def _url(cls, v: str) -> str:
+        if v and not v.startswith(("chdb://", "http://", "https://")):
+            raise ValueError("must start with chdb://, http:// or https://")
+        return v
+
+    @field_validator("redis_url")
+    @classmethod
+    def _redis(cls, v: str) -> str:
+        if v and not v.startswith(("redis://", "rediss://", "unix://")):
+            raise ValueError("must start with redis://, rediss:// or unix://")
+        return v
+
+    def resolved_store_url(self) -> str:
+        """The store URL, defaulting to embedded chDB under data_dir."""
+        return self.store_url or f"chdb://{os.path.abspath(os.path.join(self.data_dir, 'store'))}"
+
+    def resolved_spool_dir(self) -> str:
+        return self.spool_dir or os.path.join(self.data_dir, "spool")
+
+    def resolved_blob_dir(self) -> str:
+        return self.blob_dir or os.path.join(self.data_dir, "blobs")
+
+    def resolved_collector_id(self) -> str:
+        return self.collector_id or f"{socket.gethostname()}-{os.getpid()}"

@@ -1,0 +1,411 @@
+"""Runs: planning, scheduling episodes, counting, persisting run state, and telling watchers.
+
+Asynchronous mode (the default, WebGym's key idea) gives every episode its own asyncio task; a semaphore
+bounds how many are in flight, and nothing waits for a batch. A run may finish early once ``finish_fraction``
+of its episodes are stored (straggler cutoff): the rest are cancelled. Lock-step mode runs batches that step
+together and exists only as the benchmark's baseline. With a work queue (Redis) the run's episodes are
+published to a stream and every collector sharing the queue runs them (see queue.py).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import grpc
+from google.protobuf import json_format, timestamp_pb2
+from webenv import errors
+from webenv.collector import metrics, sampling
+from webenv.collector import spec as specs
+from webenv.collector.episode import Context, Episode, EpisodeJob, run_episode, run_lock_step
+from webenv.collector.store import AsyncStore
+from webenv.collector.writer import Writer
+from webenv.v1 import collector_pb2, common_pb2, task_pb2
+
+log = logging.getLogger(__name__)
+
+TERMINAL = {collector_pb2.RUN_STATE_SUCCEEDED, collector_pb2.RUN_STATE_STOPPED, collector_pb2.RUN_STATE_FAILED}
+STATE_NAMES = {v: collector_pb2.RunState.Name(v).removeprefix("RUN_STATE_").lower() for v in collector_pb2.RunState.values()}
+STATE_VALUES = {v: k for k, v in STATE_NAMES.items()}
+MAX_SUMMARIES = 50_000
+
+
+def _ts(dt: datetime | None) -> timestamp_pb2.Timestamp:
+    ts = timestamp_pb2.Timestamp()
+    if dt is not None and dt.timestamp() > 0:
+        ts.FromDatetime(dt)
+    return ts
+
+
+def version_now() -> int:
+    """Row version: microseconds since the epoch, so a later write of the same key wins."""
+    return time.time_ns() // 1000
+
+
+@dataclass
+class RunContext:
+    """A run this collector owns: its spec, counts, episodes and watchers."""
+
+    run: collector_pb2.Run
+    jobs: list[EpisodeJob]
+    created: float = field(default_factory=time.monotonic)
+    summaries: list[collector_pb2.EpisodeSummary] = field(default_factory=list)
+    summary_offset: int = 0
+    changed: asyncio.Event = field(default_factory=asyncio.Event)
+    stop: asyncio.Event = field(default_factory=asyncio.Event)
+    task: asyncio.Task | None = None
+    stored_ids: set[str] = field(default_factory=set)
+    storing: set[asyncio.Future] = field(default_factory=set)
+
+    def notify(self) -> None:
+        """Wake watchers."""
+        self.changed.set()
+
+    def record(self, ep: Episode) -> None:
+        """Count one stored episode (once per episode id)."""
+        if ep.job.episode_id in self.stored_ids:
+            return
+        self.stored_ids.add(ep.job.episode_id)
+        c = self.run.counts
+        c.finished += 1
+        c.steps += len(ep.steps)
+        if ep.error:
+            c.errored += 1
+        elif ep.passed:
+            c.passed += 1
+        self.summaries.append(ep.summary())
+        if len(self.summaries) > MAX_SUMMARIES:
+            drop = len(self.summaries) - MAX_SUMMARIES
+            del self.summaries[:drop]
+            self.summary_offset += drop
+        self.notify()
+
+    @property
+    def target(self) -> int:
+        """Stored episodes after which the run is done (straggler cutoff)."""
+        planned = self.run.counts.planned
+        return min(planned, math.ceil(planned * (self.run.spec.finish_fraction or 1.0) - 1e-9))
+
+    def progress(self, since: int) -> tuple[collector_pb2.WatchRunResponse, int]:
+        """A progress report with the summaries after position ``since``; returns the new position."""
+        elapsed = max(time.monotonic() - self.created, 1e-6)
+        c = self.run.counts
+        start = max(since - self.summary_offset, 0)
+        resp = collector_pb2.WatchRunResponse(
+            run=self.run,
+            episodes_per_second=c.finished / elapsed,
+            steps_per_second=c.steps / elapsed,
+            pass_rate=c.passed / c.finished if c.finished else 0.0,
+            finished=self.summaries[start:],
+        )
+        return resp, self.summary_offset + len(self.summaries)
+
+
+@dataclass
+class EngineConfig:
+    """Engine settings (from the service's WEBENV_* settings)."""
+
+    defaults: specs.Defaults
+    collector_id: str
+    webenv_version: str = "0.1.0"
+    persist_interval: float = 2.0
+    task_page_size: int = 500
+
+
+class Engine:
+    """Owns the runs started on this collector."""
+
+    def __init__(self, config: EngineConfig, store: AsyncStore, writer: Writer, ctx: Context, queue=None) -> None:
+        self.config = config
+        self.store = store
+        self.writer = writer
+        self.ctx = ctx
+        self.queue = queue  # webenv.collector.queue.WorkQueue or None
+        self.runs: dict[str, RunContext] = {}
+        self._requests: dict[str, str] = {}
+        self.on_episode: Callable[[Episode], None] | None = None
+
+    # -- starting ----------------------------------------------------------------------------------------------------
+    async def start_run(self, request_id: str, spec: collector_pb2.RunSpec) -> collector_pb2.Run:
+        """Validate, plan and start a run; a retried request_id returns the run it started."""
+        if request_id and request_id in self._requests:
+            return self.runs[self._requests[request_id]].run
+        resolved = specs.resolve(spec, self.config.defaults)
+        tasks = await self._tasks(resolved)
+        planned = sampling.plan(
+            tasks, strategy=resolved.sampling, episodes=resolved.episodes, repeats=resolved.repeats, seed=resolved.seed
+        )
+        if not planned:
+            raise errors.FailedPrecondition(
+                "spec.tasks: no task matches the filter and sampling strategy",
+                reason="NO_TASKS",
+                metadata={"field": "spec.tasks", "catalog_matches": str(len(tasks))},
+            )
+        run_id = "run-" + uuid.uuid4().hex[:12]
+        if request_id:
+            self._requests[request_id] = run_id
+        jobs = [
+            EpisodeJob(run_id, f"{run_id}-{p.index:06d}", p.index, p.task, p.seed, specs.horizon_for(resolved, p.task))
+            for p in planned
+        ]
+        run = collector_pb2.Run(run_id=run_id, spec=resolved, state=collector_pb2.RUN_STATE_PENDING)
+        run.counts.planned = len(jobs)
+        run.created_at.GetCurrentTime()
+        rc = RunContext(run=run, jobs=jobs)
+        self.runs[run_id] = rc
+        await self.persist(rc)
+        rc.task = asyncio.create_task(self._execute(rc))
+        return run
+
+    async def _tasks(self, spec: collector_pb2.RunSpec) -> list[common_pb2.Task]:
+        if spec.start_urls:
+            return [specs.url_task(u, i) for i, u in enumerate(spec.start_urls)]
+        out: list[common_pb2.Task] = []
+        token = ""
+        stub = self.ctx.peers.tasks()
+        while True:
+            try:
+                resp = await stub.ListTasks(
+                    task_pb2.ListTasksRequest(filter=spec.tasks, page_size=self.config.task_page_size, page_token=token),
+                    timeout=30,
+                )
+            except grpc.aio.AioRpcError as exc:
+                err = errors.from_rpc_error(exc)
+                if isinstance(err, errors.InvalidArgument):
+                    raise errors.InvalidArgument(
+                        f"spec.tasks: {err.message}", reason="BAD_RUN_SPEC", metadata={"field": "spec.tasks"}
+                    ) from exc
+                raise errors.Unavailable(
+                    f"task catalog at {self.ctx.peers.sites_address} failed: {exc.code().name}: {exc.details()}",
+                    reason="TASK_CATALOG_UNAVAILABLE",
+                ) from exc
+            out.extend(resp.tasks)
+            token = resp.next_page_token
+            if not token or (spec.task_limit and len(out) >= spec.task_limit):
+                break
+        if spec.task_limit:
+            out = out[: spec.task_limit]
+        return out
+
+    # -- running -----------------------------------------------------------------------------------------------------
+    async def _execute(self, rc: RunContext) -> None:
+        rc.run.state = collector_pb2.RUN_STATE_RUNNING
+        metrics.RUNS_ACTIVE.inc()
+        rc.notify()
+        persister = asyncio.create_task(self._persist_loop(rc))
+        try:
+            if self.queue is not None:
+                await self.queue.run_shared(self, rc)
+            elif rc.run.spec.mode == collector_pb2.ROLLOUT_MODE_LOCK_STEP:
+                await self._run_lock_step(rc)
+            else:
+                await self._run_async(rc)
+            if rc.run.state == collector_pb2.RUN_STATE_RUNNING:
+                rc.run.state = collector_pb2.RUN_STATE_SUCCEEDED
+        except asyncio.CancelledError:
+            rc.run.state = collector_pb2.RUN_STATE_STOPPED
+        except Exception as exc:  # noqa: BLE001 - a run failing as a whole is reported, not raised
+            log.exception("run %s failed", rc.run.run_id)
+            rc.run.state = collector_pb2.RUN_STATE_FAILED
+            rc.run.error = str(exc)
+        finally:
+            persister.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await persister
+            metrics.RUNS_ACTIVE.dec()
+            with contextlib.suppress(Exception):
+                await self.writer.drain()
+            rc.run.finished_at.GetCurrentTime()
+            with contextlib.suppress(Exception):
+                await self.persist(rc)
+            rc.notify()
+
+    def _addresses(self, rc: RunContext) -> list[str]:
+        return [a.strip() for a in rc.run.spec.env_address.split(",") if a.strip()]
+
+    async def store_episode(self, rc: RunContext | None, ep: Episode) -> None:
+        """Write an episode durably (store or spool), then count it."""
+        await self.writer.put(ep.rows(version_now()))
+        outcome = "errored" if ep.error else ("passed" if ep.passed else "failed")
+        metrics.EPISODES_FINISHED.labels(outcome).inc()
+        metrics.EPISODE_SECONDS.observe(ep.duration)
+        if rc is not None:
+            rc.record(ep)
+        if self.on_episode is not None:
+            self.on_episode(ep)
+
+    async def run_job(self, rc: RunContext | None, job: EpisodeJob, spec: collector_pb2.RunSpec, addresses: list[str]) -> Episode:
+        """Run and store one episode (async mode)."""
+        metrics.EPISODES_STARTED.inc()
+        metrics.IN_FLIGHT.inc()
+        try:
+            ep = await run_episode(job, spec, self.ctx, addresses)
+        finally:
+            metrics.IN_FLIGHT.dec()
+        # A finished episode is stored even if the run is cut off meanwhile: shield the write, and let the run
+        # wait for it (rc.storing) so counts and store agree when the run ends.
+        store = asyncio.ensure_future(self.store_episode(rc, ep))
+        if rc is not None:
+            rc.storing.add(store)
+            store.add_done_callback(rc.storing.discard)
+        await asyncio.shield(store)
+        return ep
+
+    async def _run_async(self, rc: RunContext) -> None:
+        spec = rc.run.spec
+        addresses = self._addresses(rc)
+        sem = asyncio.Semaphore(spec.concurrency)
+        done = asyncio.Event()
+        in_flight: set[asyncio.Task] = set()
+
+        async def one(job: EpisodeJob) -> None:
+            try:
+                await self.run_job(rc, job, spec, addresses)
+            finally:
+                sem.release()
+                if rc.run.counts.finished >= rc.target:
+                    done.set()
+
+        async def feed() -> None:
+            for job in rc.jobs:
+                t = time.monotonic()
+                await sem.acquire()
+                metrics.STEP_PHASE.labels("queue").observe(time.monotonic() - t)
+                if done.is_set() or rc.stop.is_set():
+                    sem.release()
+                    return
+                rc.run.counts.started += 1
+                task = asyncio.create_task(one(job))
+                in_flight.add(task)
+                task.add_done_callback(in_flight.discard)
+
+        feeder = asyncio.create_task(feed())
+        stopper = asyncio.create_task(rc.stop.wait())
+        if rc.target == 0:
+            done.set()
+        await asyncio.wait([asyncio.create_task(done.wait()), stopper], return_when=asyncio.FIRST_COMPLETED)
+        feeder.cancel()
+        stopper.cancel()
+        # Straggler cutoff or stop: cancel what is still running; stored episodes stay.
+        for t in list(in_flight):
+            t.cancel()
+        await asyncio.gather(feeder, *in_flight, return_exceptions=True)
+        await asyncio.gather(*list(rc.storing), return_exceptions=True)
+        if rc.stop.is_set():
+            rc.run.state = collector_pb2.RUN_STATE_STOPPED
+
+    async def _run_lock_step(self, rc: RunContext) -> None:
+        spec = rc.run.spec
+        addresses = self._addresses(rc)
+        n = spec.concurrency
+        for i in range(0, len(rc.jobs), n):
+            if rc.stop.is_set() or rc.run.counts.finished >= rc.target:
+                break
+            batch = rc.jobs[i : i + n]
+            rc.run.counts.started += len(batch)
+            metrics.EPISODES_STARTED.inc(len(batch))
+            eps = await run_lock_step(batch, spec, self.ctx, addresses)
+            for ep in eps:
+                await self.store_episode(rc, ep)
+        if rc.stop.is_set():
+            rc.run.state = collector_pb2.RUN_STATE_STOPPED
+
+    # -- state ---------------------------------------------------------------------------------------------------------
+    async def _persist_loop(self, rc: RunContext) -> None:
+        while True:
+            await asyncio.sleep(self.config.persist_interval)
+            with contextlib.suppress(Exception):
+                await self.persist(rc)
+
+    def run_row(self, run: collector_pb2.Run) -> dict:
+        """The runs-table row of a run."""
+        c = run.counts
+        return {
+            "run_id": run.run_id,
+            "name": run.spec.name,
+            "spec_json": json_format.MessageToJson(run.spec, indent=None),
+            "state": STATE_NAMES[run.state],
+            "planned": c.planned,
+            "started": c.started,
+            "finished": c.finished,
+            "passed": c.passed,
+            "errored": c.errored,
+            "steps": c.steps,
+            "created_at": run.created_at.ToDatetime(tzinfo=UTC),
+            "finished_at": run.finished_at.ToDatetime(tzinfo=UTC) if run.HasField("finished_at") else None,
+            "error": run.error,
+            "collector_id": self.config.collector_id,
+            "webenv_version": self.config.webenv_version,
+            "version": version_now(),
+        }
+
+    async def persist(self, rc: RunContext) -> None:
+        """Write the run's row (durably: store or spool)."""
+        await self.writer.put({"runs": [self.run_row(rc.run)]})
+
+    @staticmethod
+    def run_from_row(row: dict) -> collector_pb2.Run:
+        """A Run message from a runs-table row."""
+        run = collector_pb2.Run(run_id=row["run_id"], state=STATE_VALUES.get(row["state"], 0), error=row["error"])
+        json_format.Parse(row["spec_json"], run.spec, ignore_unknown_fields=True)
+        c = run.counts
+        c.planned, c.started, c.finished = row["planned"], row["started"], row["finished"]
+        c.passed, c.errored, c.steps = row["passed"], row["errored"], row["steps"]
+        run.created_at.CopyFrom(_ts(_utc(row["created_at"])))
+        fin = _utc(row["finished_at"])
+        if fin is not None and fin.timestamp() > 0:
+            run.finished_at.CopyFrom(_ts(fin))
+        return run
+
+    async def get_run(self, run_id: str) -> collector_pb2.Run:
+        """A run from memory (live) or the store."""
+        if not run_id:
+            raise errors.InvalidArgument("run_id: required", reason="MISSING_RUN_ID", metadata={"field": "run_id"})
+        rc = self.runs.get(run_id)
+        if rc is not None:
+            return rc.run
+        if self.queue is not None:
+            shared = await self.queue.get_run(run_id)
+            if shared is not None:
+                return shared
+        row = await self.store.call(self.store.store.get_run, run_id)
+        if row is None:
+            raise errors.NotFound(f"run {run_id!r} not found", reason="RUN_NOT_FOUND", metadata={"run_id": run_id})
+        return self.run_from_row(row)
+
+    async def stop_run(self, run_id: str) -> collector_pb2.Run:
+        """Stop a live run; finished episodes stay stored. Stopping an ended run returns it unchanged."""
+        rc = self.runs.get(run_id)
+        if rc is None:
+            return await self.get_run(run_id)
+        if rc.run.state not in TERMINAL:
+            rc.stop.set()
+            if self.queue is not None:
+                await self.queue.stop_run(run_id)
+            if rc.task is not None:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await asyncio.wait_for(asyncio.shield(rc.task), 60)
+        return rc.run
+
+    async def close(self) -> None:
+        """Stop every live run."""
+        for run_id, rc in list(self.runs.items()):
+            if rc.run.state not in TERMINAL:
+                with contextlib.suppress(Exception):
+                    await self.stop_run(run_id)
+
+
+def _utc(dt: datetime | None) -> datetime | None:
+    if dt is None:
+        return None
+    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
+
+
+__all__ = ["Engine", "EngineConfig", "RunContext"]

@@ -1,0 +1,485 @@
+"""One episode: open a session, loop act -> step until done or the horizon, close, judge, build its rows.
+
+The phases are separate methods so the asynchronous driver (one loop per episode) and the lock-step baseline
+(every episode of a batch steps together) run exactly the same episode code; only scheduling differs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+
+import grpc
+from google.protobuf import json_format
+from webenv import errors
+from webenv.collector import metrics, repetition
+from webenv.collector.blobs import BlobStore
+from webenv.collector.mux import StreamBroken
+from webenv.collector.peers import Peers
+from webenv.v1 import (
+    collector_pb2,
+    common_pb2,
+    environment_pb2,
+    judge_pb2,
+    policy_pb2,
+)
+
+log = logging.getLogger(__name__)
+
+SPLIT_NAMES = {common_pb2.SPLIT_TRAIN: "train", common_pb2.SPLIT_TEST: "test"}
+DIFFICULTY_NAMES = {common_pb2.DIFFICULTY_EASY: "easy", common_pb2.DIFFICULTY_MEDIUM: "medium", common_pb2.DIFFICULTY_HARD: "hard"}
+LEVEL_NAMES = {
+    collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL: "random_crawl",
+    collector_pb2.COLLECTION_LEVEL_EXPLORATION: "exploration",
+    collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED: "task_oriented",
+}
+ENV_KIND_NAMES = {common_pb2.ENV_KIND_BROWSER: "browser", common_pb2.ENV_KIND_WORLD_MODEL: "world_model"}
+HISTORY_WINDOW = 10
+
+
+class EnvFailure(Exception):
+    """The environment failed (unreachable, crashed session, stream broken): the episode may be retried."""
+
+
+class PeerFailure(Exception):
+    """The policy or judge failed: the episode ends with an error."""
+
+
+@dataclass
+class EpisodeJob:
+    """What one episode runs; the same job (same episode id) may be delivered again after a collector died."""
+
+    run_id: str
+    episode_id: str
+    index: int
+    task: common_pb2.Task
+    seed: int
+    horizon: int
+
+    def to_json(self) -> str:
+        """Serialised for the Redis stream."""
+        return json.dumps(
+            {
+                "run_id": self.run_id,
+                "episode_id": self.episode_id,
+                "index": self.index,
+                "task": self.task.SerializeToString().hex(),
+                "seed": self.seed,
+                "horizon": self.horizon,
+            }
+        )
+
+    @classmethod
+    def from_json(cls, text: str) -> EpisodeJob:
+        """The job back from the Redis stream."""
+        d = json.loads(text)
+        task = common_pb2.Task()
+        task.ParseFromString(bytes.fromhex(d["task"]))
+        return cls(d["run_id"], d["episode_id"], d["index"], task, d["seed"], d["horizon"])
+
+
+@dataclass
+class Context:
+    """What every episode of a collector shares."""
+
+    peers: Peers
+    blobs: BlobStore
+    collector_id: str
+    webenv_version: str
+    step_timeout: float = 60.0
+
+
+def _env_error(what: str, exc: BaseException) -> EnvFailure:
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return EnvFailure(f"{what}: {exc.code().name}: {exc.details()}")
+    return EnvFailure(f"{what}: {exc}")
+
+
+@dataclass
+class Episode:
+    """One attempt at one episode."""
+
+    job: EpisodeJob
+    spec: collector_pb2.RunSpec
+    ctx: Context
+    env_address: str
+    attempt: int = 0
+    session_id: str = ""
+    instruction: str = ""
+    observation: common_pb2.Observation | None = None
+    steps: list[common_pb2.StepRecord] = field(default_factory=list)
+    history: list[policy_pb2.HistoryEntry] = field(default_factory=list)
+    finished: bool = False
+    truncated: bool = False
+    final_answer: str = ""
+    site_state_json: str = ""
+    env_reward: float = 0.0
+    env_kind: int = common_pb2.ENV_KIND_UNSPECIFIED
+    node: str = ""
+    verdict: common_pb2.Verdict | None = None
+    policy_model: str = ""
+    error: str = ""
+    started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
+    t0: float = field(default_factory=time.monotonic)
+    finished_at: datetime | None = None
+
+    # -- phases ------------------------------------------------------------------------------------------------------
+    async def open(self) -> None:
+        """Open the session at the task (or start URL) and take the first observation."""
+        env = self.ctx.peers.env(self.env_address)
+        req = environment_pb2.OpenSessionRequest(
+            request_id=f"{self.job.episode_id}/{self.attempt}",
+            observation_spec=self.spec.observation_spec,
+            seed=self.job.seed,
+            labels={"run_id": self.job.run_id, "episode_id": self.job.episode_id},
+        )
+        if self.job.task.source == common_pb2.TASK_SOURCE_URL:
+            req.start_url = self.job.task.start_url
+        else:
+            req.task.CopyFrom(self.job.task)
+        t = time.monotonic()
+        try:
+            resp = await env.stub.OpenSession(req, timeout=self.ctx.step_timeout)
+        except grpc.aio.AioRpcError as exc:
+            raise _env_error("OpenSession", exc) from exc
+        metrics.STEP_PHASE.labels("environment").observe(time.monotonic() - t)
+        self.session_id = resp.session.session_id
+        self.env_kind = resp.session.env_kind
+        self.node = resp.session.node
+        self.instruction = resp.instruction or self.job.task.instruction
+        self.observation = resp.observation
+        if self.job.horizon <= 0:
+            self.finished = True
+
+    async def act(self) -> policy_pb2.ActResponse:
+        """Ask the policy for the next action."""
+        assert self.observation is not None
+        req = policy_pb2.ActRequest(
+            episode_id=self.job.episode_id,
+            policy=self.spec.policy,
+            task=self.job.task,
+            observation=self.observation,
+            history=self.history[-HISTORY_WINDOW:],
+            step_index=len(self.steps),
+            seed=self.job.seed,
+            instruction=self.instruction,
+        )
+        t = time.monotonic()
+        try:
+            resp = await self.ctx.peers.policy().acts.request(req, deadline=self.ctx.step_timeout)
+        except (errors.WebenvError, StreamBroken, TimeoutError) as exc:
+            raise PeerFailure(f"policy: {exc}") from exc
+        dt = time.monotonic() - t
+        metrics.STEP_PHASE.labels("policy").observe(dt)
+        if resp.timings.queue_seconds:
+            metrics.STEP_PHASE.labels("queue").observe(resp.timings.queue_seconds)
+        resp.timings.total_seconds = resp.timings.total_seconds or dt
+        self.policy_model = resp.model or resp.policy
+        self._policy_seconds = dt
+        return resp
+
+    async def step(self, act: policy_pb2.ActResponse) -> None:
+        """Apply the action in the environment and record the step."""
+        assert self.observation is not None
+        index = len(self.steps)
+        env = self.ctx.peers.env(self.env_address)
+        req = environment_pb2.StepRequest(
+            session_id=self.session_id, action=act.action, step_index=index, timeout_seconds=self.ctx.step_timeout
+        )
+        t = time.monotonic()
+        last_error = ""
+        resp: environment_pb2.StepResponse | None = None
+        try:
+            resp = await env.steps.request(req, deadline=self.ctx.step_timeout + 5)
+        except errors.InvalidArgument as exc:  # the policy's action was malformed: a failed step, not a failed env
+            last_error = exc.message
+        except (errors.WebenvError, StreamBroken, TimeoutError) as exc:
+            raise _env_error("Step", exc) from exc
+        dt = time.monotonic() - t
+        metrics.STEP_PHASE.labels("environment").observe(dt)
+        metrics.STEPS.inc()
+        before = self.observation
+        after = resp.observation if resp is not None else before
+        rec = common_pb2.StepRecord(
+            step_index=index,
+            observation=before,
+            action=act.action,
+            action_text=act.action_text,
+            raw_output=act.raw_output,
+            parse_failed=act.parse_failed,
+            policy_seconds=getattr(self, "_policy_seconds", 0.0),
+            url_after=after.url,
+            last_action_error=last_error or after.last_action_error,
+        )
+        if resp is not None:
+            rec.reward = resp.reward
+            rec.done = resp.done
+            rec.timings.CopyFrom(resp.timings)
+            if resp.timings.queue_seconds:
+                metrics.STEP_PHASE.labels("queue").observe(resp.timings.queue_seconds)
+            self.env_reward = resp.raw_reward or resp.reward
+        if not rec.timings.total_seconds:
+            rec.timings.total_seconds = dt
+        rec.repeated_state = repetition.is_repeated(before, after)
+        self.steps.append(rec)
+        self.history.append(
+            policy_pb2.HistoryEntry(
+                action_text=act.action_text, url=after.url, last_action_error=rec.last_action_error, memory=act.memory
+            )
+        )
+        self.observation = after
+        if act.action.WhichOneof("kind") == "answer":
+            self.final_answer = act.action.answer.text
+            self.finished = True
+        if resp is not None and (resp.done or resp.truncated):
+            self.finished = True
+            self.truncated = resp.truncated
+        if len(self.steps) >= self.job.horizon and not self.finished:
+            self.finished = True
+            self.truncated = True
+
+    async def close(self) -> None:
+        """Close the session, capturing the site state and final reward as evidence."""
+        env = self.ctx.peers.env(self.env_address)
+        t = time.monotonic()
+        try:
+            resp = await env.stub.CloseSession(
+                environment_pb2.CloseSessionRequest(session_id=self.session_id, capture_evidence=True),
+                timeout=self.ctx.step_timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise _env_error("CloseSession", exc) from exc
+        metrics.STEP_PHASE.labels("environment").observe(time.monotonic() - t)
+        self.session_id = ""
+        self.site_state_json = resp.site_state_json
+        self.env_reward = resp.env_reward or self.env_reward
+
+    def trajectory(self) -> common_pb2.Trajectory:
+        """The episode as the judge sees it."""
+        return common_pb2.Trajectory(
+            episode_id=self.job.episode_id,
+            task_id=self.job.task.task_id,
+            steps=self.steps,
+            final_observation=self.observation,
+            final_answer=self.final_answer,
+            site_state_json=self.site_state_json,
+            env_reward=self.env_reward,
+            env_kind=self.env_kind,
+            category=self.job.task.category,
+        )
+
+    async def judge(self) -> None:
+        """Get the verdict (goal-less crawl and exploration episodes have none)."""
+        if self.job.task.source == common_pb2.TASK_SOURCE_URL:
+            return
+        t = time.monotonic()
+        try:
+            resp = await self.ctx.peers.judge().Evaluate(
+                judge_pb2.EvaluateRequest(task=self.job.task, trajectory=self.trajectory()),
+                timeout=self.ctx.step_timeout,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise PeerFailure(f"judge: {exc.code().name}: {exc.details()}") from exc
+        metrics.STEP_PHASE.labels("judge").observe(time.monotonic() - t)
+        self.verdict = resp.verdict
+
+    async def abandon(self) -> None:
+        """Close the session without evidence, best effort (after a failure or a cancellation)."""
+        if not self.session_id:
+            return
+        sid, self.session_id = self.session_id, ""
+        try:
+            await self.ctx.peers.env(self.env_address).stub.CloseSession(
+                environment_pb2.CloseSessionRequest(session_id=sid), timeout=5
+            )
+        except Exception:  # noqa: BLE001 - the session expires by lease anyway
+            pass
+
+    # -- results -----------------------------------------------------------------------------------------------------
+    @property
+    def passed(self) -> bool:
+        return bool(self.verdict and self.verdict.passed and not self.error)
+
+    def summary(self) -> collector_pb2.EpisodeSummary:
+        """The episode as progress reports show it."""
+        return collector_pb2.EpisodeSummary(
+            episode_id=self.job.episode_id,
+            task_id=self.job.task.task_id,
+            passed=self.passed,
+            score=self.verdict.score if self.verdict else 0.0,
+            steps=len(self.steps),
+            error=self.error,
+            duration_seconds=self.duration,
+        )
+
+    @property
+    def duration(self) -> float:
+        return time.monotonic() - self.t0 if self.finished_at is None else self._duration
+
+    def mark_finished(self) -> None:
+        """Freeze the wall time."""
+        self._duration = time.monotonic() - self.t0
+        self.finished_at = datetime.now(UTC)
+
+    def rows(self, version: int) -> dict[str, list[dict]]:
+        """The episode's rows for the store (observations only in the formats the run keeps)."""
+        keep = set(self.spec.keep_formats)
+        task = self.job.task
+        step_rows = []
+        for rec in self.steps:
+            obs = rec.observation
+            shot = ""
+            if common_pb2.OBSERVATION_FORMAT_SCREENSHOT in keep and obs.screenshot.data:
+                ext = "jpg" if obs.screenshot.codec == common_pb2.IMAGE_CODEC_JPEG else "png"
+                shot = self.ctx.blobs.put(obs.screenshot.data, ext)
+            step_rows.append(
+                {
+                    "run_id": self.job.run_id,
+                    "episode_id": self.job.episode_id,
+                    "step_index": rec.step_index,
+                    "url": obs.url,
+                    "title": obs.title,
+                    "axtree": obs.axtree if common_pb2.OBSERVATION_FORMAT_AXTREE in keep else "",
+                    "html": obs.html if common_pb2.OBSERVATION_FORMAT_HTML in keep else "",
+                    "markdown": obs.markdown if common_pb2.OBSERVATION_FORMAT_MARKDOWN in keep else "",
+                    "screenshot_key": shot,
+                    "action_text": rec.action_text,
+                    "action_json": json_format.MessageToJson(rec.action, indent=None),
+                    "raw_output": rec.raw_output,
+                    "parse_failed": int(rec.parse_failed),
+                    "reward": rec.reward,
+                    "done": int(rec.done),
+                    "last_action_error": rec.last_action_error,
+                    "repeated_state": int(rec.repeated_state),
+                    "url_after": rec.url_after,
+                    "policy_seconds": rec.policy_seconds,
+                    "env_seconds": rec.timings.total_seconds,
+                    "env_queue_seconds": rec.timings.queue_seconds,
+                    "action_seconds": rec.timings.action_seconds,
+                    "observe_seconds": rec.timings.observe_seconds,
+                    "version": version,
+                }
+            )
+        final = self.observation or common_pb2.Observation()
+        v = self.verdict
+        episode = {
+            "run_id": self.job.run_id,
+            "episode_id": self.job.episode_id,
+            "episode_index": self.job.index,
+            "task_id": task.task_id,
+            "source": common_pb2.TaskSource.Name(task.source).removeprefix("TASK_SOURCE_").lower(),
+            "site": task.site,
+            "family": task.family,
+            "split": SPLIT_NAMES.get(task.split, ""),
+            "difficulty": DIFFICULTY_NAMES.get(task.difficulty, ""),
+            "level": LEVEL_NAMES.get(self.spec.level, ""),
+            "policy": self.spec.policy,
+            "env_kind": ENV_KIND_NAMES.get(self.env_kind, ""),
+            "env_address": self.env_address,
+            "instruction": self.instruction or task.instruction,
+            "passed": int(self.passed),
+            "score": v.score if v else 0.0,
+            "answer_supported": int(bool(v and v.answer_supported)),
+            "verdict_json": json_format.MessageToJson(v, indent=None) if v else "",
+            "final_answer": self.final_answer,
+            "final_url": final.url,
+            "final_axtree": final.axtree if common_pb2.OBSERVATION_FORMAT_AXTREE in keep else "",
+            "final_html": final.html if common_pb2.OBSERVATION_FORMAT_HTML in keep else "",
+            "final_markdown": final.markdown if common_pb2.OBSERVATION_FORMAT_MARKDOWN in keep else "",
+            "env_reward": self.env_reward,
+            "site_state_json": self.site_state_json,
+            "steps": len(self.steps),
+            "repeated_steps": sum(1 for s in self.steps if s.repeated_state),
+            "horizon": self.job.horizon,
+            "truncated": int(self.truncated),
+            "error": self.error,
+            "attempts": self.attempt + 1,
+            "started_at": self.started_at,
+            "finished_at": self.finished_at or datetime.now(UTC),
+            "duration_seconds": self.duration,
+            "seed": self.job.seed,
+            "task_seed": task.seed,
+            "webenv_version": self.ctx.webenv_version,
+            "collector_id": self.ctx.collector_id,
+            "browser_node": self.node,
+            "policy_model": self.policy_model,
+            "judge_version": v.judge_version if v else "",
+            "rubric_id": v.rubric_id if v else task.rubric.rubric_id,
+            "rubric_version": v.rubric_version if v else task.rubric.version,
+            "version": version,
+        }
+        return {"steps": step_rows, "episodes": [episode]}
+
+
+async def run_episode(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context, addresses: list[str]) -> Episode:
+    """Run one episode asynchronously, retrying on another environment address when the environment fails.
+
+    Never raises for episode-level problems: the returned Episode carries ``error`` and is stored either way.
+    """
+    timeout = job.task.timeout_seconds or spec.episode_timeout_seconds
+    attempt = 0
+    while True:
+        ep = Episode(job, spec, ctx, addresses[(job.index + attempt) % len(addresses)], attempt=attempt)
+        try:
+            async with asyncio.timeout(timeout):
+                await ep.open()
+                while not ep.finished:
+                    await ep.step(await ep.act())
+                await ep.close()
+                await ep.judge()
+        except EnvFailure as exc:
+            await ep.abandon()
+            if attempt < spec.max_retries:
+                attempt += 1
+                metrics.EPISODE_RETRIES.inc()
+                log.info("episode %s: environment failed, retry %d: %s", job.episode_id, attempt, exc)
+                continue
+            ep.error = f"environment failed after {attempt + 1} attempt(s): {exc}"
+        except PeerFailure as exc:
+            await ep.abandon()
+            ep.error = str(exc)
+        except TimeoutError:
+            await ep.abandon()
+            ep.error = f"episode deadline of {timeout:g}s exceeded after {len(ep.steps)} steps"
+        except asyncio.CancelledError:
+            asyncio.get_running_loop().create_task(ep.abandon())
+            raise
+        ep.mark_finished()
+        return ep
+
+
+async def run_lock_step(
+    jobs: list[EpisodeJob], spec: collector_pb2.RunSpec, ctx: Context, addresses: list[str]
+) -> list[Episode]:
+    """The synchronous baseline: a batch opens together and every round waits for its slowest episode."""
+    eps = [Episode(j, spec, ctx, addresses[j.index % len(addresses)]) for j in jobs]
+
+    async def guarded(ep: Episode, coro) -> None:
+        try:
+            await coro
+        except (EnvFailure, PeerFailure) as exc:
+            ep.error = str(exc)
+            ep.finished = True
+            await ep.abandon()
+
+    await asyncio.gather(*(guarded(ep, ep.open()) for ep in eps))
+    active = [ep for ep in eps if not ep.error and not ep.finished]
+    while active:
+        acts: dict[int, policy_pb2.ActResponse] = {}
+
+        async def act(i: int, ep: Episode, acts: dict[int, policy_pb2.ActResponse] = acts) -> None:
+            acts[i] = await ep.act()
+
+        await asyncio.gather(*(guarded(ep, act(i, ep)) for i, ep in enumerate(active)))
+        await asyncio.gather(*(guarded(ep, ep.step(acts[i])) for i, ep in enumerate(active) if i in acts))
+        active = [ep for ep in active if not ep.finished and not ep.error]
+    live = [ep for ep in eps if not ep.error]
+    await asyncio.gather(*(guarded(ep, ep.close()) for ep in live))
+    await asyncio.gather(*(guarded(ep, ep.judge()) for ep in live if not ep.error))
+    for ep in eps:
+        ep.mark_finished()
+    return eps

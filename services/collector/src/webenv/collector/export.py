@@ -1,0 +1,190 @@
+"""Exports of stored episodes and steps: JSONL, Parquet, HF datasets, and world-model transitions.
+
+Reads are columnar end to end (ClickHouse -> Arrow -> file) so exporting is bounded by the disk, not Python:
+Parquet and datasets never build per-row Python objects. FINAL makes retried writes count once.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from webenv import errors
+from webenv.collector.episode import LEVEL_NAMES, SPLIT_NAMES
+from webenv.collector.store import Store
+from webenv.v1 import collector_pb2, common_pb2
+
+TRANSITION_FORMATS = {
+    common_pb2.OBSERVATION_FORMAT_AXTREE: "axtree",
+    common_pb2.OBSERVATION_FORMAT_HTML: "html",
+    common_pb2.OBSERVATION_FORMAT_MARKDOWN: "markdown",
+}
+
+
+@dataclass
+class ExportResult:
+    """What an export wrote."""
+
+    paths: list[str]
+    episodes: int
+    steps: int
+    duration_seconds: float
+
+
+def _where(run_id: str, flt: collector_pb2.ExportFilter) -> tuple[str, dict]:
+    clauses, params = [], {}
+    if run_id:
+        clauses.append("run_id = {run_id:String}")
+        params["run_id"] = run_id
+    if flt.split:
+        clauses.append("split = {split:String}")
+        params["split"] = SPLIT_NAMES[flt.split]
+    if flt.HasField("passed"):
+        clauses.append(f"passed = {int(flt.passed)}")
+    if flt.level:
+        clauses.append("level = {level:String}")
+        params["level"] = LEVEL_NAMES[flt.level]
+    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
+
+
+def read_tables(store: Store, run_id: str, flt: collector_pb2.ExportFilter) -> tuple[pa.Table, pa.Table]:
+    """(episodes, steps) matching the filter, as Arrow tables ordered by run, episode, step."""
+    where, params = _where(run_id, flt)
+    episodes = store.query_arrow(
+        f"SELECT * EXCEPT (version) FROM {{db}}.episodes FINAL{where} ORDER BY run_id, episode_id", params
+    )
+    step_where = f" WHERE (run_id, episode_id) IN (SELECT run_id, episode_id FROM {{db}}.episodes FINAL{where})"
+    if flt.drop_repeated:
+        step_where += " AND repeated_state = 0"
+    steps = store.query_arrow(
+        f"SELECT * EXCEPT (version) FROM {{db}}.steps FINAL{step_where} ORDER BY run_id, episode_id, step_index",
+        params,
+    )
+    return episodes, steps
+
+
+def _json_default(v):
+    if isinstance(v, datetime):
+        return v.isoformat()
+    if isinstance(v, bytes):
+        return v.decode("utf-8", "replace")
+    raise TypeError(type(v))
+
+
+def write_jsonl(episodes: pa.Table, steps: pa.Table, dest: Path) -> list[Path]:
+    """One line per episode with its steps nested, in step order."""
+    by_episode: dict[str, list[dict]] = {}
+    for row in steps.to_pylist():
+        by_episode.setdefault(row["episode_id"], []).append(row)
+    path = dest / "episodes.jsonl"
+    with path.open("w", encoding="utf-8") as f:
+        for ep in episodes.to_pylist():
+            ep["steps_detail"] = by_episode.get(ep["episode_id"], [])
+            f.write(json.dumps(ep, default=_json_default, ensure_ascii=False))
+            f.write("\n")
+    return [path]
+
+
+def write_parquet(episodes: pa.Table, steps: pa.Table, dest: Path) -> list[Path]:
+    """episodes.parquet and steps.parquet (zstd)."""
+    paths = [dest / "episodes.parquet", dest / "steps.parquet"]
+    pq.write_table(episodes, paths[0], compression="zstd")
+    pq.write_table(steps, paths[1], compression="zstd")
+    return paths
+
+
+def write_hf(episodes: pa.Table, steps: pa.Table, dest: Path) -> list[Path]:
+    """A datasets.DatasetDict with 'episodes' and 'steps' splits, saved with save_to_disk."""
+    import datasets  # imported lazily: it is slow to import and only exports need it
+
+    dd = datasets.DatasetDict({"episodes": datasets.Dataset(episodes), "steps": datasets.Dataset(steps)})
+    out = dest / "hf"
+    dd.save_to_disk(str(out))
+    return [out]
+
+
+def transitions_table(episodes: pa.Table, steps: pa.Table, fmt: int) -> pa.Table:
+    """World-model transitions (state, action, next state) in the agreed JSONL schema, as a table."""
+    col = TRANSITION_FORMATS[fmt]
+    ep_rows = {r["episode_id"]: r for r in episodes.select(
+        ["episode_id", "site", "split", "instruction", "env_kind", f"final_{col}", "final_url"]).to_pylist()}
+    s = steps.select(["episode_id", "step_index", "url", col, "action_text", "url_after", "repeated_state"]).to_pylist()
+    out: dict[str, list] = {k: [] for k in (
+        "episode_id", "step_index", "site", "split", "format", "instruction", "url", "state", "action_text",
+        "next_url", "next_state", "env_kind")}  # fmt: skip
+    for i, row in enumerate(s):
+        ep = ep_rows[row["episode_id"]]
+        nxt = s[i + 1] if i + 1 < len(s) and s[i + 1]["episode_id"] == row["episode_id"] else None
+        # The next state is the next stored step's observation, else the episode's final observation.
+        if nxt is not None and nxt["step_index"] == row["step_index"] + 1:
+            next_state = nxt[col]
+        elif nxt is None:
+            next_state = ep[f"final_{col}"]
+        else:  # the next step was filtered out (repeated): its observation is still the next state
+            next_state = nxt[col]
+        for k, v in (
+            ("episode_id", row["episode_id"]), ("step_index", row["step_index"]), ("site", ep["site"]),
+            ("split", ep["split"] or "train"), ("format", col), ("instruction", ep["instruction"]),
+            ("url", row["url"]), ("state", row[col]), ("action_text", row["action_text"]),
+            ("next_url", row["url_after"]), ("next_state", next_state), ("env_kind", ep["env_kind"]),
+        ):  # fmt: skip
+            out[k].append(v)
+    return pa.table(out)
+
+
+def write_transitions(table: pa.Table, dest: Path) -> list[Path]:
+    """transitions.jsonl, one transition per line."""
+    path = dest / "transitions.jsonl"
+    with path.open("w", encoding="utf-8") as f:
+        for row in table.to_pylist():
+            f.write(json.dumps(row, ensure_ascii=False))
+            f.write("\n")
+    return [path]
+
+
+def export(
+    store: Store,
+    run_id: str,
+    fmt: int,
+    destination: str,
+    flt: collector_pb2.ExportFilter,
+    transition_format: int = common_pb2.OBSERVATION_FORMAT_UNSPECIFIED,
+) -> ExportResult:
+    """Export (synchronously, on the store thread) and say what was written."""
+    if fmt == collector_pb2.EXPORT_FORMAT_UNSPECIFIED or fmt not in collector_pb2.ExportFormat.values():
+        raise errors.InvalidArgument("format: required (JSONL, PARQUET, HF_DATASET or TRANSITIONS)",
+                                     reason="BAD_EXPORT", metadata={"field": "format"})
+    if not destination:
+        raise errors.InvalidArgument("destination: required", reason="BAD_EXPORT", metadata={"field": "destination"})
+    if fmt == collector_pb2.EXPORT_FORMAT_TRANSITIONS:
+        transition_format = transition_format or common_pb2.OBSERVATION_FORMAT_AXTREE
+        if transition_format not in TRANSITION_FORMATS:
+            raise errors.InvalidArgument(
+                "transition_format: must be AXTREE, HTML or MARKDOWN", reason="BAD_EXPORT",
+                metadata={"field": "transition_format"})
+    t0 = time.perf_counter()
+    dest = Path(destination)
+    dest.mkdir(parents=True, exist_ok=True)
+    episodes, steps = read_tables(store, run_id, flt)
+    if fmt == collector_pb2.EXPORT_FORMAT_JSONL:
+        paths = write_jsonl(episodes, steps, dest)
+        n_steps = steps.num_rows
+    elif fmt == collector_pb2.EXPORT_FORMAT_PARQUET:
+        paths = write_parquet(episodes, steps, dest)
+        n_steps = steps.num_rows
+    elif fmt == collector_pb2.EXPORT_FORMAT_HF_DATASET:
+        paths = write_hf(episodes, steps, dest)
+        n_steps = steps.num_rows
+    else:
+        table = transitions_table(episodes, steps, transition_format)
+        if flt.drop_repeated and table.num_rows:
+            table = table.filter(pc.invert(pc.equal(table["state"], table["next_state"])))
+        paths = write_transitions(table, dest)
+        n_steps = table.num_rows
+    return ExportResult([str(p) for p in paths], episodes.num_rows, n_steps, time.perf_counter() - t0)

@@ -1,0 +1,104 @@
+"""CollectorService over the engine: validation at the edge, runs in the engine, exports on the store thread."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import time
+from collections.abc import AsyncIterator
+
+from webenv import errors
+from webenv.collector import metrics
+from webenv.collector.engine import STATE_NAMES, TERMINAL, Engine
+from webenv.collector.export import export
+from webenv.v1 import collector_pb2, collector_pb2_grpc
+
+MAX_PAGE = 500
+
+
+class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
+    """The gRPC face of one collector."""
+
+    def __init__(self, engine: Engine, watch_interval: float = 0.5) -> None:
+        self.engine = engine
+        self.watch_interval = watch_interval
+        self._exports: dict[str, collector_pb2.ExportRunResponse] = {}
+
+    async def StartRun(self, request, context):  # noqa: N802
+        run = await self.engine.start_run(request.request_id, request.spec)
+        return collector_pb2.StartRunResponse(run=run)
+
+    async def WatchRun(self, request, context) -> AsyncIterator[collector_pb2.WatchRunResponse]:  # noqa: N802
+        run = await self.engine.get_run(request.run_id)
+        rc = self.engine.runs.get(request.run_id)
+        if rc is None:  # not live here: one report of how it ended (or stands)
+            yield collector_pb2.WatchRunResponse(run=run)
+            return
+        pos = 0
+        while True:
+            rc.changed.clear()
+            resp, pos = rc.progress(pos)
+            yield resp
+            if rc.run.state in TERMINAL:
+                return
+            try:
+                await asyncio.wait_for(rc.changed.wait(), timeout=max(self.watch_interval, 0.05) * 4)
+            except TimeoutError:
+                pass
+            await asyncio.sleep(self.watch_interval)
+
+    async def StopRun(self, request, context):  # noqa: N802
+        return collector_pb2.StopRunResponse(run=await self.engine.stop_run(request.run_id))
+
+    async def GetRun(self, request, context):  # noqa: N802
+        return collector_pb2.GetRunResponse(run=await self.engine.get_run(request.run_id))
+
+    async def ListRuns(self, request, context):  # noqa: N802
+        if request.page_size < 0:
+            raise errors.InvalidArgument("page_size: must be >= 0", reason="BAD_PAGE", metadata={"field": "page_size"})
+        size = min(request.page_size or 50, MAX_PAGE)
+        offset = 0
+        if request.page_token:
+            try:
+                offset = int(base64.urlsafe_b64decode(request.page_token.encode()).decode().removeprefix("o:"))
+            except ValueError as exc:
+                raise errors.InvalidArgument(
+                    "page_token: not a token from a previous response", reason="BAD_PAGE_TOKEN",
+                    metadata={"field": "page_token"},
+                ) from exc
+        if request.state and request.state not in collector_pb2.RunState.values():
+            raise errors.InvalidArgument(f"state: unknown value {request.state}", metadata={"field": "state"})
+        store = self.engine.store
+        # Live runs first write their rows asynchronously: flush so the page reflects them.
+        for rc in list(self.engine.runs.values()):
+            await self.engine.persist(rc)
+        await self.engine.writer.drain()
+        rows = await store.call(
+            store.store.list_runs, STATE_NAMES[request.state] if request.state else None, size + 1, offset
+        )
+        runs = []
+        for row in rows[:size]:
+            live = self.engine.runs.get(row["run_id"])
+            runs.append(live.run if live is not None else Engine.run_from_row(row))
+        token = base64.urlsafe_b64encode(f"o:{offset + size}".encode()).decode() if len(rows) > size else ""
+        return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
+
+    async def ExportRun(self, request, context):  # noqa: N802
+        if request.request_id and request.request_id in self._exports:
+            return self._exports[request.request_id]
+        if request.run_id:
+            await self.engine.get_run(request.run_id)  # NOT_FOUND for an unknown run
+        await self.engine.writer.drain()
+        store = self.engine.store
+        t0 = time.monotonic()
+        res = await store.call(
+            export, store.store, request.run_id, request.format, request.destination, request.filter,
+            request.transition_format,
+        )
+        metrics.EXPORT_SECONDS.observe(time.monotonic() - t0)
+        resp = collector_pb2.ExportRunResponse(
+            paths=res.paths, episodes=res.episodes, steps=res.steps, duration_seconds=res.duration_seconds
+        )
+        if request.request_id:
+            self._exports[request.request_id] = resp
+        return resp

@@ -1,0 +1,169 @@
+"""RunSpec validation and defaults.
+
+A bad spec is refused before anything runs, with an INVALID_ARGUMENT that names the offending field
+(``spec.repeats``), so a client can point at it. ``resolve`` returns the spec with every default filled in,
+which is what gets stored with the run: the stored spec says exactly what ran.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from urllib.parse import urlparse
+
+from webenv import errors
+from webenv.v1 import collector_pb2, common_pb2
+
+DEFAULT_HORIZONS = {common_pb2.DIFFICULTY_EASY: 10, common_pb2.DIFFICULTY_MEDIUM: 20, common_pb2.DIFFICULTY_HARD: 30}
+KNOWN_POLICIES = ("oracle", "random", "explore", "llm")
+MAX_EPISODES = 10_000_000
+MAX_CONCURRENCY = 4096
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """The collector's defaults for fields a spec leaves at zero."""
+
+    env_address: str = "localhost:50051"
+    concurrency: int = 16
+    episode_timeout_seconds: float = 300.0
+    policy: str = "random"
+
+
+def _bad(field: str, message: str) -> errors.InvalidArgument:
+    return errors.InvalidArgument(f"{field}: {message}", reason="BAD_RUN_SPEC", metadata={"field": field})
+
+
+def _enum_ok(enum_type, value: int) -> bool:
+    return value in enum_type.values()
+
+
+def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
+    """Raise InvalidArgument naming the first bad field of ``spec``."""
+    f = field
+    if spec.episodes < 0:
+        raise _bad(f"{f}.episodes", f"must be >= 0, got {spec.episodes}")
+    if spec.episodes > MAX_EPISODES:
+        raise _bad(f"{f}.episodes", f"must be <= {MAX_EPISODES}, got {spec.episodes}")
+    if spec.repeats < 0:
+        raise _bad(f"{f}.repeats", f"must be >= 0, got {spec.repeats}")
+    if spec.concurrency < 0 or spec.concurrency > MAX_CONCURRENCY:
+        raise _bad(f"{f}.concurrency", f"must be in [0, {MAX_CONCURRENCY}], got {spec.concurrency}")
+    if spec.max_retries < 0 or spec.max_retries > 100:
+        raise _bad(f"{f}.max_retries", f"must be in [0, 100], got {spec.max_retries}")
+    if spec.task_limit < 0:
+        raise _bad(f"{f}.task_limit", f"must be >= 0, got {spec.task_limit}")
+    t = spec.episode_timeout_seconds
+    if math.isnan(t) or t < 0 or t > 86400:
+        raise _bad(f"{f}.episode_timeout_seconds", f"must be in [0, 86400], got {t}")
+    ff = spec.finish_fraction
+    if math.isnan(ff) or ff < 0 or ff > 1:
+        raise _bad(f"{f}.finish_fraction", f"must be in [0, 1], got {ff}")
+    for name in ("easy", "medium", "hard"):
+        v = getattr(spec.horizons, name)
+        if v < 0 or v > 1000:
+            raise _bad(f"{f}.horizons.{name}", f"must be in [0, 1000], got {v}")
+    if spec.policy and spec.policy not in KNOWN_POLICIES:
+        raise _bad(f"{f}.policy", f"unknown policy {spec.policy!r}; expected one of {', '.join(KNOWN_POLICIES)}")
+    for name, enum_type in (
+        ("sampling", collector_pb2.SamplingStrategy),
+        ("level", collector_pb2.CollectionLevel),
+        ("mode", collector_pb2.RolloutMode),
+    ):
+        if not _enum_ok(enum_type, getattr(spec, name)):
+            raise _bad(f"{f}.{name}", f"unknown value {getattr(spec, name)}")
+    for i, fmt in enumerate(spec.observation_spec.formats):
+        if fmt == common_pb2.OBSERVATION_FORMAT_UNSPECIFIED or not _enum_ok(common_pb2.ObservationFormat, fmt):
+            raise _bad(f"{f}.observation_spec.formats[{i}]", f"not an observation format: {fmt}")
+    produced = set(spec.observation_spec.formats) or {common_pb2.OBSERVATION_FORMAT_AXTREE}
+    for i, fmt in enumerate(spec.keep_formats):
+        if fmt not in produced:
+            raise _bad(f"{f}.keep_formats[{i}]", f"format {common_pb2.ObservationFormat.Name(fmt) if _enum_ok(common_pb2.ObservationFormat, fmt) else fmt} is not among observation_spec.formats")
+    for i, url in enumerate(spec.start_urls):
+        p = urlparse(url)
+        if p.scheme not in ("http", "https") or not p.netloc:
+            raise _bad(f"{f}.start_urls[{i}]", f"must be an absolute http(s) URL, got {url!r}")
+    if spec.start_urls and spec.level == collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED:
+        raise _bad(f"{f}.start_urls", "a task-oriented run takes tasks, not start URLs")
+    if spec.start_urls and spec.episodes == 0 and spec.repeats == 0:
+        raise _bad(f"{f}.episodes", "a crawl run needs episodes > 0 or repeats > 0")
+    if spec.env_address and ":" not in spec.env_address:
+        raise _bad(f"{f}.env_address", f"must be host:port, got {spec.env_address!r}")
+    tf = spec.tasks
+    for i, d in enumerate(tf.difficulties):
+        if not _enum_ok(common_pb2.Difficulty, d):
+            raise _bad(f"{f}.tasks.difficulties[{i}]", f"unknown difficulty {d}")
+    for i, s in enumerate(tf.sources):
+        if not _enum_ok(common_pb2.TaskSource, s):
+            raise _bad(f"{f}.tasks.sources[{i}]", f"unknown source {s}")
+    if not _enum_ok(common_pb2.Split, tf.split):
+        raise _bad(f"{f}.tasks.split", f"unknown split {tf.split}")
+
+
+def resolve(spec: collector_pb2.RunSpec, defaults: Defaults) -> collector_pb2.RunSpec:
+    """Validate ``spec`` and return a copy with every default filled in."""
+    validate(spec)
+    out = collector_pb2.RunSpec()
+    out.CopyFrom(spec)
+    if not out.policy:
+        out.policy = "random" if out.start_urls else defaults.policy
+    if not out.env_address:
+        out.env_address = defaults.env_address
+    if not out.concurrency:
+        out.concurrency = defaults.concurrency
+    if not out.episode_timeout_seconds:
+        out.episode_timeout_seconds = defaults.episode_timeout_seconds
+    if not out.finish_fraction:
+        out.finish_fraction = 1.0
+    if not out.mode:
+        out.mode = collector_pb2.ROLLOUT_MODE_ASYNC
+    if not out.sampling:
+        out.sampling = collector_pb2.SAMPLING_STRATEGY_UNIFORM
+    if not out.horizons.easy:
+        out.horizons.easy = 10
+    if not out.horizons.medium:
+        out.horizons.medium = 20
+    if not out.horizons.hard:
+        out.horizons.hard = 30
+    if not out.observation_spec.formats:
+        out.observation_spec.formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+    if not out.keep_formats:
+        out.keep_formats.extend(out.observation_spec.formats)
+    if not out.level:
+        if out.start_urls:
+            out.level = (
+                collector_pb2.COLLECTION_LEVEL_EXPLORATION
+                if out.policy in ("explore", "llm")
+                else collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL
+            )
+        else:
+            out.level = collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED
+    if not out.repeats and not out.episodes:
+        out.repeats = 1
+    return out
+
+
+def horizon_for(spec: collector_pb2.RunSpec, task: common_pb2.Task) -> int:
+    """Step cap for one task: the task's own cap, else the run's horizon by difficulty (medium when unknown)."""
+    if task.max_steps > 0:
+        return task.max_steps
+    h = spec.horizons
+    return {
+        common_pb2.DIFFICULTY_EASY: h.easy or 10,
+        common_pb2.DIFFICULTY_HARD: h.hard or 30,
+    }.get(task.difficulty, h.medium or 20)
+
+
+def url_task(url: str, index: int) -> common_pb2.Task:
+    """A goal-less task for crawl and exploration runs starting at ``url``."""
+    host = urlparse(url).hostname or ""
+    return common_pb2.Task(
+        task_id=f"url/{host}/{index}",
+        source=common_pb2.TASK_SOURCE_URL,
+        kind=common_pb2.TASK_KIND_OPEN_ENDED,
+        start_url=url,
+        site=host,
+        difficulty=common_pb2.DIFFICULTY_MEDIUM,
+    )
+
+

@@ -1,0 +1,255 @@
+"""The trajectory store: runs, episodes and steps in ClickHouse through clickhouse-connect.
+
+One client API for both deployments: ``chdb:///path`` opens embedded chDB (zero set-up, one process per data
+folder), ``http(s)://host:8123`` a ClickHouse server. Schema comes from versioned migrations. Every table is a
+ReplacingMergeTree keyed by natural ids, so writes are idempotent; exact reads use FINAL.
+
+The ``Store`` is synchronous and used from one worker thread (``AsyncStore`` wraps it), because the chDB engine
+is one embedded server per process and serialising its calls is both safe and fast enough.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, datetime
+from importlib import resources
+from typing import Any
+
+import clickhouse_connect
+
+EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+_DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
+
+RUN_COLUMNS = [
+    "run_id", "name", "spec_json", "state", "planned", "started", "finished", "passed", "errored", "steps",
+    "created_at", "finished_at", "error", "collector_id", "webenv_version", "version",
+]  # fmt: skip
+EPISODE_COLUMNS = [
+    "run_id", "episode_id", "episode_index", "task_id", "source", "site", "family", "split", "difficulty", "level",
+    "policy", "env_kind", "env_address", "instruction", "passed", "score", "answer_supported", "verdict_json",
+    "final_answer", "final_url", "final_axtree", "final_html", "final_markdown", "env_reward", "site_state_json",
+    "steps", "repeated_steps", "horizon", "truncated", "error", "attempts", "started_at", "finished_at",
+    "duration_seconds", "seed", "task_seed", "webenv_version", "collector_id", "browser_node", "policy_model",
+    "judge_version", "rubric_id", "rubric_version", "version",
+]  # fmt: skip
+STEP_COLUMNS = [
+    "run_id", "episode_id", "step_index", "url", "title", "axtree", "html", "markdown", "screenshot_key",
+    "action_text", "action_json", "raw_output", "parse_failed", "reward", "done", "last_action_error",
+    "repeated_state", "url_after", "policy_seconds", "env_seconds", "env_queue_seconds", "action_seconds",
+    "observe_seconds", "version",
+]  # fmt: skip
+TABLES = {"runs": RUN_COLUMNS, "episodes": EPISODE_COLUMNS, "steps": STEP_COLUMNS}
+# Insert order: steps before their episode row, so an episode row implies its steps are stored.
+INSERT_ORDER = ("steps", "episodes", "runs")
+_DEFAULTS = {"String": "", "Int": 0, "Float": 0.0, "UInt": 0}
+
+
+class StoreError(Exception):
+    """The store could not be reached or refused a statement."""
+
+
+def _default_for(col: str) -> Any:
+    if col.endswith("_at"):
+        return EPOCH
+    return None
+
+
+def migrations() -> list[tuple[int, str, str]]:
+    """(version, name, sql) of every migration shipped with the package, in order."""
+    out = []
+    for entry in resources.files("webenv.collector.migrations").iterdir():
+        m = re.match(r"^(\d{3})_(.+)\.sql$", entry.name)
+        if m:
+            out.append((int(m.group(1)), m.group(2), entry.read_text()))
+    return sorted(out)
+
+
+def _statements(sql: str) -> list[str]:
+    body = "\n".join(line for line in sql.splitlines() if not line.strip().startswith("--"))
+    return [s.strip() for s in body.split(";") if s.strip()]
+
+
+class Store:
+    """Synchronous store over one clickhouse-connect client; reconnects lazily after a failure."""
+
+    def __init__(self, url: str, database: str = "webenv") -> None:
+        if not _DB_NAME.match(database):
+            raise ValueError(f"WEBENV_STORE_DATABASE: not a valid database name: {database!r}")
+        self.url = url
+        self.database = database
+        self._client = None
+        self._lock = threading.Lock()
+        self._migrated = False
+
+    # -- connection ---------------------------------------------------------------------------------------------
+    def _connect(self):
+        if self._client is None:
+            try:
+                if self.url.startswith("chdb://"):
+                    self._client = clickhouse_connect.get_client(dsn=self.url)
+                else:
+                    self._client = clickhouse_connect.get_client(
+                        dsn=self.url, connect_timeout=3, send_receive_timeout=30
+                    )
+            except Exception as exc:  # noqa: BLE001 - any connection failure means "store down"
+                raise StoreError(f"cannot connect to store {self.url}: {exc}") from exc
+            if not self._migrated:
+                self._migrate()
+        return self._client
+
+    def retarget(self, url: str) -> None:
+        """Point the store at another URL (operations, and the store-outage test); reconnects on next use."""
+        with self._lock:
+            self._close_client()
+            self.url = url
+            self._migrated = False
+
+    def _close_client(self) -> None:
+        if self._client is not None:
+            try:
+                self._client.close()
+            except Exception:  # noqa: BLE001
+                pass
+            self._client = None
+
+    def close(self) -> None:
+        """Close the client."""
+        with self._lock:
+            self._close_client()
+
+    def _run(self, fn):
+        with self._lock:
+            try:
+                client = self._connect()
+                return fn(client)
+            except StoreError:
+                self._close_client()
+                raise
+            except Exception as exc:  # noqa: BLE001
+                self._close_client()
+                raise StoreError(f"store {self.url}: {exc}") from exc
+
+    # -- schema --------------------------------------------------------------------------------------------------
+    def _migrate(self) -> None:
+        c = self._client
+        db = self.database
+        c.command(f"CREATE DATABASE IF NOT EXISTS {db}")
+        c.command(
+            f"CREATE TABLE IF NOT EXISTS {db}.schema_migrations (version UInt32, name String, "
+            f"applied_at DateTime64(3, 'UTC')) ENGINE = MergeTree ORDER BY version"
+        )
+        done = {r[0] for r in c.query(f"SELECT version FROM {db}.schema_migrations").result_rows}
+        for version, name, sql in migrations():
+            if version in done:
+                continue
+            for stmt in _statements(sql.replace("{db}", db)):
+                c.command(stmt)
+            c.insert(
+                "schema_migrations",
+                [[version, name, datetime.now(UTC)]],
+                column_names=["version", "name", "applied_at"],
+                database=db,
+            )
+        self._migrated = True
+
+    def migrate(self) -> list[int]:
+        """Connect and apply pending migrations; returns the versions now applied."""
+
+        def go(c):
+            return [r[0] for r in c.query(f"SELECT version FROM {self.database}.schema_migrations ORDER BY version").result_rows]
+
+        return self._run(go)
+
+    # -- writes ----------------------------------------------------------------------------------------------------
+    def insert(self, batch: dict[str, list[dict]]) -> None:
+        """Insert rows of several tables (steps, then episodes, then runs). Idempotent by the tables' keys."""
+
+        def go(c):
+            for table in INSERT_ORDER:
+                rows = batch.get(table)
+                if not rows:
+                    continue
+                cols = TABLES[table]
+                data = [[row.get(col, _default_for(col)) for col in cols] for row in rows]
+                data = [[_fill(v, col) for v, col in zip(r, cols, strict=True)] for r in data]
+                c.insert(table, data, column_names=cols, database=self.database)
+
+        self._run(go)
+
+    # -- reads ------------------------------------------------------------------------------------------------------
+    def query(self, sql: str, parameters: dict | None = None) -> list[dict]:
+        """Rows of a query as dicts; ``{db}`` in ``sql`` is the store's database."""
+
+        def go(c):
+            r = c.query(sql.replace("{db}", self.database), parameters=parameters or {})
+            return [dict(zip(r.column_names, row, strict=True)) for row in r.result_rows]
+
+        return self._run(go)
+
+    def query_arrow(self, sql: str, parameters: dict | None = None):
+        """A query's result as a pyarrow Table."""
+        return self._run(lambda c: c.query_arrow(sql.replace("{db}", self.database), parameters=parameters or {}))
+
+    def get_run(self, run_id: str) -> dict | None:
+        """The latest row of a run, or None."""
+        rows = self.query("SELECT * FROM {db}.runs FINAL WHERE run_id = {r:String}", {"r": run_id})
+        return rows[0] if rows else None
+
+    def list_runs(self, state: str | None, limit: int, offset: int) -> list[dict]:
+        """Runs newest first."""
+        where = "WHERE state = {s:String}" if state else ""
+        return self.query(
+            f"SELECT * FROM {{db}}.runs FINAL {where} ORDER BY created_at DESC, run_id DESC "
+            f"LIMIT {int(limit)} OFFSET {int(offset)}",
+            {"s": state} if state else None,
+        )
+
+    def counts(self, run_id: str) -> dict:
+        """Exact episode and step counts of a run (FINAL: retried writes count once)."""
+        e = self.query(
+            "SELECT count() AS episodes, countIf(passed = 1) AS passed, countIf(error != '') AS errored "
+            "FROM {db}.episodes FINAL WHERE run_id = {r:String}",
+            {"r": run_id},
+        )[0]
+        s = self.query("SELECT count() AS steps FROM {db}.steps FINAL WHERE run_id = {r:String}", {"r": run_id})[0]
+        return {**e, **s}
+
+
+def _fill(v: Any, col: str) -> Any:
+    if v is not None:
+        return v
+    if col.endswith("_at"):
+        return EPOCH
+    return _ZERO.get(col, "")
+
+
+_ZERO: dict[str, Any] = {
+    c: 0
+    for c in (
+        "planned started finished passed errored steps version episode_index score answer_supported env_reward "
+        "repeated_steps horizon truncated attempts duration_seconds seed task_seed rubric_version step_index "
+        "parse_failed reward done repeated_state policy_seconds env_seconds env_queue_seconds action_seconds "
+        "observe_seconds"
+    ).split()
+}
+
+
+class AsyncStore:
+    """The store used from asyncio: every call runs on one dedicated worker thread."""
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+        self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
+
+    async def call(self, fn, *args, **kwargs):
+        """Run ``fn(*args, **kwargs)`` on the store thread."""
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
+
+    async def close(self) -> None:
+        """Close the client and the worker thread."""
+        await self.call(self.store.close)
+        self._pool.shutdown(wait=True)

@@ -1,0 +1,151 @@
+"""Batched, durable writes: episodes are acknowledged once their rows are in the store or in the spool.
+
+Episodes finish one by one; the writer groups their rows into batches (by size or age) so the store sees few
+large inserts. A batch that fails to insert goes to the disk spool instead, and a background task flushes the
+spool when the store answers again. ``put`` returns only when the rows are durable either way, which is when
+the Redis queue may acknowledge the episode.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+
+from webenv.collector import metrics
+from webenv.collector.spool import Batch, Spool
+from webenv.collector.store import AsyncStore, StoreError
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class _Item:
+    batch: Batch
+    done: asyncio.Future
+    queued_at: float = field(default_factory=time.monotonic)
+
+
+class Writer:
+    """Groups row batches, inserts them, spools them on failure and flushes the spool later."""
+
+    def __init__(
+        self,
+        store: AsyncStore,
+        spool: Spool,
+        *,
+        batch_rows: int = 2000,
+        flush_interval: float = 0.25,
+        spool_retry_seconds: float = 1.0,
+    ) -> None:
+        self.store = store
+        self.spool = spool
+        self.batch_rows = batch_rows
+        self.flush_interval = flush_interval
+        self.spool_retry_seconds = spool_retry_seconds
+        self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._tasks: list[asyncio.Task] = []
+        self.store_up = True
+        self.spooled_batches = 0
+        self.flushed_batches = 0
+
+    async def start(self) -> None:
+        """Start the batching loop and the spool flusher."""
+        self._tasks = [asyncio.create_task(self._loop()), asyncio.create_task(self._flusher())]
+        metrics.SPOOL_ROWS.set(await self.store.call(self.spool.pending_rows))
+
+    async def put(self, batch: Batch) -> None:
+        """Queue rows and wait until they are durable (stored or spooled)."""
+        fut = asyncio.get_running_loop().create_future()
+        await self._queue.put(_Item(batch, fut))
+        await fut
+
+    async def drain(self) -> None:
+        """Wait for everything queued so far to be durable, then try to flush the spool once."""
+        await self.put({})
+        await self.flush_spool()
+
+    async def close(self) -> None:
+        """Write what is queued and stop."""
+        await self.drain()
+        for t in self._tasks:
+            t.cancel()
+        for t in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await t
+
+    async def _loop(self) -> None:
+        while True:
+            first = await self._queue.get()
+            items = [first]
+            rows = _size(first.batch)
+            deadline = time.monotonic() + self.flush_interval
+            while rows < self.batch_rows:
+                timeout = deadline - time.monotonic()
+                if timeout <= 0:
+                    break
+                try:
+                    item = await asyncio.wait_for(self._queue.get(), timeout)
+                except TimeoutError:
+                    break
+                items.append(item)
+                rows += _size(item.batch)
+                if not item.batch:  # a drain marker: write now
+                    break
+            await self._write(items, rows)
+
+    async def _write(self, items: list[_Item], rows: int) -> None:
+        merged: Batch = {}
+        for it in items:
+            for table, r in it.batch.items():
+                merged.setdefault(table, []).extend(r)
+        t0 = time.monotonic()
+        if rows:
+            try:
+                await self.store.call(self.store.store.insert, merged)
+                self.store_up = True
+            except StoreError as exc:
+                if self.store_up:
+                    log.warning("store unavailable, spooling to %s: %s", self.spool.folder, exc)
+                self.store_up = False
+                await self.store.call(self.spool.append, merged)
+                self.spooled_batches += 1
+                metrics.SPOOL_ROWS.inc(rows)
+            metrics.STORE_BATCH_ROWS.observe(rows)
+            metrics.STEP_PHASE.labels("store").observe(time.monotonic() - t0)
+        now = time.monotonic()
+        for it in items:
+            metrics.STORE_LAG.observe(now - it.queued_at)
+            if not it.done.done():
+                it.done.set_result(None)
+
+    async def flush_spool(self) -> int:
+        """Insert spooled segments oldest first; stops at the first failure. Returns segments flushed."""
+        flushed = 0
+        for seg in await self.store.call(self.spool.segments):
+            batch = await self.store.call(self.spool.read, seg)
+            try:
+                await self.store.call(self.store.store.insert, batch)
+            except StoreError:
+                self.store_up = False
+                break
+            self.store_up = True
+            await self.store.call(self.spool.remove, seg)
+            flushed += 1
+            self.flushed_batches += 1
+            metrics.SPOOL_ROWS.dec(_size(batch))
+        return flushed
+
+    async def _flusher(self) -> None:
+        while True:
+            await asyncio.sleep(self.spool_retry_seconds)
+            try:
+                await self.flush_spool()
+            except Exception:  # noqa: BLE001 - the flusher must outlive odd errors
+                log.exception("spool flush failed")
+
+
+def _size(batch: Batch) -> int:
+    return sum(len(r) for r in batch.values())
