@@ -1,0 +1,1 @@
+"""webenv policy service: chooses the next browser action for many episodes at once."""

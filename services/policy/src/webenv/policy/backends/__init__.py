@@ -1,0 +1,5 @@
+"""LLM backends behind one interface: `await backend.generate(prompts, params) -> list[Generation]`."""
+
+from .base import Generation, GenerationParams, LLMBackend, make_backend
+
+__all__ = ["Generation", "GenerationParams", "LLMBackend", "make_backend"]

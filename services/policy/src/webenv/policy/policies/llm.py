@@ -1,0 +1,87 @@
+"""`llm`: a language model chooses the action through WebGym's memory prompt."""
+
+from __future__ import annotations
+
+import logging
+
+from webenv import errors
+from webenv.v1 import policy_pb2
+
+from .. import metrics
+from ..backends import GenerationParams
+from ..batcher import Batcher
+from ..parse import parse_output
+from ..prompt import FORMAT_NAMES, build_prompt
+from .base import Decision
+from .crawl import require_observation
+
+log = logging.getLogger("webenv.policy.llm")
+
+
+class LLMPolicy:
+    """Prompt -> batched generation -> parsed action (a flagged noop when the output does not parse)."""
+
+    name = "llm"
+    description = "language model with WebGym's memory prompt (Memory, Progress, Intention, Action)"
+
+    def __init__(self, batcher: Batcher, *, prompt_format: str, history_window: int, max_new_tokens: int,
+                 temperature: float, max_observation_chars: int) -> None:
+        self.batcher = batcher
+        self.backend = batcher.backend.name
+        self.model = batcher.backend.model
+        self.prompt_format = prompt_format
+        self.history_window = history_window
+        self.max_new_tokens = max_new_tokens
+        self.temperature = temperature
+        self.max_chars = max_observation_chars
+
+    def prompt_for(self, request: policy_pb2.ActRequest):
+        """The prompt a request gets (exposed for tests and debugging)."""
+        require_observation(request, self.name)
+        instruction = request.task.instruction or request.instruction
+        if not instruction:
+            raise errors.InvalidArgument(
+                "policy 'llm' needs an instruction: set task.instruction or request.instruction",
+                reason="MISSING_INSTRUCTION", metadata={"field": "instruction"})
+        opts = request.options
+        fmt = self.prompt_format
+        if opts.prompt_format:
+            if opts.prompt_format not in FORMAT_NAMES:
+                raise errors.InvalidArgument(
+                    f"options.prompt_format {opts.prompt_format} cannot be a prompt; "
+                    "use AXTREE, MARKDOWN, HTML or ELEMENTS", reason="BAD_PROMPT_FORMAT",
+                    metadata={"field": "options.prompt_format"})
+            fmt = FORMAT_NAMES[opts.prompt_format]
+        window = opts.history_window or self.history_window
+        return build_prompt(request, instruction, fmt=fmt, history_window=window, max_chars=self.max_chars,
+                            with_image=self.batcher.backend.supports_images)
+
+    def params_for(self, request: policy_pb2.ActRequest) -> GenerationParams:
+        opts = request.options
+        if opts.max_new_tokens < 0 or opts.temperature < 0:
+            raise errors.InvalidArgument("options.max_new_tokens and options.temperature must be >= 0",
+                                         reason="BAD_OPTIONS", metadata={"field": "options"})
+        return GenerationParams(max_new_tokens=opts.max_new_tokens or self.max_new_tokens,
+                                temperature=opts.temperature if opts.temperature else self.temperature,
+                                seed=request.seed)
+
+    async def act(self, request: policy_pb2.ActRequest) -> Decision:
+        prompt = self.prompt_for(request)
+        params = self.params_for(request)
+        try:
+            served = await self.batcher.submit(prompt, params)
+        except errors.WebenvError:
+            raise
+        except Exception as exc:
+            raise errors.Unavailable(f"LLM backend '{self.backend}' failed: {exc}", reason="BACKEND_FAILED",
+                                     metadata={"backend": self.backend}) from exc
+        gen = served.generation
+        parsed = parse_output(gen.text)
+        metrics.PROMPT_TOKENS.inc(gen.prompt_tokens)
+        metrics.COMPLETION_TOKENS.inc(gen.completion_tokens)
+        if parsed.failed:
+            metrics.PARSE_FAILURES.inc()
+        return Decision(action=parsed.action, raw_output=gen.text, parse_failed=parsed.failed,
+                        parse_error=parsed.error, memory=parsed.memory, prompt_tokens=gen.prompt_tokens,
+                        completion_tokens=gen.completion_tokens, model=self.model, batch_size=served.batch_size,
+                        queue_seconds=served.queue_seconds, inference_seconds=served.inference_seconds)

@@ -1,0 +1,115 @@
+"""WebGym's memory prompt: instruction, the agent's own memory, recent history and the page.
+
+The model answers in four labelled lines: `Memory:` (what to remember across steps, carried to the
+next prompt through HistoryEntry.memory), `Progress:`, `Intention:` and `Action:` (one action in the
+sdk's action text grammar). Keeping memory in the model's own words lets a short history window
+stand in for the whole trajectory.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from webenv.v1 import common_pb2, policy_pb2
+
+SYSTEM_PROMPT = """You are a web agent. You see a web page and choose ONE action at a time to complete the instruction.
+Actions (element ids are the numbers in [brackets]):
+click(id)  fill(id, "text")  select(id, "option")  hover(id)  press(id, "Enter")  press("Enter")
+scroll(0, 400)  goto("https://...")  go_back()  go_forward()  new_tab("url")  switch_tab("id")  close_tab()
+type("text")  click_at(x, y)  wait(500)  answer("final answer, or done when the task needs no answer")
+Reply in exactly this form:
+Memory: <facts to remember for later steps>
+Progress: <what is done so far>
+Intention: <what you do next and why>
+Action: <one action>"""
+
+FORMAT_NAMES = {
+    common_pb2.OBSERVATION_FORMAT_AXTREE: "axtree",
+    common_pb2.OBSERVATION_FORMAT_MARKDOWN: "markdown",
+    common_pb2.OBSERVATION_FORMAT_HTML: "html",
+    common_pb2.OBSERVATION_FORMAT_ELEMENTS: "elements",
+}
+
+
+@dataclass(slots=True)
+class Prompt:
+    """A chat prompt: system + user text, and optionally one image for vision backends."""
+
+    system: str
+    user: str
+    image: bytes = b""
+    image_mime: str = ""
+
+
+def render_elements(elements) -> str:
+    """ELEMENTS as axtree-like lines, for observations that carry no text format."""
+    lines = []
+    for el in elements:
+        if not el.visible:
+            continue
+        label = (el.name or el.text).strip().replace("\n", " ")[:80]
+        extra = []
+        if el.value:
+            extra.append(f'value="{el.value[:40]}"')
+        if el.checked:
+            extra.append("checked")
+        if el.disabled:
+            extra.append("disabled")
+        if el.focused:
+            extra.append("focused")
+        if el.href:
+            extra.append(f"href={el.href[:80]}")
+        lines.append(f'[{el.element_id}] {el.role or el.tag} "{label}" {" ".join(extra)}'.rstrip())
+    return "\n".join(lines)
+
+
+def observation_text(obs: common_pb2.Observation, fmt: str, max_chars: int) -> tuple[str, str]:
+    """The observation in `fmt`, falling back to whatever text format it carries. Returns (fmt used, text)."""
+    order = [fmt, "axtree", "markdown", "elements", "html"]
+    for name in order:
+        text = render_elements(obs.elements) if name == "elements" else getattr(obs, name)
+        if text:
+            if len(text) > max_chars:
+                text = text[:max_chars] + "\n... (truncated)"
+            return name, text
+    return fmt, "(empty page)"
+
+
+def previous_memory(history) -> str:
+    for entry in reversed(history):
+        if entry.memory:
+            return entry.memory
+    return ""
+
+
+def build_prompt(request: policy_pb2.ActRequest, instruction: str, *, fmt: str, history_window: int,
+                 max_chars: int, with_image: bool = False) -> Prompt:
+    """Render one request as the memory prompt."""
+    obs = request.observation
+    parts = [f"Instruction: {instruction}"]
+    memory = previous_memory(request.history)
+    parts.append(f"Memory: {memory or '(empty)'}")
+    recent = list(request.history)[-history_window:] if history_window > 0 else []
+    if recent:
+        first = len(request.history) - len(recent)
+        lines = []
+        for i, h in enumerate(recent, start=first):
+            line = f"{i}. {h.action_text}"
+            if h.url:
+                line += f"  -> {h.url}"
+            if h.last_action_error:
+                line += f"  (error: {h.last_action_error})"
+            lines.append(line)
+        parts.append("Previous actions:\n" + "\n".join(lines))
+    if obs.last_action_error:
+        parts.append(f"Last action failed: {obs.last_action_error}")
+    tabs = "; ".join(f"[{t.tab_id}]{'*' if t.active else ''} {t.title[:40]}" for t in obs.tabs)
+    header = f"URL: {obs.url}\nTitle: {obs.title}" + (f"\nTabs: {tabs}" if len(obs.tabs) > 1 else "")
+    used, text = observation_text(obs, fmt, max_chars)
+    parts.append(f"{header}\nObservation ({used}):\n{text}")
+    parts.append(f"Step {request.step_index}. Reply with Memory, Progress, Intention and Action.")
+    image, mime = b"", ""
+    if with_image and obs.HasField("screenshot") and obs.screenshot.data:
+        image = obs.screenshot.data
+        mime = "image/jpeg" if obs.screenshot.codec == common_pb2.IMAGE_CODEC_JPEG else "image/png"
+    return Prompt(system=SYSTEM_PROMPT, user="\n\n".join(parts), image=image, image_mime=mime)

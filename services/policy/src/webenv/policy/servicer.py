@@ -1,0 +1,120 @@
+"""PolicyService over gRPC: Act, ActStream (many episodes multiplexed, answered in completion order)
+and ListPolicies."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator
+
+import grpc
+from webenv import errors
+from webenv.actions import format_action
+from webenv.v1 import policy_pb2, policy_pb2_grpc
+
+from . import metrics
+from .policies import Decision, Policy
+
+log = logging.getLogger("webenv.policy")
+
+
+class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
+    def __init__(self, policies: dict[str, Policy], default: str, *, stream_max_inflight: int = 512) -> None:
+        if default not in policies:
+            raise ValueError(f"default policy {default!r} is not offered; offered: {', '.join(policies)}")
+        self.policies = policies
+        self.default = default
+        self.stream_max_inflight = stream_max_inflight
+
+    def _policy(self, request: policy_pb2.ActRequest) -> Policy:
+        name = request.policy or self.default
+        policy = self.policies.get(name)
+        if policy is None:
+            known = ", ".join(self.policies)
+            hint = " (the llm policy needs WEBENV_POLICY_MODEL_PATH or WEBENV_POLICY_OPENAI_URL)" if name == "llm" else ""
+            raise errors.InvalidArgument(f"policy '{name}' is unknown; known: {known}{hint}",
+                                         reason="UNKNOWN_POLICY", metadata={"field": "policy", "policy": name})
+        return policy
+
+    async def act(self, request: policy_pb2.ActRequest) -> policy_pb2.ActResponse:
+        """Choose one action (shared by Act and ActStream)."""
+        started = time.perf_counter()
+        if request.step_index < 0:
+            raise errors.InvalidArgument(f"step_index must be >= 0, got {request.step_index}",
+                                         reason="BAD_STEP_INDEX", metadata={"field": "step_index"})
+        policy = self._policy(request)
+        decision: Decision = await policy.act(request)
+        total = time.perf_counter() - started
+        metrics.ACT_SECONDS.labels(policy.name).observe(total)
+        metrics.ACTS.labels(policy.name).inc()
+        inference = decision.inference_seconds or (total - decision.queue_seconds)
+        return policy_pb2.ActResponse(
+            episode_id=request.episode_id, action=decision.action, action_text=format_action(decision.action),
+            raw_output=decision.raw_output, parse_failed=decision.parse_failed, parse_error=decision.parse_error,
+            memory=decision.memory, prompt_tokens=decision.prompt_tokens,
+            completion_tokens=decision.completion_tokens, policy=policy.name, model=decision.model or policy.model,
+            batch_size=decision.batch_size,
+            timings=policy_pb2.PolicyTimings(queue_seconds=decision.queue_seconds, inference_seconds=inference,
+                                             total_seconds=total),
+        )
+
+    async def Act(self, request: policy_pb2.ActRequest, context: grpc.aio.ServicerContext) -> policy_pb2.ActResponse:
+        return await self.act(request)
+
+    async def ActStream(self, request_iterator: AsyncIterator[policy_pb2.ActStreamRequest],
+                        context: grpc.aio.ServicerContext) -> AsyncIterator[policy_pb2.ActStreamResponse]:
+        """Each item runs as its own task; answers are yielded as they complete, each matched by tag."""
+        out: asyncio.Queue[policy_pb2.ActStreamResponse | None] = asyncio.Queue()
+        slots = asyncio.Semaphore(self.stream_max_inflight)
+        tasks: set[asyncio.Task] = set()
+
+        async def answer(item: policy_pb2.ActStreamRequest) -> None:
+            try:
+                if not item.HasField("request"):
+                    raise errors.InvalidArgument("ActStreamRequest.request is required", reason="MISSING_REQUEST",
+                                                 metadata={"field": "request"})
+                response = await self.act(item.request)
+                await out.put(policy_pb2.ActStreamResponse(tag=item.tag, response=response))
+            except errors.WebenvError as err:
+                metrics.STREAM_ERRORS.labels(err.reason).inc()
+                await out.put(policy_pb2.ActStreamResponse(tag=item.tag, error=err.to_stream_error()))
+            except Exception as exc:  # a bug in one item must not end the other episodes' stream
+                log.exception("ActStream item %s failed", item.tag)
+                err = errors.Internal(f"policy failed: {exc}", reason="POLICY_FAILED")
+                metrics.STREAM_ERRORS.labels(err.reason).inc()
+                await out.put(policy_pb2.ActStreamResponse(tag=item.tag, error=err.to_stream_error()))
+            finally:
+                slots.release()
+
+        async def read() -> None:
+            try:
+                async for item in request_iterator:
+                    await slots.acquire()
+                    task = asyncio.create_task(answer(item))
+                    tasks.add(task)
+                    task.add_done_callback(tasks.discard)
+                if tasks:
+                    await asyncio.gather(*list(tasks), return_exceptions=True)
+            finally:
+                await out.put(None)
+
+        reader = asyncio.create_task(read())
+        try:
+            while (response := await out.get()) is not None:
+                yield response
+        finally:
+            reader.cancel()
+            for task in list(tasks):
+                task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await reader
+
+    async def ListPolicies(self, request: policy_pb2.ListPoliciesRequest,
+                           context: grpc.aio.ServicerContext) -> policy_pb2.ListPoliciesResponse:
+        return policy_pb2.ListPoliciesResponse(
+            policies=[policy_pb2.PolicyInfo(name=p.name, description=p.description, model=p.model, backend=p.backend)
+                      for p in self.policies.values()],
+            default_policy=self.default,
+        )

@@ -1,0 +1,60 @@
+"""Fixtures: a real policy server on free ports (in-process), real channels, a tiny model built locally."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from webenv.client import make_channel
+from webenv.policy.app import PolicyApp
+from webenv.policy.config import Settings
+from webenv.runtime import Server
+from webenv.v1 import policy_pb2_grpc
+
+
+@contextlib.asynccontextmanager
+async def serve(**overrides) -> AsyncIterator[tuple[Server, PolicyApp]]:
+    """Start the service as `python -m webenv.policy` would, on free ports, and stop it afterwards."""
+    settings = Settings(grpc_port=0, metrics_port=0, host="127.0.0.1", log_json=False, grace_seconds=1, **overrides)
+    app = PolicyApp(settings)
+    server = Server("policy", settings)
+    server.add_service(policy_pb2_grpc.add_PolicyServiceServicer_to_server, app.servicer, "webenv.v1.PolicyService")
+    await server.start()
+    try:
+        await app.start()
+        await server.set_serving()
+        yield server, app
+    finally:
+        await server.stop()
+        await app.close()
+
+
+@contextlib.asynccontextmanager
+async def stub_for(server: Server) -> AsyncIterator[policy_pb2_grpc.PolicyServiceStub]:
+    channel = make_channel(f"127.0.0.1:{server.port}")
+    try:
+        yield policy_pb2_grpc.PolicyServiceStub(channel)
+    finally:
+        await channel.close()
+
+
+@pytest.fixture(scope="session")
+def tiny_model(tmp_path_factory) -> Path:
+    """A tiny Llama + tokenizer built here, taught the answer format with a short warm-up."""
+    from webenv.policy.tinymodel import build_tiny_model
+
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), train_steps=60)
+
+
+@pytest.fixture
+def serve_policy():
+    """`async with serve_policy(**settings) as (server, app)`: a policy server on free ports."""
+    return serve
+
+
+@pytest.fixture
+def policy_stub():
+    """`async with policy_stub(server) as stub`: a PolicyService stub over a real channel."""
+    return stub_for
