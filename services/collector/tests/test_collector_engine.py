@@ -1,0 +1,155 @@
+"""The rollout engine against test peers over real channels: horizons, retries, straggler cutoff, repetition."""
+
+from __future__ import annotations
+
+from webenv.v1 import collector_pb2, common_pb2
+
+
+def spec(**kw) -> collector_pb2.RunSpec:
+    base = dict(name="t", policy="oracle", repeats=1, seed=3, concurrency=8)
+    base.update(kw)
+    return collector_pb2.RunSpec(**base)
+
+
+async def start(stub, **kw):
+    return (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec(**kw)))).run
+
+
+async def episodes(collector, run_id):
+    return await collector.store.call(
+        collector.store.store.query,
+        "SELECT * FROM {db}.episodes FINAL WHERE run_id = {r:String} ORDER BY episode_id",
+        {"r": run_id},
+    )
+
+
+async def steps(collector, run_id):
+    return await collector.store.call(
+        collector.store.store.query,
+        "SELECT * FROM {db}.steps FINAL WHERE run_id = {r:String} ORDER BY episode_id, step_index",
+        {"r": run_id},
+    )
+
+
+async def test_horizons_by_difficulty(stub, watch, collector, world):
+    # The random policy never answers, so every episode runs to its horizon: 10/20/30 by default, here 2/3/4.
+    run = await start(stub, policy="random", horizons=collector_pb2.Horizons(easy=2, medium=3, hard=4))
+    await watch(stub, run.run_id)
+    rows = await episodes(collector, run.run_id)
+    caps = {"easy": 2, "medium": 3, "hard": 4}
+    assert len(rows) == len(world.tasks)
+    for r in rows:
+        assert r["steps"] == caps[r["difficulty"]] == r["horizon"]
+        assert r["truncated"] == 1 and r["passed"] == 0
+
+
+async def test_default_horizons_apply(stub, watch, collector):
+    run = await start(stub, policy="random", tasks=collector_pb2.RunSpec().tasks.__class__(
+        difficulties=[common_pb2.DIFFICULTY_EASY]), task_limit=2)
+    await watch(stub, run.run_id)
+    assert {r["steps"] for r in await episodes(collector, run.run_id)} == {10}
+
+
+async def test_oracle_passes_and_rows_carry_provenance(stub, watch, collector, world):
+    run = await start(stub)
+    last = await watch(stub, run.run_id)
+    assert last.run.counts.passed == len(world.tasks)
+    rows = await episodes(collector, run.run_id)
+    for r in rows:
+        assert r["passed"] == 1 and r["judge_version"] == "test-judge-1" and r["rubric_id"]
+        assert r["webenv_version"] and r["collector_id"] and r["browser_node"] == "node-a"
+        assert r["split"] in ("train", "test") and r["level"] == "task_oriented" and r["env_kind"] == "browser"
+        assert r["site_state_json"]  # evidence captured at close
+    s = await steps(collector, run.run_id)
+    assert len(s) == sum(len(t.oracle) for t in world.tasks)
+    assert all(x["axtree"] and not x["html"] for x in s)  # only the kept format is stored
+    assert world.env.opened == world.env.closed  # every session closed
+
+
+async def test_repetition_flags(stub, watch, collector):
+    run = await start(stub, policy="random", horizons=collector_pb2.Horizons(easy=6, medium=6, hard=6))
+    await watch(stub, run.run_id)
+    s = await steps(collector, run.run_id)
+    noops = [x for x in s if x["action_text"] == "noop()"]
+    clicks = [x for x in s if x["action_text"].startswith("click")]
+    assert noops and clicks
+    assert all(x["repeated_state"] == 1 for x in noops)  # nothing changed
+    assert all(x["repeated_state"] == 0 for x in clicks)  # the page changed
+    ep = await episodes(collector, run.run_id)
+    assert sum(r["repeated_steps"] for r in ep) == len(noops)
+
+
+async def test_env_failure_is_retried_on_another_node(stub, watch, collector, world):
+    world.env.fail_steps = True  # node a is broken; node b works
+    addresses = f"{world.addr['env']},{world.addr['env2']}"
+    run = await start(stub, env_address=addresses, max_retries=1)
+    last = await watch(stub, run.run_id)
+    assert last.run.counts.passed == len(world.tasks) and last.run.counts.errored == 0
+    rows = await episodes(collector, run.run_id)
+    first_on_a = [r for r in rows if r["episode_index"] % 2 == 0]
+    assert first_on_a and all(r["attempts"] == 2 and r["browser_node"] == "node-b" for r in first_on_a)
+    assert all(r["attempts"] == 1 for r in rows if r["episode_index"] % 2 == 1)
+    assert world.env.opened == world.env.closed  # failed sessions were closed too
+
+
+async def test_env_failure_without_retries_is_an_errored_episode(stub, watch, collector, world):
+    world.env.fail_steps = True
+    run = await start(stub, max_retries=0, episodes=3)
+    last = await watch(stub, run.run_id)
+    assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    assert last.run.counts.errored == 3 == last.run.counts.finished
+    rows = await episodes(collector, run.run_id)
+    assert all("environment failed" in r["error"] and "down" in r["error"] for r in rows)
+
+
+async def test_straggler_cutoff_finishes_without_the_slow_episode(stub, watch, collector, world):
+    slow = world.tasks[0].task_id
+    world.policy.slow_tasks[slow] = 60.0  # one episode would take minutes
+    n = len(world.tasks)
+    run = await start(stub, finish_fraction=0.9, concurrency=n)
+    last = await watch(stub, run.run_id)
+    assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    target = -(-n * 9 // 10)
+    assert last.run.counts.finished == target < n
+    rows = await episodes(collector, run.run_id)
+    assert len(rows) == target and slow not in {r["task_id"] for r in rows}
+
+
+async def test_episode_deadline(stub, watch, collector, world):
+    world.policy.delay = 0.5
+    run = await start(stub, episode_timeout_seconds=0.2, episodes=2)
+    last = await watch(stub, run.run_id)
+    assert last.run.counts.errored == 2
+    rows = await episodes(collector, run.run_id)
+    assert all("deadline" in r["error"] for r in rows)
+
+
+async def test_lock_step_mode_gives_the_same_episodes(stub, watch, collector, world):
+    a = await start(stub, seed=11)
+    b = await start(stub, seed=11, mode=collector_pb2.ROLLOUT_MODE_LOCK_STEP, concurrency=4)
+    la, lb = await watch(stub, a.run_id), await watch(stub, b.run_id)
+    assert la.run.counts.passed == lb.run.counts.passed == len(world.tasks)
+    ea, eb = await episodes(collector, a.run_id), await episodes(collector, b.run_id)
+    assert [(r["task_id"], r["steps"]) for r in ea] == [(r["task_id"], r["steps"]) for r in eb]
+
+
+async def test_sampling_strategies(stub, watch, collector):
+    easy = await start(stub, episodes=12, sampling=collector_pb2.SAMPLING_STRATEGY_EASY_ONLY, policy="random",
+                       horizons=collector_pb2.Horizons(easy=1, medium=1, hard=1))
+    await watch(stub, easy.run_id)
+    assert {r["difficulty"] for r in await episodes(collector, easy.run_id)} == {"easy"}
+    hard = await start(stub, episodes=60, sampling=collector_pb2.SAMPLING_STRATEGY_HARD_BIASED, policy="random",
+                       horizons=collector_pb2.Horizons(easy=1, medium=1, hard=1), concurrency=32)
+    await watch(stub, hard.run_id)
+    diffs = [r["difficulty"] for r in await episodes(collector, hard.run_id)]
+    assert diffs.count("hard") > diffs.count("easy")
+
+
+async def test_crawl_run_from_start_urls(stub, watch, collector, world):
+    run = await start(stub, policy="random", start_urls=["http://shop-0001.web.test/page/0"], episodes=3,
+                      horizons=collector_pb2.Horizons(medium=4))
+    last = await watch(stub, run.run_id)
+    assert last.run.spec.level == collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL
+    rows = await episodes(collector, run.run_id)
+    assert len(rows) == 3 and all(r["level"] == "random_crawl" and r["steps"] == 4 for r in rows)
+    assert all(r["verdict_json"] == "" for r in rows)  # no goal, no judge

@@ -1,0 +1,108 @@
+"""The store: migrations, idempotent batches, and the disk spool while the store is down."""
+
+from __future__ import annotations
+
+import asyncio
+import socket
+import uuid
+from datetime import UTC, datetime
+
+from webenv.collector.spool import Spool
+from webenv.collector.store import Store
+from webenv.v1 import collector_pb2
+
+
+async def until(cond, limit: float = 60.0) -> None:
+    """Poll ``cond`` (a plain predicate on files) until it holds."""
+    async with asyncio.timeout(limit):
+        while not cond():  # noqa: ASYNC110 - the condition is on disk, there is no event to wait on
+            await asyncio.sleep(0.05)
+
+
+def closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def batch(run: str, episodes: int = 3, steps: int = 4) -> dict:
+    now = datetime.now(UTC)
+    return {
+        "steps": [
+            {"run_id": run, "episode_id": f"{run}-{e}", "step_index": i, "url": f"u{i}", "version": 1}
+            for e in range(episodes)
+            for i in range(steps)
+        ],
+        "episodes": [
+            {"run_id": run, "episode_id": f"{run}-{e}", "passed": e % 2, "started_at": now, "version": 1}
+            for e in range(episodes)
+        ],
+    }
+
+
+def test_migrations_are_versioned_and_idempotent(chdb_url):
+    db = f"m_{uuid.uuid4().hex[:8]}"
+    s = Store(chdb_url, db)
+    assert s.migrate() == [1]
+    s.close()
+    s2 = Store(chdb_url, db)  # a second open applies nothing again
+    assert s2.migrate() == [1]
+    rows = s2.query("SELECT version, name FROM {db}.schema_migrations")
+    assert rows == [{"version": 1, "name": "init"}]
+    s2.close()
+
+
+def test_retried_batch_adds_no_duplicates(chdb_url):
+    s = Store(chdb_url, f"d_{uuid.uuid4().hex[:8]}")
+    b = batch("r1")
+    s.insert(b)
+    s.insert(b)  # the retry of a batch whose acknowledgement was lost
+    s.insert({"steps": b["steps"][:5]})  # and a partial replay
+    assert s.counts("r1") == {"episodes": 3, "passed": 1, "errored": 0, "steps": 12}
+    # Raw rows were written more than once; FINAL reads count each key once.
+    raw = s.query("SELECT count() AS n FROM {db}.steps WHERE run_id = 'r1'")[0]["n"]
+    assert raw > 12
+    s.close()
+
+
+def test_spool_round_trip_keeps_types(tmp_path):
+    sp = Spool(tmp_path / "spool")
+    b = batch("r2", episodes=2, steps=2)
+    seg = sp.append(b)
+    assert sp.segments() == [seg] and sp.pending_rows() == 6
+    back = sp.read(seg)
+    assert back["episodes"][0]["started_at"] == b["episodes"][0]["started_at"]
+    assert back == b
+    sp.remove(seg)
+    assert sp.segments() == []
+
+
+async def test_store_down_mid_run_spools_and_flushes_exactly(stub, watch, collector, world):
+    """Point the store at a dead URL mid-run, then restore it: every episode lands once, none is lost."""
+    world.policy.delay = 0.01
+    good = collector.store.store.url
+    spool = collector.writer.spool
+    run = (await stub.StartRun(collector_pb2.StartRunRequest(
+        spec=collector_pb2.RunSpec(policy="oracle", repeats=4, concurrency=4, seed=5)))).run
+    planned = run.counts.planned
+    outage_started = False
+    async for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
+        if not outage_started and resp.run.counts.finished >= 5:
+            await collector.store.call(collector.store.store.retarget, f"http://127.0.0.1:{closed_port()}")
+            outage_started = True
+        if outage_started and resp.run.counts.finished >= planned // 2:
+            break
+    # While the store is down, finished episodes are durable in the spool.
+    await until(lambda: bool(spool.segments()))
+    assert not collector.writer.store_up
+    last = await watch(stub, run.run_id)
+    assert last.run.counts.finished == planned
+    assert spool.segments()  # the store is still down: rows wait on disk
+    assert collector.writer.spooled_batches > 0
+    await collector.store.call(collector.store.store.retarget, good)
+    await until(lambda: not spool.segments())  # the background flusher empties the spool
+    counts = await collector.store.call(collector.store.store.counts, run.run_id)
+    assert counts["episodes"] == planned
+    assert counts["steps"] == last.run.counts.steps
+    row = await collector.store.call(collector.store.store.get_run, run.run_id)
+    assert row["state"] == "succeeded" and row["finished"] == planned
