@@ -5,7 +5,6 @@ from __future__ import annotations
 import random
 
 import pytest
-
 from webenv.worldmodel import diff
 
 _ALPHABET = ["a", "b", "", " ", "@1 2", "+x", "[3] link \"Home\"", "  StaticText \"$5\"", "\t", "é"]

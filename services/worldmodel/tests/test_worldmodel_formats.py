@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from webenv.worldmodel.formats import Format, axtree_to_xml, convert, line_f1, parse_line, xml_to_axtree
 
 TREE = "\n".join([

@@ -153,13 +153,14 @@ async def _act(page, action_text: str, target: dict | None) -> None:  # noqa: AN
 
 
 async def collect(out: Path, sites_per_family: int = 8, episodes_per_site: int = 5, steps: int = 12,
-                  test_fraction: float = 0.25, seed: int = 0) -> CollectStats:
+                  test_fraction: float = 0.25, seed: int = 0, test_sites: set[str] | None = None) -> CollectStats:
     """Drive Chromium over generated sites and write transitions JSONL to `out`."""
     from playwright.async_api import async_playwright
 
     rng = random.Random(seed)
     names = site_names(sites_per_family)
-    test_sites = {n for n in names if random.Random("split" + n).random() < test_fraction}
+    if test_sites is None:
+        test_sites = {n for n in names if random.Random("split" + n).random() < test_fraction}
     step_times: list[float] = []
     count = episodes = 0
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -181,7 +181,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
         opt.step()
         opt.zero_grad(set_to_none=True)
         step += 1
-        last_loss = float(loss)
+        last_loss = float(loss.detach())
         first_loss = last_loss if math.isnan(first_loss) else first_loss
         bar.update(1)
         bar.set_postfix(loss=f"{last_loss:.3f}")

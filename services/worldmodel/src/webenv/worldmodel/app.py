@@ -1,0 +1,49 @@
+"""Wiring: the gRPC server that serves WorldModelService and the simulated EnvironmentService."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+from collections.abc import AsyncIterator
+
+from webenv.runtime import Server
+from webenv.v1 import environment_pb2_grpc, worldmodel_pb2_grpc
+from webenv.worldmodel.backends import load_backend
+from webenv.worldmodel.batcher import Batcher
+from webenv.worldmodel.config import Settings
+from webenv.worldmodel.predict import Predictor
+from webenv.worldmodel.servicer import WorldModelServicer
+from webenv.worldmodel.simenv import SimulatedEnvironment, load_start_states
+
+log = logging.getLogger("webenv.worldmodel")
+
+
+@contextlib.asynccontextmanager
+async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelServicer, SimulatedEnvironment]]:
+    """Bind, load the model (health NOT_SERVING meanwhile), set SERVING; stop on exit."""
+    server = Server("worldmodel", settings)
+    wm = WorldModelServicer(None, settings.worldmodel_max_state_chars)
+    env = SimulatedEnvironment(None, {}, settings.worldmodel_horizon, settings.worldmodel_lease_seconds,
+                               settings.worldmodel_max_sessions, settings.worldmodel_max_state_chars)
+    server.add_service(worldmodel_pb2_grpc.add_WorldModelServiceServicer_to_server, wm, "webenv.v1.WorldModelService")
+    server.add_service(environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, env, "webenv.v1.EnvironmentService")
+    async with server:
+        backend = await asyncio.to_thread(load_backend, settings.worldmodel_backend, settings.worldmodel_model_path,
+                                          settings.worldmodel_device, settings.worldmodel_threads)
+        batcher = Batcher(Predictor(backend, settings.worldmodel_max_new_tokens), settings.worldmodel_max_batch)
+        starts = await asyncio.to_thread(load_start_states, [p for p in settings.worldmodel_start_states.split(",") if p])
+        env.start_states = starts
+        wm._batcher = env._batcher = batcher
+        log.info("model loaded", extra={"model": backend.info.model, "backend": backend.info.backend,
+                                        "parameters": backend.info.parameters, "start_states": len(starts)})
+        await server.set_serving()
+        try:
+            yield server, wm, env
+        finally:
+            await batcher.close()
+
+
+async def main(settings: Settings) -> None:
+    async with serving(settings) as (server, _, _):
+        await server.wait_for_termination()

@@ -1,0 +1,26 @@
+"""The world model's own Prometheus metrics (generic gRPC metrics come from the sdk runtime)."""
+
+from __future__ import annotations
+
+from prometheus_client import Counter, Gauge, Histogram
+
+_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+
+PREDICTIONS = Counter("webenv_worldmodel_predictions_total", "Next-state predictions made", ["format"])
+FALLBACKS = Counter("webenv_worldmodel_fallbacks_total", "Predictions whose output was malformed (state kept)")
+TOKENS = Counter("webenv_worldmodel_generated_tokens_total", "Tokens generated (rate = tokens/s)")
+PREDICT_SECONDS = Histogram("webenv_worldmodel_predict_seconds", "Latency of one prediction", buckets=_BUCKETS)
+GENERATE_SECONDS = Histogram("webenv_worldmodel_generate_seconds", "Latency of one backend generate call (a batch)",
+                             buckets=_BUCKETS)
+SIM_STEPS = Counter("webenv_worldmodel_simulated_steps_total", "Steps of simulated sessions")
+SIM_SESSIONS_OPENED = Counter("webenv_worldmodel_simulated_sessions_total", "Simulated sessions opened")
+SIM_SESSIONS_OPEN = Gauge("webenv_worldmodel_simulated_sessions_open", "Simulated sessions currently open")
+SIM_STEP_SECONDS = Histogram("webenv_worldmodel_simulated_step_seconds", "Latency of one simulated step", buckets=_BUCKETS)
+
+
+def observe_prediction(seconds: float, tokens: int, fallback: bool, fmt: str) -> None:
+    PREDICTIONS.labels(format=fmt).inc()
+    TOKENS.inc(tokens)
+    PREDICT_SECONDS.observe(seconds)
+    if fallback:
+        FALLBACKS.inc()

@@ -1,0 +1,92 @@
+"""WorldModelService: Predict and GetModelInfo over gRPC."""
+
+from __future__ import annotations
+
+import grpc
+from webenv import errors
+from webenv.actions import format_action
+from webenv.v1 import worldmodel_pb2, worldmodel_pb2_grpc
+from webenv.worldmodel.backends import ModelInfo
+from webenv.worldmodel.batcher import Batcher
+from webenv.worldmodel.formats import Format, convert
+from webenv.worldmodel.predict import Query
+
+FORMAT_OF = {
+    worldmodel_pb2.STATE_FORMAT_AXTREE: Format.AXTREE,
+    worldmodel_pb2.STATE_FORMAT_HTML: Format.HTML,
+    worldmodel_pb2.STATE_FORMAT_MARKDOWN: Format.MARKDOWN,
+    worldmodel_pb2.STATE_FORMAT_XML: Format.XML,
+}
+PB_FORMAT = {v: k for k, v in FORMAT_OF.items()}
+
+
+def ready(batcher: Batcher | None) -> Batcher:
+    """The batcher, or UNAVAILABLE while the model is still loading (health is NOT_SERVING then too)."""
+    if batcher is None:
+        raise errors.Unavailable("the model is still loading", reason="MODEL_LOADING")
+    return batcher
+
+
+def check_format(value: int, info: ModelInfo) -> tuple[Format, Format]:
+    """(requested format, format the model works in); XML requests are served by an axtree model via conversion."""
+    if value == worldmodel_pb2.STATE_FORMAT_UNSPECIFIED:
+        raise errors.InvalidArgument("format: must be set (AXTREE, HTML, MARKDOWN or XML)", reason="FORMAT_UNSPECIFIED",
+                                     metadata={"field": "format"})
+    if value not in FORMAT_OF:
+        raise errors.InvalidArgument(f"format: unknown value {value}", reason="UNKNOWN_FORMAT", metadata={"field": "format"})
+    fmt = FORMAT_OF[value]
+    if fmt.value in info.formats:
+        return fmt, fmt
+    if fmt == Format.XML and Format.AXTREE.value in info.formats:
+        return fmt, Format.AXTREE
+    raise errors.InvalidArgument(
+        f"format: {fmt.value} is not served by this model (trained on {', '.join(info.formats)})",
+        reason="FORMAT_NOT_SUPPORTED", metadata={"field": "format", "supported": ",".join(info.formats)})
+
+
+class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
+    """Predicts next states with the loaded backend."""
+
+    def __init__(self, batcher: Batcher | None, max_state_chars: int) -> None:
+        self._batcher = batcher  # None while the model loads (the port binds first)
+        self.max_state_chars = max_state_chars
+
+    @property
+    def batcher(self) -> Batcher:
+        return ready(self._batcher)
+
+    @property
+    def info(self) -> ModelInfo:
+        return self.batcher.predictor.backend.info
+
+    async def Predict(self, request: worldmodel_pb2.PredictRequest, context: grpc.aio.ServicerContext) -> worldmodel_pb2.PredictResponse:  # noqa: N802
+        fmt, model_fmt = check_format(request.format, self.info)
+        if len(request.state) > self.max_state_chars:
+            raise errors.InvalidArgument(
+                f"state: {len(request.state)} characters exceeds the limit of {self.max_state_chars}",
+                reason="STATE_TOO_LARGE", metadata={"field": "state", "limit": str(self.max_state_chars)})
+        if not request.HasField("action") or request.action.WhichOneof("kind") is None:
+            raise errors.InvalidArgument("action: must be set", reason="ACTION_MISSING", metadata={"field": "action"})
+        if request.max_new_tokens < 0 or request.temperature < 0:
+            raise errors.InvalidArgument("max_new_tokens and temperature must not be negative", reason="BAD_SAMPLING",
+                                         metadata={"field": "max_new_tokens" if request.max_new_tokens < 0 else "temperature"})
+        try:
+            state = convert(request.state, fmt, model_fmt)
+        except Exception as exc:  # noqa: BLE001 (malformed XML and the like)
+            raise errors.InvalidArgument(f"state: not valid {fmt.value}: {exc}", reason="STATE_MALFORMED",
+                                         metadata={"field": "state"}) from exc
+        pred = await self.batcher.predict(Query(
+            state=state, url=request.url, action_text=format_action(request.action), format=model_fmt,
+            history=[(t.url, t.action_text) for t in request.history], instruction=request.instruction,
+            as_edit=self.info.as_edit, max_new_tokens=request.max_new_tokens, temperature=request.temperature))
+        next_state = convert(pred.next_state, model_fmt, fmt) if fmt != model_fmt else pred.next_state
+        return worldmodel_pb2.PredictResponse(
+            next_state=next_state, next_url=pred.next_url, edit=pred.edit if request.as_edit else "",
+            reasoning=pred.reasoning, prompt_tokens=pred.prompt_tokens, completion_tokens=pred.completion_tokens,
+            latency_seconds=pred.latency_seconds, fallback=pred.fallback)
+
+    async def GetModelInfo(self, request: worldmodel_pb2.GetModelInfoRequest, context: grpc.aio.ServicerContext) -> worldmodel_pb2.GetModelInfoResponse:  # noqa: N802
+        info = self.info
+        return worldmodel_pb2.GetModelInfoResponse(
+            model=info.model, backend=info.backend, formats=[PB_FORMAT[Format(f)] for f in info.formats if f in Format._value2member_map_],
+            parameters=info.parameters, max_context_tokens=info.max_context_tokens)
