@@ -1,0 +1,263 @@
+"""Sharing runs between collectors through a Redis Streams consumer group.
+
+The collector that receives StartRun publishes the run (spec in a hash) and one stream entry per episode.
+Every collector sharing the Redis runs a worker pool: XREADGROUP new entries, run the episode, write it
+durably (store or spool), record it in the run's done set, then XACK. A collector that dies leaves its
+entries pending; after ``claim_idle_seconds`` another collector takes them over with XAUTOCLAIM. An entry
+delivered ``max_deliveries`` times goes to the dead-letter stream instead of being run again.
+
+Exactly-once storage rests on two things: episode ids are deterministic (run id + index), and the store
+replaces rows by key. With one shared ClickHouse server a re-run episode replaces its earlier rows. With
+per-process chDB stores, a re-delivered episode is skipped when the done set already has it; the only
+window left for a duplicate is a crash between the store write and the SADD right after it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+
+import redis.asyncio as aioredis
+from google.protobuf import json_format
+from webenv.collector import metrics
+from webenv.collector.engine import STATE_NAMES, STATE_VALUES, Engine, RunContext
+from webenv.collector.episode import EpisodeJob, run_episode
+from webenv.v1 import collector_pb2
+
+log = logging.getLogger(__name__)
+GROUP = "collectors"
+
+
+class WorkQueue:
+    """One collector's side of the shared queue: publishing runs and working on everyone's episodes."""
+
+    def __init__(
+        self,
+        url: str,
+        *,
+        consumer: str,
+        prefix: str = "webenv",
+        claim_idle_seconds: float = 15.0,
+        max_deliveries: int = 3,
+        workers: int = 16,
+        poll_seconds: float = 0.2,
+    ) -> None:
+        self.redis = aioredis.from_url(url, decode_responses=True)
+        self.consumer = consumer
+        self.p = prefix
+        self.stream = f"{prefix}:episodes"
+        self.dead = f"{prefix}:dead"
+        self.claim_idle_ms = int(claim_idle_seconds * 1000)
+        self.max_deliveries = max_deliveries
+        self.workers = workers
+        self.poll_seconds = poll_seconds
+        self._freed = asyncio.Event()
+        self._tasks: set[asyncio.Task] = set()
+        self._loop: asyncio.Task | None = None
+        self._specs: dict[str, collector_pb2.RunSpec] = {}
+        self.engine: Engine | None = None
+
+    def _k(self, run_id: str, what: str) -> str:
+        return f"{self.p}:run:{run_id}:{what}"
+
+    # -- lifecycle ---------------------------------------------------------------------------------------------------
+    async def start(self, engine: Engine) -> None:
+        """Create the group (idempotent) and start working."""
+        self.engine = engine
+        with contextlib.suppress(aioredis.ResponseError):  # BUSYGROUP: it exists
+            await self.redis.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
+        self._loop = asyncio.create_task(self._work())
+
+    async def close(self) -> None:
+        """Stop taking work; episodes in flight stay pending and are claimed by others (or by us next time)."""
+        if self._loop is not None:
+            self._loop.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._loop
+        for t in list(self._tasks):
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        await self.redis.aclose()
+
+    # -- publishing (the run's owner) --------------------------------------------------------------------------------
+    async def run_shared(self, engine: Engine, rc: RunContext) -> None:
+        """Publish ``rc``'s episodes and follow the shared counts until the run is done or stopped."""
+        run = rc.run
+        meta = {
+            "spec": json_format.MessageToJson(run.spec, indent=None),
+            "planned": run.counts.planned,
+            "target": rc.target,
+            "created_at": run.created_at.ToJsonString(),
+            "state": STATE_NAMES[collector_pb2.RUN_STATE_RUNNING],
+            "owner": self.consumer,
+        }
+        await self.redis.hset(self._k(run.run_id, "meta"), mapping=meta)
+        pipe = self.redis.pipeline(transaction=False)
+        for job in rc.jobs:
+            pipe.xadd(self.stream, {"run_id": run.run_id, "job": job.to_json()})
+        await pipe.execute()
+        run.counts.started = run.counts.planned
+        pos = 0
+        while True:
+            state, pos = await self._sync(rc, pos)
+            if state != collector_pb2.RUN_STATE_RUNNING:
+                run.state = state
+                return
+            if rc.stop.is_set():
+                await self.stop_run(run.run_id)
+                run.state = collector_pb2.RUN_STATE_STOPPED
+                return
+            await asyncio.sleep(self.poll_seconds)
+
+    async def _sync(self, rc: RunContext, pos: int) -> tuple[int, int]:
+        run_id = rc.run.run_id
+        pipe = self.redis.pipeline(transaction=False)
+        pipe.hgetall(self._k(run_id, "counts"))
+        pipe.hget(self._k(run_id, "meta"), "state")
+        pipe.lrange(self._k(run_id, "summaries"), pos, -1)
+        counts, state, new = await pipe.execute()
+        c = rc.run.counts
+        changed = bool(new) or int(counts.get("finished", 0)) != c.finished
+        c.finished = int(counts.get("finished", 0))
+        c.passed = int(counts.get("passed", 0))
+        c.errored = int(counts.get("errored", 0)) + int(counts.get("dead", 0))
+        c.steps = int(counts.get("steps", 0))
+        for s in new:
+            summary = collector_pb2.EpisodeSummary()
+            json_format.Parse(s, summary)
+            rc.summaries.append(summary)
+        if changed:
+            rc.notify()
+        return STATE_VALUES.get(state or "running", collector_pb2.RUN_STATE_RUNNING), pos + len(new)
+
+    async def stop_run(self, run_id: str) -> None:
+        """Tell every collector to drop the run's remaining episodes."""
+        await self.redis.hset(self._k(run_id, "meta"), "state", STATE_NAMES[collector_pb2.RUN_STATE_STOPPED])
+
+    async def get_run(self, run_id: str) -> collector_pb2.Run | None:
+        """A shared run as Redis knows it (for collectors that do not own it)."""
+        meta = await self.redis.hgetall(self._k(run_id, "meta"))
+        if not meta:
+            return None
+        counts = await self.redis.hgetall(self._k(run_id, "counts"))
+        run = collector_pb2.Run(run_id=run_id, state=STATE_VALUES.get(meta["state"], 0))
+        json_format.Parse(meta["spec"], run.spec)
+        run.created_at.FromJsonString(meta["created_at"])
+        c = run.counts
+        c.planned = c.started = int(meta["planned"])
+        c.finished = int(counts.get("finished", 0))
+        c.passed = int(counts.get("passed", 0))
+        c.errored = int(counts.get("errored", 0)) + int(counts.get("dead", 0))
+        c.steps = int(counts.get("steps", 0))
+        return run
+
+    # -- working (every collector) -------------------------------------------------------------------------------------
+    async def _spec(self, run_id: str) -> tuple[collector_pb2.RunSpec | None, str, int]:
+        meta = await self.redis.hmget(self._k(run_id, "meta"), ["spec", "state", "target"])
+        if meta[0] is None:
+            return None, "", 0
+        spec = self._specs.get(run_id)
+        if spec is None:
+            spec = self._specs[run_id] = json_format.Parse(meta[0], collector_pb2.RunSpec())
+        return spec, meta[1], int(meta[2])
+
+    async def _work(self) -> None:
+        next_claim = 0.0
+        while True:
+            try:
+                while len(self._tasks) >= self.workers:
+                    self._freed.clear()
+                    await self._freed.wait()
+                free = self.workers - len(self._tasks)
+                entries: list[tuple[str, dict, bool]] = []
+                if time.monotonic() >= next_claim:
+                    next_claim = time.monotonic() + max(self.claim_idle_ms / 2000, 0.2)
+                    _, claimed, _deleted = await self.redis.xautoclaim(
+                        self.stream, GROUP, self.consumer, self.claim_idle_ms, "0-0", count=free
+                    )
+                    entries += [(i, f, True) for i, f in claimed if f]
+                if not entries:
+                    got = await self.redis.xreadgroup(GROUP, self.consumer, {self.stream: ">"}, count=free, block=500)
+                    for _stream, items in got or []:
+                        entries += [(i, f, False) for i, f in items]
+                for entry_id, fields, claimed in entries:
+                    t = asyncio.create_task(self._handle(entry_id, fields, claimed))
+                    self._tasks.add(t)
+                    t.add_done_callback(self._done)
+                with contextlib.suppress(Exception):
+                    groups = await self.redis.xinfo_groups(self.stream)
+                    for g in groups:
+                        if g.get("name") == GROUP and g.get("lag") is not None:
+                            metrics.QUEUE_DEPTH.set(g["lag"])
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - Redis hiccups must not kill the worker loop
+                log.exception("queue worker loop error")
+                await asyncio.sleep(1.0)
+
+    def _done(self, t: asyncio.Task) -> None:
+        self._tasks.discard(t)
+        self._freed.set()
+        if not t.cancelled() and t.exception() is not None:
+            log.error("queue episode failed: %r", t.exception())
+
+    async def _deliveries(self, entry_id: str) -> int:
+        info = await self.redis.xpending_range(self.stream, GROUP, min=entry_id, max=entry_id, count=1)
+        return int(info[0]["times_delivered"]) if info else 1
+
+    async def _handle(self, entry_id: str, fields: dict, claimed: bool) -> None:
+        assert self.engine is not None
+        run_id = fields["run_id"]
+        job = EpisodeJob.from_json(fields["job"])
+        spec, state, target = await self._spec(run_id)
+        if spec is None or state != STATE_NAMES[collector_pb2.RUN_STATE_RUNNING]:
+            await self.redis.xack(self.stream, GROUP, entry_id)  # run gone or stopped: nothing to do
+            return
+        if await self.redis.sismember(self._k(run_id, "done"), job.episode_id):
+            await self.redis.xack(self.stream, GROUP, entry_id)  # stored already by a collector that died before XACK
+            return
+        if claimed and await self._deliveries(entry_id) > self.max_deliveries:
+            pipe = self.redis.pipeline(transaction=True)
+            pipe.xadd(self.dead, {**fields, "reason": "max deliveries", "consumer": self.consumer})
+            pipe.hincrby(self._k(run_id, "counts"), "dead", 1)
+            pipe.xack(self.stream, GROUP, entry_id)
+            await pipe.execute()
+            await self._maybe_finish(run_id, target)
+            return
+        addresses = [a.strip() for a in spec.env_address.split(",") if a.strip()]
+        metrics.EPISODES_STARTED.inc()
+        metrics.IN_FLIGHT.inc()
+        try:
+            ep = await run_episode(job, spec, self.engine.ctx, addresses)
+        finally:
+            metrics.IN_FLIGHT.dec()
+        await self.engine.store_episode(None, ep)  # durable (store or spool) when this returns
+        summary = json_format.MessageToJson(ep.summary(), indent=None)
+        if await self.redis.sadd(self._k(run_id, "done"), job.episode_id):
+            pipe = self.redis.pipeline(transaction=True)
+            key = self._k(run_id, "counts")
+            pipe.hincrby(key, "finished", 1)
+            pipe.hincrby(key, "steps", len(ep.steps))
+            if ep.error:
+                pipe.hincrby(key, "errored", 1)
+            elif ep.passed:
+                pipe.hincrby(key, "passed", 1)
+            pipe.rpush(self._k(run_id, "summaries"), summary)
+            await pipe.execute()
+        await self.redis.xack(self.stream, GROUP, entry_id)
+        await self._maybe_finish(run_id, target)
+
+    async def _maybe_finish(self, run_id: str, target: int) -> None:
+        counts = await self.redis.hmget(self._k(run_id, "counts"), ["finished", "dead"])
+        if sum(int(x or 0) for x in counts) >= target:
+            meta = self._k(run_id, "meta")
+            # Only a running run becomes succeeded (a stopped one stays stopped).
+            await self.redis.eval(
+                "if redis.call('HGET', KEYS[1], 'state') == ARGV[1] then "
+                "redis.call('HSET', KEYS[1], 'state', ARGV[2]) end return 1",
+                1, meta, STATE_NAMES[collector_pb2.RUN_STATE_RUNNING], STATE_NAMES[collector_pb2.RUN_STATE_SUCCEEDED],
+            )
+
+

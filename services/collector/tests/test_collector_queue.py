@@ -1,0 +1,157 @@
+"""Several collectors share a run through a Redis Streams consumer group (real redis-server)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import subprocess
+import sys
+import uuid
+
+import grpc
+import pytest
+import redis.asyncio as aioredis
+from webenv.testing import free_port, wait_for_port
+from webenv.v1 import collector_pb2, collector_pb2_grpc
+
+
+def spec(**kw) -> collector_pb2.RunSpec:
+    base = dict(name="shared", policy="oracle", seed=4, concurrency=8)
+    base.update(kw)
+    return collector_pb2.RunSpec(**base)
+
+
+async def ids_in(collector, run_id: str) -> list[str]:
+    rows = await collector.store.call(
+        collector.store.store.query,
+        "SELECT episode_id FROM {db}.episodes FINAL WHERE run_id = {r:String}", {"r": run_id},
+    )
+    return [r["episode_id"] for r in rows]
+
+
+async def test_two_collectors_share_a_run(make_collector, redis_url, world, watch):
+    prefix = f"q{uuid.uuid4().hex[:6]}"
+    world.policy.delay = 0.02
+    a = await make_collector(redis_url=redis_url, queue_prefix=prefix, queue_workers=4, collector_id="a")
+    b = await make_collector(redis_url=redis_url, queue_prefix=prefix, queue_workers=4, collector_id="b")
+    ch = grpc.aio.insecure_channel(a.address)
+    stub = collector_pb2_grpc.CollectorServiceStub(ch)
+    run = (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec(repeats=3)))).run
+    last = await watch(stub, run.run_id)
+    assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    planned = run.counts.planned
+    assert last.run.counts.finished == last.run.counts.passed == planned
+    ia, ib = await ids_in(a, run.run_id), await ids_in(b, run.run_id)
+    assert ia and ib  # both worked
+    assert not set(ia) & set(ib) and len(ia) + len(ib) == planned
+    # The other collector sees the shared run too.
+    ch_b = grpc.aio.insecure_channel(b.address)
+    got = await collector_pb2_grpc.CollectorServiceStub(ch_b).GetRun(collector_pb2.GetRunRequest(run_id=run.run_id))
+    assert got.run.counts.finished == planned and got.run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    await ch.close()
+    await ch_b.close()
+
+
+async def test_dead_letter_after_max_deliveries(make_collector, redis_url):
+    """An entry that keeps being delivered (its collectors die) lands in the dead-letter stream."""
+    prefix = f"q{uuid.uuid4().hex[:6]}"
+    r = aioredis.from_url(redis_url, decode_responses=True)
+    stream = f"{prefix}:episodes"
+    await r.xgroup_create(stream, "collectors", id="0", mkstream=True)
+    run_id = "run-dl"
+    await r.hset(f"{prefix}:run:{run_id}:meta", mapping={
+        "spec": '{"policy": "oracle"}', "planned": 1, "target": 1, "state": "running",
+        "created_at": "2026-01-01T00:00:00Z", "owner": "x"})
+    job = {"run_id": run_id, "episode_id": f"{run_id}-000000", "index": 0, "task": "", "seed": 1, "horizon": 1}
+    await r.xadd(stream, {"run_id": run_id, "job": json.dumps(job)})
+    for i in range(2):  # two consumers read it and "die" (never ack)
+        await r.xreadgroup("collectors", f"dead-{i}", {stream: ">"}, count=1)
+        await r.xclaim(stream, "collectors", f"dead-{i + 1}", 0, [(await r.xpending_range(stream, "collectors", "-", "+", 1))[0]["message_id"]])
+    c = await make_collector(redis_url=redis_url, queue_prefix=prefix, queue_max_deliveries=2,
+                             queue_claim_idle_seconds=0.1, collector_id="janitor")
+    async with asyncio.timeout(30):
+        while not await r.xlen(f"{prefix}:dead"):  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
+    dead = await r.xrange(f"{prefix}:dead")
+    assert dead[0][1]["reason"] == "max deliveries"
+    assert (await r.hget(f"{prefix}:run:{run_id}:meta", "state")) == "succeeded"
+    assert not await r.xpending_range(stream, "collectors", "-", "+", 10)
+    assert c.engine is not None
+    await r.aclose()
+
+
+READ_IDS = """
+import json, sys
+from webenv.collector.store import Store
+s = Store(sys.argv[1], "webenv")
+rows = s.query("SELECT episode_id, count() AS n FROM {db}.episodes FINAL WHERE run_id = {r:String} GROUP BY episode_id", {"r": sys.argv[2]})
+print(json.dumps({r["episode_id"]: r["n"] for r in rows}))
+"""
+
+
+def store_ids(data_dir: str, run_id: str) -> dict[str, int]:
+    """Episode ids in a collector's own chDB folder (read in a subprocess: chDB opens one folder per process)."""
+    out = subprocess.run(
+        [sys.executable, "-c", READ_IDS, f"chdb://{data_dir}/store", run_id],
+        capture_output=True, text=True, timeout=120, check=True,
+    )
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.timeout(240)
+async def test_sigkilled_collector_episodes_are_taken_over_exactly_once(world, redis_url, tmp_path):
+    prefix = f"q{uuid.uuid4().hex[:6]}"
+    world.policy.delay = 0.05
+    procs, ports, dirs = {}, {}, {}
+    for name in ("a", "b"):
+        ports[name] = free_port()
+        dirs[name] = str(tmp_path / name)
+        env = {
+            **os.environ,
+            "WEBENV_GRPC_PORT": str(ports[name]), "WEBENV_METRICS_PORT": "0", "WEBENV_HOST": "127.0.0.1",
+            "WEBENV_DATA_DIR": dirs[name], "WEBENV_REDIS_URL": redis_url, "WEBENV_QUEUE_PREFIX": prefix,
+            "WEBENV_QUEUE_WORKERS": "4", "WEBENV_QUEUE_CLAIM_IDLE_SECONDS": "1", "WEBENV_COLLECTOR_ID": name,
+            "WEBENV_BROWSER_ADDR": world.addr["env"], "WEBENV_POLICY_ADDR": world.addr["policy"],
+            "WEBENV_JUDGE_ADDR": world.addr["judge"], "WEBENV_SITES_ADDR": world.addr["sites"],
+            "WEBENV_FLUSH_INTERVAL_SECONDS": "0.05", "WEBENV_LOG_JSON": "false",
+        }
+        procs[name] = subprocess.Popen([sys.executable, "-m", "webenv.collector"], env=env,
+                                       stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.log", "w"))  # noqa: SIM115, ASYNC230
+    try:
+        for name in procs:
+            await asyncio.to_thread(wait_for_port, ports[name], "127.0.0.1", 60)
+        r = aioredis.from_url(redis_url, decode_responses=True)
+        ch = grpc.aio.insecure_channel(f"127.0.0.1:{ports['b']}")
+        stub = collector_pb2_grpc.CollectorServiceStub(ch)
+        run = (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec(repeats=3)), wait_for_ready=True)).run
+        planned = run.counts.planned
+        done_key = f"{prefix}:run:{run.run_id}:done"
+        async with asyncio.timeout(60):
+            while await r.scard(done_key) < planned // 4:  # noqa: ASYNC110
+                await asyncio.sleep(0.02)
+        procs["a"].send_signal(signal.SIGKILL)  # a dies with episodes in flight
+        procs["a"].wait()
+        async with asyncio.timeout(120):
+            while True:
+                got = (await stub.GetRun(collector_pb2.GetRunRequest(run_id=run.run_id))).run
+                if got.state == collector_pb2.RUN_STATE_SUCCEEDED:
+                    break
+                await asyncio.sleep(0.1)
+        assert got.counts.finished == planned and got.counts.passed == planned
+        procs["b"].send_signal(signal.SIGTERM)
+        await asyncio.to_thread(procs["b"].wait, 60)
+        ids_a = await asyncio.to_thread(store_ids, dirs["a"], run.run_id)
+        ids_b = await asyncio.to_thread(store_ids, dirs["b"], run.run_id)
+        assert ids_a and ids_b
+        assert set(ids_a) | set(ids_b) == {f"{run.run_id}-{i:06d}" for i in range(planned)}
+        assert not set(ids_a) & set(ids_b)  # stored exactly once across the two stores
+        assert all(n == 1 for n in [*ids_a.values(), *ids_b.values()])
+        await ch.close()
+        await r.aclose()
+    finally:
+        for p in procs.values():
+            if p.poll() is None:
+                p.kill()
+                p.wait()
