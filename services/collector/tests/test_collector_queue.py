@@ -100,6 +100,12 @@ def store_ids(data_dir: str, run_id: str) -> dict[str, int]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+def spawn_collector(env: dict, log_path) -> subprocess.Popen:
+    """``python -m webenv.collector`` with ``env``, stderr to ``log_path``."""
+    with open(log_path, "w") as log:
+        return subprocess.Popen([sys.executable, "-m", "webenv.collector"], env=env, stdout=subprocess.DEVNULL, stderr=log)
+
+
 @pytest.mark.timeout(240)
 async def test_sigkilled_collector_episodes_are_taken_over_exactly_once(world, redis_url, tmp_path):
     prefix = f"q{uuid.uuid4().hex[:6]}"
@@ -117,8 +123,7 @@ async def test_sigkilled_collector_episodes_are_taken_over_exactly_once(world, r
             "WEBENV_JUDGE_ADDR": world.addr["judge"], "WEBENV_SITES_ADDR": world.addr["sites"],
             "WEBENV_FLUSH_INTERVAL_SECONDS": "0.05", "WEBENV_LOG_JSON": "false",
         }
-        procs[name] = subprocess.Popen([sys.executable, "-m", "webenv.collector"], env=env,
-                                       stdout=subprocess.DEVNULL, stderr=open(tmp_path / f"{name}.log", "w"))  # noqa: SIM115, ASYNC230
+        procs[name] = spawn_collector(env, tmp_path / f"{name}.log")
     try:
         for name in procs:
             await asyncio.to_thread(wait_for_port, ports[name], "127.0.0.1", 60)
