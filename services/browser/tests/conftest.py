@@ -14,11 +14,11 @@ from pathlib import Path
 
 import grpc
 import pytest
-
+from webenv.actions import parse_action
 from webenv.browser.__main__ import serving
 from webenv.browser.config import Settings
 from webenv.client import make_channel
-from webenv.v1 import browser_pb2_grpc, environment_pb2_grpc
+from webenv.v1 import browser_pb2_grpc, common_pb2, environment_pb2, environment_pb2_grpc
 
 PAGES: dict[str, str] = {
     "basic": """<!doctype html><html><head><title>Basic page</title></head><body>
@@ -32,7 +32,7 @@ PAGES: dict[str, str] = {
 <textarea id="notes"></textarea>
 <div id="hover" onmouseover="this.textContent='hovered'">hover me</div>
 <input id="keys" onkeydown="document.getElementById('out').textContent = 'key ' + event.key">
-<div id="box" style="height:80px; overflow:auto"><div style="height:600px">tall content</div></div>
+<div id="box" style="height:80px; overflow:auto" onscroll="document.getElementById('out').textContent='box scrolled ' + this.scrollTop"><div style="height:600px">tall content</div></div>
 <div style="height:2000px">spacer</div>
 <a href="/pages/second" target="_blank" id="newtab">Open in new tab</a>
 <iframe src="/pages/inner" id="frame" style="width:300px;height:100px"></iframe>
@@ -176,3 +176,57 @@ async def farm(page_server: PageServer, chromium_path: str) -> AsyncIterator[Far
     """One farm for the module's tests (tests that break browsers start their own)."""
     async with start_farm(farm_settings(page_server, chromium_path)) as handle:
         yield handle
+
+
+class EnvHelper:
+    """Small client over the stubs: actions as text (the sdk grammar), step indexes tracked."""
+
+    def __init__(self, handle: FarmHandle) -> None:
+        self.h = handle
+        self.steps: dict[str, int] = {}
+
+    async def open(self, url: str, *formats: int, **kw: object) -> environment_pb2.OpenSessionResponse:
+        spec = common_pb2.ObservationSpec(formats=list(formats) or [common_pb2.OBSERVATION_FORMAT_AXTREE])
+        req = environment_pb2.OpenSessionRequest(start_url=url, observation_spec=spec, **kw)  # type: ignore[arg-type]
+        resp = await self.h.env.OpenSession(req)
+        self.steps[resp.session.session_id] = 0
+        return resp
+
+    async def step(self, sid: str, action: str | common_pb2.Action, *formats: int,
+                   timeout: float = 0.0, spec: common_pb2.ObservationSpec | None = None) -> environment_pb2.StepResponse:
+        act = parse_action(action) if isinstance(action, str) else action
+        req = environment_pb2.StepRequest(session_id=sid, action=act, step_index=self.steps.get(sid, 0),
+                                          timeout_seconds=timeout)
+        if spec is not None:
+            req.observation_spec.CopyFrom(spec)
+        elif formats:
+            req.observation_spec.CopyFrom(common_pb2.ObservationSpec(formats=list(formats)))
+        try:
+            resp = await self.h.env.Step(req)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
+                self.steps[sid] = self.steps.get(sid, 0) + 1  # a timed-out step still counts
+            raise
+        self.steps[sid] = self.steps.get(sid, 0) + 1
+        return resp
+
+    async def close(self, sid: str, evidence: bool = False) -> environment_pb2.CloseSessionResponse:
+        return await self.h.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid, capture_evidence=evidence))
+
+
+@pytest.fixture
+def env(farm: FarmHandle) -> EnvHelper:
+    return EnvHelper(farm)
+
+
+def element_id(obs: common_pb2.Observation, text: str) -> str:
+    """Id of the first axtree line containing `text` (e.g. '"Press me"')."""
+    for line in obs.axtree.splitlines():
+        if text in line and line.strip().startswith("["):
+            return line.strip()[1:line.strip().index("]")]
+    raise AssertionError(f"{text!r} not in axtree:\n{obs.axtree}")
+
+
+@pytest.fixture
+def eid():  # noqa: ANN201
+    return element_id

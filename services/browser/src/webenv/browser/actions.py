@@ -36,25 +36,35 @@ _BUTTONS = {common_pb2.MOUSE_BUTTON_UNSPECIFIED: "left", common_pb2.MOUSE_BUTTON
 # where its centre is in top-level viewport coordinates and whether that point hits it.
 RESOLVE_JS = """
 ([ref, mode]) => {
-  const find = (doc, offX, offY) => {
+  const find = (doc, frames) => {
     const el = ref.id ? doc.querySelector('[data-webenv-id="' + CSS.escape(ref.id) + '"]') : doc.querySelector(ref.sel);
-    if (el) return [el, offX, offY];
+    if (el) return [el, frames];
     for (const f of doc.querySelectorAll('iframe')) {
       let d = null; try { d = f.contentDocument; } catch (e) {}
-      if (d) { const r = f.getBoundingClientRect(); const got = find(d, offX + r.x + f.clientLeft, offY + r.y + f.clientTop); if (got) return got; }
+      if (d) { const got = find(d, frames.concat([f])); if (got) return got; }
     }
     return null;
   };
   let got;
-  try { got = find(document, 0, 0); } catch (e) { return {error: 'BAD_SELECTOR', message: String(e.message || e)}; }
+  try { got = find(document, []); } catch (e) { return {error: 'BAD_SELECTOR', message: String(e.message || e)}; }
   if (!got) return {error: 'NOT_FOUND'};
-  const [el, offX, offY] = got;
+  const [el, frames] = got;
   if (mode === 'handle') return el;
+  const offsets = () => {
+    let x = 0, y = 0;
+    for (const f of frames) { const r = f.getBoundingClientRect(); x += r.x + f.clientLeft; y += r.y + f.clientTop; }
+    return [x, y];
+  };
   const win = el.ownerDocument.defaultView;
   let r = el.getBoundingClientRect();
-  if (r.bottom < 0 || r.right < 0 || r.top > win.innerHeight || r.left > win.innerWidth) {
+  let [offX, offY] = offsets();
+  const outside = (rr, ox, oy) => rr.bottom + oy < 0 || rr.right + ox < 0 || rr.top + oy > window.innerHeight ||
+    rr.left + ox > window.innerWidth || rr.bottom < 0 || rr.right < 0 || rr.top > win.innerHeight || rr.left > win.innerWidth;
+  if (outside(r, offX, offY)) {
+    for (const f of frames) f.scrollIntoView({block: 'center', inline: 'center', behavior: 'instant'});
     el.scrollIntoView({block: 'center', inline: 'center', behavior: 'instant'});
     r = el.getBoundingClientRect();
+    [offX, offY] = offsets();
   }
   if (r.width === 0 || r.height === 0) return {error: 'NOT_VISIBLE'};
   const cx = Math.min(Math.max(r.left + r.width / 2, 0), win.innerWidth - 1);

@@ -201,7 +201,8 @@ class Farm:
                 except TimeoutError as exc:
                     raise errors.DeadlineExceeded("opening the start page took longer than "
                                                   f"{self.settings.farm_open_timeout_seconds}s", reason="OPEN_TIMEOUT") from exc
-            obs, raw = await observe(session.page, None, session.spec, self.obs_cfg, miniwob=adapter.miniwob)
+                await self._settle(session, -1)
+            obs, raw = await self._observe(session, session.spec)
         except BaseException:
             if session is not None:
                 await self._end(session, environment_pb2.SESSION_STATE_CLOSED)
@@ -300,11 +301,23 @@ class Farm:
         st = s.slot.state
         nav_cap = t0 + self.settings.farm_nav_timeout_ms / 1000
         net_cap = t0 + self.settings.farm_network_idle_ms / 1000
-        if st.nav_count != nav_before or st.navs:
+        if st.nav_count != nav_before or st.navs or st.popups:
             while st.navs and time.perf_counter() < nav_cap:
                 st.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(st.changed.wait(), nav_cap - time.perf_counter())
+            while st.popups and time.perf_counter() < nav_cap:  # a popup's page event comes after its request
+                if len(s.slot.context.pages) > len(s.tabs):
+                    for page in s.slot.context.pages:
+                        if not s.knows(page):
+                            s.adopt(page)
+                    break
+                await asyncio.sleep(0.005)
+            st.popups = 0
+            for page in st.nav_pages:  # a popup (target=_blank, window.open) becomes the active tab
+                if not s.knows(page) and not page.is_closed():
+                    s.adopt(page)
+            st.nav_pages.clear()
             with contextlib.suppress(Exception):
                 await s.page.wait_for_load_state("domcontentloaded",
                                                  timeout=max(1.0, (nav_cap - time.perf_counter()) * 1000))
@@ -325,6 +338,8 @@ class Farm:
             ta = time.perf_counter()
             await s.ensure_tab()
             nav_before = st.nav_count
+            st.nav_pages.clear()
+            st.popups = 0
             outcome = await perform(s, req.action, kind, nav_timeout_ms=self.settings.farm_nav_timeout_ms)
             action_s = time.perf_counter() - ta
             await s.ensure_tab()
@@ -346,7 +361,13 @@ class Farm:
             metrics.ACTION_ERRORS.labels(kind).inc()
         async with self.queues.observe.slot() as waited_obs:
             to = time.perf_counter()
-            obs, raw = await self._observe(s, spec)
+            for _ in range(3):
+                nav_seen = st.nav_count
+                obs, raw = await self._observe(s, spec)
+                if st.nav_count == nav_seen and not st.navs:
+                    break
+                # a navigation (or popup) started while the DOM settled: wait for it, observe again
+                settle_s += await self._settle(s, nav_seen)
             observe_s = time.perf_counter() - to
         obs.last_action_error = error
         self._fill_tabs(s, obs)

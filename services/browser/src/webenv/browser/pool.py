@@ -78,6 +78,8 @@ class ContextState:
     inflight: set[Request] = field(default_factory=set)
     navs: set[Request] = field(default_factory=set)
     nav_count: int = 0
+    nav_pages: list[Page] = field(default_factory=list)
+    popups: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
     def done(self, request: Request) -> None:
@@ -292,8 +294,12 @@ class BrowserPool:
         async def handle(route: Route, request: Request) -> None:
             url = request.url
             top = False
-            with contextlib.suppress(Exception):
-                top = request.is_navigation_request() and request.frame.parent_frame is None
+            popup = False
+            if request.is_navigation_request():
+                try:
+                    top = request.frame.parent_frame is None
+                except Exception:  # the request of a popup comes before its frame exists
+                    top = popup = True
             try:
                 guard.check(url, top_level=top)
             except BlockedUrl as exc:
@@ -306,6 +312,11 @@ class BrowserPool:
             if top:
                 state.navs.add(request)
                 state.nav_count += 1
+                if popup:
+                    state.popups += 1
+                else:
+                    with contextlib.suppress(Exception):
+                        state.nav_pages.append(request.frame.page)
             try:
                 await route.continue_()
             except Exception:

@@ -91,6 +91,13 @@ class BrowserSession:
         self.active_tab_id = tab.tab_id
         return tab
 
+    def knows(self, page: Page) -> bool:
+        return id(page) in self._pages
+
+    def adopt(self, page: Page) -> None:
+        """Make a page found by the network hooks (a popup) a tab before its 'page' event arrives."""
+        self._add_page(page)
+
     def _on_page(self, page: Page) -> None:
         if self.state == environment_pb2.SESSION_STATE_OPEN:
             self._add_page(page)

@@ -1,0 +1,185 @@
+"""Every action kind and every observation format, on local pages, over a real channel."""
+
+from __future__ import annotations
+
+import io
+
+import grpc
+import pytest
+from PIL import Image
+from webenv import errors
+from webenv.v1 import common_pb2
+
+F = common_pb2.ObservationFormat
+ALL_TEXT = (F.OBSERVATION_FORMAT_AXTREE, F.OBSERVATION_FORMAT_HTML, F.OBSERVATION_FORMAT_MARKDOWN,
+            F.OBSERVATION_FORMAT_DOM, F.OBSERVATION_FORMAT_ELEMENTS)
+
+
+async def test_element_actions(env, page_server, eid):
+    o = await env.open(page_server.url("basic"))
+    sid, obs = o.session.session_id, o.observation
+    r = await env.step(sid, "click(%s)" % eid(obs, '"Press me"'))
+    assert 'StaticText "clicked 1"' in r.observation.axtree and not r.observation.last_action_error
+    r = await env.step(sid, f'fill({eid(obs, "Your name")}, "Ada Lovelace")')
+    assert 'value="Ada Lovelace"' in r.observation.axtree
+    r = await env.step(sid, f'select({eid(obs, "combobox")}, "Green")')
+    assert 'combobox "" value="g"' in r.observation.axtree
+    r = await env.step(sid, f'click({eid(obs, "checkbox")})')
+    assert 'checkbox "Agree" focused, checked=true' in r.observation.axtree
+    r = await env.step(sid, 'hover("#hover")')
+    assert 'StaticText "hovered"' in r.observation.axtree
+    r = await env.step(sid, 'press("#keys", "a")')
+    assert 'StaticText "key a"' in r.observation.axtree
+    r = await env.step(sid, 'scroll_element("#box", 0, 120)')
+    assert 'StaticText "box scrolled 120"' in r.observation.axtree
+    # keyboard typing into the focused element
+    await env.step(sid, 'click("#notes")')
+    r = await env.step(sid, 'type("typed text")')
+    assert 'value="typed text"' in r.observation.axtree
+    r = await env.step(sid, 'press("Control+a")')
+    assert not r.observation.last_action_error
+    # same-origin iframe elements are addressable by id
+    r = await env.step(sid, 'click(%s)' % eid(obs, '"Inner"'))
+    assert '"inner clicked"' in r.observation.axtree, r.observation.axtree
+    await env.close(sid)
+
+
+async def test_page_failures_are_last_action_error(env, page_server):
+    o = await env.open(page_server.url("basic"))
+    sid = o.session.session_id
+    r = await env.step(sid, "click(99999)")
+    assert "not found" in r.observation.last_action_error
+    r = await env.step(sid, 'click("#hidden-btn")')
+    assert "not visible" in r.observation.last_action_error
+    r = await env.step(sid, 'select("#color", "Purple")')
+    assert "no option matches" in r.observation.last_action_error
+    r = await env.step(sid, "click_at(5000, 10)")
+    assert "outside the viewport" in r.observation.last_action_error
+    r = await env.step(sid, "noop()")  # the session goes on and the error is cleared
+    assert r.observation.last_action_error == ""
+    await env.close(sid)
+
+
+async def test_malformed_actions_are_invalid_argument(env, page_server):
+    o = await env.open(page_server.url("basic"))
+    sid = o.session.session_id
+    bad = [
+        common_pb2.Action(),  # no kind
+        common_pb2.Action(click=common_pb2.ClickAction()),  # no target
+        common_pb2.Action(press=common_pb2.PressAction(key="")),
+        common_pb2.Action(wait=common_pb2.WaitAction(milliseconds=-5)),
+        common_pb2.Action(select=common_pb2.SelectAction(target=common_pb2.ElementTarget(element_id="1"))),
+        common_pb2.Action(click=common_pb2.ClickAction(target=common_pb2.ElementTarget(selector="##nope"))),
+        common_pb2.Action(press=common_pb2.PressAction(key="NotAKey")),
+    ]
+    for action in bad:
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await env.step(sid, action)
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT, action
+        err = errors.from_rpc_error(exc.value)
+        assert err.reason in ("BAD_ACTION", "BAD_SELECTOR")
+        assert "action" in str(exc.value.details()) or "selector" in str(exc.value.details())
+    await env.close(sid)
+
+
+async def test_coordinate_actions(env, page_server):
+    o = await env.open(page_server.url("drag"))
+    sid = o.session.session_id
+    r = await env.step(sid, "drag(10, 60, 200, 210)")
+    assert "drag 10,60 -> 200,210" in r.observation.axtree
+    r = await env.step(sid, "click_at(100, 100)")
+    assert "click 100,100" in r.observation.axtree
+    await env.close(sid)
+
+
+async def test_page_navigation_and_scroll(env, page_server, eid):
+    o = await env.open(page_server.url("basic"), F.OBSERVATION_FORMAT_AXTREE)
+    sid = o.session.session_id
+    r = await env.step(sid, "scroll(0, 500)")
+    assert r.observation.scroll.y == pytest.approx(500, abs=2)
+    assert r.observation.scroll.scroll_height > 2000
+    r = await env.step(sid, "click(%s)" % eid(o.observation, 'link "Second page"'))
+    assert r.observation.url.endswith("/pages/second") and r.observation.title == "Second"
+    r = await env.step(sid, f'goto("{page_server.url("drag")}")')
+    assert r.observation.url.endswith("/pages/drag")
+    r = await env.step(sid, "go_back()")
+    assert r.observation.url.endswith("/pages/second")
+    r = await env.step(sid, "go_forward()")
+    assert r.observation.url.endswith("/pages/drag")
+    r = await env.step(sid, "wait(50)")
+    assert r.observation.url.endswith("/pages/drag") and not r.done
+    r = await env.step(sid, 'answer("42")')
+    assert r.done
+    await env.close(sid)
+
+
+async def test_all_formats(env, page_server):
+    spec = common_pb2.ObservationSpec(
+        formats=[*ALL_TEXT, F.OBSERVATION_FORMAT_SCREENSHOT],
+        screenshot=common_pb2.ScreenshotSpec(width=640, codec=common_pb2.IMAGE_CODEC_JPEG, quality=60, set_of_marks=True))
+    o = await env.open(page_server.url("basic"))
+    sid = o.session.session_id
+    r = await env.step(sid, "noop()", spec=spec)
+    obs = r.observation
+    assert set(obs.formats) == {*ALL_TEXT, F.OBSERVATION_FORMAT_SCREENSHOT}
+    assert '<button bid="' in obs.html and "Press me" in obs.html and "<script" not in obs.html
+    assert "hidden-btn" not in obs.html  # hidden nodes are dropped
+    assert "# [" in obs.markdown and "Welcome" in obs.markdown and "button Press me" in obs.markdown
+    assert any(n.tag == "h1" for n in obs.dom_nodes) and any(n.tag == "#text" and n.text == "Welcome" for n in obs.dom_nodes)
+    h1 = next(i for i, n in enumerate(obs.dom_nodes) if n.tag == "h1")
+    assert obs.dom_nodes[h1 + 1].parent_index == h1
+    btn = next(e for e in obs.elements if e.name == "Press me")
+    assert btn.tag == "button" and btn.role == "button" and btn.visible and btn.clickable
+    assert btn.bbox.width > 0 and btn.bbox.height > 0
+    inner = next(e for e in obs.elements if e.name == "Inner")
+    assert inner.frame == "0"
+    img = Image.open(io.BytesIO(obs.screenshot.data))
+    assert img.format == "JPEG" and img.size == (640, 360) and obs.screenshot.set_of_marks
+    assert (obs.screenshot.width, obs.screenshot.height) == (640, 360)
+    # exact size with another aspect, PNG
+    r = await env.step(sid, "noop()", spec=common_pb2.ObservationSpec(
+        formats=[F.OBSERVATION_FORMAT_SCREENSHOT], screenshot=common_pb2.ScreenshotSpec(width=200, height=200)))
+    img = Image.open(io.BytesIO(r.observation.screenshot.data))
+    assert img.format == "PNG" and img.size == (200, 200)
+    assert r.observation.axtree == "" and list(r.observation.formats) == [F.OBSERVATION_FORMAT_SCREENSHOT]
+    # visible_only drops what is below the fold; max_text_chars caps
+    r = await env.step(sid, "noop()", spec=common_pb2.ObservationSpec(
+        formats=[F.OBSERVATION_FORMAT_AXTREE], visible_only=True))
+    assert "Welcome" in r.observation.axtree and "Open in new tab" not in r.observation.axtree
+    r = await env.step(sid, "noop()", spec=common_pb2.ObservationSpec(
+        formats=[F.OBSERVATION_FORMAT_AXTREE], max_text_chars=50))
+    assert len(r.observation.axtree) <= 50
+    await env.close(sid)
+
+
+async def test_ids_stable_across_steps(env, page_server):
+    o = await env.open(page_server.url("basic"), F.OBSERVATION_FORMAT_ELEMENTS)
+    sid = o.session.session_id
+    before = {e.name: e.element_id for e in o.observation.elements}
+    await env.step(sid, 'click("#btn")')
+    r = await env.step(sid, 'fill("#name", "x")', F.OBSERVATION_FORMAT_ELEMENTS)
+    after = {e.name: e.element_id for e in r.observation.elements}
+    for name in ("Press me", "Agree", "Inner", "Open in new tab"):
+        assert before[name] == after[name]
+    assert r.observation.focused_element_id == after["Your name"]
+    await env.close(sid)
+
+
+async def test_tabs(env, page_server, eid):
+    o = await env.open(page_server.url("basic"))
+    sid = o.session.session_id
+    assert [t.tab_id for t in o.observation.tabs] == ["0"] and o.observation.active_tab_id == "0"
+    r = await env.step(sid, f'click({eid(o.observation, "Open in new tab")})')
+    assert len(r.observation.tabs) == 2, r.observation
+    assert r.observation.active_tab_id == "1" and r.observation.url.endswith("/pages/second")
+    r = await env.step(sid, "switch_tab(0)")
+    assert r.observation.active_tab_id == "0" and r.observation.url.endswith("/pages/basic")
+    r = await env.step(sid, f'new_tab("{page_server.url("drag")}")')
+    assert len(r.observation.tabs) == 3 and r.observation.url.endswith("/pages/drag")
+    r = await env.step(sid, "close_tab()")
+    assert len(r.observation.tabs) == 2
+    r = await env.step(sid, "close_tab(1)")
+    assert [t.tab_id for t in r.observation.tabs] == ["0"]
+    r = await env.step(sid, "switch_tab(7)")
+    assert "does not exist" in r.observation.last_action_error
+    await env.close(sid)
