@@ -36,7 +36,8 @@ SCRIPT = """
   if(data){var d=JSON.parse(data.textContent); var r=$("#item-rating");
     if(r){r.textContent=d.rating.toFixed(1)+" / 5 ("+d.reviews.length+" reviews)";}
     var list=$("#reviews"); if(list){d.reviews.forEach(function(rv){var li=document.createElement("li");li.className="review";
-      li.textContent=rv.stars+"\u2605 "+rv.author+": "+rv.text; list.appendChild(li);});}}
+      li.textContent=rv.stars+"\u2605 "+rv.author+": "+rv.text; list.appendChild(li);});
+      if(!d.reviews.length){var e=document.createElement("li");e.id="no-reviews";e.textContent="No reviews yet.";list.appendChild(e);}}}
   var pick=$("#todays-pick"); var pd=$("#pick-data");
   if(pick&&pd){var x=JSON.parse(pd.textContent); var a=document.createElement("a"); a.href=x.href; a.textContent=x.title; a.id="pick-link"; pick.appendChild(a);}
   document.querySelectorAll(".quick-view").forEach(function(b){b.addEventListener("click",function(){
@@ -65,7 +66,7 @@ def css(site: Site) -> str:
         ".overlay{position:fixed;inset:0;background:rgba(0,0,0,.45);z-index:60;display:flex;align-items:center;justify-content:center}"
         ".overlay .box{background:#fff;color:#111;padding:24px;border-radius:8px;min-width:280px}"
         ".field-error{color:#b00020}.error{color:#b00020}label{display:block;margin-top:8px}"
-        "footer{padding:16px;font-size:12px;opacity:.7}"
+        "footer{padding:16px;font-size:12px;opacity:.7}[hidden]{display:none !important}"
     )
 
 
@@ -111,7 +112,7 @@ def layout(site: Site, title: str, body: str, *, user: str | None, cart_count: i
                   f'<button id="cookie-accept" type="button">{escape(w["accept"])}</button></div>')
     return (
         f'<!doctype html><html lang="en"><head><meta charset="utf-8"><title>{escape(title)} | {escape(site.name)}</title>'
-        f'<meta name="viewport" content="width=device-width, initial-scale=1"><style>{css(site)}</style></head>'
+        f'<meta name="viewport" content="width=device-width, initial-scale=1"><link rel="icon" href="data:,"><style>{css(site)}</style></head>'
         f'<body class="layout-{LAYOUTS[int(site.look["layout"])]}">{_nav(site, user, cart_count)}'
         f'<div class="wrap"><main>{body}</main>{_side(site)}</div>'
         f'<footer>&copy; 2026 {escape(site.name)} &middot; {escape(str(site.look["tagline"]))}</footer>'
