@@ -193,10 +193,10 @@ class EnvHelper:
         return resp
 
     async def step(self, sid: str, action: str | common_pb2.Action, *formats: int,
-                   timeout: float = 0.0, spec: common_pb2.ObservationSpec | None = None) -> environment_pb2.StepResponse:
+                   timeout_s: float = 0.0, spec: common_pb2.ObservationSpec | None = None) -> environment_pb2.StepResponse:
         act = parse_action(action) if isinstance(action, str) else action
         req = environment_pb2.StepRequest(session_id=sid, action=act, step_index=self.steps.get(sid, 0),
-                                          timeout_seconds=timeout)
+                                          timeout_seconds=timeout_s)
         if spec is not None:
             req.observation_spec.CopyFrom(spec)
         elif formats:

@@ -18,7 +18,7 @@ ALL_TEXT = (F.OBSERVATION_FORMAT_AXTREE, F.OBSERVATION_FORMAT_HTML, F.OBSERVATIO
 async def test_element_actions(env, page_server, eid):
     o = await env.open(page_server.url("basic"))
     sid, obs = o.session.session_id, o.observation
-    r = await env.step(sid, "click(%s)" % eid(obs, '"Press me"'))
+    r = await env.step(sid, "click(" + eid(obs, '"Press me"') + ")")
     assert 'StaticText "clicked 1"' in r.observation.axtree and not r.observation.last_action_error
     r = await env.step(sid, f'fill({eid(obs, "Your name")}, "Ada Lovelace")')
     assert 'value="Ada Lovelace"' in r.observation.axtree
@@ -39,7 +39,7 @@ async def test_element_actions(env, page_server, eid):
     r = await env.step(sid, 'press("Control+a")')
     assert not r.observation.last_action_error
     # same-origin iframe elements are addressable by id
-    r = await env.step(sid, 'click(%s)' % eid(obs, '"Inner"'))
+    r = await env.step(sid, 'click(' + eid(obs, '"Inner"') + ')')
     assert '"inner clicked"' in r.observation.axtree, r.observation.axtree
     await env.close(sid)
 
@@ -98,7 +98,7 @@ async def test_page_navigation_and_scroll(env, page_server, eid):
     r = await env.step(sid, "scroll(0, 500)")
     assert r.observation.scroll.y == pytest.approx(500, abs=2)
     assert r.observation.scroll.scroll_height > 2000
-    r = await env.step(sid, "click(%s)" % eid(o.observation, 'link "Second page"'))
+    r = await env.step(sid, "click(" + eid(o.observation, 'link "Second page"') + ")")
     assert r.observation.url.endswith("/pages/second") and r.observation.title == "Second"
     r = await env.step(sid, f'goto("{page_server.url("drag")}")')
     assert r.observation.url.endswith("/pages/drag")

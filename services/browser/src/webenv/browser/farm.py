@@ -350,7 +350,7 @@ class Farm:
             st.violation = False
             with contextlib.suppress(Exception):
                 await s.page.goto("about:blank")
-            error = error or f"a redirect was refused by the URL guard: {st.blocked[-1]}"
+            error = f"a redirect was refused by the URL guard: {st.blocked[-1]}" + (f" ({error})" if error else "")
         elif not error and len(st.blocked) > blocked_before and s.page.url in ("about:blank", "") \
                 or (not error and len(st.blocked) > blocked_before and "chrome-error" in s.page.url):
             error = f"navigation refused by the URL guard: {st.blocked[-1]}"
