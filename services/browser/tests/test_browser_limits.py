@@ -1,0 +1,204 @@
+"""Limits, leases, deadlines, crash recovery, streaming, admin RPCs and metrics."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+
+import grpc
+import pytest
+
+from webenv import errors
+from webenv.testing import scrape
+from webenv.v1 import browser_pb2, common_pb2, environment_pb2
+
+
+async def test_resource_exhausted_past_the_limit(farm_factory, page_server):
+    async with farm_factory(farm_max_sessions=2, farm_warm_contexts=1) as f:
+        opened = []
+        for _ in range(2):
+            r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=page_server.url("second")))
+            opened.append(r.session.session_id)
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=page_server.url("second")))
+        assert exc.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+        err = errors.from_rpc_error(exc.value)
+        assert err.reason == "FARM_FULL" and err.retry_after_seconds and err.retry_after_seconds > 0
+        cap = await f.admin.GetCapacity(browser_pb2.GetCapacityRequest())
+        assert cap.max_sessions == 2 and cap.active_sessions == 2 and cap.browsers == 1
+        assert {q.name for q in cap.queues} == {"open", "act", "observe"}
+        await f.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=opened[0]))
+        r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=page_server.url("second")))
+        assert r.session.state == environment_pb2.SESSION_STATE_OPEN
+
+
+async def test_lease_expiry_closes_the_session(farm_factory, page_server):
+    async with farm_factory(farm_reaper_interval_seconds=0.1) as f:
+        keep = await f.env.OpenSession(environment_pb2.OpenSessionRequest(
+            start_url=page_server.url("second"), lease_seconds=0.6))
+        lose = await f.env.OpenSession(environment_pb2.OpenSessionRequest(
+            start_url=page_server.url("second"), lease_seconds=0.6))
+        for _ in range(6):
+            await asyncio.sleep(0.2)
+            r = await f.env.RenewLease(environment_pb2.RenewLeaseRequest(session_id=keep.session.session_id))
+            assert r.session.state == environment_pb2.SESSION_STATE_OPEN
+        got = await f.env.GetSession(environment_pb2.GetSessionRequest(session_id=lose.session.session_id))
+        assert got.session.state == environment_pb2.SESSION_STATE_EXPIRED
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await f.env.Step(environment_pb2.StepRequest(session_id=lose.session.session_id,
+                                                         action=common_pb2.Action(noop=common_pb2.NoopAction())))
+        assert exc.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert errors.from_rpc_error(exc.value).reason == "SESSION_EXPIRED"
+        got = await f.env.GetSession(environment_pb2.GetSessionRequest(session_id=keep.session.session_id))
+        assert got.session.state == environment_pb2.SESSION_STATE_OPEN
+
+
+async def test_hung_page_times_out_only_its_own_step(env, page_server):
+    hung = await env.open(page_server.url("loop"))
+    other = await env.open(page_server.url("basic"))
+    hsid, osid = hung.session.session_id, other.session.session_id
+
+    async def keep_stepping() -> int:
+        n = 0
+        for _ in range(4):
+            r = await env.step(osid, 'click("#btn")')
+            assert not r.observation.last_action_error
+            n += 1
+        return n
+
+    async def hang() -> grpc.aio.AioRpcError:
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await env.step(hsid, 'click("#hang")', timeout_s=2.0)
+        return exc.value
+
+    err, steps = await asyncio.gather(hang(), keep_stepping())
+    assert err.code() == grpc.StatusCode.DEADLINE_EXCEEDED and steps == 4
+    assert errors.from_rpc_error(err).reason == "STEP_TIMEOUT"
+    # the hung session goes on, on a fresh page, and is told why
+    r = await env.step(hsid, f'goto("{page_server.url("loop")}")')
+    assert "exceeded" in r.observation.last_action_error and r.observation.url.endswith("/pages/loop")
+    with pytest.raises(grpc.aio.AioRpcError) as exc:  # an alert storm is handled the same way
+        await env.step(hsid, 'click("#alerts")', timeout_s=2.0)
+    assert exc.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+    await env.close(hsid)
+    await env.close(osid)
+
+
+async def test_browser_crash_recovery(farm_factory, page_server):
+    async with farm_factory(farm_warm_contexts=1) as f:
+        r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=page_server.url("basic")))
+        sid = r.session.session_id
+        pid = f.farm.pool.handles[0].pid()
+        assert pid
+        os.kill(pid, signal.SIGKILL)
+        for _ in range(100):
+            got = await f.env.GetSession(environment_pb2.GetSessionRequest(session_id=sid))
+            if got.session.state == environment_pb2.SESSION_STATE_CRASHED:
+                break
+            await asyncio.sleep(0.1)
+        assert got.session.state == environment_pb2.SESSION_STATE_CRASHED
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await f.env.Step(environment_pb2.StepRequest(session_id=sid, action=common_pb2.Action(noop=common_pb2.NoopAction())))
+        assert errors.from_rpc_error(exc.value).reason == "SESSION_CRASHED"
+        # the farm has a new browser and opens sessions again
+        r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=page_server.url("basic")))
+        s2 = r.session.session_id
+        step = await f.env.Step(environment_pb2.StepRequest(
+            session_id=s2, step_index=0, action=common_pb2.Action(click=common_pb2.ClickAction(
+                target=common_pb2.ElementTarget(selector="#btn")))))
+        assert "clicked 1" in step.observation.axtree
+        cap = await f.admin.GetCapacity(browser_pb2.GetCapacityRequest())
+        assert cap.browser_restarts >= 1 and cap.browsers == 1
+        assert "webenv_browser_browser_restarts_total" in scrape(f.metrics_port)
+
+
+async def test_step_stream_many_sessions_completion_order(env, farm, page_server):
+    sids = [(await env.open(page_server.url("basic"))).session.session_id for _ in range(6)]
+    slow = sids[0]
+    queue: asyncio.Queue[environment_pb2.StepStreamRequest | None] = asyncio.Queue()
+
+    async def requests():
+        while (item := await queue.get()) is not None:
+            yield item
+
+    def req(tag: str, sid: str, action: common_pb2.Action, index: int = -1) -> environment_pb2.StepStreamRequest:
+        return environment_pb2.StepStreamRequest(tag=tag, step=environment_pb2.StepRequest(
+            session_id=sid, action=action, step_index=index))
+
+    call = farm.env.StepStream(requests())
+    # a slow wait first, then quick clicks on the others, then one bad item
+    await queue.put(req("slow", slow, common_pb2.Action(wait=common_pb2.WaitAction(milliseconds=1500))))
+    for i, sid in enumerate(sids[1:]):
+        await queue.put(req(f"quick{i}", sid, common_pb2.Action(click=common_pb2.ClickAction(
+            target=common_pb2.ElementTarget(selector="#btn")))))
+    await queue.put(req("bad", sids[1], common_pb2.Action()))
+    await queue.put(req("missing", "nope", common_pb2.Action(noop=common_pb2.NoopAction())))
+    await queue.put(None)
+    got = [msg async for msg in call]
+    tags = [m.tag for m in got]
+    assert sorted(tags) == sorted(["slow", "bad", "missing"] + [f"quick{i}" for i in range(5)])
+    assert tags[-1] == "slow"  # answered in completion order, not request order
+    by_tag = {m.tag: m for m in got}
+    assert by_tag["bad"].error.code == grpc.StatusCode.INVALID_ARGUMENT.value[0]
+    assert by_tag["missing"].error.code == grpc.StatusCode.NOT_FOUND.value[0]
+    assert "clicked 1" in by_tag["quick0"].response.observation.axtree
+    for sid in sids:
+        await env.close(sid)
+
+
+async def test_admin_and_session_rpcs(env, farm, page_server):
+    a = await env.open(page_server.url("basic"), labels={"run": "r1"}, request_id="req-1")
+    again = await farm.env.OpenSession(environment_pb2.OpenSessionRequest(
+        start_url=page_server.url("basic"), request_id="req-1", labels={"run": "r1"}))
+    assert again.session.session_id == a.session.session_id  # idempotent open
+    b = await env.open(page_server.url("basic"), labels={"run": "r2"})
+    listed = await farm.admin.ListSessions(browser_pb2.ListSessionsRequest(labels={"run": "r1"}))
+    assert [s.session_id for s in listed.sessions] == [a.session.session_id]
+    page1 = await farm.admin.ListSessions(browser_pb2.ListSessionsRequest(page_size=1))
+    assert len(page1.sessions) == 1 and page1.next_page_token
+    page2 = await farm.admin.ListSessions(browser_pb2.ListSessionsRequest(page_size=1, page_token=page1.next_page_token))
+    assert page2.sessions[0].session_id != page1.sessions[0].session_id
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await farm.admin.ListSessions(browser_pb2.ListSessionsRequest(page_token="garbage"))
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    got = await farm.env.GetSession(environment_pb2.GetSessionRequest(session_id=a.session.session_id))
+    assert got.session.labels["run"] == "r1" and got.session.node
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await farm.env.GetSession(environment_pb2.GetSessionRequest(session_id="nope"))
+    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+    # retried step index is answered from cache, not acted twice
+    r1 = await env.step(b.session.session_id, 'click("#btn")')
+    r2 = await env.step(b.session.session_id, 'noop()')
+    retry = await farm.env.Step(environment_pb2.StepRequest(session_id=b.session.session_id, step_index=1,
+                                                           action=common_pb2.Action(noop=common_pb2.NoopAction())))
+    assert retry == r2 and r1.step_index == 0
+    # drain refuses new sessions with UNAVAILABLE, then resumes
+    d = await farm.admin.Drain(browser_pb2.DrainRequest(draining=True))
+    assert d.capacity.draining
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await env.open(page_server.url("basic"))
+    assert exc.value.code() == grpc.StatusCode.UNAVAILABLE
+    await farm.admin.Drain(browser_pb2.DrainRequest(draining=False))
+    # bad open requests
+    for req in (environment_pb2.OpenSessionRequest(),
+                environment_pb2.OpenSessionRequest(start_url=page_server.url("basic"), lease_seconds=-1),
+                environment_pb2.OpenSessionRequest(start_url=page_server.url("basic"),
+                                                   observation_spec=common_pb2.ObservationSpec(formats=[0]))):
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await farm.env.OpenSession(req)
+        assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    await env.close(a.session.session_id)
+    await env.close(b.session.session_id)
+
+
+async def test_metrics_are_scraped(env, farm, page_server):
+    o = await env.open(page_server.url("basic"), common_pb2.OBSERVATION_FORMAT_SCREENSHOT)
+    await env.step(o.session.session_id, "click(99999)")
+    await env.close(o.session.session_id)
+    text = scrape(farm.metrics_port)
+    for name in ("webenv_browser_step_seconds_bucket", 'webenv_browser_observe_seconds_count{format="screenshot"}',
+                 "webenv_browser_queue_wait_seconds_bucket", "webenv_browser_sessions_active",
+                 "webenv_browser_contexts_pooled", 'webenv_browser_action_errors_total{kind="click"}',
+                 "webenv_browser_open_seconds_count", "grpc_server_handled_total"):
+        assert name in text, name
