@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from webenv.browser.guard import BlockedUrl, UrlGuard, parse_ipv4_loose
 
 BLOCKED = [

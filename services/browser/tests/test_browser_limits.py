@@ -8,7 +8,6 @@ import signal
 
 import grpc
 import pytest
-
 from webenv import errors
 from webenv.testing import scrape
 from webenv.v1 import browser_pb2, common_pb2, environment_pb2

@@ -7,7 +7,6 @@ import threading
 
 import grpc
 import pytest
-
 from webenv import errors
 from webenv.v1 import common_pb2
 
@@ -71,7 +70,7 @@ async def test_subresource_to_private_address_is_blocked(env, page_server, farm)
     o = await env.open(page_server.url("basic"))
     sid = o.session.session_id
     before = farm.farm.sessions[sid].slot.state.blocked[:]
-    await env.step(sid, f'goto("http://pages.web.test/redirect?to=/pages/basic")')
+    await env.step(sid, 'goto("http://pages.web.test/redirect?to=/pages/basic")')
     r = await env.step(sid, 'noop()')
     assert r.observation.url.endswith("/pages/basic")  # a same-host redirect is fine
     page = farm.farm.sessions[sid].page

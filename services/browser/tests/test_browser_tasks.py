@@ -1,0 +1,135 @@
+"""Task adapters: MiniWoB++ solved by scripted actions, synthetic-web tasks through a real TaskService."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import re
+import subprocess
+import sys
+
+import grpc
+import pytest
+from webenv.testing import free_port, wait_for_port
+from webenv.v1 import common_pb2, environment_pb2, task_pb2, task_pb2_grpc
+
+
+def miniwob_task(name: str) -> common_pb2.Task:
+    return common_pb2.Task(task_id=f"miniwob/{name}", source=common_pb2.TASK_SOURCE_MINIWOB,
+                           metadata={"miniwob_task": name})
+
+
+@pytest.mark.parametrize("seed", [1, 7])
+async def test_miniwob_click_test(env, farm, seed):
+    r = await farm.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task("click-test"), seed=seed))
+    assert r.instruction == "Click the button."
+    sid = r.session.session_id
+    env.steps[sid] = 0
+    step = await env.step(sid, 'click("#subbtn")')
+    assert step.done and step.raw_reward == 1.0 and 0 < step.reward <= 1.0
+    closed = await env.close(sid)
+    assert closed.env_reward == 1.0
+
+
+async def test_miniwob_enter_text(env, farm):
+    r = await farm.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task("enter-text"), seed=3))
+    sid = r.session.session_id
+    env.steps[sid] = 0
+    m = re.search(r'"(.+)"', r.instruction)
+    assert m, r.instruction
+    first = await env.step(sid, f'fill("#tt", {json.dumps(m.group(1))})')
+    assert not first.done and first.reward == 0
+    step = await env.step(sid, 'click("#subbtn")')
+    assert step.done and step.raw_reward == 1.0, step.reward_reason
+    await env.close(sid)
+
+
+async def test_miniwob_wrong_answer_gets_negative_reward(env, farm):
+    r = await farm.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task("enter-text"), seed=4))
+    sid = r.session.session_id
+    env.steps[sid] = 0
+    await env.step(sid, 'fill("#tt", "definitely wrong")')
+    step = await env.step(sid, 'click("#subbtn")')
+    assert step.done and step.raw_reward == -1.0
+    await env.close(sid)
+
+
+class SiteState(task_pb2_grpc.TaskServiceServicer):
+    """A TaskService holding state per site session, served on a real channel for the adapter to call."""
+
+    def __init__(self) -> None:
+        self.resets: list[tuple[str, str]] = []
+
+    async def ResetSiteState(self, request, context):  # noqa: N802
+        self.resets.append((request.site_session, request.site))
+        return task_pb2.ResetSiteStateResponse(site_session=request.site_session)
+
+    async def GetSiteState(self, request, context):  # noqa: N802
+        return task_pb2.GetSiteStateResponse(state_json=json.dumps({"site_session": request.site_session,
+                                                                    "site": request.site}))
+
+
+async def test_synthetic_task_resets_and_captures_site_state(farm_factory, page_server):
+    server = grpc.aio.server()
+    svc = SiteState()
+    task_pb2_grpc.add_TaskServiceServicer_to_server(svc, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with farm_factory(sites_addr=f"127.0.0.1:{port}") as f:
+            task = common_pb2.Task(task_id="synthetic/shop-0001/x", source=common_pb2.TASK_SOURCE_SYNTHETIC,
+                                   start_url="http://shop-0001.web.test/echo-cookie", site="shop-0001.web.test",
+                                   instruction="Buy a thing")
+            r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(task=task))
+            sid = r.session.session_id
+            assert r.instruction == "Buy a thing"
+            assert svc.resets == [(sid, "shop-0001.web.test")]
+            assert f"site_session={sid}" in r.observation.axtree  # the cookie reached the site
+            closed = await f.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid, capture_evidence=True))
+            assert json.loads(closed.site_state_json) == {"site_session": sid, "site": "shop-0001.web.test"}
+            # a fork: the site session comes from the labels and is not reset
+            r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(task=task, labels={"site_session": "fork-1"}))
+            assert len(svc.resets) == 1 and "site_session=fork-1" in r.observation.axtree
+    finally:
+        await server.stop(0)
+
+
+async def test_against_the_sites_service(farm_factory, tmp_path):
+    """The real sites service as a subprocess: a MiniWoB page and a synthetic task from its catalog."""
+    try:
+        import webenv.sites  # noqa: F401
+    except ImportError:
+        pytest.skip("webenv-sites is not installed in this environment")
+    http_port, grpc_port = free_port(), free_port()
+    env_vars = dict(os.environ, WEBENV_HTTP_PORT=str(http_port), WEBENV_GRPC_PORT=str(grpc_port),
+                    WEBENV_METRICS_PORT="0", WEBENV_HTTP_HOST="127.0.0.1", WEBENV_SITES_COUNT="16")
+    proc = subprocess.Popen([sys.executable, "-m", "webenv.sites"], env=env_vars, cwd=tmp_path,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    try:
+        try:
+            await asyncio.to_thread(wait_for_port, grpc_port, "127.0.0.1", 60)
+            await asyncio.to_thread(wait_for_port, http_port, "127.0.0.1", 60)
+        except TimeoutError:
+            proc.kill()
+            pytest.fail(f"sites did not start: {proc.stderr.read().decode()[-2000:] if proc.stderr else ''}")
+        async with farm_factory(sites_addr=f"127.0.0.1:{grpc_port}", farm_sites_http_addr=f"127.0.0.1:{http_port}") as f:
+            chan = grpc.aio.insecure_channel(f"127.0.0.1:{grpc_port}")
+            tasks = await task_pb2_grpc.TaskServiceStub(chan).ListTasks(task_pb2.ListTasksRequest(
+                filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]), page_size=1), timeout=30)
+            await chan.close()
+            assert tasks.tasks, "the sites service listed no synthetic task"
+            task = tasks.tasks[0]
+            r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(task=task), timeout=60)
+            assert r.observation.axtree and not r.observation.last_action_error
+            closed = await f.env.CloseSession(environment_pb2.CloseSessionRequest(
+                session_id=r.session.session_id, capture_evidence=True))
+            assert closed.site_state_json.startswith("{")
+            r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task("click-test")), timeout=60)
+            assert r.instruction == "Click the button."
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
