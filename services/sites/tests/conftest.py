@@ -6,6 +6,7 @@ from collections.abc import AsyncIterator
 
 import grpc
 import pytest
+from playwright.async_api import Browser, async_playwright
 from webenv.sites.config import Settings
 from webenv.sites.service import SitesService
 from webenv.v1 import task_pb2_grpc
@@ -31,3 +32,13 @@ async def sites_service() -> AsyncIterator[SitesService]:
 async def task_stub(sites_service: SitesService) -> AsyncIterator[task_pb2_grpc.TaskServiceStub]:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{sites_service.port}") as channel:
         yield task_pb2_grpc.TaskServiceStub(channel)
+
+
+@pytest.fixture(scope="session")
+async def browser(sites_service, chromium_path) -> AsyncIterator[Browser]:
+    async with async_playwright() as pw:
+        b = await pw.chromium.launch(executable_path=chromium_path, args=[
+            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+            f"--host-resolver-rules=MAP *.web.test 127.0.0.1:{sites_service.http_port}"])
+        yield b
+        await b.close()

@@ -5,25 +5,13 @@ from __future__ import annotations
 
 import json
 import uuid
-from collections.abc import AsyncIterator
 
-import pytest
-from playwright.async_api import Browser, Page, async_playwright
+from playwright.async_api import Browser, Page
 from webenv.sites.families import FAMILIES
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import task_pb2
 
 from .rubriceval import Evidence, failing_facts, page_selectors
-
-
-@pytest.fixture(scope="session")
-async def browser(sites_service, chromium_path) -> AsyncIterator[Browser]:
-    async with async_playwright() as pw:
-        b = await pw.chromium.launch(executable_path=chromium_path, args=[
-            "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
-            f"--host-resolver-rules=MAP *.web.test 127.0.0.1:{sites_service.http_port}"])
-        yield b
-        await b.close()
 
 
 async def _page(browser: Browser, host: str, session: str) -> tuple[Page, list[str]]:

@@ -13,6 +13,7 @@ from typing import Any
 from urllib.parse import parse_qs, quote
 
 from prometheus_client import Counter, Histogram
+from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.staticfiles import StaticFiles
@@ -143,8 +144,13 @@ class SitesApp:
         request = Request(scope, receive)
         host = (request.headers.get("host") or "").split(":", 1)[0].lower()
         if host == MINIWOB_HOST and self.miniwob is not None:
-            await self.miniwob(scope, receive, send)
-            HTTP_REQUESTS.labels("miniwob", "200").inc()
+            try:
+                await self.miniwob(scope, receive, send)
+                code = 200
+            except HTTPException as exc:  # StaticFiles raises before sending anything
+                code = exc.status_code
+                await PlainTextResponse(exc.detail, status_code=code)(scope, receive, send)
+            HTTP_REQUESTS.labels("miniwob", str(code)).inc()
             return
         site = self.catalog.get(host)
         if site is None:

@@ -51,7 +51,7 @@ FAMILY = FamilySpec(
     name="bank", noun="transaction", plural="transactions", path="transactions", id_prefix="X",
     value_label="Amount", author_label="Merchant", date_label="Date",
     categories=tuple(MERCHANTS),
-    site_names=("{a} Bank", "{n} Credit Union", "{a} {n} Savings", "First {n} Bank"),
+    site_names=("{a} {n} Bank", "{a} {n} Credit Union", "{a} {n} Savings", "First {a} {n} Bank"),
     taglines=("Banking made simple.", "Your money, secured.", "Online banking, any time."),
     make_item=make_item, action=ACTION, login_required=True, value_sort_words=("smallest", "largest"),
 )

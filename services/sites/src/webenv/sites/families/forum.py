@@ -57,7 +57,7 @@ FAMILY = FamilySpec(
     name="forum", noun="thread", plural="threads", path="threads", id_prefix="T",
     value_label="Replies", author_label="Started by", date_label="Started",
     categories=tuple(TOPICS),
-    site_names=("{a} {n} Forum", "{n} Community", "{a} Talk", "{n} Boards"),
+    site_names=("{a} {n} Forum", "{a}{n} Community", "{n} {a} Talk", "{a} {n} Boards"),
     taglines=("Ask, answer, share.", "A friendly place to talk.", "Conversations that matter."),
     make_item=make_item, action=ACTION, value_sort_words=("fewest replies", "most replies"),
 )

@@ -56,7 +56,7 @@ FAMILY = FamilySpec(
     name="jobs", noun="job", plural="jobs", path="jobs", id_prefix="J",
     value_label="Salary", author_label="Company", date_label="Posted",
     categories=tuple(FIELDS),
-    site_names=("{n} Careers", "{a} Jobs", "Hire{n}", "{a} {n} Talent"),
+    site_names=("{a} {n} Careers", "{n} {a} Jobs", "Hire{a}{n}", "{a} {n} Talent"),
     taglines=("Find work you love.", "Thousands of openings.", "Your next role starts here."),
     make_item=make_item, action=ACTION, value_sort_words=("lowest paid", "highest paid"),
 )

@@ -48,7 +48,7 @@ FAMILY = FamilySpec(
     name="mail", noun="message", plural="messages", path="mail", id_prefix="M",
     value_label="Size", author_label="Sender", date_label="Received",
     categories=tuple(FOLDERS),
-    site_names=("{a} Mail", "{n}Post", "{a} {n} Webmail", "Inbox{n}"),
+    site_names=("{a} {n} Mail", "{a}{n}Post", "{a} {n} Webmail", "Inbox{a}{n}"),
     taglines=("Email without the clutter.", "Private, fast webmail.", "Your inbox, organised."),
     make_item=make_item, action=ACTION, login_required=True, value_sort_words=("smallest", "largest"),
 )

@@ -53,7 +53,7 @@ FAMILY = FamilySpec(
     name="recipes", noun="recipe", plural="recipes", path="recipes", id_prefix="R",
     value_label="Time", author_label="Chef", date_label="Published",
     categories=tuple(DISHES),
-    site_names=("{a} Kitchen", "{n} Eats", "Cook{n}", "The {a} Table"),
+    site_names=("{a} {n} Kitchen", "{a}{n} Eats", "Cook{a}{n}", "The {a} {n} Table"),
     taglines=("Cook something good tonight.", "Recipes tested at home.", "Simple food, done well."),
     make_item=make_item, action=ACTION, value_sort_words=("quickest", "slowest"),
 )

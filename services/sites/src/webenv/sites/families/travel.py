@@ -57,7 +57,7 @@ FAMILY = FamilySpec(
     name="travel", noun="flight", plural="flights", path="flights", id_prefix="F",
     value_label="Fare", author_label="Airline", date_label="Date",
     categories=tuple(REGIONS),
-    site_names=("{a} Trips", "Fly{n}", "{n} Travel", "{a} {n} Voyages"),
+    site_names=("{a} {n} Trips", "Fly{a}{n}", "{n} {a} Travel", "{a} {n} Voyages"),
     taglines=("Find your next trip.", "Low fares, everywhere.", "Book with confidence."),
     make_item=make_item, action=ACTION, value_sort_words=("cheapest", "most expensive"),
 )

@@ -52,7 +52,7 @@ FAMILY = FamilySpec(
     name="wiki", noun="article", plural="articles", path="wiki", id_prefix="A",
     value_label="Length", author_label="Last editor", date_label="Updated",
     categories=tuple(SUBJECTS),
-    site_names=("{n}pedia", "{a} {n} Docs", "{n} Wiki", "The {a} Handbook"),
+    site_names=("{a}{n}pedia", "{a} {n} Docs", "{n} {a} Wiki", "The {a} {n} Handbook"),
     taglines=("The free knowledge base.", "Documentation you can trust.", "Written by the community."),
     make_item=make_item, action=ACTION, value_sort_words=("shortest", "longest"),
 )
