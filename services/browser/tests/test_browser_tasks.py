@@ -95,6 +95,14 @@ async def test_synthetic_task_resets_and_captures_site_state(farm_factory, page_
         await server.stop(0)
 
 
+def start_sites(http_port: int, grpc_port: int, cwd: object) -> subprocess.Popen[bytes]:
+    """`python -m webenv.sites` on the given ports, a small web (16 sites)."""
+    env_vars = dict(os.environ, WEBENV_HTTP_PORT=str(http_port), WEBENV_GRPC_PORT=str(grpc_port),
+                    WEBENV_METRICS_PORT="0", WEBENV_HTTP_HOST="127.0.0.1", WEBENV_SITES_COUNT="16")
+    return subprocess.Popen([sys.executable, "-m", "webenv.sites"], env=env_vars, cwd=str(cwd),
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
 async def test_against_the_sites_service(farm_factory, tmp_path):
     """The real sites service as a subprocess: a MiniWoB page and a synthetic task from its catalog."""
     try:
@@ -102,10 +110,7 @@ async def test_against_the_sites_service(farm_factory, tmp_path):
     except ImportError:
         pytest.skip("webenv-sites is not installed in this environment")
     http_port, grpc_port = free_port(), free_port()
-    env_vars = dict(os.environ, WEBENV_HTTP_PORT=str(http_port), WEBENV_GRPC_PORT=str(grpc_port),
-                    WEBENV_METRICS_PORT="0", WEBENV_HTTP_HOST="127.0.0.1", WEBENV_SITES_COUNT="16")
-    proc = subprocess.Popen([sys.executable, "-m", "webenv.sites"], env=env_vars, cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc = start_sites(http_port, grpc_port, tmp_path)
     try:
         try:
             await asyncio.to_thread(wait_for_port, grpc_port, "127.0.0.1", 60)

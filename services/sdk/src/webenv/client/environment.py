@@ -1,0 +1,227 @@
+"""Typed async client of EnvironmentService (the browser farm or the world model, by address).
+
+    async with EnvironmentClient("localhost:50051") as env:
+        opened = await env.open(start_url="http://shop-0001.web.test/", formats=["axtree"])
+        r = await env.step(opened.session.session_id, 'click(12)')
+        async with env.stream() as stream:          # many sessions on one bidi stream
+            rs = await asyncio.gather(*(stream.step(sid, "noop()") for sid in sids))
+        await env.close(opened.session.session_id)
+
+Errors arrive as `webenv.errors.WebenvError` subclasses (code, reason and metadata parsed), and the client
+tracks each session's step index so a retried step is answered from the server's cache, never acted twice.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+from collections.abc import AsyncIterator, Iterable, Mapping
+from typing import Any
+
+import grpc
+
+from webenv import errors
+from webenv.actions import parse_action
+from webenv.client.channel import make_channel
+from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
+
+__all__ = ["EnvironmentClient", "StepStream", "observation_spec"]
+
+_FORMATS = {
+    "axtree": common_pb2.OBSERVATION_FORMAT_AXTREE, "html": common_pb2.OBSERVATION_FORMAT_HTML,
+    "markdown": common_pb2.OBSERVATION_FORMAT_MARKDOWN, "dom": common_pb2.OBSERVATION_FORMAT_DOM,
+    "elements": common_pb2.OBSERVATION_FORMAT_ELEMENTS, "screenshot": common_pb2.OBSERVATION_FORMAT_SCREENSHOT,
+}
+
+
+def observation_spec(formats: Iterable[str | int] = ("axtree",), **screenshot: Any) -> common_pb2.ObservationSpec:
+    """An ObservationSpec from format names ("axtree", "screenshot"...) or enum values; keyword arguments
+    `width`, `height`, `codec`, `quality`, `set_of_marks` go to the screenshot, `max_text_chars` and
+    `visible_only` to the spec."""
+    values = []
+    for f in formats:
+        if isinstance(f, str):
+            if f.lower() not in _FORMATS:
+                raise ValueError(f"unknown observation format {f!r}; known: {', '.join(_FORMATS)}")
+            values.append(_FORMATS[f.lower()])
+        else:
+            values.append(int(f))
+    spec = common_pb2.ObservationSpec(formats=values)
+    spec.max_text_chars = int(screenshot.pop("max_text_chars", 0))
+    spec.visible_only = bool(screenshot.pop("visible_only", False))
+    if screenshot:
+        spec.screenshot.CopyFrom(common_pb2.ScreenshotSpec(**screenshot))
+    return spec
+
+
+def _action(action: str | common_pb2.Action) -> common_pb2.Action:
+    return parse_action(action) if isinstance(action, str) else action
+
+
+class EnvironmentClient:
+    """Async EnvironmentService client over a grpc.aio channel (created from an address, or given)."""
+
+    def __init__(self, target: str | grpc.aio.Channel, *, timeout: float = 60.0) -> None:
+        self._own = isinstance(target, str)
+        self.channel = make_channel(target, timeout=timeout) if isinstance(target, str) else target
+        self.stub = environment_pb2_grpc.EnvironmentServiceStub(self.channel)
+        self._next_index: dict[str, int] = {}
+
+    async def __aenter__(self) -> EnvironmentClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()
+
+    async def aclose(self) -> None:
+        """Close the channel if this client created it."""
+        if self._own:
+            await self.channel.close()
+
+    async def _call(self, method: Any, request: Any) -> Any:
+        try:
+            return await method(request)
+        except grpc.aio.AioRpcError as exc:
+            raise errors.from_rpc_error(exc) from exc
+
+    async def open(
+        self,
+        *,
+        start_url: str = "",
+        task: common_pb2.Task | None = None,
+        formats: Iterable[str | int] = ("axtree",),
+        spec: common_pb2.ObservationSpec | None = None,
+        viewport: tuple[int, int] | None = None,
+        seed: int = 0,
+        lease_seconds: float = 0.0,
+        labels: Mapping[str, str] | None = None,
+        request_id: str = "",
+    ) -> environment_pb2.OpenSessionResponse:
+        """Open a session from a start URL or a task."""
+        if bool(start_url) == (task is not None):
+            raise ValueError("give exactly one of start_url or task")
+        req = environment_pb2.OpenSessionRequest(
+            request_id=request_id, observation_spec=spec or observation_spec(formats), seed=seed,
+            lease_seconds=lease_seconds, labels=dict(labels or {}),
+        )
+        if task is not None:
+            req.task.CopyFrom(task)
+        else:
+            req.start_url = start_url
+        if viewport:
+            req.viewport.CopyFrom(common_pb2.Viewport(width=viewport[0], height=viewport[1]))
+        resp = await self._call(self.stub.OpenSession, req)
+        self._next_index[resp.session.session_id] = 0
+        return resp
+
+    def step_request(self, session_id: str, action: str | common_pb2.Action,
+                     spec: common_pb2.ObservationSpec | None = None, timeout_seconds: float = 0.0
+                     ) -> environment_pb2.StepRequest:
+        """A StepRequest carrying the session's next step index."""
+        req = environment_pb2.StepRequest(session_id=session_id, action=_action(action),
+                                          step_index=self._next_index.get(session_id, -1),
+                                          timeout_seconds=timeout_seconds)
+        if spec is not None:
+            req.observation_spec.CopyFrom(spec)
+        return req
+
+    def _advance(self, session_id: str, index: int) -> None:
+        if session_id in self._next_index:
+            self._next_index[session_id] = max(self._next_index[session_id], index + 1)
+
+    async def step(self, session_id: str, action: str | common_pb2.Action, *,
+                   spec: common_pb2.ObservationSpec | None = None, timeout_seconds: float = 0.0
+                   ) -> environment_pb2.StepResponse:
+        """Apply one action (text in the sdk grammar, or an Action)."""
+        req = self.step_request(session_id, action, spec, timeout_seconds)
+        try:
+            resp = await self._call(self.stub.Step, req)
+        except errors.DeadlineExceeded:
+            self._advance(session_id, req.step_index)  # the server counted the timed-out step
+            raise
+        self._advance(session_id, resp.step_index)
+        return resp
+
+    async def close(self, session_id: str, *, capture_evidence: bool = False) -> environment_pb2.CloseSessionResponse:
+        """Close a session (optionally capturing site-state evidence first)."""
+        self._next_index.pop(session_id, None)
+        return await self._call(self.stub.CloseSession, environment_pb2.CloseSessionRequest(
+            session_id=session_id, capture_evidence=capture_evidence))
+
+    async def get(self, session_id: str) -> environment_pb2.Session:
+        resp = await self._call(self.stub.GetSession, environment_pb2.GetSessionRequest(session_id=session_id))
+        return resp.session
+
+    async def renew(self, session_id: str, lease_seconds: float = 0.0) -> environment_pb2.Session:
+        resp = await self._call(self.stub.RenewLease, environment_pb2.RenewLeaseRequest(
+            session_id=session_id, lease_seconds=lease_seconds))
+        return resp.session
+
+    def stream(self) -> StepStream:
+        """One StepStream for many sessions: `await stream.step(sid, action)` from many tasks at once."""
+        return StepStream(self)
+
+
+class StepStream:
+    """Multiplexes steps of many sessions on one bidi StepStream; answers are matched by tag, so each
+    `step()` returns as soon as its own answer arrives (completion order)."""
+
+    def __init__(self, client: EnvironmentClient) -> None:
+        self.client = client
+        self._out: asyncio.Queue[environment_pb2.StepStreamRequest | None] = asyncio.Queue()
+        self._pending: dict[str, asyncio.Future[environment_pb2.StepResponse]] = {}
+        self._tags = itertools.count()
+        self._call: Any = None
+        self._reader: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> StepStream:
+        self._call = self.client.stub.StepStream(self._requests())
+        self._reader = asyncio.create_task(self._read())
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._out.put(None)
+        if self._reader is not None:
+            try:
+                await asyncio.wait_for(asyncio.shield(self._reader), 30)
+            except TimeoutError:
+                self._call.cancel()
+                self._reader.cancel()
+
+    async def _requests(self) -> AsyncIterator[environment_pb2.StepStreamRequest]:
+        while (item := await self._out.get()) is not None:
+            yield item
+
+    async def _read(self) -> None:
+        try:
+            async for msg in self._call:
+                fut = self._pending.pop(msg.tag, None)
+                if fut is None or fut.done():
+                    continue
+                if msg.WhichOneof("result") == "error":
+                    fut.set_exception(errors.from_stream_error(msg.error))
+                else:
+                    fut.set_result(msg.response)
+        except grpc.aio.AioRpcError as exc:
+            err = errors.from_rpc_error(exc)
+            for fut in self._pending.values():
+                if not fut.done():
+                    fut.set_exception(err)
+            self._pending.clear()
+
+    async def step(self, session_id: str, action: str | common_pb2.Action, *,
+                   spec: common_pb2.ObservationSpec | None = None, timeout_seconds: float = 0.0
+                   ) -> environment_pb2.StepResponse:
+        """Send one step on the stream and wait for its answer."""
+        tag = str(next(self._tags))
+        req = self.client.step_request(session_id, action, spec, timeout_seconds)
+        fut: asyncio.Future[environment_pb2.StepResponse] = asyncio.get_running_loop().create_future()
+        self._pending[tag] = fut
+        await self._out.put(environment_pb2.StepStreamRequest(tag=tag, step=req))
+        try:
+            resp = await fut
+        except errors.DeadlineExceeded:
+            self.client._advance(session_id, req.step_index)
+            raise
+        self.client._advance(session_id, resp.step_index)
+        return resp
