@@ -26,6 +26,9 @@ class Settings(ServiceSettings):
         "chat", description="OpenAI-compatible endpoint: /chat/completions or /completions."
     )
     judge_llm_api_key: SecretStr = Field(SecretStr(""), description="Bearer key for the OpenAI-compatible server.")
+    judge_llm_constrained: bool = Field(
+        True, description="transformers backend: choose HOLDS/FAILS by likelihood, generate only the reason."
+    )
     judge_llm_timeout_seconds: float = Field(30.0, gt=0, le=600, description="Default time limit of one LLM call.")
     judge_llm_max_tokens: int = Field(48, ge=4, le=1024, description="Tokens the judge may generate per fact.")
     judge_llm_concurrency: int = Field(4, ge=1, le=256, description="LLM calls in flight at once.")

@@ -112,43 +112,76 @@ class OpenAICompatibleBackend:
 
 
 class TransformersBackend:
-    """A causal LM from a local folder, run with transformers on the CPU (one generation at a time)."""
+    """A causal LM from a local folder, run with transformers on the CPU (one generation at a time).
+
+    With ``constrained`` (the default) the verdict is chosen by likelihood: the model scores the two
+    continuations ``VERDICT: HOLDS`` and ``VERDICT: FAILS`` after the prompt and the more likely one
+    wins; only the reason is generated freely. Small models then always answer in the format. Without
+    it the whole reply is generated and parsed like any other backend's.
+    """
 
     name = "transformers"
 
-    def __init__(self, path: str, threads: int | None = None) -> None:
+    def __init__(self, path: str, *, constrained: bool = True, threads: int | None = None) -> None:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
+        from transformers.utils import logging as hf_logging
 
+        hf_logging.disable_progress_bar()
         if threads:
             torch.set_num_threads(threads)
         self.path = path
-        self.model_id = f"transformers:{path}"
+        self.constrained = constrained
+        self.model_id = f"transformers:{path}:{'constrained' if constrained else 'free'}"
         self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
         self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
         self.model.eval()
         self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self._lock = threading.Lock()
 
-    def _generate(self, prompt: str, max_tokens: int, deadline: float) -> str:
+    def _ids(self, text: str, room: int) -> Any:
+        ids = self.tokenizer(text, return_tensors="pt").input_ids
+        keep = self.max_positions - room
+        return ids[:, -keep:] if ids.shape[1] > keep else ids  # keep the end: the fact and the format
+
+    def _free(self, ids: Any, max_tokens: int, deadline: float) -> str:
         import torch
 
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("deadline passed while waiting for the model")
+        with torch.inference_mode():
+            out = self.model.generate(
+                ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False,
+                max_time=remaining, pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
+            )
+        if time.monotonic() > deadline:
+            raise TimeoutError("generation ran past the time limit")
+        return str(self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
+
+    def _score(self, ids: Any, continuation: str) -> float:
+        import torch
+
+        cont = self.tokenizer(continuation, return_tensors="pt", add_special_tokens=False).input_ids
+        full = torch.cat([ids, cont], dim=1)
+        with torch.inference_mode():
+            logits = self.model(full).logits[0, ids.shape[1] - 1 : -1]
+        logprobs = torch.log_softmax(logits.float(), dim=-1)
+        return float(logprobs.gather(1, cont[0].unsqueeze(1)).sum())
+
+    def _generate(self, prompt: str, max_tokens: int, deadline: float) -> str:
         with self._lock:
-            remaining = deadline - time.monotonic()
-            if remaining <= 0:
+            if time.monotonic() >= deadline:
                 raise TimeoutError("deadline passed while waiting for the model")
-            ids = self.tokenizer(prompt, return_tensors="pt").input_ids
-            keep = self.max_positions - max_tokens
-            if ids.shape[1] > keep:  # keep the end: it holds the fact and the answer format
-                ids = ids[:, -keep:]
-            with torch.inference_mode():
-                out = self.model.generate(
-                    ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False,
-                    max_time=remaining, pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
-                )
-            if time.monotonic() > deadline:
-                raise TimeoutError("generation ran past the time limit")
-            return str(self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
+            ids = self._ids(prompt + "\n", max_tokens + 16)
+            if not self.constrained:
+                return self._free(ids, max_tokens, deadline)
+            scores = {v: self._score(ids, f"VERDICT: {v}") for v in ("HOLDS", "FAILS")}
+            verdict = max(scores, key=lambda v: scores[v])
+            head = f"VERDICT: {verdict}\nREASON:"
+            reason_ids = self._ids(prompt + "\n" + head, max_tokens + 16)
+            reason = self._free(reason_ids, max_tokens, deadline).strip().split("\n")[0]
+            return f"{head} {reason}"
 
     async def complete(self, prompt: str, *, max_tokens: int, time_limit: float) -> str:
         deadline = time.monotonic() + time_limit
@@ -394,7 +427,7 @@ def make_backend(settings: Any) -> LlmBackend | None:
             settings.judge_llm_api_key.get_secret_value(),
         )
     if kind == "transformers":
-        return TransformersBackend(settings.judge_model_path)
+        return TransformersBackend(settings.judge_model_path, constrained=settings.judge_llm_constrained)
     if kind == "vllm":
         return VllmBackend(settings.judge_model_path)
     raise ValueError(f"unknown LLM backend {kind!r}")
