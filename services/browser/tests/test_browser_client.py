@@ -5,7 +5,6 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-
 from webenv import errors
 from webenv.client.environment import EnvironmentClient, observation_spec
 from webenv.client.gym import WebEnv

@@ -19,7 +19,6 @@ from collections.abc import AsyncIterator, Iterable, Mapping
 from typing import Any
 
 import grpc
-
 from webenv import errors
 from webenv.actions import parse_action
 from webenv.client.channel import make_channel

@@ -24,7 +24,6 @@ from typing import Any, TypeVar
 import gymnasium
 from google.protobuf.json_format import MessageToDict
 from gymnasium import spaces
-
 from webenv.actions import ActionParseError, parse_action
 from webenv.client.environment import EnvironmentClient, observation_spec
 from webenv.v1 import common_pb2, environment_pb2
