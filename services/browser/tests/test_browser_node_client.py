@@ -1,0 +1,45 @@
+"""A Node.js client generated from protos/ at run time (@grpc/proto-loader) opens a session and steps."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+NODE_DIR = Path(__file__).parent / "node"
+PROTOS = Path(__file__).resolve().parents[3] / "protos"
+
+
+async def ensure_node_modules() -> None:
+    if (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
+        return
+    npm = shutil.which("npm")
+    if npm is None:
+        pytest.skip("npm is not installed: the Node.js client test needs node and npm")
+    proc = await asyncio.create_subprocess_exec(npm, "install", "--no-audit", "--no-fund", cwd=NODE_DIR,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
+    out, _ = await proc.communicate()
+    if proc.returncode != 0:
+        text = out.decode(errors="replace")
+        if any(s in text for s in ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "network")):
+            pytest.skip(f"npm cannot reach the registry: {text[-300:]}")
+        pytest.fail(f"npm install failed:\n{text[-2000:]}")
+
+
+async def test_node_client_opens_and_steps(farm, page_server):
+    if shutil.which("node") is None:
+        pytest.skip("node is not installed")
+    await ensure_node_modules()
+    proc = await asyncio.create_subprocess_exec(
+        "node", str(NODE_DIR / "client.js"), farm.address, page_server.url("basic"), str(PROTOS),
+        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 120)
+    assert proc.returncode == 0, err.decode()
+    res = json.loads(out.decode().strip().splitlines()[-1])
+    assert '"Welcome"' in res["first_axtree"]
+    assert "clicked 1" in res["step_axtree"]
+    assert res["bad_code"] == 3  # INVALID_ARGUMENT for an action without a kind
+    assert res["closed_state"] == "SESSION_STATE_CLOSED"
