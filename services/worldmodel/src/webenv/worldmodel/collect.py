@@ -153,7 +153,8 @@ async def _act(page, action_text: str, target: dict | None) -> None:  # noqa: AN
 
 
 async def collect(out: Path, sites_per_family: int = 8, episodes_per_site: int = 5, steps: int = 12,
-                  test_fraction: float = 0.25, seed: int = 0, test_sites: set[str] | None = None) -> CollectStats:
+                  test_fraction: float = 0.25, seed: int = 0, test_sites: set[str] | None = None,
+                  only_test: bool = False) -> CollectStats:
     """Drive Chromium over generated sites and write transitions JSONL to `out`."""
     from playwright.async_api import async_playwright
 
@@ -171,13 +172,15 @@ async def collect(out: Path, sites_per_family: int = 8, episodes_per_site: int =
                 args=["--no-sandbox", "--disable-gpu", f"--host-resolver-rules=MAP *.web.test 127.0.0.1:{server.port}"])
             try:
                 for name in names:
+                    if only_test and name not in test_sites:
+                        continue
                     for e in range(episodes_per_site):
                         context = await browser.new_context()
                         page = await context.new_page()
                         start = rng.choice(["/", "/", "/about", "/" + {"shop": "products", "blog": "archive", "wiki": "articles"}[name.split("-")[0]]])
                         await page.goto(f"http://{name}.web.test{start}")
                         state, url = await page.evaluate(AXTREE_JS), page.url
-                        episode_id = f"{name}-e{e}"
+                        episode_id = f"{name}-s{seed}-e{e}"
                         instruction = f"Explore {name}"
                         for i in range(steps):
                             targets = await page.evaluate(TARGETS_JS)
@@ -219,7 +222,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--episodes-per-site", type=int, default=5)
     p.add_argument("--steps", type=int, default=12)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--only-test", action="store_true", help="collect on the held-out sites only (rollout sets)")
     a = p.parse_args(argv)
-    stats = asyncio.run(collect(a.out, a.sites_per_family, a.episodes_per_site, a.steps, seed=a.seed))
+    stats = asyncio.run(collect(a.out, a.sites_per_family, a.episodes_per_site, a.steps, seed=a.seed, only_test=a.only_test))
     a.out.with_suffix(".stats.json").write_text(json.dumps(asdict(stats), indent=2))
     print(json.dumps(asdict(stats)))
