@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 from webenv.client import make_channel
 from webenv.judge.cache import VerdictCache
+from webenv.judge.calibrate import agreement, calibrate, format_report
 from webenv.judge.context import EvalContext
 from webenv.judge.engine import Judge
 from webenv.judge.examples import fact, shop_episode, task_for
@@ -289,3 +290,26 @@ async def test_tiny_model_free_generation_is_unparsable_and_timeouts_undecidable
     resp = await tiny_servers["constrained"].Evaluate(request(ep, llm_timeout_seconds=0.000001, no_cache=True))
     llm = [r for r in resp.verdict.results if r.criterion_kind == "llm"]
     assert all(r.outcome == UNDECIDABLE and "timed out" in r.reason for r in llm)
+
+
+# -- calibration -------------------------------------------------------------------------------
+
+
+def test_agreement_metrics() -> None:
+    pairs = [(True, HOLDS)] * 4 + [(True, FAILS)] + [(False, HOLDS)] + [(False, FAILS)] * 3 + [(True, UNDECIDABLE)]
+    a = agreement(pairs)
+    assert (a.n, a.positives) == (10, 6)
+    assert a.accuracy == 0.7 and a.precision == 0.8 and a.recall == pytest.approx(4 / 6, abs=1e-4)
+    # kappa = (0.7 - (0.6*0.5 + 0.4*0.5)) / (1 - 0.5) = 0.4
+    assert a.kappa == pytest.approx(0.4) and a.undecidable_rate == 0.1
+    assert agreement([(True, HOLDS), (False, FAILS)]).kappa == 1.0
+
+
+async def test_calibrate_reports_per_kind(fake_openai: FakeOpenAI) -> None:
+    backend = OpenAICompatibleBackend(f"http://127.0.0.1:{fake_openai.port}/v1")
+    report = await calibrate(LlmJudge(backend, VerdictCache(0)), n=2, steps=3)
+    assert set(report["per_kind"]) == {"url", "page", "category", "answer", "site_state", "element_state",
+                                       "env_reward"}
+    assert report["overall"]["n"] == 20 and len(fake_openai.requests) == 20
+    assert "| overall | 20 |" in format_report(report)
+    await backend.close()
