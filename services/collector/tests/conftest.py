@@ -157,6 +157,9 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
             timings=common_pb2.StepTimings(total_seconds=0.001, queue_seconds=0.0001),
         )
 
+    async def Step(self, request, context):  # noqa: N802
+        return await self._step(request)
+
     async def StepStream(self, request_iterator, context):  # noqa: N802
         out: asyncio.Queue = asyncio.Queue()
         pending: set[asyncio.Task] = set()

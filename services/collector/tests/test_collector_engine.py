@@ -51,7 +51,8 @@ async def test_default_horizons_apply(stub, watch, collector):
 
 
 async def test_oracle_passes_and_rows_carry_provenance(stub, watch, collector, world):
-    run = await start(stub)
+    run = await start(stub, keep_formats=[common_pb2.OBSERVATION_FORMAT_AXTREE])
+    assert list(run.spec.observation_spec.formats) == [common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML]
     last = await watch(stub, run.run_id)
     assert last.run.counts.passed == len(world.tasks)
     rows = await episodes(collector, run.run_id)

@@ -99,7 +99,7 @@ async def test_list_runs_pages_and_filters(stub, watch):
         (dict(horizons=collector_pb2.Horizons(hard=-2)), "spec.horizons.hard"),
         (dict(start_urls=["ftp://x"]), "spec.start_urls[0]"),
         (dict(env_address="no-port"), "spec.env_address"),
-        (dict(keep_formats=[common_pb2.OBSERVATION_FORMAT_HTML]), "spec.keep_formats[0]"),
+        (dict(keep_formats=[common_pb2.OBSERVATION_FORMAT_MARKDOWN]), "spec.keep_formats[0]"),
         (dict(max_retries=-1), "spec.max_retries"),
         (dict(sampling=99), "spec.sampling"),
     ],

@@ -411,6 +411,7 @@ class Episode:
             "rubric_id": v.rubric_id if v else task.rubric.rubric_id,
             "rubric_version": v.rubric_version if v else task.rubric.version,
             "version": version,
+            "task_pb": task.SerializeToString().hex(),
         }
         return {"steps": step_rows, "episodes": [episode]}
 

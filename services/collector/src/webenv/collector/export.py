@@ -148,6 +148,28 @@ def write_transitions(table: pa.Table, dest: Path) -> list[Path]:
     return [path]
 
 
+def write_traces(episodes: pa.Table, steps: pa.Table, dest: Path) -> list[Path]:
+    """One replay trace per episode: a header line (task, start URL, final URL) then one line per step."""
+    folder = dest / "traces"
+    folder.mkdir(parents=True, exist_ok=True)
+    by_episode: dict[str, list[dict]] = {}
+    cols = ["episode_id", "step_index", "url", "axtree", "action_text", "action_json", "url_after",
+            "policy_seconds", "env_seconds"]
+    for row in steps.select(cols).to_pylist():
+        by_episode.setdefault(row["episode_id"], []).append(row)
+    paths = []
+    for ep in episodes.select(["run_id", "episode_id", "task_id", "task_pb", "final_url", "final_axtree",
+                               "seed", "env_address"]).to_pylist():
+        path = folder / f"{ep['episode_id']}.jsonl"
+        with path.open("w", encoding="utf-8") as f:
+            f.write(json.dumps({"kind": "header", **ep}) + "\n")
+            for st in by_episode.get(ep["episode_id"], []):
+                st.pop("episode_id")
+                f.write(json.dumps({"kind": "step", **st}) + "\n")
+        paths.append(path)
+    return paths
+
+
 def export(
     store: Store,
     run_id: str,
@@ -158,7 +180,7 @@ def export(
 ) -> ExportResult:
     """Export (synchronously, on the store thread) and say what was written."""
     if fmt == collector_pb2.EXPORT_FORMAT_UNSPECIFIED or fmt not in collector_pb2.ExportFormat.values():
-        raise errors.InvalidArgument("format: required (JSONL, PARQUET, HF_DATASET or TRANSITIONS)",
+        raise errors.InvalidArgument("format: required (JSONL, PARQUET, HF_DATASET, TRANSITIONS or TRACES)",
                                      reason="BAD_EXPORT", metadata={"field": "format"})
     if not destination:
         raise errors.InvalidArgument("destination: required", reason="BAD_EXPORT", metadata={"field": "destination"})
@@ -180,6 +202,12 @@ def export(
         n_steps = steps.num_rows
     elif fmt == collector_pb2.EXPORT_FORMAT_HF_DATASET:
         paths = write_hf(episodes, steps, dest)
+        n_steps = steps.num_rows
+    elif fmt == collector_pb2.EXPORT_FORMAT_TRACES:
+        if flt.drop_repeated:
+            raise errors.InvalidArgument("filter.drop_repeated: a trace must keep every step to replay",
+                                         reason="BAD_EXPORT", metadata={"field": "filter.drop_repeated"})
+        paths = write_traces(episodes, steps, dest)
         n_steps = steps.num_rows
     else:
         table = transitions_table(episodes, steps, transition_format)

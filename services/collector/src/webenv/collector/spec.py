@@ -15,6 +15,7 @@ from webenv import errors
 from webenv.v1 import collector_pb2, common_pb2
 
 DEFAULT_HORIZONS = {common_pb2.DIFFICULTY_EASY: 10, common_pb2.DIFFICULTY_MEDIUM: 20, common_pb2.DIFFICULTY_HARD: 30}
+DEFAULT_FORMATS = (common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML)
 KNOWN_POLICIES = ("oracle", "random", "explore", "llm")
 MAX_EPISODES = 10_000_000
 MAX_CONCURRENCY = 4096
@@ -75,7 +76,7 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
     for i, fmt in enumerate(spec.observation_spec.formats):
         if fmt == common_pb2.OBSERVATION_FORMAT_UNSPECIFIED or not _enum_ok(common_pb2.ObservationFormat, fmt):
             raise _bad(f"{f}.observation_spec.formats[{i}]", f"not an observation format: {fmt}")
-    produced = set(spec.observation_spec.formats) or {common_pb2.OBSERVATION_FORMAT_AXTREE}
+    produced = set(spec.observation_spec.formats) or set(DEFAULT_FORMATS)
     for i, fmt in enumerate(spec.keep_formats):
         if fmt not in produced:
             raise _bad(f"{f}.keep_formats[{i}]", f"format {common_pb2.ObservationFormat.Name(fmt) if _enum_ok(common_pb2.ObservationFormat, fmt) else fmt} is not among observation_spec.formats")
@@ -126,7 +127,8 @@ def resolve(spec: collector_pb2.RunSpec, defaults: Defaults) -> collector_pb2.Ru
     if not out.horizons.hard:
         out.horizons.hard = 30
     if not out.observation_spec.formats:
-        out.observation_spec.formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+        # AXTREE for policies, HTML because the judge's page criteria (CSS selectors) need it.
+        out.observation_spec.formats.extend(DEFAULT_FORMATS)
     if not out.keep_formats:
         out.keep_formats.extend(out.observation_spec.formats)
     if not out.level:
@@ -144,14 +146,13 @@ def resolve(spec: collector_pb2.RunSpec, defaults: Defaults) -> collector_pb2.Ru
 
 
 def horizon_for(spec: collector_pb2.RunSpec, task: common_pb2.Task) -> int:
-    """Step cap for one task: the task's own cap, else the run's horizon by difficulty (medium when unknown)."""
-    if task.max_steps > 0:
-        return task.max_steps
+    """Step cap for one task: the run's horizon by difficulty (medium when unknown), lowered by the task's own cap."""
     h = spec.horizons
-    return {
+    cap = {
         common_pb2.DIFFICULTY_EASY: h.easy or 10,
         common_pb2.DIFFICULTY_HARD: h.hard or 30,
     }.get(task.difficulty, h.medium or 20)
+    return min(cap, task.max_steps) if task.max_steps > 0 else cap
 
 
 def url_task(url: str, index: int) -> common_pb2.Task:

@@ -33,7 +33,7 @@ EPISODE_COLUMNS = [
     "final_answer", "final_url", "final_axtree", "final_html", "final_markdown", "env_reward", "site_state_json",
     "steps", "repeated_steps", "horizon", "truncated", "error", "attempts", "started_at", "finished_at",
     "duration_seconds", "seed", "task_seed", "webenv_version", "collector_id", "browser_node", "policy_model",
-    "judge_version", "rubric_id", "rubric_version", "version",
+    "judge_version", "rubric_id", "rubric_version", "version", "task_pb",
 ]  # fmt: skip
 STEP_COLUMNS = [
     "run_id", "episode_id", "step_index", "url", "title", "axtree", "html", "markdown", "screenshot_key",

@@ -1,0 +1,352 @@
+"""The ``webenv`` command: start the local stack, run and watch collections, list, export, replay, browse tasks.
+
+Talks to a collector over gRPC (``--collector``, default WEBENV_COLLECTOR_ADDR or localhost:50056), so the same
+commands drive a local stack or a cluster. ``webenv demo`` is the first command of the README: it starts
+everything on free ports with embedded storage, runs the oracle and random policies on the synthetic web and
+prints what happened and where the data is.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import signal
+import time
+from datetime import datetime
+from pathlib import Path
+
+import grpc
+import typer
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+from webenv import errors
+from webenv.collector.stack import SERVICES, Stack
+from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
+
+app = typer.Typer(help="webenv: train and evaluate web agents.", no_args_is_help=True, add_completion=False)
+console = Console()
+
+COLLECTOR = os.environ.get("WEBENV_COLLECTOR_ADDR", "localhost:50056")
+SITES = os.environ.get("WEBENV_SITES_ADDR", "localhost:50055")
+BROWSER = os.environ.get("WEBENV_BROWSER_ADDR", "localhost:50051")
+DIFFICULTIES = {"easy": common_pb2.DIFFICULTY_EASY, "medium": common_pb2.DIFFICULTY_MEDIUM, "hard": common_pb2.DIFFICULTY_HARD}
+SPLITS = {"train": common_pb2.SPLIT_TRAIN, "test": common_pb2.SPLIT_TEST}
+SAMPLING = {
+    "uniform": collector_pb2.SAMPLING_STRATEGY_UNIFORM,
+    "easy-only": collector_pb2.SAMPLING_STRATEGY_EASY_ONLY,
+    "hard-biased": collector_pb2.SAMPLING_STRATEGY_HARD_BIASED,
+}
+MODES = {"async": collector_pb2.ROLLOUT_MODE_ASYNC, "lock-step": collector_pb2.ROLLOUT_MODE_LOCK_STEP}
+FORMATS = {
+    "jsonl": collector_pb2.EXPORT_FORMAT_JSONL,
+    "parquet": collector_pb2.EXPORT_FORMAT_PARQUET,
+    "hf": collector_pb2.EXPORT_FORMAT_HF_DATASET,
+    "transitions": collector_pb2.EXPORT_FORMAT_TRANSITIONS,
+    "traces": collector_pb2.EXPORT_FORMAT_TRACES,
+}
+OBS = {"axtree": common_pb2.OBSERVATION_FORMAT_AXTREE, "html": common_pb2.OBSERVATION_FORMAT_HTML,
+       "markdown": common_pb2.OBSERVATION_FORMAT_MARKDOWN}  # fmt: skip
+
+
+def _choice(value: str | None, table: dict, option: str):
+    if value is None:
+        return 0
+    if value not in table:
+        raise typer.BadParameter(f"{value!r}: expected one of {', '.join(table)}", param_hint=option)
+    return table[value]
+
+
+def _collector(address: str) -> collector_pb2_grpc.CollectorServiceStub:
+    return collector_pb2_grpc.CollectorServiceStub(grpc.insecure_channel(address))
+
+
+def _fail(exc: grpc.RpcError) -> typer.Exit:
+    err = errors.from_rpc_error(exc)
+    console.print(f"[red]error[/red] {exc.code().name}: {err.message}")
+    return typer.Exit(1)
+
+
+def _state(run: collector_pb2.Run) -> str:
+    return collector_pb2.RunState.Name(run.state).removeprefix("RUN_STATE_").lower()
+
+
+def watch_run(stub, run_id: str, label: str = "") -> collector_pb2.WatchRunResponse:
+    """Show a run's live progress until it ends; returns the last report."""
+    last = None
+    with Progress(
+        TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
+        TimeElapsedColumn(), console=console, transient=False,
+    ) as progress:
+        task = progress.add_task(label or run_id, total=None, info="")
+        for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run_id)):
+            last = resp
+            c = resp.run.counts
+            progress.update(
+                task, total=c.planned, completed=c.finished,
+                info=f"{resp.episodes_per_second:.1f} ep/s  {resp.steps_per_second:.1f} steps/s  "
+                     f"pass {resp.pass_rate:.0%}  errors {c.errored}",
+            )
+    return last
+
+
+def run_table(runs: list[collector_pb2.Run]) -> Table:
+    t = Table("run", "name", "state", "policy", "planned", "finished", "passed", "errored", "steps", "created")
+    for r in runs:
+        c = r.counts
+        t.add_row(r.run_id, r.spec.name, _state(r), r.spec.policy, str(c.planned), str(c.finished), str(c.passed),
+                  str(c.errored), str(c.steps), r.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"))
+    return t
+
+
+@app.command()
+def up(
+    data_dir: Path = typer.Option(Path(".webenv"), help="Data folder (store, spool, blobs, logs)."),
+    sites_count: int = typer.Option(200, help="Synthetic sites to generate."),
+    free_ports: bool = typer.Option(False, help="Pick free ports instead of the defaults."),
+) -> None:
+    """Start sites, browser farm, policy, judge and collector; stop them all on Ctrl-C or SIGTERM."""
+    stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count)
+    stopping = False
+
+    def on_signal(signum, frame):  # noqa: ARG001
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    table = Table("service", "gRPC", "metrics", title="webenv stack")
+    try:
+        with console.status("starting the stack...") as status:
+            def ready(name: str, addr: str) -> None:
+                status.update(f"{name} SERVING at {addr}")
+                table.add_row(name, addr, f"http://127.0.0.1:{stack.ports[name][1]}/metrics")
+
+            stack.start(on_ready=ready)
+        console.print(table)
+        console.print(f"websites: http://127.0.0.1:{stack.http_port}  data: {data_dir.resolve()}  "
+                      f"logs: {(data_dir / 'logs').resolve()}")
+        console.print("Ctrl-C stops everything.")
+        while not stopping:
+            dead = stack.dead()
+            if dead:
+                console.print(f"[red]exited:[/red] {', '.join(dead)} (see logs); stopping")
+                break
+            time.sleep(0.5)
+    except RuntimeError as exc:
+        console.print(f"[red]{exc}[/red]")
+        raise typer.Exit(1) from None
+    finally:
+        with console.status("stopping..."):
+            stack.stop()
+    console.print("stopped.")
+
+
+@app.command()
+def run(
+    policy: str = typer.Option("oracle", help="oracle, random, explore or llm."),
+    episodes: int = typer.Option(0, help="Episodes (0 = tasks x repeats)."),
+    repeats: int = typer.Option(1, help="Episodes per task when --episodes is 0."),
+    difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
+    split: str = typer.Option(None, help="train or test."),
+    family: list[str] = typer.Option(None, help="Site family (repeatable)."),
+    start_url: list[str] = typer.Option(None, help="Crawl from these URLs instead of tasks (repeatable)."),
+    sampling: str = typer.Option("uniform", help="uniform, easy-only or hard-biased."),
+    mode: str = typer.Option("async", help="async or lock-step (baseline)."),
+    concurrency: int = typer.Option(0, help="Episodes in flight (0 = the collector's default)."),
+    task_limit: int = typer.Option(0, help="Tasks drawn from the catalog (0 = all)."),
+    seed: int = typer.Option(0),
+    name: str = typer.Option("", help="Run name."),
+    env: str = typer.Option("", help="Environment address(es), comma separated (default: the collector's)."),
+    collector: str = typer.Option(COLLECTOR, help="Collector address."),
+    detach: bool = typer.Option(False, help="Start and return without watching."),
+) -> None:
+    """Start a run and show its live progress."""
+    spec = collector_pb2.RunSpec(
+        name=name, policy=policy, episodes=episodes, repeats=repeats, seed=seed, concurrency=concurrency,
+        task_limit=task_limit, start_urls=start_url or [], env_address=env,
+        sampling=_choice(sampling, SAMPLING, "--sampling"), mode=_choice(mode, MODES, "--mode"),
+    )
+    spec.tasks.difficulties.extend(_choice(d, DIFFICULTIES, "--difficulty") for d in difficulty or [])
+    spec.tasks.families.extend(family or [])
+    spec.tasks.split = _choice(split, SPLITS, "--split")
+    stub = _collector(collector)
+    try:
+        r = stub.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec), timeout=60).run
+        console.print(f"started [bold]{r.run_id}[/bold]: {r.counts.planned} episodes")
+        if detach:
+            return
+        last = watch_run(stub, r.run_id)
+    except grpc.RpcError as exc:
+        raise _fail(exc) from None
+    console.print(run_table([last.run]))
+
+
+@app.command()
+def runs(
+    state: str = typer.Option(None, help="Only runs in this state (running, succeeded, stopped, failed)."),
+    limit: int = typer.Option(50),
+    collector: str = typer.Option(COLLECTOR),
+) -> None:
+    """List runs, newest first."""
+    st = 0
+    if state:
+        st = collector_pb2.RunState.Value(f"RUN_STATE_{state.upper()}") if f"RUN_STATE_{state.upper()}" in collector_pb2.RunState.keys() else -1
+        if st < 0:
+            raise typer.BadParameter(f"unknown state {state!r}", param_hint="--state")
+    try:
+        resp = _collector(collector).ListRuns(collector_pb2.ListRunsRequest(page_size=limit, state=st), timeout=30)
+    except grpc.RpcError as exc:
+        raise _fail(exc) from None
+    console.print(run_table(list(resp.runs)))
+
+
+@app.command()
+def stop(run_id: str, collector: str = typer.Option(COLLECTOR)) -> None:
+    """Stop a run (finished episodes stay stored)."""
+    try:
+        r = _collector(collector).StopRun(collector_pb2.StopRunRequest(run_id=run_id), timeout=120).run
+    except grpc.RpcError as exc:
+        raise _fail(exc) from None
+    console.print(run_table([r]))
+
+
+@app.command()
+def export(
+    run_id: str = typer.Argument("", help="Run id (empty exports every run)."),
+    format: str = typer.Option("parquet", "--format", help="jsonl, parquet, hf, transitions or traces."),
+    dest: Path = typer.Option(Path("export"), help="Destination folder (on the collector's machine)."),
+    split: str = typer.Option(None, help="train or test."),
+    passed: bool = typer.Option(None, "--passed/--failed", help="Only passed or only failed episodes."),
+    drop_repeated: bool = typer.Option(False, help="Drop steps flagged as repeated states."),
+    transition_format: str = typer.Option("axtree", help="axtree, html or markdown (transitions)."),
+    collector: str = typer.Option(COLLECTOR),
+) -> None:
+    """Export episodes and steps to files."""
+    flt = collector_pb2.ExportFilter(split=_choice(split, SPLITS, "--split"), drop_repeated=drop_repeated)
+    if passed is not None:
+        flt.passed = passed
+    req = collector_pb2.ExportRunRequest(
+        run_id=run_id, format=_choice(format, FORMATS, "--format"), destination=str(dest.resolve()), filter=flt,
+        transition_format=_choice(transition_format, OBS, "--transition-format"),
+    )
+    try:
+        with console.status("exporting..."):
+            r = _collector(collector).ExportRun(req, timeout=3600)
+    except grpc.RpcError as exc:
+        raise _fail(exc) from None
+    console.print(f"{r.episodes} episodes, {r.steps} steps in {r.duration_seconds:.2f}s")
+    for p in r.paths[:20]:
+        console.print(f"  {p}")
+    if len(r.paths) > 20:
+        console.print(f"  ... and {len(r.paths) - 20} more")
+
+
+@app.command()
+def replay(
+    trace: Path = typer.Argument(..., help="A trace file (webenv export --format traces)."),
+    env: str = typer.Option(BROWSER, help="Environment address to replay against."),
+    speed: float = typer.Option(0.0, help="Pacing: 1 = recorded speed, 2 = twice as fast, 0 = no waits."),
+    as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
+) -> None:
+    """Re-execute a recorded episode and report per-step divergence (URL, a11y-tree diff)."""
+    from webenv.collector.replay import replay as do_replay
+
+    try:
+        report = asyncio.run(do_replay(trace, env, speed))
+    except grpc.RpcError as exc:
+        raise _fail(exc) from None
+    if as_json:
+        console.print_json(json.dumps(report.to_dict()))
+        return
+    t = Table("step", "action", "expected url", "replayed url", "url", "a11y diff lines", "error")
+    for s in report.steps:
+        t.add_row(str(s.step_index), s.action_text, s.expected_url, s.actual_url,
+                  "[green]same[/green]" if s.url_matches else "[red]differs[/red]", str(s.axtree_changed_lines), s.error)
+    console.print(t)
+    console.print(f"{report.url_matches}/{len(report.steps)} steps reached the recorded URL")
+    if not report.reproduced:
+        raise typer.Exit(1)
+
+
+@app.command()
+def tasks(
+    difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
+    split: str = typer.Option(None),
+    family: list[str] = typer.Option(None),
+    limit: int = typer.Option(20),
+    sites: str = typer.Option(SITES, help="TaskService (sites) address."),
+) -> None:
+    """List tasks of the catalog."""
+    flt = task_pb2.TaskFilter(families=family or [], split=_choice(split, SPLITS, "--split"))
+    flt.difficulties.extend(_choice(d, DIFFICULTIES, "--difficulty") for d in difficulty or [])
+    try:
+        resp = task_pb2_grpc.TaskServiceStub(grpc.insecure_channel(sites)).ListTasks(
+            task_pb2.ListTasksRequest(filter=flt, page_size=limit), timeout=30)
+    except grpc.RpcError as exc:
+        raise _fail(exc) from None
+    t = Table("task", "difficulty", "split", "instruction", title=f"{resp.total_size} tasks match")
+    for task in resp.tasks:
+        t.add_row(task.task_id, common_pb2.Difficulty.Name(task.difficulty).removeprefix("DIFFICULTY_").lower(),
+                  common_pb2.Split.Name(task.split).removeprefix("SPLIT_").lower(), task.instruction[:80])
+    console.print(t)
+
+
+@app.command()
+def demo(
+    episodes: int = typer.Option(200, help="Episodes in all, half oracle, half random."),
+    data_dir: Path = typer.Option(None, help="Data folder (default .webenv/demo-<time>)."),
+    sites_count: int = typer.Option(64, help="Synthetic sites to generate."),
+    concurrency: int = typer.Option(8),
+) -> None:
+    """Start the stack on embedded defaults, run the oracle and random policies, print a summary."""
+    data_dir = data_dir or Path(".webenv") / f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    stack = Stack(data_dir, free_ports=True, sites_count=sites_count)
+    try:
+        with console.status("starting sites, browser, policy, judge, collector...") as status:
+            stack.start(on_ready=lambda n, a: status.update(f"{n} SERVING at {a}"))
+        console.print(f"stack up ({', '.join(SERVICES)}); data in {data_dir.resolve()}")
+        stub = _collector(stack.address("collector"))
+        half = max(episodes // 2, 1)
+        specs = {
+            "oracle": collector_pb2.RunSpec(name="demo-oracle", policy="oracle", episodes=half, seed=1,
+                                            concurrency=concurrency),
+            "random": collector_pb2.RunSpec(name="demo-random", policy="random", episodes=episodes - half, seed=2,
+                                            concurrency=concurrency,
+                                            horizons=collector_pb2.Horizons(easy=5, medium=5, hard=5)),
+        }
+        results = {}
+        t0 = time.monotonic()
+        for pol, spec in specs.items():
+            r = stub.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=120).run
+            results[pol] = watch_run(stub, r.run_id, f"{pol:<7}")
+        wall = time.monotonic() - t0
+        export_dir = data_dir / "export"
+        stub.ExportRun(collector_pb2.ExportRunRequest(format=collector_pb2.EXPORT_FORMAT_PARQUET,
+                                                      destination=str(export_dir.resolve())), timeout=600)
+    except grpc.RpcError as exc:
+        stack.stop()
+        raise _fail(exc) from None
+    except RuntimeError as exc:
+        console.print(f"[red]{exc}[/red]")
+        stack.stop()
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        stack.stop()
+        raise typer.Exit(130) from None
+    with console.status("stopping the stack..."):
+        stack.stop()
+    t = Table("policy", "episodes", "passed", "pass rate", "errored", "steps", "steps/s", title="webenv demo")
+    for pol, last in results.items():
+        c = last.run.counts
+        t.add_row(pol, str(c.finished), str(c.passed), f"{c.passed / max(c.finished, 1):.0%}", str(c.errored),
+                  str(c.steps), f"{last.steps_per_second:.1f}")
+    console.print(t)
+    console.print(f"wall time {wall:.0f}s")
+    console.print(f"store (chDB): {(data_dir / 'store').resolve()}")
+    console.print(f"parquet export: {export_dir.resolve()}  logs: {(data_dir / 'logs').resolve()}")
+
+
+if __name__ == "__main__":
+    app()

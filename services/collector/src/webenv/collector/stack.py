@@ -1,0 +1,148 @@
+"""The local stack as processes: sites, browser farm, policy, judge and collector, started health-gated.
+
+Each service is ``python -m webenv.<name>`` with WEBENV_* variables; start-up waits for its gRPC health check
+to say SERVING before the next one that depends on it starts, and shutdown sends SIGTERM in reverse order
+(killing what does not exit within the grace period), so Ctrl-C leaves no orphans.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+SERVICES = ("sites", "browser", "policy", "judge", "collector")
+DEFAULT_PORTS = {
+    "browser": (50051, 9451), "policy": (50052, 9452), "judge": (50054, 9454),
+    "sites": (50055, 9455), "collector": (50056, 9456),
+}  # fmt: skip
+DEFAULT_HTTP_PORT = 8800
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_serving(address: str, timeout: float, proc: subprocess.Popen | None = None, name: str = "") -> None:
+    """Block until ``address`` answers grpc.health.v1 Check with SERVING (or raise RuntimeError)."""
+    deadline = time.monotonic() + timeout
+    with grpc.insecure_channel(address) as ch:
+        stub = health_pb2_grpc.HealthStub(ch)
+        while time.monotonic() < deadline:
+            if proc is not None and proc.poll() is not None:
+                raise RuntimeError(f"{name or address} exited with code {proc.returncode} during start-up")
+            try:
+                resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.1)
+    raise RuntimeError(f"{name or address} not SERVING after {timeout:.0f}s")
+
+
+@dataclass
+class Stack:
+    """Ports, folders and processes of one local stack."""
+
+    data_dir: Path
+    free_ports: bool = False
+    sites_count: int = 200
+    extra_env: dict[str, str] = field(default_factory=dict)
+    procs: dict[str, subprocess.Popen] = field(default_factory=dict)
+    ports: dict[str, tuple[int, int]] = field(default_factory=dict)
+    http_port: int = DEFAULT_HTTP_PORT
+    python: str = sys.executable
+
+    def __post_init__(self) -> None:
+        self.data_dir = Path(self.data_dir)
+        for name in SERVICES:
+            self.ports[name] = (free_port(), free_port()) if self.free_ports else DEFAULT_PORTS[name]
+        if self.free_ports:
+            self.http_port = free_port()
+
+    def address(self, name: str) -> str:
+        return f"127.0.0.1:{self.ports[name][0]}"
+
+    def env_for(self, name: str) -> dict[str, str]:
+        """The WEBENV_* variables of one service."""
+        grpc_port, metrics_port = self.ports[name]
+        env = {
+            **os.environ,
+            "WEBENV_GRPC_PORT": str(grpc_port),
+            "WEBENV_METRICS_PORT": str(metrics_port),
+            "WEBENV_HOST": "127.0.0.1",
+            "WEBENV_SITES_ADDR": self.address("sites"),
+            "WEBENV_BROWSER_ADDR": self.address("browser"),
+            "WEBENV_POLICY_ADDR": self.address("policy"),
+            "WEBENV_JUDGE_ADDR": self.address("judge"),
+        }
+        if name == "sites":
+            env |= {"WEBENV_HTTP_PORT": str(self.http_port), "WEBENV_HTTP_HOST": "127.0.0.1",
+                    "WEBENV_SITES_COUNT": str(self.sites_count)}
+        elif name == "browser":
+            env |= {"WEBENV_FARM_SITES_HTTP_ADDR": f"127.0.0.1:{self.http_port}"}
+        elif name == "policy":
+            env.setdefault("WEBENV_POLICY_BACKEND", "none")
+        elif name == "judge":
+            env.setdefault("WEBENV_JUDGE_LLM_BACKEND", "none")
+        elif name == "collector":
+            env |= {"WEBENV_DATA_DIR": str(self.data_dir)}
+        env |= self.extra_env
+        return env
+
+    def start(self, services: tuple[str, ...] = SERVICES, timeout: float = 120.0, on_ready=None) -> None:
+        """Start ``services`` in order, each health-gated."""
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        for name in services:
+            with open(logs / f"{name}.log", "ab") as log:
+                self.procs[name] = subprocess.Popen(
+                    [self.python, "-m", f"webenv.{name}"], env=self.env_for(name), stdout=log, stderr=log,
+                    start_new_session=True,  # Ctrl-C goes to us; we stop the children in order
+                )
+            try:
+                wait_serving(self.address(name), timeout, self.procs[name], name)
+            except RuntimeError as exc:
+                tail = (logs / f"{name}.log").read_text(errors="replace")[-2000:]
+                self.stop()
+                raise RuntimeError(f"{exc}\n--- {logs / f'{name}.log'} (tail) ---\n{tail}") from None
+            if on_ready is not None:
+                on_ready(name, self.address(name))
+
+    def stop(self, grace: float = 15.0) -> None:
+        """SIGTERM every service in reverse start order; SIGKILL what is still there after ``grace``."""
+        for name in reversed(list(self.procs)):
+            p = self.procs[name]
+            if p.poll() is None:
+                p.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + grace
+        for name in reversed(list(self.procs)):
+            p = self.procs[name]
+            try:
+                p.wait(max(deadline - time.monotonic(), 0.1))
+            except subprocess.TimeoutExpired:
+                p.kill()
+                p.wait()
+        self.procs.clear()
+
+    def dead(self) -> list[str]:
+        """Services that exited."""
+        return [n for n, p in self.procs.items() if p.poll() is not None]
+
+    def __enter__(self) -> Stack:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()

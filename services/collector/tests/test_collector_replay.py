@@ -1,0 +1,50 @@
+"""Traces exported from the store replay against an environment and reproduce their URLs."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from webenv.collector.replay import axtree_diff, read_trace, replay
+from webenv.v1 import collector_pb2
+
+
+async def test_trace_replays_with_same_urls(stub, watch, world, tmp_path):
+    run = (await stub.StartRun(collector_pb2.StartRunRequest(
+        spec=collector_pb2.RunSpec(policy="oracle", seed=1, task_limit=3)))).run
+    await watch(stub, run.run_id)
+    exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
+        run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(tmp_path)))
+    assert exp.episodes == 3 and len(exp.paths) == 3
+    header, steps = read_trace(exp.paths[0])
+    assert header["episode_id"] == Path(exp.paths[0]).stem and header["task_pb"]
+    assert [s["step_index"] for s in steps] == list(range(len(steps)))
+    report = await replay(exp.paths[0], world.addr["env"], speed=0)
+    assert report.reproduced and len(report.steps) == len(steps)
+    assert all(s.axtree_changed_lines == 0 for s in report.steps)
+
+
+def tamper(path: Path) -> None:
+    """Change the recording: the first step's result now names another page, and so does the tree after it."""
+    lines = path.read_text().splitlines()
+    lines[1] = lines[1].replace("/page/1", "/page/9")
+    lines[2] = lines[2].replace("page 1", "page 9")
+    path.write_text("\n".join(lines) + "\n")
+
+
+async def test_replay_reports_divergence(stub, watch, world, tmp_path):
+    run = (await stub.StartRun(collector_pb2.StartRunRequest(
+        spec=collector_pb2.RunSpec(policy="oracle", seed=1, task_limit=1)))).run
+    await watch(stub, run.run_id)
+    exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
+        run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(tmp_path)))
+    path = Path(exp.paths[0])
+    tamper(path)
+    report = await replay(path, world.addr["env"])
+    assert not report.reproduced
+    assert not report.steps[0].url_matches and report.steps[0].expected_url.endswith("/page/9")
+    assert report.steps[0].axtree_changed_lines > 0
+
+
+def test_axtree_diff_counts_changed_lines():
+    assert axtree_diff("a\nb\nc", "a\nb\nc") == 0
+    assert axtree_diff("a\nb\nc", "a\nX\nc") == 2
