@@ -157,7 +157,7 @@ def test_parse_reply(reply: str, expected: tuple[int, str] | None) -> None:
 
 def test_keypoints_pick_relevant_steps_and_the_final_one() -> None:
     ep = shop_episode(steps=12, seed=7)
-    ep.trajectory.steps[4].observation.html = "<html><body><p>Coupon SPRING25 accepted, discount applied</p></body></html>"
+    ep.trajectory.steps[4].observation.axtree = '[3] StaticText "Coupon SPRING25 accepted, discount applied"'
     ctx = EvalContext(llm_task(ep), ep.trajectory)
     kps = select_keypoints(ctx, "A discount coupon was applied", k=3, chars=300)
     assert [kp.step_index for kp in kps][-1] == -1  # final observation always, oldest first

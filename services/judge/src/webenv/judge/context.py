@@ -105,6 +105,15 @@ class EvalContext:
         self._texts[pos] = result
         return result
 
+    def compact_text(self, pos: int) -> tuple[str, int]:
+        """The most compact text of a page, for LLM prompts: AXTree > Markdown > HTML text > elements."""
+        obs = self.observations[pos]
+        if obs.axtree:
+            return obs.axtree, FMT_AXTREE
+        if obs.markdown:
+            return obs.markdown, FMT_MARKDOWN
+        return self.page_text(pos)
+
     def raw_lower(self, pos: int) -> str:
         """All text formats of an observation, unescaped and lower-cased (a cheap search corpus)."""
         s = self._raw_lower.get(pos)

@@ -261,7 +261,7 @@ def select_keypoints(ctx: EvalContext, query_text: str, k: int, chars: int) -> l
     query = tokens(query_text)
     scored: list[tuple[float, int]] = []
     for pos in range(n):
-        text, _ = ctx.page_text(pos)
+        text, _ = ctx.compact_text(pos)
         obs = ctx.observations[pos]
         obs_tokens = tokens(f"{obs.url} {obs.title} {text}")
         overlap = len(query & obs_tokens) / len(query) if query else 0.0
@@ -274,7 +274,7 @@ def select_keypoints(ctx: EvalContext, query_text: str, k: int, chars: int) -> l
         chosen.add(pos)
     out = []
     for pos in sorted(chosen):
-        text, fmt = ctx.page_text(pos)
+        text, fmt = ctx.compact_text(pos)
         obs = ctx.observations[pos]
         out.append(Keypoint(pos, ctx.evidence_step(pos), fmt, obs.url, obs.title, _window(text, query, chars),
                             scored[pos][0]))

@@ -59,12 +59,12 @@ def answer_supported(ctx: EvalContext, needs_answer: bool) -> tuple[bool, str]:
     nums, words = answer_values(answer)
     if not nums and not words:
         return True, "answer has no checkable values"
-    corpora = [ctx.raw_lower(pos) for pos in range(len(ctx.observations))]
-    if ctx.trajectory.site_state_json:
-        corpora.append(ctx.trajectory.site_state_json.lower())
+    state = ctx.trajectory.site_state_json.lower()
+    newest_first = range(len(ctx.observations) - 1, -1, -1)
 
     def seen(token: str) -> bool:
-        return any(token in c for c in corpora)
+        # Newest observations first, lower-cased lazily: the answer's evidence is usually at the end.
+        return token in state or any(token in ctx.raw_lower(pos) for pos in newest_first)
 
     missing_nums = [n for n in nums if not any(seen(f) for f in _number_forms(n))]
     if missing_nums:
