@@ -42,10 +42,10 @@ async def stub_for(server: Server) -> AsyncIterator[policy_pb2_grpc.PolicyServic
 
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
-    """A tiny Llama + tokenizer built here, taught the answer format with a short warm-up."""
+    """A tiny Llama + tokenizer built here (random weights: it babbles, which exercises parse failures)."""
     from webenv.policy.tinymodel import build_tiny_model
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), train_steps=60)
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
 
 
 @pytest.fixture
