@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import fnmatch
 import ipaddress
+import re
 import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
@@ -95,6 +96,13 @@ class UrlGuard:
     def host_allowlisted(self, host: str) -> bool:
         """Whether a canonical host matches one of the allowlist globs."""
         return any(fnmatch.fnmatchcase(host, pat.lower()) for pat in self.allow_hosts)
+
+    def unlisted_url_pattern(self) -> re.Pattern[str]:
+        """A regex matching every URL whose host is NOT allowlisted. The farm routes only these to
+        Python; allowlisted requests are continued inside Playwright's driver, saving a Python round
+        trip per request (the network events still reach the farm, one-way, for the settle rule)."""
+        hosts = "|".join(re.escape(h.lower()).replace(r"\*", "[^/?#:@]*") for h in self.allow_hosts) or "(?!)"
+        return re.compile(rf"^(?!https?://(?:[^/?#@]*@)?(?:{hosts})(?::\d+)?(?:[/?#]|$))", re.IGNORECASE)
 
     def check(self, url: str, *, top_level: bool = True) -> str:
         """Return the canonical URL, or raise BlockedUrl naming the reason."""

@@ -267,8 +267,9 @@ class BrowserPool:
                 accept_downloads=False,
             )
             state = ContextState()
-            await context.route("**/*", self._route_handler(state))
-            context.on("request", self._redirect_watch(state))
+            if self.guard.enabled:
+                await context.route(self.guard.unlisted_url_pattern(), self._route_handler(state))
+            context.on("request", self._request_watch(state))
             context.on("requestfinished", state.done)
             context.on("requestfailed", state.done)
             page = await context.new_page()
@@ -289,47 +290,49 @@ class BrowserPool:
                 metrics.BROWSER_RESTARTS.labels("recycle").inc()
 
     def _route_handler(self, state: ContextState) -> Callable[[Route, Request], Awaitable[None]]:
+        """Guard check of every request to a host outside the allowlist (subresources included)."""
         guard = self.guard
 
         async def handle(route: Route, request: Request) -> None:
-            url = request.url
             top = False
-            popup = False
             if request.is_navigation_request():
                 try:
                     top = request.frame.parent_frame is None
                 except Exception:  # the request of a popup comes before its frame exists
-                    top = popup = True
+                    top = True
             try:
-                guard.check(url, top_level=top)
+                guard.check(request.url, top_level=top)
             except BlockedUrl as exc:
-                state.blocked.append(f"{url[:200]}: {exc}")
+                state.blocked.append(f"{request.url[:200]}: {exc}")
                 metrics.BLOCKED_REQUESTS.inc()
                 with contextlib.suppress(Exception):
                     await route.abort("blockedbyclient")
                 return
-            state.inflight.add(request)
-            if top:
-                state.navs.add(request)
-                state.nav_count += 1
-                if popup:
-                    state.popups += 1
-                else:
-                    with contextlib.suppress(Exception):
-                        state.nav_pages.append(request.frame.page)
-            try:
+            with contextlib.suppress(Exception):
                 await route.continue_()
-            except Exception:
-                state.done(request)
 
         return handle
 
-    def _redirect_watch(self, state: ContextState) -> Callable[[Request], None]:
-        """Playwright's route does not see redirect hops; a hop to a refused address marks the context
-        so the farm blanks the page before anything of it is observed."""
+    def _request_watch(self, state: ContextState) -> Callable[[Request], None]:
+        """Track requests in flight and main-frame navigations for the settle rule (one-way events, the
+        request does not wait for them). Playwright's route does not see redirect hops, so a hop to a
+        refused address is checked here and marks the context: the farm blanks the page before
+        anything of it is observed."""
         guard = self.guard
 
         def on_request(request: Request) -> None:
+            state.inflight.add(request)
+            if request.is_navigation_request():
+                try:
+                    frame = request.frame
+                    if frame.parent_frame is None:
+                        state.navs.add(request)
+                        state.nav_count += 1
+                        state.nav_pages.append(frame.page)
+                except Exception:  # the request of a popup comes before its frame exists
+                    state.navs.add(request)
+                    state.nav_count += 1
+                    state.popups += 1
             if request.redirected_from is None:
                 return
             try:

@@ -1,0 +1,361 @@
+"""Browser farm benchmark: raw Playwright loop vs the farm over gRPC, side by side, same page, same run.
+
+    .venv/bin/python services/browser/bench.py --out bench/results [--seconds 6] [--ks 1,4,16,32] [--max-sessions 128]
+
+(a) raw: one Chromium (same launch flags as the farm), K contexts, each looping `page.click()` + a full
+    accessibility tree via CDP `Accessibility.getFullAXTree` (what a naive harness does);
+(b) farm: `python -m webenv.browser` as a subprocess, K sessions, each looping Step(click) with an AXTREE
+    observation over a real gRPC channel.
+Both on a ~300-element product page served locally. Also: warm-pool OpenSession latency, a11y extraction
+time (the farm's JS pass vs CDP getFullAXTree on the same page), PSS per session, and K=max-sessions
+concurrent sessions stepping once each. Writes <out>/browser.json and <out>/browser.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.server
+import json
+import os
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+import psutil
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from playwright.async_api import async_playwright
+from webenv.browser.observe import OBSERVE_JS
+from webenv.browser.pool import chromium_args
+from webenv.client import make_channel
+from webenv.testing import free_port
+from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
+
+CHROMIUM = os.environ.get("WEBENV_FARM_CHROMIUM_PATH", "/usr/lib/chromium/chromium")
+N_PRODUCTS = 100  # 100 x (link, price, button) + headings: ~300 elements
+
+PAGE = "".join(
+    ["<!doctype html><html><head><title>Products</title></head><body><h1>Products</h1>"
+     "<nav><a href='#'>Home</a> <a href='#'>Cart</a></nav><ul>"]
+    + [f'<li><a href="#p{i}">Product {i}</a> <span class="price">${i}.99</span> '
+       f'<button id="b{i}" onclick="this.textContent=\'Added \' + (++this.dataset.n || (this.dataset.n=1))">Add</button></li>'
+       for i in range(N_PRODUCTS)]
+    + ["</ul></body></html>"]
+).encode()
+
+
+class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self) -> None:  # noqa: N802
+        body = PAGE if self.path.startswith("/products") else b"not found"
+        self.send_response(200 if body is PAGE else 404)
+        self.send_header("Content-Type", "text/html")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        return
+
+
+def pct(xs: list[float], p: float) -> float:
+    if not xs:
+        return float("nan")
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
+
+
+def pss_mb(pids: list[int]) -> float:
+    total = 0
+    for pid in pids:
+        try:
+            total += psutil.Process(pid).memory_full_info().pss
+        except psutil.Error:
+            pass
+    return total / 2**20
+
+
+def chromium_pids(root: int) -> list[int]:
+    try:
+        kids = psutil.Process(root).children(recursive=True)
+    except psutil.Error:
+        return []
+    return [k.pid for k in kids if "chrom" in (k.name() or "").lower()]
+
+
+# -- (a) raw Playwright loop ------------------------------------------------------------------------
+async def raw_run(pw: Any, url: str, sites_addr: str, k: int, seconds: float) -> dict[str, Any]:
+    browser = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(sites_addr, "bench-raw"))
+    pages = []
+    for _ in range(k):
+        ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
+        page = await ctx.new_page()
+        await page.goto(url)
+        cdp = await ctx.new_cdp_session(page)
+        await cdp.send("Accessibility.enable")
+        pages.append((page, cdp))
+    pids = chromium_pids(os.getpid())
+    lat: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def worker(i: int) -> None:
+        page, cdp = pages[i]
+        j = 0
+        while time.perf_counter() < stop:
+            t = time.perf_counter()
+            await page.click(f"#b{j % N_PRODUCTS}")
+            tree = await cdp.send("Accessibility.getFullAXTree")
+            assert tree["nodes"]
+            lat.append(time.perf_counter() - t)
+            j += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(i) for i in range(k)))
+    wall = time.perf_counter() - t0
+    mem = pss_mb(pids)
+    await browser.close()
+    return {"k": k, "steps": len(lat), "steps_per_s": len(lat) / wall, "p50_ms": pct(lat, 50) * 1e3,
+            "p95_ms": pct(lat, 95) * 1e3, "pss_per_session_mb": mem / k}
+
+
+async def a11y_extraction(pw: Any, url: str, sites_addr: str, reps: int = 30) -> dict[str, Any]:
+    """The farm's JS pass (AXTREE only, no settle) vs CDP getFullAXTree, same page, same browser."""
+    browser = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(sites_addr, "bench-a11y"))
+    ctx = await browser.new_context()
+    page = await ctx.new_page()
+    await page.goto(url)
+    cdp = await ctx.new_cdp_session(page)
+    await cdp.send("Accessibility.enable")
+    js, cd = [], []
+    lines = 0
+    opts = {"formats": {"axtree": True}, "maxChars": 200000, "quietMs": 0, "maxMs": 0}
+    for _ in range(reps):
+        t = time.perf_counter()
+        out = json.loads(await page.evaluate(OBSERVE_JS, opts))
+        js.append(time.perf_counter() - t)
+        lines = out["axtree"].count("\n") + 1
+        t = time.perf_counter()
+        await cdp.send("Accessibility.getFullAXTree")
+        cd.append(time.perf_counter() - t)
+    await browser.close()
+    return {"farm_js_axtree_p50_ms": statistics.median(js) * 1e3, "cdp_full_axtree_p50_ms": statistics.median(cd) * 1e3,
+            "axtree_lines": lines}
+
+
+# -- (b) the farm over gRPC -------------------------------------------------------------------------
+class FarmProc:
+    def __init__(self, sites_addr: str, max_sessions: int) -> None:
+        self.port = free_port()
+        env = dict(os.environ, WEBENV_GRPC_PORT=str(self.port), WEBENV_METRICS_PORT="0", WEBENV_HOST="127.0.0.1",
+                   WEBENV_FARM_SITES_HTTP_ADDR=sites_addr, WEBENV_FARM_MAX_SESSIONS=str(max_sessions),
+                   WEBENV_FARM_WARM_CONTEXTS="4", WEBENV_LOG_LEVEL="WARNING", WEBENV_FARM_QUEUE_OPEN="4",
+                   WEBENV_FARM_CHROMIUM_PATH=CHROMIUM)
+        self.proc = subprocess.Popen([sys.executable, "-m", "webenv.browser"], env=env,
+                                     stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        self.address = f"127.0.0.1:{self.port}"
+
+    async def ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        async with grpc.aio.insecure_channel(self.address) as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            while time.monotonic() < deadline:
+                try:
+                    r = await stub.Check(health_pb2.HealthCheckRequest(), timeout=2)
+                    if r.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                if self.proc.poll() is not None:
+                    raise RuntimeError(f"farm exited: {self.proc.stderr.read().decode()[-2000:] if self.proc.stderr else ''}")
+                await asyncio.sleep(0.2)
+        raise TimeoutError("farm did not become SERVING")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        try:
+            self.proc.wait(20)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+
+
+SPEC = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE])
+
+
+def click(j: int) -> common_pb2.Action:
+    return common_pb2.Action(click=common_pb2.ClickAction(target=common_pb2.ElementTarget(selector=f"#b{j % N_PRODUCTS}")))
+
+
+async def farm_run(stub: Any, farm: FarmProc, url: str, k: int, seconds: float) -> dict[str, Any]:
+    sids = [(await stub.OpenSession(environment_pb2.OpenSessionRequest(start_url=url, observation_spec=SPEC))).session.session_id
+            for _ in range(k)]
+    lat: list[float] = []
+    errors = 0
+    srv: list[float] = []
+    stop = time.perf_counter() + seconds
+
+    async def worker(sid: str) -> None:
+        nonlocal errors
+        j = 0
+        while time.perf_counter() < stop:
+            t = time.perf_counter()
+            try:
+                r = await stub.Step(environment_pb2.StepRequest(session_id=sid, action=click(j), step_index=j))
+                assert r.observation.axtree
+                srv.append(r.timings.observe_seconds)
+            except grpc.aio.AioRpcError:
+                errors += 1
+            lat.append(time.perf_counter() - t)
+            j += 1
+
+    t0 = time.perf_counter()
+    await asyncio.gather(*(worker(s) for s in sids))
+    wall = time.perf_counter() - t0
+    mem = pss_mb(chromium_pids(farm.proc.pid))
+    for s in sids:
+        await stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=s))
+    return {"k": k, "steps": len(lat), "errors": errors, "steps_per_s": len(lat) / wall, "p50_ms": pct(lat, 50) * 1e3,
+            "p95_ms": pct(lat, 95) * 1e3, "observe_p50_ms": pct(srv, 50) * 1e3, "pss_per_session_mb": mem / k}
+
+
+async def open_latency(stub: Any, url: str, n: int = 15) -> dict[str, Any]:
+    """Sequential opens, each after the warm pool had time to refill (what a client sees at low load)."""
+    client, server = [], []
+    for _ in range(n):
+        await asyncio.sleep(0.4)
+        t = time.perf_counter()
+        r = await stub.OpenSession(environment_pb2.OpenSessionRequest(start_url=url, observation_spec=SPEC))
+        client.append(time.perf_counter() - t)
+        server.append(r.open_seconds)
+        await stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=r.session.session_id))
+    return {"open_p50_ms": statistics.median(client) * 1e3, "open_p95_ms": pct(client, 95) * 1e3,
+            "open_server_p50_ms": statistics.median(server) * 1e3}
+
+
+async def many_sessions(stub: Any, url: str, n: int) -> dict[str, Any]:
+    """n concurrent sessions, opened 8 at a time, then one StepStream step each; errors counted."""
+    sem = asyncio.Semaphore(8)
+    errors: list[str] = []
+
+    async def open_one() -> str:
+        async with sem:
+            try:
+                r = await stub.OpenSession(environment_pb2.OpenSessionRequest(start_url=url, observation_spec=SPEC),
+                                           timeout=120)
+                return r.session.session_id
+            except grpc.aio.AioRpcError as exc:
+                errors.append(f"open: {exc.code().name}")
+                return ""
+
+    t0 = time.perf_counter()
+    sids = [s for s in await asyncio.gather(*(open_one() for _ in range(n))) if s]
+    open_s = time.perf_counter() - t0
+
+    async def reqs() -> Any:
+        for i, s in enumerate(sids):
+            yield environment_pb2.StepStreamRequest(tag=str(i), step=environment_pb2.StepRequest(
+                session_id=s, action=click(i), step_index=0, timeout_seconds=120))
+
+    t1 = time.perf_counter()
+    answered = 0
+    async for msg in stub.StepStream(reqs()):
+        answered += 1
+        if msg.WhichOneof("result") == "error":
+            errors.append(f"step: {msg.error.reason}")
+    step_s = time.perf_counter() - t1
+    for s in sids:
+        await stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=s))
+    return {"sessions": n, "opened": len(sids), "answered": answered, "errors": len(errors),
+            "error_kinds": sorted(set(errors)), "open_all_s": open_s, "step_all_s": step_s}
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--ks", default="1,4,16,32")
+    ap.add_argument("--max-sessions", type=int, default=128)
+    args = ap.parse_args()
+    ks = [int(x) for x in args.ks.split(",")]
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    sites_addr = f"127.0.0.1:{srv.server_address[1]}"
+    url = "http://bench.web.test/products"
+    started = time.time()
+    result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0]},
+                              "page_elements": N_PRODUCTS * 3 + 3, "seconds_per_point": args.seconds}
+    farm = FarmProc(sites_addr, max(args.max_sessions, max(ks)) + 8)
+    try:
+        async with async_playwright() as pw:
+            result["a11y"] = await a11y_extraction(pw, url, sites_addr)
+            print("a11y", result["a11y"], flush=True)
+            await farm.ready()
+            channel = make_channel(farm.address, timeout=120)
+            stub = environment_pb2_grpc.EnvironmentServiceStub(channel)
+            result["open"] = await open_latency(stub, url)
+            print("open", result["open"], flush=True)
+            raw, fr = [], []
+            for k in ks:  # interleaved so machine-load drift hits both sides alike
+                raw.append(await raw_run(pw, url, sites_addr, k, args.seconds))
+                print("raw", raw[-1], flush=True)
+                fr.append(await farm_run(stub, farm, url, k, args.seconds))
+                print("farm", fr[-1], flush=True)
+            result["raw"], result["farm"] = raw, fr
+            best_raw = max(r["steps_per_s"] for r in raw)
+            best_farm = max(r["steps_per_s"] for r in fr)
+            result["best_raw_steps_per_s"], result["best_farm_steps_per_s"] = best_raw, best_farm
+            result["speedup_best"] = best_farm / best_raw
+            if args.max_sessions:
+                result["many"] = await many_sessions(stub, url, args.max_sessions)
+                print("many", result["many"], flush=True)
+            await channel.close()
+    finally:
+        farm.stop()
+        srv.shutdown()
+    result["machine"]["load_avg_1m_at_end"] = os.getloadavg()[0]
+    result["wall_seconds"] = time.time() - started
+    result["targets"] = {
+        "farm_vs_raw_best_ge_1.5x": result["speedup_best"] >= 1.5,
+        "open_p50_le_50ms": result["open"]["open_p50_ms"] <= 50,
+        "a11y_p50_le_15ms": result["a11y"]["farm_js_axtree_p50_ms"] <= 15,
+        "many_sessions_without_errors": bool(result.get("many")) and result["many"]["errors"] == 0,
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "browser.json").write_text(json.dumps(result, indent=2))
+    (out / "browser.md").write_text(render_md(result))
+    print((out / "browser.md").read_text())
+
+
+def render_md(r: dict[str, Any]) -> str:
+    lines = ["# Browser farm benchmark", "",
+             f"Machine: {r['machine']['cpus']} CPUs, 1-min load {r['machine']['load_avg_1m_at_start']:.1f} at start, "
+             f"{r['machine']['load_avg_1m_at_end']:.1f} at end (other work shares the machine). "
+             f"Page: ~{r['page_elements']} elements; {r['seconds_per_point']} s per point.", "",
+             "| K | raw steps/s | raw p50 ms | raw p95 ms | farm steps/s | farm p50 ms | farm p95 ms | ratio | raw PSS/session MB | farm PSS/session MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for a, b in zip(r["raw"], r["farm"], strict=True):
+        lines.append(f"| {a['k']} | {a['steps_per_s']:.1f} | {a['p50_ms']:.0f} | {a['p95_ms']:.0f} | {b['steps_per_s']:.1f} | "
+                     f"{b['p50_ms']:.0f} | {b['p95_ms']:.0f} | {b['steps_per_s'] / a['steps_per_s']:.2f}x | "
+                     f"{a['pss_per_session_mb']:.0f} | {b['pss_per_session_mb']:.0f} |")
+    lines += ["", f"Best: farm {r['best_farm_steps_per_s']:.1f} steps/s vs raw {r['best_raw_steps_per_s']:.1f} "
+              f"= **{r['speedup_best']:.2f}x** (target >= 1.5x).", "",
+              f"Warm-pool OpenSession: p50 {r['open']['open_p50_ms']:.0f} ms client-side "
+              f"(server {r['open']['open_server_p50_ms']:.0f} ms), p95 {r['open']['open_p95_ms']:.0f} ms (target <= 50 ms p50).",
+              f"A11y tree: farm JS pass p50 {r['a11y']['farm_js_axtree_p50_ms']:.1f} ms "
+              f"({r['a11y']['axtree_lines']} lines) vs CDP getFullAXTree {r['a11y']['cdp_full_axtree_p50_ms']:.1f} ms (target <= 15 ms)."]
+    if r.get("many"):
+        m = r["many"]
+        lines.append(f"{m['sessions']} concurrent sessions: opened {m['opened']} in {m['open_all_s']:.1f} s, "
+                     f"one StepStream step each answered {m['answered']} in {m['step_all_s']:.1f} s, errors {m['errors']} "
+                     f"{m['error_kinds'] or ''}.")
+    lines += ["", "Targets: " + ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in r["targets"].items()), ""]
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
