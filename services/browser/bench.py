@@ -158,8 +158,8 @@ class FarmProc:
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.address = f"127.0.0.1:{self.port}"
 
-    async def ready(self, timeout: float = 60) -> None:
-        deadline = time.monotonic() + timeout
+    async def ready(self, wait_s: float = 60) -> None:
+        deadline = time.monotonic() + wait_s
         async with grpc.aio.insecure_channel(self.address) as ch:
             stub = health_pb2_grpc.HealthStub(ch)
             while time.monotonic() < deadline:
@@ -324,7 +324,10 @@ async def main() -> None:
         "a11y_p50_le_15ms": result["a11y"]["farm_js_axtree_p50_ms"] <= 15,
         "many_sessions_without_errors": bool(result.get("many")) and result["many"]["errors"] == 0,
     }
-    out = Path(args.out)
+    write_results(Path(args.out), result)
+
+
+def write_results(out: Path, result: dict[str, Any]) -> None:
     out.mkdir(parents=True, exist_ok=True)
     (out / "browser.json").write_text(json.dumps(result, indent=2))
     (out / "browser.md").write_text(render_md(result))
