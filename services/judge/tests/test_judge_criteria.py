@@ -72,6 +72,14 @@ def test_url_any_step_evidence_names_the_step() -> None:
     assert r.evidence.step_index == 0 and "q=lamp" in r.evidence.excerpt
 
 
+def test_catastrophic_regex_is_cut_off() -> None:
+    t = traj(final_observation=C.Observation(url="https://x.test/" + "x" * 3000), final_answer="a" * 3000 + "!")
+    r = judge_one(fact("u", "url", url=U(mode=C.MATCH_MODE_REGEX, value=r"(x+x+)+y")), t)
+    assert r.outcome == UNDECIDABLE and "ran past" in r.reason
+    r = judge_one(fact("a", "answer", answer=A(mode=C.MATCH_MODE_REGEX, expected=r"^(a|aa)+$")), t)
+    assert r.outcome == UNDECIDABLE and "ran past" in r.reason
+
+
 def test_url_without_any_url_is_undecidable() -> None:
     assert judge_one(fact("u", "url", url=U(value="x")), traj()).outcome == UNDECIDABLE
 

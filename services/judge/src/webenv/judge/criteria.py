@@ -9,13 +9,13 @@ raise :class:`CriterionProblem` naming the field, which the rubric compiler coll
 from __future__ import annotations
 
 import json
-import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any
 from urllib.parse import parse_qsl, unquote, urlencode, urlsplit
 
+import regex
 from selectolax.lexbor import LexborHTMLParser, SelectolaxError
 from webenv.judge.compare import judge_matches
 from webenv.judge.context import FMT_HTML, EvalContext, node_text
@@ -37,6 +37,20 @@ UNDECIDABLE = common_pb2.FACT_OUTCOME_UNDECIDABLE
 
 EXCERPT_CHARS = 200
 DEFAULT_MAX_REGEX_CHARS = 512
+# Catastrophic backtracking (e.g. `(x+x+)+y`) is cut off: a rubric regex must never stall the judge.
+REGEX_TIMEOUT_SECONDS = 0.05
+
+
+class RegexTimeout(Exception):
+    """A rubric regex ran past REGEX_TIMEOUT_SECONDS on the evidence."""
+
+
+def regex_search(rx: regex.Pattern[str], text: str) -> bool:
+    """Whether ``rx`` matches somewhere in ``text``, within the time limit."""
+    try:
+        return rx.search(text, timeout=REGEX_TIMEOUT_SECONDS) is not None
+    except TimeoutError:
+        raise RegexTimeout(f"regex /{rx.pattern[:60]}/ ran past {REGEX_TIMEOUT_SECONDS}s") from None
 
 
 @dataclass(frozen=True, slots=True)
@@ -78,15 +92,15 @@ def excerpt(text: str, around: str = "", cap: int = EXCERPT_CHARS) -> str:
 
 
 @lru_cache(maxsize=4096)
-def compile_regex(pattern: str, max_chars: int = DEFAULT_MAX_REGEX_CHARS) -> re.Pattern[str]:
+def compile_regex(pattern: str, max_chars: int = DEFAULT_MAX_REGEX_CHARS) -> regex.Pattern[str]:
     """Compile a rubric regex with a size limit (cached)."""
     if len(pattern) > max_chars:
         raise CriterionProblem(
             "value", f"regex is {len(pattern)} characters, more than the limit of {max_chars}", "REGEX_TOO_LARGE"
         )
     try:
-        return re.compile(pattern)
-    except re.error as exc:
+        return regex.compile(pattern)
+    except regex.error as exc:
         raise CriterionProblem("value", f"invalid regex: {exc}", "INVALID_REGEX") from None
 
 
@@ -127,12 +141,18 @@ def compile_url(c: common_pb2.UrlCriterion, max_regex: int) -> Checker:
         match = lambda u: normalize_url(u) == want  # noqa: E731
     elif mode == common_pb2.MATCH_MODE_REGEX:
         rx = compile_regex(value, max_regex)
-        match = lambda u: rx.search(u) is not None  # noqa: E731
+        match = lambda u: regex_search(rx, u)  # noqa: E731
     else:
         raise CriterionProblem("mode", f"mode {_MODE_NAMES.get(mode, mode)} is not valid for url criteria")
     how = _MODE_NAMES.get(mode, "").removeprefix("MATCH_MODE_").lower()
 
     def check(ctx: EvalContext) -> Check:
+        try:
+            return check_urls(ctx)
+        except RegexTimeout as exc:
+            return Check(UNDECIDABLE, str(exc), -1)
+
+    def check_urls(ctx: EvalContext) -> Check:
         if c.any_step:
             urls = ctx.all_urls()
             for idx, u in urls:
@@ -194,7 +214,7 @@ def compile_answer(c: common_pb2.AnswerCriterion, max_regex: int) -> Checker:
         rx = compile_regex(expected, max_regex)
 
         def match(a: str) -> tuple[bool, str]:
-            ok = rx.search(a) is not None
+            ok = regex_search(rx, a)
             return ok, f"answer {'matches' if ok else 'does not match'} /{expected}/"
     elif mode == common_pb2.MATCH_MODE_NUMBER:
         num = parse_number(expected)
@@ -233,7 +253,10 @@ def compile_answer(c: common_pb2.AnswerCriterion, max_regex: int) -> Checker:
         answer = ctx.trajectory.final_answer
         if not answer.strip():
             return Check(FAILS, "no final answer was given")
-        ok, reason = match(answer)
+        try:
+            ok, reason = match(answer)
+        except RegexTimeout as exc:
+            return Check(UNDECIDABLE, str(exc), excerpt=excerpt(answer))
         return Check(HOLDS if ok else FAILS, reason, excerpt=excerpt(answer))
 
     return check
