@@ -1,0 +1,207 @@
+"""The shared runtime over real channels: health, reflection, metrics, deadlines, errors, auth, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+import sys
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
+from prometheus_client.parser import text_string_to_metric_families
+
+from webenv import errors
+from webenv.client import make_channel
+from webenv.runtime import ServiceSettings, describe_validation_error
+from webenv.v1 import policy_pb2, policy_pb2_grpc
+
+from pathlib import Path
+
+ECHO_PATH = Path(__file__).with_name("echo_service.py")
+
+
+def sample(text: str, name: str, **labels: str) -> float:
+    """The value of one sample in a /metrics text (0 when absent)."""
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name == name and all(s.labels.get(k) == v for k, v in labels.items()):
+                return s.value
+    return 0.0
+
+
+async def test_health_reports_serving_after_set_serving(echo, free_port):
+    server = echo.build_server(echo.EchoSettings(host="127.0.0.1"))
+    async with server:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+            stub = health_pb2_grpc.HealthStub(ch)
+            before = await stub.Check(health_pb2.HealthCheckRequest(service="webenv.v1.PolicyService"))
+            assert before.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            await server.set_serving()
+            after = await stub.Check(health_pb2.HealthCheckRequest(service="webenv.v1.PolicyService"))
+            overall = await stub.Check(health_pb2.HealthCheckRequest(service=""))
+            assert after.status == overall.status == health_pb2.HealthCheckResponse.SERVING
+
+
+async def test_reflection_lists_services(echo_server):
+    def discover() -> tuple[set[str], str]:
+        # The reflection client is synchronous: run it off the loop that serves the in-process server.
+        with grpc.insecure_channel(f"127.0.0.1:{echo_server.port}") as ch:
+            db = ProtoReflectionDescriptorDatabase(ch)
+            return set(db.get_services()), db.FindFileContainingSymbol("webenv.v1.PolicyService").package
+
+    names, package = await asyncio.to_thread(discover)
+    assert {"webenv.v1.PolicyService", "grpc.health.v1.Health"} <= names
+    assert package == "webenv.v1"
+
+
+async def test_metrics_count_unary_and_streaming_rpcs(echo_server, scrape):
+    before = scrape(echo_server.metrics_port)
+    async with make_channel(f"127.0.0.1:{echo_server.port}") as ch:
+        stub = policy_pb2_grpc.PolicyServiceStub(ch)
+        await stub.Act(policy_pb2.ActRequest(episode_id="ok"))
+        with pytest.raises(grpc.aio.AioRpcError):
+            await stub.Act(policy_pb2.ActRequest(episode_id="invalid"))
+        call = stub.ActStream()
+        for i in range(5):
+            await call.write(policy_pb2.ActStreamRequest(tag=str(i), request=policy_pb2.ActRequest(episode_id="e")))
+        await call.done_writing()
+        answers = [r async for r in call]
+        assert len(answers) == 5
+    after = scrape(echo_server.metrics_port)
+    unary = {"grpc_service": "webenv.v1.PolicyService", "grpc_method": "Act", "grpc_type": "unary"}
+    bidi = {"grpc_service": "webenv.v1.PolicyService", "grpc_method": "ActStream", "grpc_type": "bidi_stream"}
+
+    def delta(name: str, **labels: str) -> float:
+        return sample(after, name, **labels) - sample(before, name, **labels)
+
+    assert delta("grpc_server_started_total", **unary) == 2
+    assert delta("grpc_server_handled_total", **unary, grpc_code="OK") == 1
+    assert delta("grpc_server_handled_total", **unary, grpc_code="INVALID_ARGUMENT") == 1
+    assert delta("grpc_server_handling_seconds_count", **unary) == 2
+    assert delta("grpc_server_msg_received_total", **bidi) == 5
+    assert delta("grpc_server_msg_sent_total", **bidi) == 5
+    assert delta("grpc_server_handled_total", **bidi, grpc_code="OK") == 1
+
+
+async def test_deadline_propagates_to_the_server(echo_server):
+    async with make_channel(f"127.0.0.1:{echo_server.port}") as ch:
+        stub = policy_pb2_grpc.PolicyServiceStub(ch)
+        resp = await stub.Act(policy_pb2.ActRequest(episode_id="ok"), timeout=1.5)
+        remaining = float(resp.memory)
+        assert 0 < remaining <= 1.5
+
+
+async def test_default_deadline_applies_to_unary_calls(echo_server):
+    async with make_channel(f"127.0.0.1:{echo_server.port}", timeout=0.3) as ch:
+        stub = policy_pb2_grpc.PolicyServiceStub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Act(policy_pb2.ActRequest(episode_id="slow:3"))
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+async def test_domain_error_arrives_with_code_and_error_info(echo_server):
+    async with make_channel(f"127.0.0.1:{echo_server.port}") as ch:
+        stub = policy_pb2_grpc.PolicyServiceStub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Act(policy_pb2.ActRequest(episode_id="invalid"))
+        err = errors.from_rpc_error(info.value)
+        assert isinstance(err, errors.InvalidArgument)
+        assert err.reason == "MISSING_OBSERVATION"
+        assert err.metadata == {"field": "observation"}
+        assert "observation: is required" in err.message
+
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Act(policy_pb2.ActRequest(episode_id="exhausted"))
+        err = errors.from_rpc_error(info.value)
+        assert isinstance(err, errors.ResourceExhausted)
+        assert err.retry_after_seconds == pytest.approx(1.5)
+
+
+async def test_unexpected_exception_is_internal_with_its_type(echo_server):
+    async with make_channel(f"127.0.0.1:{echo_server.port}") as ch:
+        stub = policy_pb2_grpc.PolicyServiceStub(ch)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Act(policy_pb2.ActRequest(episode_id="boom"))
+        assert info.value.code() == grpc.StatusCode.INTERNAL
+        assert "RuntimeError: kaboom" in info.value.details()
+
+
+async def test_stream_item_error_does_not_end_the_stream(echo_server):
+    async with make_channel(f"127.0.0.1:{echo_server.port}") as ch:
+        stub = policy_pb2_grpc.PolicyServiceStub(ch)
+        requests = [policy_pb2.ActStreamRequest(tag=t, request=policy_pb2.ActRequest(episode_id=e))
+                    for t, e in (("a", "x"), ("b", "invalid"), ("c", "y"))]
+        answers = {r.tag: r async for r in stub.ActStream(iter(requests))}
+        assert answers["a"].HasField("response") and answers["c"].HasField("response")
+        err = errors.from_stream_error(answers["b"].error)
+        assert isinstance(err, errors.InvalidArgument) and err.reason == "BAD_ITEM"
+
+
+async def test_bearer_token_required_when_configured(echo):
+    server = echo.build_server(echo.EchoSettings(host="127.0.0.1", auth_token="s3cret"))
+    async with server:
+        await server.set_serving()
+        address = f"127.0.0.1:{server.port}"
+        async with make_channel(address) as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await policy_pb2_grpc.PolicyServiceStub(ch).ListPolicies(policy_pb2.ListPoliciesRequest())
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            health = await health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest())
+            assert health.status == health_pb2.HealthCheckResponse.SERVING  # probes need no token
+        async with make_channel(address, token="wrong") as ch:
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await policy_pb2_grpc.PolicyServiceStub(ch).ListPolicies(policy_pb2.ListPoliciesRequest())
+            assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+        async with make_channel(address, token="s3cret") as ch:
+            resp = await policy_pb2_grpc.PolicyServiceStub(ch).ListPolicies(policy_pb2.ListPoliciesRequest())
+            assert resp.default_policy == "echo"
+
+
+def _spawn(env_extra: dict[str, str]) -> subprocess.Popen[str]:
+    env = {**os.environ, "WEBENV_HOST": "127.0.0.1", **env_extra}
+    return subprocess.Popen([sys.executable, str(ECHO_PATH)], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+
+
+async def test_sigterm_drains_health_then_finishes_in_flight_rpc():
+    proc = _spawn({"WEBENV_GRACE_SECONDS": "10"})
+    try:
+        line = await asyncio.to_thread(proc.stdout.readline)
+        assert line.startswith("READY"), line + proc.stderr.read()
+        port = int(line.split()[1])
+        async with make_channel(f"127.0.0.1:{port}") as ch:
+            watch = health_pb2_grpc.HealthStub(ch).Watch(health_pb2.HealthCheckRequest(service="webenv.v1.PolicyService"))
+            first = await watch.read()
+            assert first.status == health_pb2.HealthCheckResponse.SERVING
+            slow = asyncio.ensure_future(
+                policy_pb2_grpc.PolicyServiceStub(ch).Act(policy_pb2.ActRequest(episode_id="slow:1.5"))
+            )
+            await asyncio.sleep(0.3)  # let the slow call reach the server before the signal
+            proc.send_signal(signal.SIGTERM)
+            second = await watch.read()
+            assert second.status == health_pb2.HealthCheckResponse.NOT_SERVING
+            resp = await slow  # the in-flight RPC still completes
+            assert resp.action_text == "noop()"
+        assert await asyncio.to_thread(proc.wait, 15) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
+def test_bad_config_fails_fast_with_the_variable_name():
+    proc = _spawn({"WEBENV_GRPC_PORT": "not-a-port", "WEBENV_LOG_LEVEL": "LOUD"})
+    out, err = proc.communicate(timeout=30)
+    assert proc.returncode == 2
+    assert "WEBENV_GRPC_PORT" in err and "WEBENV_LOG_LEVEL" in err
+    assert "Traceback" not in err
+
+
+def test_tls_files_must_come_in_pairs(monkeypatch):
+    monkeypatch.setenv("WEBENV_TLS_CERT_FILE", "/tmp/cert.pem")
+    with pytest.raises(Exception) as info:
+        ServiceSettings()
+    assert "WEBENV_TLS_KEY_FILE" in describe_validation_error(info.value) or "WEBENV_TLS_KEY_FILE" in str(info.value)
