@@ -7,8 +7,9 @@ whatever the seed, and no task can leak across the split.
 
 from __future__ import annotations
 
+import datetime as dt
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, lru_cache
 
 from webenv.sites import content as c
 from webenv.sites.families import FAMILIES
@@ -58,7 +59,7 @@ class User:
     password: str
 
 
-@dataclass
+@dataclass(eq=False)  # identity hash: pages cache rendered fragments per site object
 class Site:
     """One website: everything its pages and tasks are built from."""
 
@@ -144,12 +145,15 @@ class Site:
         return out
 
     def fmt_date(self, iso: str) -> str:
-        import datetime as dt
-
-        return c.fmt_date(dt.date.fromisoformat(iso), int(self.look["date_style"]))
+        return _fmt_date(iso, int(self.look["date_style"]))
 
     def url(self, path: str = "/") -> str:
         return f"http://{self.host}{path}"
+
+
+@lru_cache(maxsize=65536)
+def _fmt_date(iso: str, style: int) -> str:
+    return c.fmt_date(dt.date.fromisoformat(iso), style)
 
 
 def _retitle(item: Item, title: str) -> Item:

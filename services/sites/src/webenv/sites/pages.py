@@ -7,6 +7,7 @@ blocks and wording differ per site, like different real websites built on one pl
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from html import escape
 from urllib.parse import urlencode
 
@@ -47,6 +48,8 @@ SCRIPT = """
 """
 
 
+# Rendered fragments that depend only on the site (and an item) are cached: most of a page is static per site.
+@lru_cache(maxsize=8192)
 def css(site: Site) -> str:
     accent, bg, fg, font = THEMES[int(site.look["theme"])]
     layout = LAYOUTS[int(site.look["layout"])]
@@ -95,6 +98,7 @@ def _nav(site: Site, user: str | None, cart_count: int) -> str:
     return "<header>" + "".join(parts) + search + "</header>"
 
 
+@lru_cache(maxsize=8192)
 def _side(site: Site) -> str:
     links = "".join(
         f'<li><a class="cat-link" data-category="{slug}" href="/{site.family.path}?category={slug}">{escape(label)}</a></li>'
@@ -121,6 +125,11 @@ def layout(site: Site, title: str, body: str, *, user: str | None, cart_count: i
 
 
 def home(site: Site, *, show_popup: bool) -> str:
+    return _home(site, show_popup)
+
+
+@lru_cache(maxsize=8192)
+def _home(site: Site, show_popup: bool) -> str:
     fam = site.family
     top = sorted(site.items, key=lambda it: (-it.rating, it.id))[:6]
     cards = "".join(_result(site, it) for it in top)
@@ -141,6 +150,12 @@ def home(site: Site, *, show_popup: bool) -> str:
 
 
 def _result(site: Site, it: Item) -> str:
+    return _result_cached(site, it.id)
+
+
+@lru_cache(maxsize=131072)
+def _result_cached(site: Site, item_id: str) -> str:
+    it = site.by_id[item_id]
     quick = ""
     if site.family.name == "shop":
         quick = (f' <button type="button" class="quick-view" data-title="{escape(it.title)}" '
@@ -220,6 +235,17 @@ def field_html(f: FieldSpec, value: str, error: str | None) -> str:
 
 def detail(site: Site, it: Item, *, form_values: dict[str, str] | None = None,
            errors: dict[str, str] | None = None) -> str:
+    if not form_values and not errors:
+        return _detail_cached(site, it.id)
+    return _detail(site, it, form_values, errors)
+
+
+@lru_cache(maxsize=65536)
+def _detail_cached(site: Site, item_id: str) -> str:
+    return _detail(site, site.by_id[item_id], None, None)
+
+
+def _detail(site: Site, it: Item, form_values: dict[str, str] | None, errors: dict[str, str] | None) -> str:
     fam = site.family
     w = site.words
     form_values = form_values or {}

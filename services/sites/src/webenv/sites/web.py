@@ -182,7 +182,7 @@ class SitesApp:
     # --- routing --------------------------------------------------------------------------------
     def route(self, ctx: Ctx) -> Response:
         site, req = ctx.site, ctx.request
-        path = req.url.path.rstrip("/") or "/"
+        path = req.scope["path"].rstrip("/") or "/"  # scope, not req.url: no URL object per request
         fam = site.family
         parts = path.strip("/").split("/")
         post = req.method == "POST"

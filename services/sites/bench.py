@@ -1,0 +1,253 @@
+"""Benchmark of the sites service: catalog build time, pages/s on loopback, TaskService latency, task mix.
+
+Run: .venv/bin/python services/sites/bench.py --out bench/results   (about 1 minute)
+Writes bench/results/sites.json and bench/results/sites.md.
+
+Pages/s is measured with `wrk` (Debian package) when installed, else an httpx loop, against the real service
+started as a subprocess (`python -m webenv.sites`, default 1000 sites), on a mix of home, listing, sorted /
+paginated listing, search and detail pages of 200 sites. The baseline, run side by side with the same load
+tool, settings and uvicorn, is the same pages pre-rendered to files and served by Starlette's StaticFiles:
+the ratio says what generating pages on the fly costs against serving fixed files.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import re
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import grpc
+import httpx
+
+ROOT = Path(__file__).resolve().parents[2]
+PY = sys.executable
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def wait_port(port: int, timeout: float = 120) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with socket.socket() as s:
+            if s.connect_ex(("127.0.0.1", port)) == 0:
+                return
+        time.sleep(0.1)
+    raise TimeoutError(f"port {port} not open")
+
+
+def bench_catalog() -> dict:
+    from webenv.sites.world import build_world
+
+    t0 = time.perf_counter()
+    world = build_world()
+    took = time.perf_counter() - t0
+    return {"sites": len(world.sites.sites), "tasks": len(world.tasks), "build_seconds": round(took, 2),
+            "distribution": world.tasks.stats(), "_world": world}
+
+
+def page_mix(world, n_sites: int = 200, seed: int = 1) -> list[tuple[str, str]]:  # type: ignore[no-untyped-def]
+    rng = random.Random(seed)
+    open_sites = [s for s in world.sites.sites if not s.family.login_required]
+    out = []
+    for site in rng.sample(open_sites, min(n_sites, len(open_sites))):
+        it = rng.choice(site.items)
+        p = site.family.path
+        out += [(site.host, "/"), (site.host, f"/{p}"), (site.host, f"/{p}?sort=value_desc&page=2"),
+                (site.host, f"/{p}?q={it.title.split()[0]}"), (site.host, f"/{p}/{it.id}"), (site.host, f"/{p}/{it.id}")]
+    return out
+
+
+def lua_script(reqs: list[tuple[str, str]], path: Path) -> None:
+    entries = ",\n".join(f'{{"{h}", "{p.replace(chr(34), "")}"}}' for h, p in reqs)
+    path.write_text(
+        "local reqs = {\n" + entries + "\n}\n"
+        "local n = 0\n"
+        "request = function()\n"
+        "  n = n + 1\n"
+        "  local r = reqs[(n % #reqs) + 1]\n"
+        "  return wrk.format('GET', r[2], {['Host'] = r[1], ['Cookie'] = 'site_session=bench' .. (n % 64)})\n"
+        "end\n"
+    )
+
+
+def run_wrk(port: int, script: Path, seconds: int, conns: int) -> dict:
+    out = subprocess.run(["wrk", "-t2", f"-c{conns}", f"-d{seconds}s", "--latency", "-s", str(script),
+                          f"http://127.0.0.1:{port}/"], capture_output=True, text=True, check=True).stdout
+    rps = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    p50 = re.search(r"50%\s+([\d.]+)(us|ms|s)", out)
+    p99 = re.search(r"99%\s+([\d.]+)(us|ms|s)", out)
+    bad = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
+    errs = re.search(r"Socket errors: (.*)", out)
+
+    def ms(m: re.Match | None) -> float | None:
+        if not m:
+            return None
+        v, unit = float(m.group(1)), m.group(2)
+        return round(v / 1000 if unit == "us" else v * 1000 if unit == "s" else v, 2)
+
+    return {"tool": "wrk", "pages_per_second": round(rps, 1), "p50_ms": ms(p50), "p99_ms": ms(p99),
+            "non_2xx_3xx": int(bad.group(1)) if bad else 0, "socket_errors": errs.group(1) if errs else "",
+            "connections": conns, "seconds": seconds}
+
+
+async def _httpx_load(port: int, reqs: list[tuple[str, str]], seconds: int, conns: int) -> dict:
+    lat: list[float] = []
+    bad = 0
+    stop = time.perf_counter() + seconds
+
+    async def worker(k: int, client: httpx.AsyncClient) -> None:
+        nonlocal bad
+        i = k
+        while time.perf_counter() < stop:
+            host, path = reqs[i % len(reqs)]
+            i += conns
+            t0 = time.perf_counter()
+            r = await client.get(f"http://127.0.0.1:{port}{path}", headers={"host": host, "cookie": f"site_session=bench{i % 64}"})
+            lat.append(time.perf_counter() - t0)
+            bad += r.status_code >= 400
+
+    limits = httpx.Limits(max_connections=conns, max_keepalive_connections=conns)
+    async with httpx.AsyncClient(limits=limits) as client:
+        t0 = time.perf_counter()
+        await asyncio.gather(*(worker(k, client) for k in range(conns)))
+        took = time.perf_counter() - t0
+    lat.sort()
+    return {"tool": "httpx", "pages_per_second": round(len(lat) / took, 1), "p50_ms": round(lat[len(lat) // 2] * 1000, 2),
+            "p99_ms": round(lat[int(len(lat) * 0.99)] * 1000, 2), "non_2xx_3xx": bad, "connections": conns, "seconds": seconds}
+
+
+def load(port: int, reqs: list[tuple[str, str]], seconds: int, conns: int, tmp: Path, name: str) -> dict:
+    if shutil.which("wrk"):
+        script = tmp / f"{name}.lua"
+        lua_script(reqs, script)
+        return run_wrk(port, script, seconds, conns)
+    return asyncio.run(_httpx_load(port, reqs, seconds, conns))
+
+
+def start_service(http_port: int, grpc_port: int) -> subprocess.Popen:
+    env = {**os.environ, "WEBENV_HTTP_PORT": str(http_port), "WEBENV_GRPC_PORT": str(grpc_port), "WEBENV_METRICS_PORT": "0",
+           "WEBENV_HOST": "127.0.0.1", "WEBENV_HTTP_HOST": "127.0.0.1", "WEBENV_LOG_LEVEL": "WARNING"}
+    return subprocess.Popen([PY, "-m", "webenv.sites"], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+
+BASELINE = """
+import sys, uvicorn
+from starlette.staticfiles import StaticFiles
+uvicorn.run(StaticFiles(directory=sys.argv[1]), host="127.0.0.1", port=int(sys.argv[2]), log_level="warning",
+            access_log=False, lifespan="off")
+"""
+
+
+def bench_grpc(port: int, task_ids: list[str]) -> dict:
+    from webenv.v1 import common_pb2 as pb
+    from webenv.v1 import task_pb2, task_pb2_grpc
+
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        stub = task_pb2_grpc.TaskServiceStub(ch)
+        stub.GetTask(task_pb2.GetTaskRequest(task_id=task_ids[0]), timeout=30)
+        get, lst = [], []
+        for tid in task_ids[:300]:
+            t0 = time.perf_counter()
+            stub.GetTask(task_pb2.GetTaskRequest(task_id=tid), timeout=10)
+            get.append(time.perf_counter() - t0)
+        f = task_pb2.TaskFilter(families=["shop"], split=pb.SPLIT_TEST, difficulties=[pb.DIFFICULTY_HARD])
+        for _ in range(50):
+            t0 = time.perf_counter()
+            stub.ListTasks(task_pb2.ListTasksRequest(filter=f, page_size=100), timeout=10)
+            lst.append(time.perf_counter() - t0)
+    return {"get_task_p50_ms": round(statistics.median(get) * 1000, 3),
+            "list_tasks_filtered_p50_ms": round(statistics.median(lst) * 1000, 3)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default="bench/results")
+    ap.add_argument("--seconds", type=int, default=10)
+    ap.add_argument("--connections", type=int, default=32)
+    args = ap.parse_args()
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+
+    cat = bench_catalog()
+    world = cat.pop("_world")
+    reqs = page_mix(world)
+    tmp = Path(tempfile.mkdtemp(prefix="sites-bench-"))
+    http_port, grpc_port, base_port = free_port(), free_port(), free_port()
+    svc = start_service(http_port, grpc_port)
+    base = None
+    try:
+        wait_port(http_port)
+        # pre-render the same pages for the baseline (one file per page, same bytes as served)
+        static = tmp / "static"
+        static.mkdir()
+        base_reqs = []
+        with httpx.Client() as c:
+            for i, (host, path) in enumerate(reqs):
+                r = c.get(f"http://127.0.0.1:{http_port}{path}", headers={"host": host, "cookie": "site_session=prerender"})
+                (static / f"p{i}.html").write_bytes(r.content)
+                base_reqs.append(("static.test", f"/p{i}.html"))
+        avg_bytes = sum(len((static / f"p{i}.html").read_bytes()) for i in range(len(reqs))) / len(reqs)
+        base = subprocess.Popen([PY, "-c", BASELINE, str(static), str(base_port)], stdout=subprocess.DEVNULL,
+                                stderr=subprocess.DEVNULL)
+        wait_port(base_port)
+        load(http_port, reqs[:50], 2, args.connections, tmp, "warm")  # warm-up
+        ours = load(http_port, reqs, args.seconds, args.connections, tmp, "sites")
+        baseline = load(base_port, base_reqs, args.seconds, args.connections, tmp, "static")
+        grpc_lat = bench_grpc(grpc_port, [t.task_id for t in world.tasks.tasks[::70]])
+    finally:
+        for p in (svc, base):
+            if p is not None:
+                p.terminate()
+                p.wait(timeout=15)
+        shutil.rmtree(tmp, ignore_errors=True)
+
+    result = {
+        "service": "sites",
+        "machine": f"{os.cpu_count()} cpus",
+        "catalog": cat,
+        "http": {"sites": ours, "baseline_static_files": baseline, "distinct_pages": len(reqs),
+                 "avg_page_bytes": round(avg_bytes),
+                 "ratio_vs_static": round(ours["pages_per_second"] / baseline["pages_per_second"], 3),
+                 "target_pages_per_second": 500, "meets_target": ours["pages_per_second"] >= 500},
+        "grpc": grpc_lat,
+    }
+    (out / "sites.json").write_text(json.dumps(result, indent=2) + "\n")
+    d = cat["distribution"]
+    lines = [
+        "# sites benchmark", "",
+        f"Machine: {result['machine']}. Service started as a subprocess with default settings.", "",
+        "| measure | value |", "| --- | --- |",
+        f"| catalog build ({cat['sites']} sites, {cat['tasks']} tasks) | {cat['build_seconds']} s (target < 60 s) |",
+        f"| pages/s, generated pages ({ours['tool']}, {args.connections} conns) | {ours['pages_per_second']} "
+        f"(p50 {ours['p50_ms']} ms, p99 {ours['p99_ms']} ms; target >= 500) |",
+        f"| pages/s, baseline: same pages as static files, same server stack | {baseline['pages_per_second']} "
+        f"(p50 {baseline['p50_ms']} ms) |",
+        f"| ratio generated / static | {result['http']['ratio_vs_static']} |",
+        f"| average page size | {result['http']['avg_page_bytes']} bytes |",
+        f"| GetTask p50 / filtered ListTasks(100) p50 | {grpc_lat['get_task_p50_ms']} ms / {grpc_lat['list_tasks_filtered_p50_ms']} ms |",
+        "", "## Tasks by family, kind, difficulty, source, split", "",
+    ]
+    for key in ("family", "kind", "difficulty", "source", "split"):
+        lines.append(f"- **{key}**: " + ", ".join(f"{k}: {v}" for k, v in d[key].items()))
+    (out / "sites.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT))
+    main()
