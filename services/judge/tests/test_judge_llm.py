@@ -25,9 +25,11 @@ from webenv.judge.context import EvalContext
 from webenv.judge.engine import Judge
 from webenv.judge.examples import fact, shop_episode, task_for
 from webenv.judge.llm import (
+    LlmError,
     LlmJudge,
     OpenAICompatibleBackend,
     TransformersBackend,
+    VllmBackend,
     parse_reply,
     select_keypoints,
 )
@@ -313,3 +315,12 @@ async def test_calibrate_reports_per_kind(fake_openai: FakeOpenAI) -> None:
     assert report["overall"]["n"] == 20 and len(fake_openai.requests) == 20
     assert "| overall | 20 |" in format_report(report)
     await backend.close()
+
+
+def test_vllm_backend_is_lazy_and_explains_a_missing_package(tiny_model: Path) -> None:
+    import importlib.util
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vllm is installed here; the GPU path is exercised where a device is lent")
+    with pytest.raises(LlmError, match="needs the `vllm` package"):
+        VllmBackend(str(tiny_model))

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from webenv.judge import metrics
 from webenv.judge.context import EvalContext
@@ -50,8 +50,8 @@ class Judge:
     def __init__(self, rubrics: RubricCache | None = None, llm: LlmJudge | None = None) -> None:
         self.rubrics = rubrics or RubricCache()
         self.llm = llm
-        self._timers = {}
-        self._facts = {}
+        self._timers: dict[str, Any] = {}
+        self._facts: dict[tuple[str, int], Any] = {}
 
     def compile(self, rubric: common_pb2.Rubric) -> CompiledRubric:
         """Compiled rubric; raises RubricInvalid."""
