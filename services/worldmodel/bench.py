@@ -89,7 +89,7 @@ def main() -> None:
                                 if "eval_loss" in line]
         model_dir = res.model_dir
     rollouts = read_transitions([a.rollouts]) if a.rollouts else None
-    backend = load_backend("transformers", model_dir)
+    backend = load_backend("transformers", model_dir, threads=1)
     report["eval"] = evaluate(read_transitions([data]), backend, limit=300 if a.full else 120,
                               rollout_episodes=12 if a.full else 6, rollout_records=rollouts)
     stats_file = data.with_suffix(".stats.json")

@@ -17,7 +17,7 @@ class Settings(ServiceSettings):
     worldmodel_model_path: str = Field("", description="Directory of the trained model (save_pretrained layout).")
     worldmodel_backend: Literal["transformers", "vllm"] = Field("transformers", description="transformers (CPU) or vllm (GPU).")
     worldmodel_device: str = Field("cpu", description="torch device for the transformers backend.")
-    worldmodel_threads: int = Field(0, ge=0, description="torch threads (0 = torch's default).")
+    worldmodel_threads: int = Field(1, ge=0, description="torch threads (0 = torch's default; 1 is fastest for tiny models on shared CPUs).")
     worldmodel_max_state_chars: int = Field(200_000, gt=0, description="Largest state accepted, in characters.")
     worldmodel_max_new_tokens: int = Field(384, gt=0, le=32768, description="Default cap on generated tokens.")
     worldmodel_max_batch: int = Field(16, gt=0, description="Most predictions sent to the backend in one call.")

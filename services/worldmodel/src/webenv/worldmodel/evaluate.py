@@ -164,9 +164,10 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rollout-episodes", type=int, default=12)
     p.add_argument("--rollouts", nargs="*", default=[], help="transitions with long recorded episodes for the rollouts")
     p.add_argument("--out", type=Path, default=None, help="write JSON here (and a .md next to it)")
+    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for tiny models on shared CPUs)")
     a = p.parse_args(argv)
     records = read_transitions(a.data)
-    backend = load_backend(a.backend, a.model) if a.model else None
+    backend = load_backend(a.backend, a.model, threads=a.threads) if a.model else None
     res = evaluate(records, backend, a.limit, a.rollout_episodes,
                    rollout_records=read_transitions(a.rollouts) if a.rollouts else None)
     stats = Path(a.data[0]).with_suffix(".stats.json")
