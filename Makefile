@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/webenv/v1/*.proto)
 GEN_DIR := services/sdk/src
 STAMP := $(VENV)/.installed
 
-.PHONY: install apt venv protos lint test bench up clean
+.PHONY: install apt venv protos lint test bench up demo clean
 
 install: apt $(STAMP) protos  ## Debian packages, the venv with every service editable, generated stubs
 
@@ -46,8 +46,11 @@ test: install
 bench: install
 	$(PY) -m bench.run
 
-up: install
+up: install  ## the whole local stack as processes, until Ctrl-C
 	$(VENV)/bin/webenv up
+
+demo: install  ## the main job on embedded defaults: stack + a few hundred episodes + summary
+	$(VENV)/bin/webenv demo
 
 clean:
 	rm -rf $(VENV) $(GEN_DIR)/webenv/v1 .pytest_cache

@@ -5,7 +5,11 @@ set -euo pipefail
 pkgs=$(cat "$@" 2>/dev/null | sed 's/#.*//' | tr -s ' \n' '\n' | sort -u | grep -v '^$' || true)
 missing=()
 # Node.js (for the second-language proto test) usually comes with the image; Debian's only when absent.
-command -v npm >/dev/null 2>&1 || pkgs="$pkgs nodejs npm"
+if command -v npm >/dev/null 2>&1; then
+  pkgs=$(echo "$pkgs" | grep -vxE 'nodejs|npm' || true)
+else
+  pkgs="$pkgs nodejs npm"
+fi
 for p in $pkgs; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
