@@ -1,0 +1,147 @@
+"""End to end: the oracle policy solves tasks through the real browser farm on the real synthetic web.
+
+The sites service and the browser farm run as subprocesses (`python -m webenv.sites`, `python -m
+webenv.browser`), the policy server in-process; every hop is a real gRPC channel and Chromium acts.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib.util
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from webenv.client import make_channel
+from webenv.client.environment import EnvironmentClient
+from webenv.testing import find_chromium, free_port
+from webenv.v1 import common_pb2, policy_pb2, task_pb2, task_pb2_grpc
+
+MISSING = [name for name in ("webenv.browser", "webenv.sites") if importlib.util.find_spec(name) is None]
+pytestmark = [
+    pytest.mark.skipif(bool(MISSING), reason=f"services not installed: {', '.join(MISSING)}"),
+    pytest.mark.skipif(find_chromium() is None, reason="Chromium is not installed"),
+]
+
+
+def tail(path: Path) -> str:
+    return path.read_text()[-3000:]
+
+
+async def _serving(port: int, service: str, proc: subprocess.Popen, log: Path, limit: float = 120) -> None:
+    channel = make_channel(f"127.0.0.1:{port}", timeout=3)
+    try:
+        health = health_pb2_grpc.HealthStub(channel)
+        deadline = time.monotonic() + limit
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise RuntimeError(f"{service} exited with {proc.returncode}:\n{tail(log)}")
+            with contextlib.suppress(grpc.aio.AioRpcError):
+                resp = await health.Check(health_pb2.HealthCheckRequest(service=service))
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return
+            await asyncio.sleep(0.3)
+        raise TimeoutError(f"{service} not SERVING after {limit}s:\n{tail(log)}")
+    finally:
+        await channel.close()
+
+
+@pytest.fixture(scope="module")
+async def web(tmp_path_factory):
+    """(sites gRPC address, farm gRPC address) of freshly started services."""
+    tmp = tmp_path_factory.mktemp("e2e")
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WEBENV_")}
+    base.update(WEBENV_HOST="127.0.0.1", WEBENV_LOG_JSON="false", WEBENV_GRACE_SECONDS="1")
+    sites_port, http_port, farm_port = free_port(), free_port(), free_port()
+    procs = []
+    try:
+        sites_log = tmp / "sites.log"
+        procs.append(sites := subprocess.Popen(  # noqa: ASYNC220 (a long-running service, not awaited)
+            [sys.executable, "-m", "webenv.sites"], stdout=sites_log.open("w"), stderr=subprocess.STDOUT,
+            env={**base, "WEBENV_GRPC_PORT": str(sites_port), "WEBENV_METRICS_PORT": "0",
+                 "WEBENV_HTTP_PORT": str(http_port), "WEBENV_HTTP_HOST": "127.0.0.1", "WEBENV_SITES_COUNT": "8"}))
+        farm_log = tmp / "farm.log"
+        procs.append(farm := subprocess.Popen(  # noqa: ASYNC220 (a long-running service, not awaited)
+            [sys.executable, "-m", "webenv.browser"], stdout=farm_log.open("w"), stderr=subprocess.STDOUT,
+            env={**base, "WEBENV_GRPC_PORT": str(farm_port), "WEBENV_METRICS_PORT": "0",
+                 "WEBENV_FARM_SITES_HTTP_ADDR": f"127.0.0.1:{http_port}", "WEBENV_SITES_ADDR": f"127.0.0.1:{sites_port}",
+                 "WEBENV_FARM_WARM_CONTEXTS": "1", "WEBENV_FARM_MAX_SESSIONS": "8"}))
+        await _serving(sites_port, "webenv.v1.TaskService", sites, sites_log)
+        await _serving(farm_port, "webenv.v1.EnvironmentService", farm, farm_log)
+        yield f"127.0.0.1:{sites_port}", f"127.0.0.1:{farm_port}"
+    finally:
+        for p in procs:
+            p.terminate()
+        for p in procs:
+            try:
+                p.wait(20)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+async def run_oracle(stub, env: EnvironmentClient, task: common_pb2.Task, max_steps: int):
+    """One episode: oracle Act -> farm Step until done. Returns (steps, last response, instruction)."""
+    opened = await env.open(task=task, formats=("axtree", "elements"))
+    sid, obs = opened.session.session_id, opened.observation
+    history, last = [], None
+    try:
+        for step in range(max_steps):
+            act = await stub.Act(policy_pb2.ActRequest(
+                episode_id=sid, policy="oracle", task=task, observation=obs, step_index=step,
+                instruction=opened.instruction, history=history))
+            last = await env.step(sid, act.action)
+            assert not last.observation.last_action_error, (act.action_text, last.observation.last_action_error)
+            history.append(policy_pb2.HistoryEntry(action_text=act.action_text, url=last.observation.url))
+            obs = last.observation
+            if last.done:
+                break
+        closed = await env.close(sid, capture_evidence=True)
+    except BaseException:
+        with contextlib.suppress(Exception):
+            await env.close(sid)
+        raise
+    return history, last, closed
+
+
+async def test_oracle_solves_synthetic_tasks(web, serve_policy, policy_stub):
+    sites_addr, farm_addr = web
+    channel = make_channel(sites_addr)
+    tasks = task_pb2_grpc.TaskServiceStub(channel)
+    chosen = []
+    for kind in (common_pb2.TASK_KIND_NAVIGATION, common_pb2.TASK_KIND_TRANSACTION):
+        listed = await tasks.ListTasks(task_pb2.ListTasksRequest(
+            filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC], kinds=[kind]), page_size=50))
+        chosen.append(min(listed.tasks, key=lambda t: len(t.oracle)))
+    await channel.close()
+    async with serve_policy() as (server, _), policy_stub(server) as stub, EnvironmentClient(farm_addr) as env:
+        for task in chosen:
+            history, last, closed = await run_oracle(stub, env, task, max_steps=len(task.oracle) + 2)
+            assert last.done, f"{task.task_id}: not done after {[h.action_text for h in history]}"
+            assert history[-1].action_text.startswith("answer(")
+            assert len(history) == len(task.oracle)
+            for group in task.rubric.groups:  # URL facts checkable from the trajectory alone
+                for fact in group.facts:
+                    crit = fact.criterion
+                    if crit.WhichOneof("kind") == "url" and crit.url.mode == common_pb2.MATCH_MODE_CONTAINS:
+                        urls = [h.url for h in history] if crit.url.any_step else [history[-2].url]
+                        assert any(crit.url.value in u for u in urls), (task.task_id, fact.description, urls)
+            if task.kind == common_pb2.TASK_KIND_TRANSACTION:
+                assert closed.site_state_json and closed.site_state_json != "{}"
+
+
+async def test_oracle_solves_miniwob_click_test(web, serve_policy, policy_stub):
+    sites_addr, farm_addr = web
+    channel = make_channel(sites_addr)
+    task = (await task_pb2_grpc.TaskServiceStub(channel).GetTask(
+        task_pb2.GetTaskRequest(task_id="miniwob/click-test"))).task
+    await channel.close()
+    async with serve_policy() as (server, _), policy_stub(server) as stub, EnvironmentClient(farm_addr) as env:
+        history, last, closed = await run_oracle(stub, env, task, max_steps=3)
+    assert last.done and last.raw_reward > 0, (history, last.reward_reason)
+    assert history[0].action_text.startswith("click(")

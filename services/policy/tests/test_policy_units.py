@@ -1,0 +1,61 @@
+"""Pure pieces: output parsing, episode-state eviction, observation reading, prompt rendering."""
+
+from __future__ import annotations
+
+import random
+
+from webenv.policy.observe import absolute_url, candidates, page_kind
+from webenv.policy.parse import parse_output
+from webenv.policy.prompt import build_prompt
+from webenv.policy.state import EpisodeStore
+from webenv.policy.synthetic import random_observation, request
+from webenv.v1 import common_pb2
+
+
+def test_parse_memory_prompt_answer():
+    p = parse_output("Memory: cart has 2 items\nmore detail\nProgress: found it\nIntention: pay\n"
+                     'Action: `fill(3, "a (b)")`')
+    assert not p.failed and p.memory == "cart has 2 items\nmore detail" and p.intention == "pay"
+    assert p.action.fill.target.element_id == "3" and p.action.fill.text == "a (b)"
+
+
+def test_parse_tolerates_markdown_and_free_text():
+    assert parse_output("**Action:** click(12)").action.click.target.element_id == "12"
+    assert parse_output("I think I should click(4) now.").action.click.target.element_id == "4"
+    assert parse_output('Action: I will answer("42") now').action.answer.text == "42"
+
+
+def test_parse_failures_are_flagged_noops():
+    for raw in ["", "no idea", "Action: teleport(3)", 'Action: click("unterminated']:
+        p = parse_output(raw)
+        assert p.failed and p.error and p.action.WhichOneof("kind") == "noop", raw
+
+
+def test_episode_store_evicts_by_count_and_idle_time():
+    now = [0.0]
+    store = EpisodeStore(dict, max_episodes=2, ttl_seconds=10, clock=lambda: now[0])
+    store.get("a")["x"] = 1
+    store.get("b")
+    store.get("a")  # a is now the most recent
+    store.get("c")  # evicts b
+    assert "a" in store and "c" in store and "b" not in store
+    assert store.get("a") == {"x": 1}
+    now[0] = 100.0
+    store.get("d")  # a and c idle for too long
+    assert len(store) == 1 and "d" in store
+
+
+def test_candidates_from_axtree_and_urls():
+    obs = common_pb2.Observation(axtree='[1] link "Home"\n[2] heading "Top"\n[3] textbox "Q" disabled\n[4] button "Go"')
+    assert [c.element_id for c in candidates(obs)] == ["1", "4"]
+    assert absolute_url("http://a.test/x/y", "../z#frag") == "http://a.test/z"
+    assert absolute_url("http://a.test/", "javascript:void(0)") is None
+    assert page_kind("http://a.test/product/123") == page_kind("http://a.test/product/77")
+
+
+def test_prompt_truncates_and_falls_back():
+    obs = random_observation(random.Random(1), n=40)
+    obs.axtree = "x" * 5000
+    prompt = build_prompt(request(obs, policy="llm"), "do it", fmt="html", history_window=3, max_chars=500)
+    assert "Observation (axtree)" in prompt.user and "(truncated)" in prompt.user
+    assert len(prompt.user) < 1200
