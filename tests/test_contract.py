@@ -9,7 +9,6 @@ from pathlib import Path
 
 import pytest
 from google.protobuf import descriptor_pool
-
 from webenv.v1 import (  # noqa: F401  (importing registers every file in the default pool)
     browser_pb2,
     collector_pb2,
@@ -74,3 +73,14 @@ def test_every_proto_loads_in_nodejs():
         for svc, methods in loaded.items()
     }
     assert node_view == python_services()
+
+
+def test_no_breaking_change_since_the_latest_release_tag():
+    tags = subprocess.run(["git", "tag", "--list", "v*", "--sort=-v:refname"], cwd=ROOT, capture_output=True,
+                          text=True, check=True).stdout.split()
+    if not tags:
+        pytest.skip("no v* release tag yet: the contract may still change incompatibly (see docs/api.md)")
+    buf = ROOT / ".venv" / "bin" / "buf"
+    proc = subprocess.run([str(buf), "breaking", "--against", f"../.git#tag={tags[0]},subdir=protos"],
+                          cwd=ROOT / "protos", capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stdout + proc.stderr

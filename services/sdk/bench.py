@@ -13,7 +13,6 @@ import time
 from pathlib import Path
 
 import grpc
-
 from webenv.runtime import Server, ServiceSettings
 from webenv.v1 import common_pb2, policy_pb2, policy_pb2_grpc
 

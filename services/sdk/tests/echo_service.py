@@ -10,7 +10,6 @@ import asyncio
 from collections.abc import AsyncIterator
 
 import grpc
-
 from webenv import errors
 from webenv.runtime import Server, ServiceSettings, run
 from webenv.v1 import common_pb2, policy_pb2, policy_pb2_grpc

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from webenv.actions import ACTION_NAMES, ActionParseError, format_action, parse_action
 from webenv.v1 import common_pb2 as pb
 

@@ -12,7 +12,6 @@ import urllib.request
 
 import grpc
 import pytest
-
 from webenv.client import make_channel
 from webenv.testing import free_port, wait_for_port
 from webenv.v1 import policy_pb2, policy_pb2_grpc
@@ -47,7 +46,7 @@ async def test_prometheus_scrapes_rpc_metrics(echo_server, tmp_path):
         f"  - job_name: echo\n    static_configs: [{{targets: ['127.0.0.1:{echo_server.metrics_port}']}}]\n"
     )
     web = free_port()
-    proc = subprocess.Popen(
+    proc = subprocess.Popen(  # noqa: ASYNC220 - starting a server process is instantaneous
         [exe, f"--config.file={config}", f"--storage.tsdb.path={tmp_path / 'data'}",
          f"--web.listen-address=127.0.0.1:{web}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,

@@ -7,19 +7,17 @@ import os
 import signal
 import subprocess
 import sys
+from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from prometheus_client.parser import text_string_to_metric_families
-
 from webenv import errors
 from webenv.client import make_channel
 from webenv.runtime import ServiceSettings, describe_validation_error
 from webenv.v1 import policy_pb2, policy_pb2_grpc
-
-from pathlib import Path
 
 ECHO_PATH = Path(__file__).with_name("echo_service.py")
 
@@ -205,3 +203,23 @@ def test_tls_files_must_come_in_pairs(monkeypatch):
     with pytest.raises(Exception) as info:
         ServiceSettings()
     assert "WEBENV_TLS_KEY_FILE" in describe_validation_error(info.value) or "WEBENV_TLS_KEY_FILE" in str(info.value)
+
+
+async def test_tls_when_configured(echo, tmp_path):
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    proc = await asyncio.create_subprocess_exec(
+        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+        "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert await proc.wait() == 0
+    server = echo.build_server(echo.EchoSettings(host="127.0.0.1", tls_cert_file=str(cert), tls_key_file=str(key)))
+    async with server:
+        await server.set_serving()
+        async with make_channel(f"localhost:{server.port}", root_certificates=cert.read_bytes()) as ch:
+            resp = await policy_pb2_grpc.PolicyServiceStub(ch).ListPolicies(policy_pb2.ListPoliciesRequest())
+            assert resp.default_policy == "echo"
+        async with make_channel(f"localhost:{server.port}", timeout=2) as plain:  # plaintext to a TLS port fails
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await policy_pb2_grpc.PolicyServiceStub(plain).ListPolicies(policy_pb2.ListPoliciesRequest())
+            assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)

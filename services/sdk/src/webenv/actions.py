@@ -22,7 +22,6 @@ import json
 import math
 import re
 from dataclasses import dataclass
-from typing import Union
 
 from webenv.v1 import common_pb2 as pb
 
@@ -68,7 +67,7 @@ class _Num:
     raw: str
 
 
-_Arg = Union[_Str, _Bare, _Num]
+_Arg = _Str | _Bare | _Num
 
 
 class _Parser:

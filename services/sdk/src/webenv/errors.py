@@ -15,7 +15,6 @@ import grpc
 from google.protobuf import duration_pb2
 from google.rpc import code_pb2, error_details_pb2, status_pb2
 from grpc_status import rpc_status
-
 from webenv.v1 import common_pb2
 
 DOMAIN = "webenv.dev"

@@ -17,7 +17,6 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 import grpc
-
 from webenv import errors
 from webenv.runtime import metrics
 

@@ -16,6 +16,7 @@ import logging
 import signal
 import sys
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import grpc
@@ -23,7 +24,6 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
-
 from webenv.runtime.config import ServiceSettings, describe_validation_error
 from webenv.runtime.interceptors import ServerInterceptor
 from webenv.runtime.logs import setup_logging
@@ -51,6 +51,13 @@ def server_options(settings: ServiceSettings) -> list[tuple[str, Any]]:
         ("grpc.http2.max_pings_without_data", 0),
         ("grpc.so_reuseport", 0),
     ]
+
+
+def tls_credentials(settings: ServiceSettings) -> grpc.ServerCredentials:
+    """Server credentials from the PEM files named by WEBENV_TLS_CERT_FILE / WEBENV_TLS_KEY_FILE."""
+    key = Path(settings.tls_key_file).read_bytes()
+    cert = Path(settings.tls_cert_file).read_bytes()
+    return grpc.ssl_server_credentials([(key, cert)])
 
 
 class Server:
@@ -94,9 +101,7 @@ class Server:
         )
         address = f"{self.settings.host}:{self.settings.grpc_port}"
         if self.settings.tls_cert_file:
-            with open(self.settings.tls_key_file, "rb") as key, open(self.settings.tls_cert_file, "rb") as cert:
-                creds = grpc.ssl_server_credentials([(key.read(), cert.read())])
-            self.port = self.grpc.add_secure_port(address, creds)
+            self.port = self.grpc.add_secure_port(address, tls_credentials(self.settings))
         else:
             self.port = self.grpc.add_insecure_port(address)
         if self.port == 0:
