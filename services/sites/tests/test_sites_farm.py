@@ -1,0 +1,106 @@
+"""Oracle solutions run through the real browser farm (EnvironmentService), the path rollouts take.
+
+The farm runs as a subprocess (`python -m webenv.browser`) wired to this test session's sites service:
+it resets the site state at open, sets the `site_session` cookie, resolves the oracle's selectors and
+returns the site state at close. Skipped when the browser service is not installed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.util
+import json
+import os
+import sys
+from collections.abc import AsyncIterator
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+from webenv.sites.families import FAMILIES
+from webenv.testing import free_port
+from webenv.v1 import common_pb2 as pb
+from webenv.v1 import environment_pb2, environment_pb2_grpc
+
+from .rubriceval import Evidence, failing_facts
+
+FARM_NAV_RACE = "Execution context was destroyed"
+
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("webenv.browser") is None,
+                                reason="browser farm (webenv-browser) not installed")
+
+
+@pytest.fixture(scope="module")
+async def farm(sites_service, chromium_path, tmp_path_factory) -> AsyncIterator[environment_pb2_grpc.EnvironmentServiceStub]:
+    port = free_port()
+    env = {**os.environ, "WEBENV_GRPC_PORT": str(port), "WEBENV_METRICS_PORT": "0", "WEBENV_HOST": "127.0.0.1",
+           "WEBENV_FARM_CHROMIUM_PATH": chromium_path, "WEBENV_FARM_WARM_CONTEXTS": "1",
+           "WEBENV_FARM_SITES_HTTP_ADDR": f"127.0.0.1:{sites_service.http_port}",
+           "WEBENV_SITES_ADDR": f"127.0.0.1:{sites_service.port}", "WEBENV_LOG_LEVEL": "WARNING"}
+    log = tmp_path_factory.mktemp("farm") / "farm.log"
+    with log.open("wb") as fh:
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "webenv.browser", env=env,
+                                                    stdout=asyncio.subprocess.DEVNULL, stderr=fh)
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+            health = health_pb2_grpc.HealthStub(ch)
+            for _ in range(300):
+                if proc.returncode is not None:
+                    pytest.fail(f"browser farm exited: {log.read_text()[-2000:]}")
+                try:
+                    r = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
+                    if r.status == health_pb2.HealthCheckResponse.SERVING:
+                        break
+                except grpc.aio.AioRpcError:
+                    pass
+                await asyncio.sleep(0.1)
+            else:
+                pytest.fail("browser farm did not become SERVING")
+            yield environment_pb2_grpc.EnvironmentServiceStub(ch)
+    finally:
+        proc.terminate()
+        try:
+            await asyncio.wait_for(proc.wait(), timeout=20)
+        except TimeoutError:
+            proc.kill()
+            await proc.wait()
+
+
+def _sample(tasks: list[pb.Task]) -> list[pb.Task]:
+    kinds = (pb.TASK_KIND_TRANSACTION, pb.TASK_KIND_INFORMATION, pb.TASK_KIND_NAVIGATION)
+    out = []
+    for i, fam in enumerate(FAMILIES):
+        of = [t for t in tasks if t.family == fam and t.source == pb.TASK_SOURCE_SYNTHETIC and t.kind == kinds[i % 3]]
+        out.append(max(of, key=lambda t: (t.difficulty, len(t.oracle))))
+    return out
+
+
+async def test_oracles_through_the_farm(sites_service, farm) -> None:
+    spec = pb.ObservationSpec(formats=[pb.OBSERVATION_FORMAT_HTML])
+    retried: list[str] = []
+    for task in _sample(sites_service.world.tasks.tasks):
+        opened = await farm.OpenSession(environment_pb2.OpenSessionRequest(task=task, observation_spec=spec), timeout=60)
+        sid = opened.session.session_id
+        urls, html, answer, done = [opened.observation.url], opened.observation.html, "", False
+        for act in task.oracle:
+            resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=act, step_index=-1), timeout=60)
+            if FARM_NAV_RACE in resp.observation.last_action_error:
+                # Known farm race (reported to the browser owner): a step right after a click that started a
+                # navigation can land on the dying page. The action did not happen; issue it once more.
+                retried.append(task.task_id)
+                resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=act, step_index=-1), timeout=60)
+            assert not resp.observation.last_action_error, (task.task_id, act, resp.observation.last_action_error)
+            urls.append(resp.observation.url)
+            html = resp.observation.html or html
+            if act.HasField("answer"):
+                answer, done = act.answer.text, resp.done
+        closed = await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid, capture_evidence=True),
+                                         timeout=60)
+        assert done, task.task_id
+        state = json.loads(closed.site_state_json)
+        texts = {f.criterion.page.css_selector: (html if f.criterion.page.text in html else "")
+                 for g in task.rubric.groups for f in g.facts if f.criterion.HasField("page")}
+        ev = Evidence(answer=answer, urls=urls, page_texts=texts, site_state=state)
+        assert failing_facts(task, ev) == [], (task.task_id, task.instruction, urls)
+    if retried:
+        print(f"farm navigation race hit (and retried) in {retried}")
