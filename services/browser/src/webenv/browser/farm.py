@@ -24,6 +24,7 @@ import time
 import uuid
 from collections import OrderedDict
 
+from playwright.async_api import Error as PlaywrightError
 from webenv import errors
 from webenv.browser import metrics
 from webenv.browser.actions import NAVIGATION_KINDS, perform, validate
@@ -266,6 +267,14 @@ class Farm:
             t0 = time.perf_counter()
             try:
                 resp = await asyncio.wait_for(self._step(s, req, kind, t0), timeout)
+            except PlaywrightError as exc:
+                if not s.slot.handle.alive:  # the browser died under this step
+                    await self._end(s, environment_pb2.SESSION_STATE_CRASHED)
+                    raise errors.FailedPrecondition(f"session {s.session_id} was lost: its browser crashed",
+                                                    reason="SESSION_CRASHED",
+                                                    metadata={"session_id": s.session_id}) from exc
+                raise errors.Internal(f"page error during {kind}: {str(exc).splitlines()[0][:300]}",
+                                      reason="PAGE_ERROR", metadata={"session_id": s.session_id}) from exc
             except TimeoutError as exc:
                 metrics.STEP_TIMEOUTS.inc()
                 await self._reset_context(s, f"step {s.step_count} exceeded its {timeout:.3g}s deadline; "
