@@ -20,33 +20,28 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from webenv.sites.families import FAMILIES
 from webenv.testing import free_port
 from webenv.v1 import common_pb2 as pb
-from webenv.v1 import environment_pb2, environment_pb2_grpc
+from webenv.v1 import environment_pb2, environment_pb2_grpc, judge_pb2, judge_pb2_grpc
 
 from .rubriceval import Evidence, failing_facts
 
+# Judge and farm run as subprocesses; the judge part is skipped when webenv-judge is absent.
 FARM_NAV_RACE = "Execution context was destroyed"
 
 pytestmark = pytest.mark.skipif(importlib.util.find_spec("webenv.browser") is None,
                                 reason="browser farm (webenv-browser) not installed")
 
 
-@pytest.fixture(scope="module")
-async def farm(sites_service, chromium_path, tmp_path_factory) -> AsyncIterator[environment_pb2_grpc.EnvironmentServiceStub]:
-    port = free_port()
-    env = {**os.environ, "WEBENV_GRPC_PORT": str(port), "WEBENV_METRICS_PORT": "0", "WEBENV_HOST": "127.0.0.1",
-           "WEBENV_FARM_CHROMIUM_PATH": chromium_path, "WEBENV_FARM_WARM_CONTEXTS": "1",
-           "WEBENV_FARM_SITES_HTTP_ADDR": f"127.0.0.1:{sites_service.http_port}",
-           "WEBENV_SITES_ADDR": f"127.0.0.1:{sites_service.port}", "WEBENV_LOG_LEVEL": "WARNING"}
-    log = tmp_path_factory.mktemp("farm") / "farm.log"
+async def _serve(module: str, env: dict[str, str], port: int, log) -> AsyncIterator[grpc.aio.Channel]:  # type: ignore[no-untyped-def]
+    """Run `python -m <module>` until its health is SERVING; yield a channel to it."""
     with log.open("wb") as fh:
-        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "webenv.browser", env=env,
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-m", module, env={**os.environ, **env},
                                                     stdout=asyncio.subprocess.DEVNULL, stderr=fh)
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
             health = health_pb2_grpc.HealthStub(ch)
-            for _ in range(300):
+            for _ in range(600):
                 if proc.returncode is not None:
-                    pytest.fail(f"browser farm exited: {log.read_text()[-2000:]}")
+                    pytest.fail(f"{module} exited: {log.read_text()[-2000:]}")
                 try:
                     r = await health.Check(health_pb2.HealthCheckRequest(), timeout=1)
                     if r.status == health_pb2.HealthCheckResponse.SERVING:
@@ -55,8 +50,8 @@ async def farm(sites_service, chromium_path, tmp_path_factory) -> AsyncIterator[
                     pass
                 await asyncio.sleep(0.1)
             else:
-                pytest.fail("browser farm did not become SERVING")
-            yield environment_pb2_grpc.EnvironmentServiceStub(ch)
+                pytest.fail(f"{module} did not become SERVING")
+            yield ch
     finally:
         proc.terminate()
         try:
@@ -64,6 +59,30 @@ async def farm(sites_service, chromium_path, tmp_path_factory) -> AsyncIterator[
         except TimeoutError:
             proc.kill()
             await proc.wait()
+
+
+@pytest.fixture(scope="module")
+async def judge(tmp_path_factory) -> AsyncIterator[judge_pb2_grpc.JudgeServiceStub | None]:
+    """The real judge when installed (deterministic criteria only), else None."""
+    if importlib.util.find_spec("webenv.judge") is None:
+        yield None
+        return
+    port = free_port()
+    env = {"WEBENV_GRPC_PORT": str(port), "WEBENV_METRICS_PORT": "0", "WEBENV_HOST": "127.0.0.1",
+           "WEBENV_JUDGE_LLM_BACKEND": "none", "WEBENV_LOG_LEVEL": "WARNING"}
+    async for ch in _serve("webenv.judge", env, port, tmp_path_factory.mktemp("judge") / "judge.log"):
+        yield judge_pb2_grpc.JudgeServiceStub(ch)
+
+
+@pytest.fixture(scope="module")
+async def farm(sites_service, chromium_path, tmp_path_factory) -> AsyncIterator[environment_pb2_grpc.EnvironmentServiceStub]:
+    port = free_port()
+    env = {"WEBENV_GRPC_PORT": str(port), "WEBENV_METRICS_PORT": "0", "WEBENV_HOST": "127.0.0.1",
+           "WEBENV_FARM_CHROMIUM_PATH": chromium_path, "WEBENV_FARM_WARM_CONTEXTS": "1",
+           "WEBENV_FARM_SITES_HTTP_ADDR": f"127.0.0.1:{sites_service.http_port}",
+           "WEBENV_SITES_ADDR": f"127.0.0.1:{sites_service.port}", "WEBENV_LOG_LEVEL": "WARNING"}
+    async for ch in _serve("webenv.browser", env, port, tmp_path_factory.mktemp("farm") / "farm.log"):
+        yield environment_pb2_grpc.EnvironmentServiceStub(ch)
 
 
 def _sample(tasks: list[pb.Task]) -> list[pb.Task]:
@@ -75,14 +94,16 @@ def _sample(tasks: list[pb.Task]) -> list[pb.Task]:
     return out
 
 
-async def test_oracles_through_the_farm(sites_service, farm) -> None:
+async def test_oracles_through_the_farm(sites_service, farm, judge) -> None:
     spec = pb.ObservationSpec(formats=[pb.OBSERVATION_FORMAT_HTML])
     retried: list[str] = []
     for task in _sample(sites_service.world.tasks.tasks):
         opened = await farm.OpenSession(environment_pb2.OpenSessionRequest(task=task, observation_spec=spec), timeout=60)
         sid = opened.session.session_id
         urls, html, answer, done = [opened.observation.url], opened.observation.html, "", False
-        for act in task.oracle:
+        traj = pb.Trajectory(episode_id=sid, task_id=task.task_id, env_kind=pb.ENV_KIND_BROWSER)
+        obs = opened.observation
+        for i, act in enumerate(task.oracle):
             resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=act, step_index=-1), timeout=60)
             if FARM_NAV_RACE in resp.observation.last_action_error:
                 # Known farm race (reported to the browser owner): a step right after a click that started a
@@ -92,6 +113,8 @@ async def test_oracles_through_the_farm(sites_service, farm) -> None:
             assert not resp.observation.last_action_error, (task.task_id, act, resp.observation.last_action_error)
             urls.append(resp.observation.url)
             html = resp.observation.html or html
+            traj.steps.add(step_index=i, observation=obs, action=act, done=resp.done, url_after=resp.observation.url)
+            obs = resp.observation
             if act.HasField("answer"):
                 answer, done = act.answer.text, resp.done
         closed = await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid, capture_evidence=True),
@@ -102,5 +125,19 @@ async def test_oracles_through_the_farm(sites_service, farm) -> None:
                  for g in task.rubric.groups for f in g.facts if f.criterion.HasField("page")}
         ev = Evidence(answer=answer, urls=urls, page_texts=texts, site_state=state)
         assert failing_facts(task, ev) == [], (task.task_id, task.instruction, urls)
+        if judge is not None:  # the real judge agrees, and fails a wrong answer / an untouched site
+            traj.final_observation.CopyFrom(obs)
+            traj.final_answer, traj.site_state_json = answer, closed.site_state_json
+            verdict = (await judge.Evaluate(judge_pb2.EvaluateRequest(task=task, trajectory=traj), timeout=60)).verdict
+            assert verdict.passed, (task.task_id, [(r.fact_id, r.reason) for r in verdict.results if r.outcome != 1])
+            wrong = pb.Trajectory()
+            wrong.CopyFrom(traj)
+            wrong.final_answer = "I could not find it"
+            wrong.site_state_json = json.dumps({"site": task.site, "auth": {"logged_in": False, "user": None},
+                                                "cart": {"items": []}, "orders": []})
+            wrong.final_observation.CopyFrom(opened.observation)
+            del wrong.steps[:]
+            verdict = (await judge.Evaluate(judge_pb2.EvaluateRequest(task=task, trajectory=wrong), timeout=60)).verdict
+            assert not verdict.passed, task.task_id
     if retried:
         print(f"farm navigation race hit (and retried) in {retried}")
