@@ -115,12 +115,13 @@ class EvalContext:
         return self.page_text(pos)
 
     def raw_lower(self, pos: int) -> str:
-        """All text formats of an observation, unescaped and lower-cased (a cheap search corpus)."""
+        """Lower-cased text of an observation for value search: URL, title and its compact formats
+        (AXTree, Markdown) when kept, else the unescaped HTML (several times larger, so only then)."""
         s = self._raw_lower.get(pos)
         if s is None:
             obs = self.observations[pos]
             parts = [obs.url, obs.title, obs.markdown, obs.axtree]
-            if obs.html:
+            if not (obs.markdown or obs.axtree) and obs.html:
                 parts.append(htmllib.unescape(obs.html))
             s = "\n".join(p for p in parts if p).lower()
             self._raw_lower[pos] = s

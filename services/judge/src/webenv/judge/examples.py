@@ -98,22 +98,27 @@ class Episode:
     state: dict[str, Any] = field(default_factory=dict)
 
 
-def shop_episode(steps: int = 30, seed: int = 0, *, success: bool = True, keep_html: bool = True) -> Episode:
-    """An episode that browses ``steps`` product pages, ends on the target and (if success) buys it."""
+def shop_episode(
+    steps: int = 30, seed: int = 0, *, success: bool = True, keep_html: bool = True, related: int = 4
+) -> Episode:
+    """An episode that browses ``steps`` product pages, ends on the target and (if success) buys it.
+
+    ``related`` is the number of related products per page (4: ~1.5 KB of HTML, 150: ~25 KB).
+    """
     rng = random.Random(seed)
-    products = catalog(seed=seed)
+    products = catalog(n=max(40, related + 1), seed=seed)
     target = products[rng.randrange(len(products))]
     traj = common_pb2.Trajectory(episode_id=f"ep-{seed}", task_id=f"synthetic/{SITE}/buy-{target.sku}",
                                  env_kind=common_pb2.ENV_KIND_BROWSER, category=target.category)
     for i in range(steps):
         p = target if i == steps - 1 else products[rng.randrange(len(products))]
-        related = rng.sample(products, 4)
-        step = traj.steps.add(step_index=i, observation=observation(p, related, html=keep_html),
+        rel = rng.sample(products, related)
+        step = traj.steps.add(step_index=i, observation=observation(p, rel, html=keep_html),
                               action_text=f'click("{rng.randrange(2, 11)}")', url_after=f"https://{SITE}/products/{p.sku}")
         step.action.click.target.element_id = str(rng.randrange(2, 11))
     bought = success
     final_p = target
-    traj.final_observation.CopyFrom(observation(final_p, rng.sample(products, 4), cart_count=1 if bought else 0,
+    traj.final_observation.CopyFrom(observation(final_p, rng.sample(products, related), cart_count=1 if bought else 0,
                                                 html=keep_html))
     if bought:
         traj.final_observation.url = f"https://{SITE}/cart"

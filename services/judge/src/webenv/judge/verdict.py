@@ -6,7 +6,7 @@
 - answer_supported (WebGym's anti-hallucination check, deterministic): true when no answer was
   needed and none given; false when an answer was needed and none given; otherwise every number
   of the answer and at least half of its content words (all, for answers of one or two words)
-  must appear in the evidence: some observation's text formats or the site state.
+  must appear in the evidence: some observation (URL, title, AXTree/Markdown, else HTML) or the site state.
 """
 
 from __future__ import annotations
