@@ -2,7 +2,8 @@
 
 The farm runs as a subprocess (`python -m webenv.browser`) wired to this test session's sites service:
 it resets the site state at open, sets the `site_session` cookie, resolves the oracle's selectors and
-returns the site state at close. Skipped when the browser service is not installed.
+returns the site state at close; the real judge (also a subprocess) then grades the trajectory. Skipped
+when the browser service is not installed; the judge part when the judge is not.
 """
 
 from __future__ import annotations

@@ -358,7 +358,11 @@ class TaskFactory:
             "Buy {what} from {site}; the delivery address is {where}.",
             "Place an order on {site} for {what}, shipping to {where}.",
         )).format(site=self.site.name, what=what, where=where)
-        return self.task(pb.TASK_KIND_TRANSACTION, n, instr, [g_items, g_ship, g_status], oracle, seed)
+        task = self.task(pb.TASK_KIND_TRANSACTION, n, instr, [g_items, g_ship, g_status], oracle, seed)
+        # the order without the address is a valid part on its own (the shipping facts alone are not)
+        task.subtasks.add(subtask_id=f"{task.task_id}/sub-0", group_ids=["items", "status"],
+                          instruction=f"On {self.site.name}, order {what} (any shipping address).")
+        return task
 
     # the site's task list ---------------------------------------------------------------------
     def all(self) -> list[pb.Task]:
