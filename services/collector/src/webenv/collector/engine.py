@@ -312,8 +312,7 @@ class Engine:
             rc.run.counts.started += len(batch)
             metrics.EPISODES_STARTED.inc(len(batch))
             eps = await run_lock_step(batch, spec, self.ctx, addresses)
-            for ep in eps:
-                await self.store_episode(rc, ep)
+            await asyncio.gather(*(self.store_episode(rc, ep) for ep in eps))  # one store batch
         if rc.stop.is_set():
             rc.run.state = collector_pb2.RUN_STATE_STOPPED
 
