@@ -51,6 +51,7 @@ def test_seed_conditions_evaluate(expr: str, text: str, expected: object) -> Non
         ("float(text, base=2)", "keyword"),
         ("import os", "SyntaxError"),
         ("'x' * (10**5 + 1)", "Mult"),
+        ("'%0999999999d' % 1", "Mod"),
     ],
 )
 def test_unsafe_expressions_are_refused(expr: str, construct: str) -> None:
@@ -84,6 +85,9 @@ def test_oversized_expression_refused() -> None:
         ("text.replace('', 'x' * 1000) == ''", "a" * 1000),  # replace growth bound
         ("text.split().lower() == ''", "a b"),  # methods only on strings
         ("1 / (len(text) - 1) > 0", "a"),
+        ("round(5, -10**9) == 0", "a"),  # would compute 10**(10**9)
+        ("text % 1 == ''", "%0999999999d"),  # string formatting
+        ("round(float(text), 2.5) > 0", "1"),
     ],
 )
 def test_runtime_errors_are_evaluation_errors(expr: str, text: str) -> None:

@@ -226,6 +226,8 @@ class _Validator:
                 raise UnsafeExpression(
                     f"exponent too large (limit {MAX_EXPONENT})", "Pow", reason="EXPRESSION_TOO_COSTLY"
                 )
+        if isinstance(node.op, ast.Mod) and _may_be_sequence(node.left) and not isinstance(node.left, ast.Name):
+            raise UnsafeExpression("string formatting with % is not allowed", "Mod")
         if isinstance(node.op, ast.Mult):
             for seq_side, n_side in ((node.left, node.right), (node.right, node.left)):
                 if not (_is_constant(n_side) and _may_be_sequence(seq_side)):
@@ -368,6 +370,8 @@ class _Interpreter:
             for seq, n in ((left, right), (right, left)):
                 if isinstance(seq, (str, list, tuple)) and isinstance(n, int) and len(seq) * n > MAX_SEQ_LEN:
                     raise EvaluationError(f"repetition result too large (limit {MAX_SEQ_LEN})")
+        elif isinstance(node.op, ast.Mod) and isinstance(left, str):
+            raise EvaluationError("string formatting with % is not allowed")
         elif isinstance(node.op, ast.Add):
             if isinstance(left, (str, list, tuple)) and isinstance(right, (str, list, tuple)):
                 if len(left) + len(right) > MAX_SEQ_LEN:
@@ -392,6 +396,8 @@ class _Interpreter:
             fn = _FUNCTIONS[node.func.id]
             if fn is int and args and isinstance(args[0], str) and len(args[0]) > 100:
                 raise EvaluationError("int() of a string longer than 100 characters")
+            if fn is round and len(args) > 1 and (not isinstance(args[1], int) or abs(args[1]) > 100):
+                raise EvaluationError("round() digits must be an integer within +-100")
             return fn(*args)
         assert isinstance(node.func, ast.Attribute)
         target = self.visit(node.func.value)
