@@ -255,6 +255,8 @@ def test_site_state_missing_or_broken_is_undecidable() -> None:
     assert judge_one(f, traj()).outcome == UNDECIDABLE
     r = judge_one(f, traj(site_state_json="{broken"))
     assert r.outcome == UNDECIDABLE and "not valid JSON" in r.reason
+    r = judge_one(f, traj(site_state_json="[" * 100_000 + "]" * 100_000))
+    assert r.outcome == UNDECIDABLE and "too deeply" in r.reason
 
 
 # -- env reward, category ----------------------------------------------------------------------

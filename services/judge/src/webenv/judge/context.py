@@ -138,6 +138,8 @@ class EvalContext:
                     self._state = json.loads(raw)
                 except json.JSONDecodeError as exc:
                     self._state, self._state_error = None, f"site state is not valid JSON: {exc}"
+                except RecursionError:
+                    self._state, self._state_error = None, "site state is nested too deeply"
         return self._state, self._state_error
 
     def final_url(self) -> str:

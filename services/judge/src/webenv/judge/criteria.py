@@ -456,7 +456,11 @@ def compile_site_state(c: common_pb2.SiteStateCriterion) -> Checker:
         state, err = ctx.site_state()
         if state is None:
             return Check(UNDECIDABLE, err, path=c.path)
-        ok, shown, reason = judge_matches(path.find(state), c.op, expected)
+        try:
+            matches = path.find(state)
+        except RecursionError:
+            return Check(UNDECIDABLE, "site state is nested too deeply for this path", path=c.path)
+        ok, shown, reason = judge_matches(matches, c.op, expected)
         shown_text = json.dumps(shown, separators=(",", ":"), default=str) if shown is not None else ""
         return Check(HOLDS if ok else FAILS, reason, path=c.path, excerpt=excerpt(shown_text))
 
