@@ -5,6 +5,7 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import yaml
 from starlette.testclient import TestClient
 from webenv.sites.catalog import SiteCatalog, split_of
 from webenv.sites.state import StateStore
@@ -92,6 +93,11 @@ def test_cli_stats_and_export(tmp_path) -> None:
                    env=env, capture_output=True, text=True, check=True)
     lines = target.read_text().splitlines()
     assert len(lines) > 100 and '"task_id"' in lines[0]
+    ytarget = tmp_path / "tasks.yaml"
+    subprocess.run([sys.executable, "-m", "webenv.sites", "export-tasks", "--format", "yaml", "--out", str(ytarget),
+                    "--source", "yaml"], env=env, capture_output=True, text=True, check=True)
+    docs = list(yaml.safe_load_all(ytarget.read_text()))
+    assert docs and all(d["source"] == "TASK_SOURCE_YAML" for d in docs)
     bad = subprocess.run([sys.executable, "-m", "webenv.sites", "stats"], env={**env, "WEBENV_SITES_COUNT": "many"},
                          capture_output=True, text=True)
     assert bad.returncode == 2 and "WEBENV_SITES_COUNT" in bad.stderr

@@ -124,12 +124,12 @@ def layout(site: Site, title: str, body: str, *, user: str | None, cart_count: i
     )
 
 
-def home(site: Site, *, show_popup: bool) -> str:
-    return _home(site, show_popup)
+def home(site: Site, *, show_popup: bool, signed_in: bool = True) -> str:
+    return _home(site, show_popup, signed_in or not site.family.login_required)
 
 
 @lru_cache(maxsize=8192)
-def _home(site: Site, show_popup: bool) -> str:
+def _home(site: Site, show_popup: bool, show_items: bool) -> str:
     fam = site.family
     top = sorted(site.items, key=lambda it: (-it.rating, it.id))[:6]
     cards = "".join(_result(site, it) for it in top)
@@ -146,6 +146,10 @@ def _home(site: Site, show_popup: bool) -> str:
         f'<script type="application/json" id="pick-data">{pick_json}</script></section>'
         f'<section><h2>Popular {escape(fam.plural)}</h2><ul id="featured">{cards}</ul></section>'
     )
+    if not show_items:  # portals behind a login show no account data to visitors
+        body = (f'<h1 id="site-title">{escape(site.name)}</h1><p class="tagline">{escape(str(site.look["tagline"]))}</p>'
+                f'<section id="signin-prompt"><p>Please sign in to see your {escape(fam.plural)}.</p>'
+                f'<a id="signin-cta" class="btn" href="/login">{escape(site.words["login"])}</a></section>')
     return body + popup
 
 

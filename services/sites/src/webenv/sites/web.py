@@ -188,7 +188,7 @@ class SitesApp:
         post = req.method == "POST"
         if path == "/":
             show_popup = bool(site.look["popup"]) and "popup_dismissed" not in req.cookies
-            return ctx.page("Home", pages.home(site, show_popup=show_popup))
+            return ctx.page("Home", pages.home(site, show_popup=show_popup, signed_in=ctx.user is not None))
         if path == "/login":
             return self.login(ctx)
         if path == "/logout":
