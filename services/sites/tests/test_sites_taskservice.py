@@ -146,5 +146,8 @@ async def test_health_and_metrics(sites_service, scrape) -> None:
     async with httpx.AsyncClient() as c:
         r = await c.get(f"http://127.0.0.1:{sites_service.http_port}/", headers={"host": "forum-0001.web.test"})
     assert r.status_code == 200 and "site_session" in r.cookies
+    async with httpx.AsyncClient(cookies={"site_session": "bad value!"}) as c:
+        r = await c.get(f"http://127.0.0.1:{sites_service.http_port}/", headers={"host": "forum-0001.web.test"})
+    assert r.cookies["site_session"] != "bad value!"  # a malformed cookie is replaced
     text = scrape(sites_service.server.metrics_port)
     assert "webenv_sites_http_requests_total" in text and "grpc_server_handled_total" in text

@@ -6,7 +6,7 @@ import grpc
 from prometheus_client import Counter
 from webenv import errors
 from webenv.sites.catalog import SiteCatalog
-from webenv.sites.state import SessionNotFound, StateStore, default_state
+from webenv.sites.state import SessionNotFound, StateStore, default_state, valid_session_id
 from webenv.sites.taskcatalog import BadRequest, TaskCatalog
 from webenv.v1 import task_pb2, task_pb2_grpc
 
@@ -27,7 +27,7 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
     def _session(value: str, field: str = "site_session") -> str:
         if not value:
             raise errors.InvalidArgument(f"{field} is required", reason="MISSING_FIELD", metadata={"field": field})
-        if len(value) > 128 or not all(ch.isalnum() or ch in "-_." for ch in value):
+        if not valid_session_id(value):
             raise errors.InvalidArgument(f"{field} must be 1-128 characters of [A-Za-z0-9._-]",
                                          reason="BAD_SITE_SESSION", metadata={"field": field})
         return value

@@ -28,6 +28,11 @@ def default_state(host: str, family: str, record_key: str | None) -> State:
     return st
 
 
+def valid_session_id(value: str) -> bool:
+    """Session ids are 1-128 characters of [A-Za-z0-9._-] (cookie-safe, log-safe)."""
+    return 0 < len(value) <= 128 and all(ch.isascii() and (ch.isalnum() or ch in "-_.") for ch in value)
+
+
 class SessionNotFound(KeyError):
     """The site session (or snapshot) is not known."""
 

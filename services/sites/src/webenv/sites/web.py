@@ -20,7 +20,7 @@ from starlette.staticfiles import StaticFiles
 from webenv.sites import pages
 from webenv.sites.catalog import PAGE_SIZE, SORTS, Site, SiteCatalog
 from webenv.sites.families.base import FieldSpec, Item
-from webenv.sites.state import State, StateStore, default_state
+from webenv.sites.state import State, StateStore, default_state, valid_session_id
 
 COOKIE = "site_session"
 MINIWOB_HOST = "miniwob.web.test"
@@ -165,7 +165,7 @@ class SitesApp:
 
     async def handle(self, site: Site, request: Request) -> Response:
         session = request.cookies.get(COOKIE) or ""
-        new_cookie = not session
+        new_cookie = not valid_session_id(session)  # a missing or malformed cookie gets a fresh session
         if new_cookie:
             session = self.store.new_session_id()
         st = self.store.get(session, site.host, self.state_factory(site))
