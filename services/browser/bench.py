@@ -123,21 +123,25 @@ async def raw_run(pw: Any, url: str, sites_addr: str, k: int, seconds: float) ->
 
 
 async def a11y_extraction(pw: Any, url: str, sites_addr: str, reps: int = 30) -> dict[str, Any]:
-    """The farm's JS pass (AXTREE only, no settle) vs CDP getFullAXTree, same page, same browser."""
+    """The farm's JS pass (AXTREE only, no settle) vs CDP getFullAXTree on the same page, each in its own
+    context (the Accessibility domain is never enabled in farm pages), run one after the other."""
     browser = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(sites_addr, "bench-a11y"))
-    ctx = await browser.new_context()
-    page = await ctx.new_page()
-    await page.goto(url)
-    cdp = await ctx.new_cdp_session(page)
+    js_page = await (await browser.new_context()).new_page()
+    await js_page.goto(url)
+    cdp_ctx = await browser.new_context()
+    cdp_page = await cdp_ctx.new_page()
+    await cdp_page.goto(url)
+    cdp = await cdp_ctx.new_cdp_session(cdp_page)
     await cdp.send("Accessibility.enable")
+    opts = {"formats": {"axtree": True}, "maxChars": 200000, "quietMs": 0, "maxMs": 0}
     js, cd = [], []
     lines = 0
-    opts = {"formats": {"axtree": True}, "maxChars": 200000, "quietMs": 0, "maxMs": 0}
     for _ in range(reps):
         t = time.perf_counter()
-        out = json.loads(await page.evaluate(OBSERVE_JS, opts))
+        out = json.loads(await js_page.evaluate(OBSERVE_JS, opts))
         js.append(time.perf_counter() - t)
         lines = out["axtree"].count("\n") + 1
+    for _ in range(reps):
         t = time.perf_counter()
         await cdp.send("Accessibility.getFullAXTree")
         cd.append(time.perf_counter() - t)

@@ -71,6 +71,7 @@ class Farm:
             contexts_per_browser=settings.farm_contexts_per_browser, sites_http_addr=settings.farm_sites_http_addr,
             guard=self.guard, viewport=(settings.farm_viewport_width, settings.farm_viewport_height),
             headless=settings.farm_headless, extra_args=settings.farm_extra_args, on_crash=self._on_crash,
+            busy=lambda: self.opening > 0,
         )
         self.queues = Queues.create(settings.farm_queue_open, settings.farm_queue_act, settings.farm_queue_observe)
         self.obs_cfg = ObserveSettings(quiet_ms=settings.farm_settle_quiet_ms, settle_max_ms=settings.farm_settle_max_ms,

@@ -146,6 +146,7 @@ class BrowserPool:
         headless: bool = True,
         extra_args: str = "",
         on_crash: Callable[[BrowserHandle], Awaitable[None]] | None = None,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         self.chromium_path = chromium_path
         self.n_browsers = browsers
@@ -157,6 +158,7 @@ class BrowserPool:
         self.headless = headless
         self.extra_args = extra_args
         self.on_crash = on_crash
+        self.busy: Callable[[], bool] = busy or (lambda: False)
         self.handles: list[BrowserHandle] = []
         self.restarts = 0
         self._pw: Playwright | None = None
@@ -379,6 +381,12 @@ class BrowserPool:
 
     async def _fill_warm(self) -> None:
         while not self._closing and len(self._warm) < self.warm_target:
+            # Creating a context costs the browser ~100+ ms of CPU; doing it while a session is opening
+            # slows that open down several times (measured), so refills yield to opens (for 1 s at most).
+            waited = 0.0
+            while self.busy() and waited < 1.0:
+                await asyncio.sleep(0.02)
+                waited += 0.02
             try:
                 slot = await self._new_slot()
             except Exception as exc:  # browser died under us; the crash path relaunches
