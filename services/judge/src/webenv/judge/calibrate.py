@@ -1,6 +1,12 @@
 """`webenv-judge calibrate`: how well does the LLM judge agree with ground truth?
 
-Ground-truth-gradable examples are built from synthetic shop episodes (half successful, half not):
+Two sources of ground-truth-gradable examples:
+- offline (default): generated shop episodes, below;
+- live (`--sites ADDR --browser ADDR`, or WEBENV_SITES_ADDR + WEBENV_BROWSER_ADDR): synthetic tasks from
+  the TaskService, each run twice in the browser farm: the oracle solution in full (should pass) and its
+  first half without an answer (should fail); the site state is captured at close.
+
+Offline examples are synthetic shop episodes (half successful, half not):
 each fact of the ten-fact rubric is graded by its deterministic criterion (the truth), and the same
 fact, turned into an LLM criterion (same description, a hint of where to look), is graded by the LLM
 judge (the prediction). Agreement is reported per criterion kind and overall: accuracy, precision,
@@ -13,6 +19,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -91,39 +98,115 @@ def as_llm_rubric(rubric: common_pb2.Rubric) -> tuple[common_pb2.Rubric, dict[st
     return out, kinds
 
 
-async def calibrate(llm: LlmJudge, n: int = 20, steps: int = 8, seed: int = 0) -> dict[str, Any]:
-    """Run the calibration over ``n`` episodes; returns the report."""
-    truth_judge = Judge()
-    llm_judge = Judge(llm=llm)
-    pairs: dict[str, list[tuple[bool, int]]] = defaultdict(list)
-    options = judge_pb2.JudgeOptions(allow_llm=True, no_cache=True)
-    for i in range(n):
-        ep = shop_episode(steps=steps, seed=seed + i, success=i % 2 == 0)
-        task = task_for(ep)
-        truth = truth_judge.evaluate_deterministic(task, ep.trajectory)
+class _Pairs:
+    """Collects (truth, prediction) pairs per criterion kind for graded examples."""
+
+    def __init__(self, llm: LlmJudge) -> None:
+        self.truth_judge = Judge()
+        self.llm_judge = Judge(llm=llm)
+        self.pairs: dict[str, list[tuple[bool, int]]] = defaultdict(list)
+        self.options = judge_pb2.JudgeOptions(allow_llm=True, no_cache=True)
+        self.examples = 0
+
+    async def add(self, task: common_pb2.Task, trajectory: common_pb2.Trajectory) -> None:
+        truth = self.truth_judge.evaluate_deterministic(task, trajectory)
         llm_rubric, kinds = as_llm_rubric(task.rubric)
         llm_task = common_pb2.Task()
         llm_task.CopyFrom(task)
         llm_task.rubric.CopyFrom(llm_rubric)
-        predicted = (await llm_judge.evaluate(llm_task, ep.trajectory, options)).verdict
+        predicted = (await self.llm_judge.evaluate(llm_task, trajectory, self.options)).verdict
         for t, p in zip(truth.results, predicted.results, strict=True):
             if t.outcome == UNDECIDABLE:
                 continue
-            pairs[kinds[t.fact_id]].append((t.outcome == HOLDS, p.outcome))
-    all_pairs = [x for v in pairs.values() for x in v]
-    return {
-        "model": llm.backend.model_id,
-        "episodes": n,
-        "steps": steps,
-        "per_kind": {k: asdict(agreement(v)) for k, v in sorted(pairs.items())},
-        "overall": asdict(agreement(all_pairs)),
-    }
+            self.pairs[kinds[t.fact_id]].append((t.outcome == HOLDS, p.outcome))
+        self.examples += 1
+
+    def report(self, model: str, source: str, steps: int) -> dict[str, Any]:
+        all_pairs = [x for v in self.pairs.values() for x in v]
+        return {
+            "model": model,
+            "source": source,
+            "episodes": self.examples,
+            "steps": steps,
+            "per_kind": {k: asdict(agreement(v)) for k, v in sorted(self.pairs.items())},
+            "overall": asdict(agreement(all_pairs)),
+        }
+
+
+async def calibrate(llm: LlmJudge, n: int = 20, steps: int = 8, seed: int = 0) -> dict[str, Any]:
+    """Run the offline calibration over ``n`` generated episodes; returns the report."""
+    pairs = _Pairs(llm)
+    for i in range(n):
+        ep = shop_episode(steps=steps, seed=seed + i, success=i % 2 == 0)
+        await pairs.add(task_for(ep), ep.trajectory)
+    return pairs.report(llm.backend.model_id, "generated shop episodes", steps)
+
+
+async def run_oracle(
+    env: Any, task: common_pb2.Task, actions: list[common_pb2.Action], spec: common_pb2.ObservationSpec
+) -> common_pb2.Trajectory:
+    """Run ``actions`` of a task in a fresh farm session; the trajectory with the captured site state."""
+    from webenv.v1 import environment_pb2
+
+    opened = await env.OpenSession(environment_pb2.OpenSessionRequest(task=task, observation_spec=spec), timeout=120)
+    sid = opened.session.session_id
+    traj = common_pb2.Trajectory(episode_id=sid, task_id=task.task_id, env_kind=common_pb2.ENV_KIND_BROWSER,
+                                 category=task.category)
+    obs = opened.observation
+    try:
+        for i, action in enumerate(actions):
+            resp = await env.Step(environment_pb2.StepRequest(session_id=sid, action=action, step_index=-1),
+                                  timeout=120)
+            traj.steps.add(step_index=i, observation=obs, action=action, done=resp.done, reward=resp.reward,
+                           url_after=resp.observation.url, last_action_error=resp.observation.last_action_error)
+            obs = resp.observation
+            if action.HasField("answer"):
+                traj.final_answer = action.answer.text
+    finally:
+        closed = await env.CloseSession(
+            environment_pb2.CloseSessionRequest(session_id=sid, capture_evidence=True), timeout=120)
+    traj.final_observation.CopyFrom(obs)
+    traj.site_state_json = closed.site_state_json
+    traj.env_reward = closed.env_reward
+    return traj
+
+
+async def calibrate_live(llm: LlmJudge, sites_addr: str, browser_addr: str, n: int = 10,
+                         seed: int = 0) -> dict[str, Any]:
+    """Calibrate on synthetic tasks from a TaskService, run by their oracles in a browser farm."""
+    import random
+
+    from webenv.client import make_channel
+    from webenv.v1 import environment_pb2_grpc, task_pb2, task_pb2_grpc
+
+    pairs = _Pairs(llm)
+    spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_HTML, common_pb2.OBSERVATION_FORMAT_AXTREE])
+    sites_ch, farm_ch = make_channel(sites_addr, timeout=60), make_channel(browser_addr, timeout=120)
+    try:
+        tasks_stub = task_pb2_grpc.TaskServiceStub(sites_ch)
+        env = environment_pb2_grpc.EnvironmentServiceStub(farm_ch)
+        listed = await tasks_stub.ListTasks(task_pb2.ListTasksRequest(
+            filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]), page_size=1000))
+        candidates = sorted((t for t in listed.tasks if len(t.oracle) > 0), key=lambda t: t.task_id)
+        chosen = random.Random(seed).sample(candidates, min(n, len(candidates)))
+        steps = 0
+        for task in chosen:
+            full = await run_oracle(env, task, list(task.oracle), spec)
+            half = [a for a in list(task.oracle)[: len(task.oracle) // 2] if not a.HasField("answer")]
+            partial = await run_oracle(env, task, half, spec)
+            steps = max(steps, len(full.steps))
+            await pairs.add(task, full)
+            await pairs.add(task, partial)
+    finally:
+        await sites_ch.close()
+        await farm_ch.close()
+    return pairs.report(llm.backend.model_id, f"live: TaskService {sites_addr}, farm {browser_addr}", steps)
 
 
 def format_report(report: dict[str, Any]) -> str:
     """A Markdown table of the report."""
     lines = [
-        f"Judge calibration: {report['model']} on {report['episodes']} episodes",
+        f"Judge calibration: {report['model']} on {report['episodes']} episodes ({report['source']})",
         "",
         "| kind | n | positives | accuracy | precision | recall | kappa | undecidable |",
         "| --- | --- | --- | --- | --- | --- | --- | --- |",
@@ -164,9 +247,16 @@ def cli(argv: list[str] | None = None) -> None:
     parser.add_argument("--api", choices=["chat", "completions"], default="chat")
     parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM call")
     parser.add_argument("--out", default="", help="write the JSON report here")
+    parser.add_argument("--sites", default=os.environ.get("WEBENV_SITES_ADDR", ""),
+                        help="TaskService address for live calibration (default: WEBENV_SITES_ADDR)")
+    parser.add_argument("--browser", default=os.environ.get("WEBENV_BROWSER_ADDR", ""),
+                        help="browser farm address for live calibration (default: WEBENV_BROWSER_ADDR)")
     args = parser.parse_args(argv)
     llm = LlmJudge(_backend(args), VerdictCache(0), timeout_seconds=args.timeout, max_tokens=24)
-    report = asyncio.run(calibrate(llm, args.n, args.steps, args.seed))
+    if args.sites and args.browser:
+        report = asyncio.run(calibrate_live(llm, args.sites, args.browser, args.n, args.seed))
+    else:
+        report = asyncio.run(calibrate(llm, args.n, args.steps, args.seed))
     if args.out:
         Path(args.out).write_text(json.dumps(report, indent=2))
     print(format_report(report), file=sys.stdout)
