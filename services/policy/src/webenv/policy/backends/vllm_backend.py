@@ -59,8 +59,12 @@ class VllmBackend:
         sampling = SamplingParams(max_tokens=params.max_new_tokens, temperature=params.temperature,
                                   seed=params.seed or None, ignore_eos=params.ignore_eos,
                                   stop=list(params.stop) or None)
+        ids = self._tok(render(self._tok, prompt), add_special_tokens=False)["input_ids"]
+        room = self._args["max_model_len"] - params.max_new_tokens
+        if len(ids) > room:  # keep the end of the prompt (the page and the question), drop the oldest text
+            ids = ids[-max(room, 1):]
         final = None
-        async for out in self._engine.generate(render(self._tok, prompt), sampling,
+        async for out in self._engine.generate({"prompt_token_ids": ids}, sampling,
                                                request_id=f"webenv-{next(self._ids)}"):
             final = out
         completion = final.outputs[0]

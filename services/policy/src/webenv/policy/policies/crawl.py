@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+from urllib.parse import urlsplit
 
 from webenv import errors
 from webenv.v1 import common_pb2, policy_pb2
@@ -63,7 +64,11 @@ class RandomPolicy:
         click_c = clickables(cands)
         fill_c = [c for c in cands if c.fillable]
         select_c = [c for c in cands if c.selectable]
-        links = [(c, u) for c in cands if c.is_link and (u := absolute_url(obs.url, c.href))]
+        # `navigate` stays on the current site (other hosts are what clicking links is for, and a farm's
+        # URL guard may refuse them); scheme-less or javascript: links are never navigated to.
+        host = urlsplit(obs.url).netloc
+        links = [(c, u) for c in cands
+                 if c.is_link and (u := absolute_url(obs.url, c.href)) and urlsplit(u).netloc == host]
         makers = {
             "click": (bool(click_c), lambda r: build.click(r.choice(click_c).element_id)),
             "hover": (bool(click_c), lambda r: build.hover(r.choice(click_c).element_id)),
