@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 
 import pytest
 from webenv.client import make_channel
@@ -22,6 +22,12 @@ async def start_judge(judge: Judge) -> Server:
     await server.start()
     await server.set_serving()
     return server
+
+
+@pytest.fixture(scope="session")
+def judge_starter() -> Callable[[Judge], Awaitable[Server]]:
+    """The :func:`start_judge` function, for tests that need a judge with their own engine."""
+    return start_judge
 
 
 @pytest.fixture(scope="session")

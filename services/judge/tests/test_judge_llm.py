@@ -37,8 +37,6 @@ from webenv.runtime import Server
 from webenv.v1 import common_pb2 as C
 from webenv.v1 import judge_pb2, judge_pb2_grpc
 
-from .conftest import start_judge
-
 HOLDS, FAILS, UNDECIDABLE = C.FACT_OUTCOME_HOLDS, C.FACT_OUTCOME_FAILS, C.FACT_OUTCOME_UNDECIDABLE
 
 
@@ -112,9 +110,11 @@ def _reset(request: pytest.FixtureRequest) -> None:
 
 
 @pytest.fixture(scope="module")
-async def openai_server(fake_openai: FakeOpenAI) -> AsyncIterator[tuple[Server, judge_pb2_grpc.JudgeServiceStub]]:
+async def openai_server(
+    fake_openai: FakeOpenAI, judge_starter: Any
+) -> AsyncIterator[tuple[Server, judge_pb2_grpc.JudgeServiceStub]]:
     backend = OpenAICompatibleBackend(f"http://127.0.0.1:{fake_openai.port}/v1", model="judge-test")
-    server = await start_judge(Judge(llm=LlmJudge(backend, VerdictCache(64), timeout_seconds=5)))
+    server = await judge_starter(Judge(llm=LlmJudge(backend, VerdictCache(64), timeout_seconds=5)))
     channel = make_channel(f"127.0.0.1:{server.port}", timeout=30)
     yield server, judge_pb2_grpc.JudgeServiceStub(channel)
     await channel.close()
@@ -253,11 +253,13 @@ def tiny_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-async def tiny_servers(tiny_model: Path) -> AsyncIterator[dict[str, judge_pb2_grpc.JudgeServiceStub]]:
+async def tiny_servers(
+    tiny_model: Path, judge_starter: Any
+) -> AsyncIterator[dict[str, judge_pb2_grpc.JudgeServiceStub]]:
     stubs, servers, channels = {}, [], []
     for constrained in (True, False):
         backend = TransformersBackend(str(tiny_model), constrained=constrained)
-        server = await start_judge(Judge(llm=LlmJudge(backend, VerdictCache(64), max_tokens=8, timeout_seconds=60)))
+        server = await judge_starter(Judge(llm=LlmJudge(backend, VerdictCache(64), max_tokens=8, timeout_seconds=60)))
         channel = make_channel(f"127.0.0.1:{server.port}", timeout=120)
         stubs["constrained" if constrained else "free"] = judge_pb2_grpc.JudgeServiceStub(channel)
         servers.append(server)
