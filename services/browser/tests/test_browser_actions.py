@@ -22,8 +22,9 @@ async def test_element_actions(env, page_server, eid):
     assert 'StaticText "clicked 1"' in r.observation.axtree and not r.observation.last_action_error
     r = await env.step(sid, f'fill({eid(obs, "Your name")}, "Ada Lovelace")')
     assert 'value="Ada Lovelace"' in r.observation.axtree
+    assert 'option "Green"' in obs.axtree  # a closed select still lists its options
     r = await env.step(sid, f'select({eid(obs, "combobox")}, "Green")')
-    assert 'combobox "" value="g"' in r.observation.axtree
+    assert 'combobox "" value="g"' in r.observation.axtree and 'option "Green" selected' in r.observation.axtree
     r = await env.step(sid, f'click({eid(obs, "checkbox")})')
     assert 'checkbox "Agree" focused, checked=true' in r.observation.axtree
     r = await env.step(sid, 'hover("#hover")')

@@ -112,6 +112,22 @@ async def test_browser_crash_recovery(farm_factory, page_server):
         assert "webenv_browser_browser_restarts_total" in scrape(f.metrics_port)
 
 
+async def test_browser_recycled_after_n_contexts(farm_factory, page_server):
+    async with farm_factory(farm_contexts_per_browser=3, farm_warm_contexts=1) as f:
+        first = f.farm.pool.handles[0]
+        for _ in range(4):
+            r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=page_server.url("basic")))
+            step = await f.env.Step(environment_pb2.StepRequest(
+                session_id=r.session.session_id, step_index=0, action=common_pb2.Action(click=common_pb2.ClickAction(
+                    target=common_pb2.ElementTarget(selector="#btn")))))
+            assert "clicked 1" in step.observation.axtree
+            await f.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=r.session.session_id))
+        assert first not in f.farm.pool.handles  # retired and closed once its sessions were gone
+        cap = await f.admin.GetCapacity(browser_pb2.GetCapacityRequest())
+        assert cap.browsers == 1 and cap.browser_restarts >= 1
+        assert 'webenv_browser_browser_restarts_total{reason="recycle"}' in scrape(f.metrics_port)
+
+
 async def test_step_stream_many_sessions_completion_order(env, farm, page_server):
     sids = [(await env.open(page_server.url("basic"))).session.session_id for _ in range(6)]
     slow = sids[0]

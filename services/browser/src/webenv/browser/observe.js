@@ -158,7 +158,7 @@ async (opts) => {
       if (node.nodeType !== 1) continue;
       const el = node;
       if (SKIP.has(el.tagName)) continue;
-      if (hidden(el, win)) continue;
+      if (el.tagName !== 'OPTION' && el.tagName !== 'OPTGROUP' && hidden(el, win)) continue;  // options of a closed select still count
       const role = roleOf(el);
       const id = needIds ? idOf(el) : '';
       let visible = true;
