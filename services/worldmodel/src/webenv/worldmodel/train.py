@@ -174,11 +174,13 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     if cfg.resume and (ckpt / "optimizer.pt").exists():
         opt.load_state_dict(torch.load(ckpt / "optimizer.pt"))
 
-    def lr_at(step: int) -> float:
+    def lr_at(step: int, elapsed_s: float) -> float:
+        """Warmup, then cosine to 10% over whichever budget binds first: steps or minutes (so a time-limited
+        run on a busy machine still anneals instead of stopping at a high learning rate)."""
         if step < cfg.warmup:
             return cfg.lr * (step + 1) / cfg.warmup
-        frac = min(1.0, (step - cfg.warmup) / max(1, cfg.max_steps - cfg.warmup))
-        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+        frac = max((step - cfg.warmup) / max(1, cfg.max_steps - cfg.warmup), elapsed_s / (cfg.max_minutes * 60))
+        return cfg.lr * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, frac))))
 
     out.mkdir(parents=True, exist_ok=True)
     metrics = (out / "metrics.jsonl").open("a")
@@ -191,7 +193,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
             batches = _batches(train_data, cfg.batch_size, rng)
         b = _batch(batches.pop(), tok.pad_token_id, device)
         for g in opt.param_groups:
-            g["lr"] = lr_at(step)
+            g["lr"] = lr_at(step, time.monotonic() - started)
         loss = target_loss(model, b)
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
