@@ -173,28 +173,35 @@ class VllmBackend:
     """GPU serving path: vLLM's offline engine over the same model directory (vllm imported lazily).
 
     Batches all prompts of one call in a single `generate`, which is where vLLM's continuous batching pays off
-    (StepStream over many simulated sessions)."""
+    (StepStream over many simulated sessions). Prompts go in as token ids with the BOS token training used, so
+    both backends see exactly the same sequence."""
 
     def __init__(self, path: str, gpu_memory_utilization: float = 0.5, max_model_len: int = 0) -> None:
         try:
             from vllm import LLM, SamplingParams
         except ImportError as exc:  # pragma: no cover - depends on the install
             raise RuntimeError("the vllm backend needs the `vllm` package (pip install 'webenv-worldmodel[vllm]')") from exc
+        from transformers import AutoConfig, AutoTokenizer
+
         self._sampling = SamplingParams
-        kwargs = {"model": path, "gpu_memory_utilization": gpu_memory_utilization}
-        if max_model_len:
-            kwargs["max_model_len"] = max_model_len
-        self.llm = LLM(**kwargs)
+        self.tok = AutoTokenizer.from_pretrained(path)
+        config = AutoConfig.from_pretrained(path)
+        context = max_model_len or int(getattr(config, "max_position_embeddings", 2048))
+        self.llm = LLM(model=path, gpu_memory_utilization=gpu_memory_utilization, max_model_len=context)
         meta = read_meta(path)
-        cfg = self.llm.llm_engine.model_config
         self.info = ModelInfo(model=path, backend="vllm", formats=meta.get("formats", ["axtree"]), parameters=0,
-                              max_context_tokens=int(cfg.max_model_len), as_edit=meta.get("as_edit", True),
+                              max_context_tokens=context, as_edit=meta.get("as_edit", True),
                               history_window=meta.get("history_window", 3))
 
     def generate(self, prompts: list[str], max_new_tokens: int, temperature: float) -> list[Generation]:
         params = self._sampling(max_tokens=max_new_tokens, temperature=temperature)
+        budget = self.info.max_context_tokens - max_new_tokens
+        inputs = []
+        for p in prompts:
+            ids = [self.tok.bos_token_id, *self.tok(p, add_special_tokens=False)["input_ids"]]
+            inputs.append({"prompt_token_ids": ids[-max(budget, 1):]})
         t0 = time.perf_counter()
-        outs = self.llm.generate(prompts, params, use_tqdm=False)
+        outs = self.llm.generate(inputs, params, use_tqdm=False)
         dt = time.perf_counter() - t0
         return [Generation(o.outputs[0].text, len(o.prompt_token_ids), len(o.outputs[0].token_ids), dt) for o in outs]
 
