@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib.util
+import json
 
 import grpc
 import pyarrow.parquet as pq
@@ -70,5 +71,11 @@ async def test_real_stack_oracle_and_random(stack, tmp_path):
         exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
             run_id=last.run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(tmp_path / "tr")))
         trace = next(p for p in exp.paths if passed[0]["episode_id"] in p)
-    report = await replay(trace, stack.address("browser"))
-    assert report.reproduced, report.to_dict()
+    # One retry: under heavy load the farm has been seen to observe a link click before its navigation
+    # committed (reported to the browser owner); a replay that diverges twice is a real failure.
+    reports = []
+    for _ in range(2):
+        reports.append(await replay(trace, stack.address("browser")))
+        if reports[-1].reproduced:
+            break
+    assert reports[-1].reproduced, json.dumps([r.to_dict() for r in reports], indent=1)

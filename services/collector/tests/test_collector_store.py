@@ -8,7 +8,7 @@ import uuid
 from datetime import UTC, datetime
 
 from webenv.collector.spool import Spool
-from webenv.collector.store import Store
+from webenv.collector.store import Store, migrations
 from webenv.v1 import collector_pb2
 
 
@@ -42,13 +42,17 @@ def batch(run: str, episodes: int = 3, steps: int = 4) -> dict:
 
 def test_migrations_are_versioned_and_idempotent(chdb_url):
     db = f"m_{uuid.uuid4().hex[:8]}"
+    shipped = [v for v, _, _ in migrations()]
+    assert shipped[:2] == [1, 2]
     s = Store(chdb_url, db)
-    assert s.migrate() == [1]
+    assert s.migrate() == shipped
     s.close()
     s2 = Store(chdb_url, db)  # a second open applies nothing again
-    assert s2.migrate() == [1]
-    rows = s2.query("SELECT version, name FROM {db}.schema_migrations")
-    assert rows == [{"version": 1, "name": "init"}]
+    assert s2.migrate() == shipped
+    rows = s2.query("SELECT version, name FROM {db}.schema_migrations ORDER BY version")
+    assert rows[:2] == [{"version": 1, "name": "init"}, {"version": 2, "name": "task_proto"}]
+    assert len(rows) == len(shipped)
+    assert "task_pb" in {r["name"] for r in s2.query("DESCRIBE TABLE {db}.episodes")}
     s2.close()
 
 

@@ -48,6 +48,7 @@ class Writer:
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
         self._tasks: list[asyncio.Task] = []
         self.store_up = True
+        self._flush_lock = asyncio.Lock()
         self.spooled_batches = 0
         self.flushed_batches = 0
 
@@ -123,20 +124,21 @@ class Writer:
 
     async def flush_spool(self) -> int:
         """Insert spooled segments oldest first; stops at the first failure. Returns segments flushed."""
-        flushed = 0
-        for seg in await self.store.call(self.spool.segments):
-            batch = await self.store.call(self.spool.read, seg)
-            try:
-                await self.store.call(self.store.store.insert, batch)
-            except StoreError:
-                self.store_up = False
-                break
-            self.store_up = True
-            await self.store.call(self.spool.remove, seg)
-            flushed += 1
-            self.flushed_batches += 1
-            metrics.SPOOL_ROWS.dec(_size(batch))
-        return flushed
+        async with self._flush_lock:  # the flusher and drain() must not replay the same segment at once
+            flushed = 0
+            for seg in await self.store.call(self.spool.segments):
+                batch = await self.store.call(self.spool.read, seg)
+                try:
+                    await self.store.call(self.store.store.insert, batch)
+                except StoreError:
+                    self.store_up = False
+                    break
+                self.store_up = True
+                await self.store.call(self.spool.remove, seg)
+                flushed += 1
+                self.flushed_batches += 1
+                metrics.SPOOL_ROWS.dec(_size(batch))
+            return flushed
 
     async def _flusher(self) -> None:
         while True:
