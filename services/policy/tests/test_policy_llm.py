@@ -216,3 +216,21 @@ def test_settings_fail_fast(tmp_path):
     with pytest.raises(ValueError, match="bad mix entry"):
         Settings(policy_random_mix="click=1,teleport=2")
     assert asyncio  # keep the import for the event-loop based tests above
+
+
+async def test_queue_limit_is_resource_exhausted(serve_policy, policy_stub, tiny_model):
+    """Past WEBENV_POLICY_MAX_QUEUE waiting requests an item fails alone with RESOURCE_EXHAUSTED."""
+    rng = random.Random(8)
+    async with serve_policy(policy_model_path=str(tiny_model), policy_max_new_tokens=8, policy_max_queue=2,
+                            policy_batch_window_ms=200) as (server, _), policy_stub(server) as stub:
+        async def items():
+            for i in range(6):
+                yield policy_pb2.ActStreamRequest(
+                    tag=str(i), request=request(random_observation(rng, n=4), policy="llm", episode_id=f"q{i}"))
+
+        answers = [a async for a in stub.ActStream(items())]
+    kinds = [a.WhichOneof("result") for a in answers]
+    assert len(answers) == 6 and "response" in kinds
+    errors = [a.error for a in answers if a.WhichOneof("result") == "error"]
+    assert errors and all(e.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0] for e in errors)
+    assert all(e.reason == "POLICY_QUEUE_FULL" and "WEBENV_POLICY_MAX_QUEUE" in e.message for e in errors)

@@ -76,7 +76,8 @@ class Batcher:
 
     @property
     def pending(self) -> int:
-        return self._queue.qsize() + self._inflight
+        """Requests submitted and not yet answered (queued, being batched, or in the backend)."""
+        return self._inflight
 
     async def start(self) -> None:
         """Load the backend's model and start batching."""
@@ -110,8 +111,12 @@ class Batcher:
         if self.backend.continuous:
             return await self._direct(prompt, params)
         item = _Item(prompt, params, asyncio.get_running_loop().create_future())
-        self._queue.put_nowait(item)
-        return await item.future
+        self._inflight += 1
+        try:
+            self._queue.put_nowait(item)
+            return await item.future
+        finally:
+            self._inflight -= 1
 
     async def _direct(self, prompt: Prompt, params: GenerationParams) -> Served:
         enqueued = time.perf_counter()
@@ -158,11 +163,8 @@ class Batcher:
             groups: dict[tuple, list[_Item]] = {}
             for item in batch:
                 groups.setdefault(item.key, []).append(item)
-            self._inflight = len(batch)
             for items in groups.values():
                 await self._serve(items)
-                self._inflight -= len(items)
-            self._inflight = 0
 
     async def _serve(self, items: list[_Item]) -> None:
         started = time.perf_counter()
