@@ -188,6 +188,12 @@ async def test_admin_and_session_rpcs(env, farm, page_server):
     retry = await farm.env.Step(environment_pb2.StepRequest(session_id=b.session.session_id, step_index=1,
                                                            action=common_pb2.Action(noop=common_pb2.NoopAction())))
     assert retry == r2 and r1.step_index == 0
+    await env.step(b.session.session_id, "noop()")  # 3 steps taken: next index 3, last 2
+    for bad_index in (99, 1):  # ahead of the next step / behind the last one
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await farm.env.Step(environment_pb2.StepRequest(session_id=b.session.session_id, step_index=bad_index,
+                                                           action=common_pb2.Action(noop=common_pb2.NoopAction())))
+        assert errors.from_rpc_error(exc.value).reason == "STEP_INDEX_MISMATCH"
     # drain refuses new sessions with UNAVAILABLE, then resumes
     d = await farm.admin.Drain(browser_pb2.DrainRequest(draining=True))
     assert d.capacity.draining

@@ -257,9 +257,9 @@ class Farm:
             if req.step_index >= 0 and s.last_response is not None and req.step_index == s.step_count - 1 \
                     and req.step_index != 0:
                 return s.last_response
-            if req.step_index > s.step_count:
+            if req.step_index > s.step_count or 0 < req.step_index < s.step_count - 1:
                 raise errors.FailedPrecondition(
-                    f"step_index {req.step_index} is ahead of the session's next step {s.step_count}",
+                    f"step_index {req.step_index} does not match the session's next step {s.step_count}",
                     reason="STEP_INDEX_MISMATCH", metadata={"expected": str(s.step_count)})
             s.renew()
             timeout = req.timeout_seconds or self.settings.farm_step_timeout_seconds
@@ -278,6 +278,7 @@ class Farm:
                                       reason="PAGE_ERROR", metadata={"session_id": s.session_id}) from exc
             except TimeoutError as exc:
                 metrics.STEP_TIMEOUTS.inc()
+                s.last_response = None  # a retry of the timed-out step must not get the step before it
                 await self._reset_context(s, f"step {s.step_count} exceeded its {timeout:.3g}s deadline; "
                                              "the session's pages were reset to about:blank")
                 s.step_count += 1
