@@ -49,3 +49,12 @@ def test_loose_ipv4():
     assert str(parse_ipv4_loose("10.1")) == "10.0.0.1"
     assert parse_ipv4_loose("1.2.3.4.5") is None
     assert parse_ipv4_loose("example") is None
+
+
+async def test_async_check_resolves_names_off_the_loop():
+    g = UrlGuard()
+    with pytest.raises(BlockedUrl):
+        await g.acheck("http://localhost/")
+    assert await g.acheck("http://shop-1.web.test/") == "http://shop-1.web.test/"
+    # a name that does not resolve passes the guard (Chromium then fails to load it)
+    assert await g.acheck("http://no-such-host.invalid/")

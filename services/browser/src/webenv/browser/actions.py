@@ -293,7 +293,7 @@ async def perform(session: BrowserSession, action: common_pb2.Action, kind: str,
 async def goto(session: BrowserSession, page: Page, url: str, nav_timeout_ms: int) -> str:
     """Navigate after the guard's check; returns an error message or ''."""
     try:
-        session.guard.check(url, top_level=True)
+        await session.guard.acheck(url, top_level=True)
     except BlockedUrl as exc:
         return f"navigation refused by the URL guard: {exc}"
     try:

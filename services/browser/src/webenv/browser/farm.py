@@ -172,7 +172,7 @@ class Farm:
         adapter = adapter_for(task, req.start_url if start == "start_url" else "", self.settings.sites_addr)
         if adapter.start_url:
             try:
-                self.guard.check(adapter.start_url, top_level=True)
+                await self.guard.acheck(adapter.start_url, top_level=True)
             except BlockedUrl as exc:
                 raise errors.PermissionDenied(f"start URL refused by the URL guard: {exc}", reason="URL_BLOCKED",
                                               metadata={"url": adapter.start_url[:200]}) from exc

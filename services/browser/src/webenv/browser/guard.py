@@ -19,6 +19,7 @@ Policy:
 
 from __future__ import annotations
 
+import asyncio
 import fnmatch
 import ipaddress
 import re
@@ -140,6 +141,18 @@ class UrlGuard:
         if self.resolve and not self._resolves_public(host):
             raise BlockedUrl(f"host {host!r} resolves to a non-public address")
         return raw
+
+    async def acheck(self, url: str, *, top_level: bool = True) -> str:
+        """`check` without blocking the event loop: a name that needs a DNS look-up is checked in a thread."""
+        host = ""
+        try:
+            host = (urlsplit(url.strip()).hostname or "").rstrip(".").lower()
+        except ValueError:
+            pass
+        if (self.enabled and self.resolve and host and host not in self._dns_cache
+                and canonical_ip(host) is None and not self.host_allowlisted(host)):
+            return await asyncio.to_thread(self.check, url, top_level=top_level)
+        return self.check(url, top_level=top_level)
 
     def _resolves_public(self, host: str) -> bool:
         """DNS check against rebinding to private space; unresolvable names pass (Chromium fails them)."""

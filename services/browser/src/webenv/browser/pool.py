@@ -303,7 +303,7 @@ class BrowserPool:
                 except Exception:  # the request of a popup comes before its frame exists
                     top = True
             try:
-                guard.check(request.url, top_level=top)
+                await guard.acheck(request.url, top_level=top)
             except BlockedUrl as exc:
                 state.blocked.append(f"{request.url[:200]}: {exc}")
                 metrics.BLOCKED_REQUESTS.inc()
