@@ -192,19 +192,21 @@ def listing(site: Site, items: list[Item], *, q: str, category: str, sort: str, 
     )
     pages = max(1, -(-total // PAGE_SIZE))
 
-    def link(p: int) -> str:
-        return f"/{fam.path}?" + urlencode({"q": q, "category": category, "sort": sort, "page": p})
+    base = escape(f"/{fam.path}?" + urlencode({"q": q, "category": category, "sort": sort}) + "&page=")
+
+    def link(p: int) -> str:  # already escaped for an attribute
+        return f"{base}{p}"
 
     nav = ""
     if page > 1:
-        nav += f'<a id="prev-page" href="{escape(link(page - 1))}">{escape(w["prev"])}</a> '
+        nav += f'<a id="prev-page" href="{link(page - 1)}">{escape(w["prev"])}</a> '
     nav += " ".join(
-        f'<a class="page-link" data-page="{p}" href="{escape(link(p))}"'
+        f'<a class="page-link" data-page="{p}" href="{link(p)}"'
         f'{" aria-current=page" if p == page else ""}>{p}</a>'
         for p in range(1, pages + 1)
     )
     if page < pages:
-        nav += f' <a id="next-page" href="{escape(link(page + 1))}">{escape(w["next"])}</a>'
+        nav += f' <a id="next-page" href="{link(page + 1)}">{escape(w["next"])}</a>'
     heading = site.category_labels.get(category, fam.plural.capitalize())
     results = "".join(_result(site, it) for it in items) or '<li id="no-results">Nothing found.</li>'
     quick = ""
