@@ -111,7 +111,7 @@ class Board:
 
 def quantiles(metric: str, selector: str, by: str, qs: tuple[float, ...] = (0.5, 0.95)) -> list[tuple[str, str]]:
     """histogram_quantile queries of ``metric`` (a histogram base name), one per quantile."""
-    legend_by = " ".join("{{%s}}" % label.strip() for label in by.split(",") if label.strip())
+    legend_by = " ".join("{{" + label.strip() + "}}" for label in by.split(",") if label.strip())
     matchers = f"{{{selector}}}" if selector else ""
     return [
         (f"histogram_quantile({q}, sum by ({by}, le) (rate({metric}_bucket{matchers}[{RATE}])))",

@@ -1,0 +1,640 @@
+"""Deployment artefacts: docker-compose.yml, deploy/k8s, deploy/prometheus, deploy/grafana, docs/operations.md.
+
+Everything here runs offline and fast (a few seconds): YAML/JSON parsing, the port and address conventions,
+`WEBENV_*` names checked against the services' real settings classes, Kubernetes manifests validated against the
+OpenAPI schemas shipped by the `kubernetes-validate` package, Prometheus configuration and rules checked (and
+unit-tested) with `promtool`, and every PromQL expression checked to name only metrics the services export.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import importlib
+import importlib.util
+import json
+import re
+import shutil
+import socket
+import subprocess
+import sys
+from concurrent import futures
+from pathlib import Path
+
+import pytest
+import yaml
+
+ROOT = Path(__file__).resolve().parents[1]
+DEPLOY = ROOT / "deploy"
+COMPOSE_FILE = ROOT / "docker-compose.yml"
+OPERATIONS = ROOT / "docs" / "operations.md"
+
+# The port conventions (docs/architecture: "Default ports").
+PORTS = {
+    "browser": (50051, 9451),
+    "policy": (50052, 9452),
+    "worldmodel": (50053, 9453),
+    "judge": (50054, 9454),
+    "sites": (50055, 9455),
+    "collector": (50056, 9456),
+}
+SITES_HTTP_PORT = 8800
+SERVICES = sorted(PORTS)
+K8S_VERSIONS = ("1.30", "1.37")  # oldest supported (native gRPC probes GA since 1.27) and newest schema shipped
+
+PROMTOOL = shutil.which("promtool")
+needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package `prometheus`)")
+
+
+# --- helpers ---------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def compose() -> dict:
+    return yaml.safe_load(COMPOSE_FILE.read_text())
+
+
+def service_dirs_with_dockerfile() -> list[str]:
+    return sorted(p.parent.name for p in (ROOT / "services").glob("*/Dockerfile"))
+
+
+def load_module(path: Path, name: str):
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+@functools.cache
+def settings_fields(service: str) -> set[str]:
+    """Field names of the service's settings class (WEBENV_<FIELD>), from the real pydantic model."""
+    from webenv.runtime.config import ServiceSettings
+
+    try:
+        module = importlib.import_module(f"webenv.{service}.config")
+    except ImportError as exc:  # pragma: no cover - a service not installed in this venv
+        pytest.skip(f"webenv.{service}.config not importable: {exc}")
+    classes = [c for c in vars(module).values()
+               if isinstance(c, type) and issubclass(c, ServiceSettings) and c is not ServiceSettings]
+    assert classes, f"no ServiceSettings subclass in webenv.{service}.config"
+    return {name for c in classes for name in c.model_fields}
+
+
+def common_fields() -> set[str]:
+    from webenv.runtime.config import ServiceSettings
+
+    return set(ServiceSettings.model_fields)
+
+
+def check_env_names(service: str, names: list[str], where: str) -> None:
+    known = settings_fields(service)
+    bad = [n for n in names if n.startswith("WEBENV_") and n.removeprefix("WEBENV_").lower() not in known]
+    assert not bad, f"{where}: {service} reads no such settings (typo? not implemented?): {bad}"
+
+
+def dockerfile_env(service: str) -> dict[str, str]:
+    text = (ROOT / "services" / service / "Dockerfile").read_text().replace("\\\n", " ")
+    env: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.strip().startswith("ENV "):
+            env.update(dict(re.findall(r"(\w+)=(\S+)", line)))
+    return env
+
+
+# --- metric names ----------------------------------------------------------------------------------------------
+
+_METRIC_DEF = re.compile(r"\b(Counter|Gauge|Histogram|Summary)\(\s*[\"']([A-Za-z_:][A-Za-z0-9_:]*)[\"']")
+
+
+@functools.cache
+def exported_metrics() -> frozenset[str]:
+    """Series names the services expose: prometheus_client definitions in services/*/src (the sdk included)."""
+    names = {"up", "scrape_duration_seconds", "scrape_samples_scraped"}
+    sources = [p for p in (ROOT / "services").glob("*/src/**/*.py") if "/webenv/v1/" not in p.as_posix()]
+    for path in sources:
+        for kind, name in _METRIC_DEF.findall(path.read_text()):
+            if kind == "Counter":
+                base = name.removesuffix("_total")
+                names |= {f"{base}_total", f"{base}_created"}
+            elif kind in ("Histogram", "Summary"):
+                names |= {f"{name}_bucket", f"{name}_count", f"{name}_sum", f"{name}_created"}
+                if kind == "Summary":
+                    names.add(name)
+            else:
+                names.add(name)
+    return frozenset(names)
+
+
+_KEYWORDS = {"and", "or", "unless", "bool", "offset", "group_left", "group_right", "by", "without", "on",
+             "ignoring", "inf", "nan", "atan2"}
+
+
+def promql_metric_names(expr: str) -> set[str]:
+    """Metric names an expression selects (functions, keywords, labels, strings and durations removed)."""
+    e = re.sub(r'"(?:[^"\\]|\\.)*"|\'(?:[^\'\\]|\\.)*\'|`[^`]*`', '""', expr)   # strings
+    e = re.sub(r"\$\{?\w+\}?", "", e)                                            # Grafana variables
+    e = re.sub(r"\{[^}]*\}", "", e)                                              # label matchers
+    e = re.sub(r"\[[^\]]*\]", "", e)                                             # ranges and subqueries
+    e = re.sub(r"\b(by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", " ", e)
+    names = set()
+    for m in re.finditer(r"(?<![\w.])([A-Za-z_:][A-Za-z0-9_:]*)\s*(\()?", e):
+        word, call = m.group(1), m.group(2)
+        if call or word.lower() in _KEYWORDS:
+            continue
+        names.add(word)
+    return names
+
+
+def test_metric_names_are_collected_from_the_code():
+    names = exported_metrics()
+    for expected in ("grpc_server_handled_total", "grpc_server_handling_seconds_bucket",
+                     "webenv_browser_sessions_active", "webenv_collector_spool_rows",
+                     "webenv_collector_episodes_finished_total", "webenv_judge_evaluations_total",
+                     "webenv_policy_act_seconds_count", "webenv_worldmodel_predictions_total",
+                     "webenv_sites_http_requests_total"):
+        assert expected in names
+    assert "webenv_collector_step_phase_seconds" not in names  # a histogram is only queried with a suffix
+
+
+def test_promql_metric_name_extraction():
+    expr = ('histogram_quantile(0.95, sum by (job, le) (rate(grpc_server_handling_seconds_bucket'
+            '{job=~"$job", grpc_service!~"grpc[.].*"}[$__rate_interval]))) / ignoring(phase) group_left '
+            'sum(rate(webenv_collector_steps_total[5m])) > 0.5 and on(job) up == 0 or vector(0)')
+    assert promql_metric_names(expr) == {"grpc_server_handling_seconds_bucket", "webenv_collector_steps_total", "up"}
+
+
+# --- docker-compose --------------------------------------------------------------------------------------------
+
+
+def test_compose_parses_and_has_the_platform():
+    services = compose()["services"]
+    expected = {*SERVICES, "redis", "clickhouse", "prometheus", "grafana"}
+    assert expected <= set(services), f"missing from docker-compose.yml: {expected - set(services)}"
+
+
+def test_compose_builds_every_service_with_a_dockerfile():
+    services = compose()["services"]
+    for name in service_dirs_with_dockerfile():
+        assert name in services, f"services/{name}/Dockerfile exists but docker-compose.yml has no `{name}`"
+    for name in SERVICES:
+        build = services[name].get("build")
+        assert build, f"{name}: no build section"
+        assert build["context"] == ".", f"{name}: build context must be the repository root (protos/, services/sdk)"
+        assert build["dockerfile"] == f"services/{name}/Dockerfile"
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_compose_dockerfile_exists(name):
+    if not (ROOT / "services" / name / "Dockerfile").exists():
+        pytest.skip(f"services/{name}/Dockerfile not written yet (its owner's); docker-compose.yml already builds it")
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_dockerfile_fits_the_deploy_contract(name):
+    """What compose and the manifests rely on: uid 10001, exec-form entrypoint (SIGTERM reaches Python)."""
+    path = ROOT / "services" / name / "Dockerfile"
+    if not path.exists():
+        pytest.skip(f"services/{name}/Dockerfile not written yet")
+    text = path.read_text()
+    assert re.search(r"^USER (10001|webenv)\s*$", text, re.M), f"{name}: run as the non-root user 10001"
+    assert "10001" in text
+    assert re.search(rf'^ENTRYPOINT \["python", "-m", "webenv\.{name}"', text, re.M), f"{name}: exec-form ENTRYPOINT"
+    assert "PYTHONUNBUFFERED=1" in text
+    assert "COPY protos/" in text and "COPY services/sdk/" in text, f"{name}: build context is the repository root"
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_compose_ports_follow_the_conventions(name):
+    grpc_port, metrics_port = PORTS[name]
+    svc = compose()["services"][name]
+    env = svc["environment"]
+    assert env["WEBENV_GRPC_PORT"] == str(grpc_port)
+    assert env["WEBENV_METRICS_PORT"] == str(metrics_port)
+    published = {int(str(p).rsplit(":", 1)[-1].split("/")[0]) for p in svc.get("ports", [])}
+    assert grpc_port in published
+    assert str(metrics_port) in [str(p) for p in svc.get("expose", [])]
+    if name == "sites":
+        assert env["WEBENV_HTTP_PORT"] == str(SITES_HTTP_PORT) and SITES_HTTP_PORT in published
+    dockerfile = ROOT / "services" / name / "Dockerfile"
+    if dockerfile.exists():  # the image's own defaults agree too
+        image_env = dockerfile_env(name)
+        assert image_env.get("WEBENV_GRPC_PORT", str(grpc_port)) == str(grpc_port)
+        assert image_env.get("WEBENV_METRICS_PORT", str(metrics_port)) == str(metrics_port)
+        assert re.search(rf"EXPOSE[^\n]*\b{grpc_port}\b", dockerfile.read_text())
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_compose_env_names_are_settings_the_service_reads(name):
+    check_env_names(name, list(compose()["services"][name]["environment"]), "docker-compose.yml")
+
+
+def test_compose_peer_addresses_point_at_the_right_ports():
+    services = compose()["services"]
+    checked = 0
+    for name in SERVICES:
+        for key, value in services[name]["environment"].items():
+            if not (key.endswith("_ADDR") and key.startswith("WEBENV_")):
+                continue
+            for address in str(value).split(","):
+                host, port = address.strip().rsplit(":", 1)
+                assert host in services, f"{name}.{key}={value}: no compose service {host}"
+                expected = SITES_HTTP_PORT if key == "WEBENV_FARM_SITES_HTTP_ADDR" else PORTS[host][0]
+                assert int(port) == expected, f"{name}.{key}={value}: {host} listens on {expected}"
+                checked += 1
+    assert checked >= 6
+    collector = services["collector"]["environment"]
+    assert collector["WEBENV_STORE_URL"] == "http://clickhouse:8123"
+    assert collector["WEBENV_REDIS_URL"].startswith("redis://redis:6379")
+    assert services["clickhouse"]["image"].startswith("clickhouse/clickhouse-server")
+
+
+def test_compose_healthchecks_and_shutdown():
+    services = compose()["services"]
+    for name in SERVICES:
+        svc = services[name]
+        test = svc["healthcheck"]["test"]
+        assert "grpc_health" in " ".join(test), f"{name}: healthcheck must ask grpc.health.v1"
+        grace = float(svc["environment"]["WEBENV_GRACE_SECONDS"])
+        stop = int(str(svc["stop_grace_period"]).rstrip("s"))
+        assert stop > grace, f"{name}: stop_grace_period must exceed WEBENV_GRACE_SECONDS"
+    for name in ("redis", "clickhouse"):
+        assert "healthcheck" in services[name]
+
+
+def test_compose_monitoring_mounts():
+    services = compose()["services"]
+    prom_volumes = services["prometheus"]["volumes"]
+    assert "./deploy/prometheus:/etc/prometheus:ro" in prom_volumes
+    graf = services["grafana"]
+    assert "./deploy/grafana/provisioning:/etc/grafana/provisioning:ro" in graf["volumes"]
+    dash_mount = next(v for v in graf["volumes"] if v.startswith("./deploy/grafana/dashboards:"))
+    provider = yaml.safe_load((DEPLOY / "grafana/provisioning/dashboards/webenv.yml").read_text())["providers"][0]
+    assert dash_mount.split(":")[1] == provider["options"]["path"]
+    assert graf["environment"]["WEBENV_PROMETHEUS_URL"] == "http://prometheus:9090"
+
+
+def test_compose_validates_with_docker_compose():
+    tool = shutil.which("docker-compose")
+    cmd = [tool] if tool else None
+    if cmd is None and shutil.which("docker"):
+        probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
+        cmd = ["docker", "compose"] if probe.returncode == 0 else None
+    if cmd is None:
+        pytest.skip("neither docker-compose nor the docker compose plugin is installed")
+    run = subprocess.run([*cmd, "-f", str(COMPOSE_FILE), "--profile", "worldmodel", "config", "-q"], cwd=ROOT,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+
+
+def test_compose_healthcheck_command_asks_grpc_health():
+    """Run the compose healthcheck's Python one-liner against a real health server: 0 SERVING, 1 otherwise."""
+    import grpc
+    from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+
+    test = compose()["x-grpc-healthcheck"]["test"]
+    assert test[:3] == ["CMD", "python", "-c"]
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    servicer = health.HealthServicer()
+    health_pb2_grpc.add_HealthServicer_to_server(servicer, server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        env = {"WEBENV_GRPC_PORT": str(port), "PATH": "/usr/bin:/bin"}
+        for status, rc in ((health_pb2.HealthCheckResponse.SERVING, 0), (health_pb2.HealthCheckResponse.NOT_SERVING, 1)):
+            servicer.set("", status)
+            run = subprocess.run([sys.executable, "-c", test[3]], env=env, capture_output=True, text=True, timeout=30)
+            assert run.returncode == rc, run.stderr
+    finally:
+        server.stop(0)
+    with socket.socket() as s:  # nothing listening: unhealthy
+        s.bind(("127.0.0.1", 0))
+        free = s.getsockname()[1]
+    run = subprocess.run([sys.executable, "-c", test[3]], env={"WEBENV_GRPC_PORT": str(free)},
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode != 0
+
+
+# --- Prometheus ------------------------------------------------------------------------------------------------
+
+
+def test_prometheus_scrapes_every_service():
+    config = yaml.safe_load((DEPLOY / "prometheus/prometheus.yml").read_text())
+    assert config["global"]["scrape_interval"] == "15s"
+    jobs = {j["job_name"]: j for j in config["scrape_configs"]}
+    for name, (_, metrics_port) in PORTS.items():
+        targets = [t for sc in jobs[name]["static_configs"] for t in sc["targets"]]
+        assert targets == [f"{name}:{metrics_port}"]
+        assert all(sc["labels"]["app"] == "webenv" for sc in jobs[name]["static_configs"])
+    k8s = yaml.safe_load((DEPLOY / "prometheus/prometheus-k8s.yml").read_text())
+    assert k8s["global"]["scrape_interval"] == "15s"
+
+
+@needs_promtool
+def test_promtool_check_config():
+    run = subprocess.run([PROMTOOL, "check", "config", "prometheus.yml"], cwd=DEPLOY / "prometheus",
+                         capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@needs_promtool
+def test_promtool_check_config_kubernetes():
+    run = subprocess.run([PROMTOOL, "check", "config", "prometheus-k8s.yml"], cwd=DEPLOY / "prometheus",
+                         capture_output=True, text=True, timeout=30)
+    if run.returncode and "kubernetes_sd_configs not found" in run.stdout + run.stderr:
+        pytest.skip("this promtool is built without Kubernetes service discovery (Debian's package)")
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+@needs_promtool
+def test_promtool_check_and_unit_test_rules():
+    prom = DEPLOY / "prometheus"
+    run = subprocess.run([PROMTOOL, "check", "rules", "alerts.yml"], cwd=prom, capture_output=True, text=True,
+                         timeout=30)
+    assert run.returncode == 0, run.stdout + run.stderr
+    run = subprocess.run([PROMTOOL, "test", "rules", "alerts_test.yml"], cwd=prom, capture_output=True, text=True,
+                         timeout=60)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def alert_rules() -> list[dict]:
+    groups = yaml.safe_load((DEPLOY / "prometheus/alerts.yml").read_text())["groups"]
+    return [r for g in groups for r in g["rules"]]
+
+
+def test_alerts_cover_the_basics_and_use_exported_metrics():
+    rules = alert_rules()
+    records = {r["record"] for r in rules if "record" in r}
+    alerts = {r["alert"]: r for r in rules if "alert" in r}
+    for name in ("WebenvServiceDown", "WebenvHighErrorRatio", "WebenvSlowRPCs", "WebenvBrowserCrashes",
+                 "WebenvCollectorSpoolGrowing"):
+        assert name in alerts
+    known = exported_metrics() | records
+    for rule in rules:
+        unknown = promql_metric_names(rule["expr"]) - known
+        assert not unknown, f"{rule.get('alert') or rule.get('record')}: unknown metrics {unknown}"
+    for alert in alerts.values():
+        assert alert["labels"]["severity"] in {"critical", "warning", "info"}
+        assert alert["annotations"]["summary"]
+
+
+# --- Grafana ---------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def dashboards() -> dict[str, dict]:
+    return {p.name: json.loads(p.read_text()) for p in sorted((DEPLOY / "grafana/dashboards").glob("*.json"))}
+
+
+def panel_exprs(board: dict) -> list[tuple[str, str]]:
+    out = []
+    for panel in board["panels"]:
+        for inner in [panel, *panel.get("panels", [])]:
+            for target in inner.get("targets", []):
+                out.append((inner["title"], target["expr"]))
+    return out
+
+
+def test_grafana_datasource_has_a_fixed_uid():
+    ds = yaml.safe_load((DEPLOY / "grafana/provisioning/datasources/prometheus.yml").read_text())["datasources"]
+    assert [d["uid"] for d in ds] == ["webenv-prometheus"]
+    assert ds[0]["type"] == "prometheus"
+
+
+def test_dashboards_parse_and_reference_the_datasource():
+    boards = dashboards()
+    assert {"overview.json", "rollouts.json"} <= set(boards)
+    uids = [b["uid"] for b in boards.values()]
+    assert len(set(uids)) == len(uids)
+    for name, board in boards.items():
+        ids = [p["id"] for p in board["panels"]]
+        assert len(set(ids)) == len(ids), f"{name}: duplicate panel ids"
+        for panel in board["panels"]:
+            pos = panel["gridPos"]
+            assert 0 <= pos["x"] and pos["x"] + pos["w"] <= 24, f"{name}: {panel['title']} off the grid"
+            if panel["type"] != "row":
+                assert panel["datasource"]["uid"] == "webenv-prometheus", f"{name}: {panel['title']}"
+                assert panel["targets"], f"{name}: {panel['title']} has no query"
+
+
+def test_dashboard_queries_use_exported_metrics():
+    known = exported_metrics()
+    total = 0
+    for name, board in dashboards().items():
+        for title, expr in panel_exprs(board):
+            names = promql_metric_names(expr)
+            assert names, f"{name}: {title}: no metric in {expr!r}"
+            unknown = names - known
+            assert not unknown, f"{name}: panel {title!r} uses metrics no service exports: {unknown}"
+            total += 1
+    assert total >= 40
+    overview = " ".join(e for _, e in panel_exprs(dashboards()["overview.json"]))
+    for metric in ("grpc_server_handled_total", "grpc_server_handling_seconds_bucket"):
+        assert metric in overview
+    rollouts = " ".join(e for _, e in panel_exprs(dashboards()["rollouts.json"]))
+    for metric in ("webenv_collector_episodes_finished_total", "webenv_collector_steps_total",
+                   "webenv_collector_step_phase_seconds", "webenv_collector_spool_rows",
+                   "webenv_collector_store_lag_seconds", "webenv_browser_sessions_active",
+                   "webenv_browser_queue_wait_seconds"):
+        assert metric in rollouts
+
+
+@needs_promtool
+def test_dashboard_queries_parse_as_promql(tmp_path):
+    rules = []
+    for board in dashboards().values():
+        for _, expr in panel_exprs(board):
+            expr = expr.replace("$__rate_interval", "5m").replace("$job", ".*")
+            rules.append({"record": f"dashboard:expr_{len(rules)}", "expr": expr})
+    path = tmp_path / "dashboards_rules.yml"
+    path.write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": rules}]}))
+    run = subprocess.run([PROMTOOL, "check", "rules", str(path)], capture_output=True, text=True, timeout=30)
+    assert run.returncode == 0, run.stdout + run.stderr
+
+
+def test_generated_files_are_up_to_date():
+    for script in (DEPLOY / "grafana/generate.py", DEPLOY / "k8s/generate.py"):
+        module = load_module(script, f"_gen_{script.parent.name}")
+        assert module.main(["--check"]) == 0, f"run: python {script.relative_to(ROOT)}"
+
+
+# --- Kubernetes ------------------------------------------------------------------------------------------------
+
+
+@functools.cache
+def k8s_docs() -> dict[str, list[dict]]:
+    return {p.name: [d for d in yaml.safe_load_all(p.read_text()) if d]
+            for p in sorted((DEPLOY / "k8s/base").glob("*.yaml"))}
+
+
+def k8s_objects() -> list[dict]:
+    return [d for name, docs in k8s_docs().items() if name != "kustomization.yaml" for d in docs]
+
+
+def find(kind: str, name: str) -> dict:
+    matches = [d for d in k8s_objects() if d["kind"] == kind and d["metadata"]["name"] == name]
+    assert len(matches) == 1, f"expected one {kind}/{name}, found {len(matches)}"
+    return matches[0]
+
+
+def workload(name: str) -> dict:
+    matches = [d for d in k8s_objects() if d["kind"] in ("Deployment", "StatefulSet") and d["metadata"]["name"] == name]
+    assert len(matches) == 1, f"no Deployment/StatefulSet {name}"
+    return matches[0]
+
+
+@pytest.fixture
+def kv(monkeypatch):
+    """kubernetes_validate with its schema files read once (validate() re-reads and re-parses them per call)."""
+    kv = pytest.importorskip(
+        "kubernetes_validate",
+        reason="kubernetes-validate is not installed (pip install kubernetes-validate; offline Kubernetes schemas)")
+    monkeypatch.setattr(kv.utils, "schema_contents", functools.cache(kv.utils.schema_contents))
+    return kv
+
+
+def test_k8s_manifests_validate_against_the_schemas(kv):
+    objects = k8s_objects()
+    assert len(objects) >= 20
+    for version in K8S_VERSIONS:
+        for doc in objects:
+            try:
+                kv.validate(doc, version, strict=True)
+            except kv.ValidationError as exc:
+                pytest.fail(f"{doc['kind']}/{doc['metadata']['name']} (Kubernetes {version}): "
+                            f"{'.'.join(map(str, exc.path))}: {exc.message}")
+
+
+def test_k8s_kustomization_lists_every_file():
+    (kustomization,) = k8s_docs()["kustomization.yaml"]
+    files = {p.name for p in (DEPLOY / "k8s/base").glob("*.yaml")} - {"kustomization.yaml"}
+    assert set(kustomization["resources"]) == files
+    assert kustomization["namespace"] == "webenv"
+    assert all(d["metadata"].get("namespace", "webenv") == "webenv" for d in k8s_objects())
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_k8s_service_conventions(name):
+    grpc_port, metrics_port = PORTS[name]
+    wl = workload(name)
+    pod = wl["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    # native gRPC probes on the gRPC port
+    for kind in ("startupProbe", "readinessProbe", "livenessProbe"):
+        assert c[kind]["grpc"]["port"] == grpc_port, f"{name}: {kind}"
+    ports = {p["name"]: p["containerPort"] for p in c["ports"]}
+    assert ports["grpc"] == grpc_port and ports["metrics"] == metrics_port
+    # resources and security
+    assert set(c["resources"]) == {"requests", "limits"}
+    assert pod["securityContext"]["runAsNonRoot"] is True
+    assert pod["securityContext"]["seccompProfile"]["type"] == "RuntimeDefault"
+    sc = c["securityContext"]
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    assert sc["capabilities"]["drop"] == ["ALL"]
+    tmp = [m for m in c["volumeMounts"] if m["mountPath"] == "/tmp"]
+    assert tmp and any(v["name"] == tmp[0]["name"] and "emptyDir" in v for v in pod["volumes"])
+    # graceful shutdown: the pod's grace covers preStop + WEBENV_GRACE_SECONDS
+    config = find("ConfigMap", f"webenv-{name}")["data"]
+    assert config["WEBENV_GRPC_PORT"] == str(grpc_port) and config["WEBENV_METRICS_PORT"] == str(metrics_port)
+    prestop = int(c["lifecycle"]["preStop"]["exec"]["command"][-1])
+    assert pod["terminationGracePeriodSeconds"] > prestop + float(config["WEBENV_GRACE_SECONDS"])
+    refs = [e.get("configMapRef", {}).get("name") for e in c["envFrom"]]
+    assert refs[:2] == ["webenv-common", f"webenv-{name}"]
+    # headless Service for client-side load balancing, selecting this workload's pods
+    svc = find("Service", name)
+    assert svc["spec"]["clusterIP"] == "None"
+    assert svc["spec"]["selector"].items() <= wl["spec"]["template"]["metadata"]["labels"].items()
+    svc_ports = {p["name"]: p["port"] for p in svc["spec"]["ports"]}
+    assert svc_ports["grpc"] == grpc_port and svc_ports["metrics"] == metrics_port
+    if name == "sites":
+        assert svc_ports["http"] == SITES_HTTP_PORT
+    # labels Prometheus' pod discovery keeps (prometheus-k8s.yml)
+    labels = wl["spec"]["template"]["metadata"]["labels"]
+    assert labels["app.kubernetes.io/part-of"] == "webenv" and labels["app.kubernetes.io/name"] == name
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_k8s_env_names_are_settings_the_service_reads(name):
+    names = list(find("ConfigMap", f"webenv-{name}")["data"])
+    names += [e["name"] for e in workload(name)["spec"]["template"]["spec"]["containers"][0].get("env", [])]
+    check_env_names(name, names, "deploy/k8s")
+    common = find("ConfigMap", "webenv-common")["data"]
+    bad = [k for k in common if k.startswith("WEBENV_") and k.removeprefix("WEBENV_").lower() not in common_fields()]
+    assert not bad, f"webenv-common: not common settings: {bad}"
+
+
+def test_k8s_peer_addresses_point_at_services():
+    for name in SERVICES:
+        for key, value in find("ConfigMap", f"webenv-{name}")["data"].items():
+            if key.startswith("WEBENV_") and key.endswith("_ADDR"):
+                host, port = value.rsplit(":", 1)
+                find("Service", host)
+                expected = SITES_HTTP_PORT if key == "WEBENV_FARM_SITES_HTTP_ADDR" else PORTS[host][0]
+                assert int(port) == expected, f"{name}: {key}={value}"
+
+
+def test_k8s_autoscalers():
+    browser = find("HorizontalPodAutoscaler", "browser")["spec"]
+    assert browser["scaleTargetRef"] == {"apiVersion": "apps/v1", "kind": "Deployment", "name": "browser"}
+    assert any(m["type"] == "Resource" and m["resource"]["name"] == "cpu" for m in browser["metrics"])
+    collector = find("HorizontalPodAutoscaler", "collector")["spec"]
+    target = collector["scaleTargetRef"]
+    assert workload(target["name"])["kind"] == target["kind"]
+    external = [m["external"]["metric"]["name"] for m in collector["metrics"] if m["type"] == "External"]
+    assert external == ["webenv_collector_queue_depth"] and set(external) <= exported_metrics()
+
+
+def strategic_merge(base: dict, patch: dict) -> dict:
+    """Enough of kustomize's strategic merge for our patches: maps merge, named lists merge by `name`."""
+    out = copy.deepcopy(base)
+    for key, value in patch.items():
+        if isinstance(value, dict) and isinstance(out.get(key), dict):
+            out[key] = strategic_merge(out[key], value)
+        elif isinstance(value, list) and value and all(isinstance(v, dict) and "name" in v for v in value) \
+                and isinstance(out.get(key), list):
+            merged = {item["name"]: item for item in out[key]}
+            for item in value:
+                merged[item["name"]] = strategic_merge(merged.get(item["name"], {}), item)
+            out[key] = list(merged.values())
+        else:
+            out[key] = copy.deepcopy(value)
+    return out
+
+
+def test_k8s_gpu_component(kv):
+    component_dir = DEPLOY / "k8s/components/gpu"
+    (component,) = [d for d in yaml.safe_load_all((component_dir / "kustomization.yaml").read_text()) if d]
+    assert component["kind"] == "Component"
+    patched = set()
+    for entry in component["patches"]:
+        (patch,) = [d for d in yaml.safe_load_all((component_dir / entry["path"]).read_text()) if d]
+        name = patch["metadata"]["name"]
+        merged = strategic_merge(workload(name), patch)
+        for version in K8S_VERSIONS:
+            kv.validate(merged, version, strict=True)
+        pod = merged["spec"]["template"]["spec"]
+        (c,) = pod["containers"]
+        assert c["resources"]["limits"]["nvidia.com/gpu"] == "1"
+        mounts = {m["mountPath"] for m in c["volumeMounts"]}
+        assert {"/tmp", "/dev/shm", "/models"} <= mounts
+        assert {m["name"] for m in c["volumeMounts"]} <= {v["name"] for v in pod["volumes"]}
+        check_env_names(name, [e["name"] for e in c["env"]], "deploy/k8s/components/gpu")
+        patched.add(name)
+    assert patched == {"policy", "worldmodel"}
+
+
+# --- docs ------------------------------------------------------------------------------------------------------
+
+
+def test_operations_doc_covers_settings_alerts_and_dashboards():
+    text = OPERATIONS.read_text()
+    missing = [f"WEBENV_{f.upper()}" for f in sorted(common_fields()) if f"WEBENV_{f.upper()}" not in text]
+    assert not missing, f"docs/operations.md does not document {missing}"
+    alerts = [r["alert"] for r in alert_rules() if "alert" in r]
+    assert not [a for a in alerts if a not in text], "docs/operations.md: undocumented alerts"
+    for board in dashboards().values():
+        assert board["title"] in text
+    for heading in ("Deploy", "Configuration", "Health", "Metrics", "Alerts", "Scaling", "Shutdown", "Security",
+                    "Backups", "Troubleshooting"):
+        assert re.search(rf"^#+ .*{heading}", text, re.M | re.I), f"docs/operations.md: no section on {heading}"
