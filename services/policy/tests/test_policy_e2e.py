@@ -145,3 +145,31 @@ async def test_oracle_solves_miniwob_click_test(web, serve_policy, policy_stub):
         history, last, closed = await run_oracle(stub, env, task, max_steps=3)
     assert last.done and last.raw_reward > 0, (history, last.reward_reason)
     assert history[0].action_text.startswith("click(")
+
+
+@pytest.mark.parametrize("policy", ["random", "explore"])
+async def test_crawlers_act_validly_on_real_pages(web, serve_policy, policy_stub, policy):
+    """Every action of random/explore on a real synthetic site is accepted by the farm (never BAD_ACTION)."""
+    sites_addr, farm_addr = web
+    channel = make_channel(sites_addr)
+    listed = await task_pb2_grpc.TaskServiceStub(channel).ListTasks(task_pb2.ListTasksRequest(
+        filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC], families=["shop"]), page_size=1))
+    await channel.close()
+    start_url = listed.tasks[0].start_url
+    async with serve_policy() as (server, _), policy_stub(server) as stub, EnvironmentClient(farm_addr) as env:
+        opened = await env.open(start_url=start_url, formats=("axtree", "elements", "dom"))
+        sid, obs = opened.session.session_id, opened.observation
+        urls, kinds = {obs.url}, []
+        try:
+            for step in range(15):
+                act = await stub.Act(policy_pb2.ActRequest(episode_id=sid, policy=policy, observation=obs,
+                                                           step_index=step, seed=21))
+                kinds.append(act.action.WhichOneof("kind"))
+                resp = await env.step(sid, act.action)  # an invalid action would raise InvalidArgument here
+                obs = resp.observation
+                urls.add(obs.url)
+        finally:
+            await env.close(sid)
+    assert len(kinds) == 15
+    if policy == "explore":
+        assert len(urls) >= 3, urls  # novelty leads it to new pages
