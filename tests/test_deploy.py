@@ -13,6 +13,7 @@ import functools
 import importlib
 import importlib.util
 import json
+import os
 import re
 import shutil
 import socket
@@ -94,6 +95,40 @@ def check_env_names(service: str, names: list[str], where: str) -> None:
     assert not bad, f"{where}: {service} reads no such settings (typo? not implemented?): {bad}"
 
 
+def resolve_compose_value(value: object) -> str:
+    """`${VAR:-default}` -> default, `${VAR}` -> "" (what compose does with an empty environment)."""
+    return re.sub(r"\$\{\w+(?::?-([^}]*))?\}", lambda m: m.group(1) or "", str(value))
+
+
+def validate_settings(service: str, env: dict[str, str], monkeypatch, tmp_path: Path) -> None:
+    """Instantiate the service's settings classes with exactly ``env``: the values must pass its validation.
+
+    Model folders (`/models/...`) are stood in for by empty models (a config.json) under ``tmp_path``.
+    """
+    from pydantic import ValidationError
+    from webenv.runtime.config import ServiceSettings, describe_validation_error
+
+    settings_fields(service)  # skips when the service is not installed
+    module = importlib.import_module(f"webenv.{service}.config")
+    classes = [c for c in vars(module).values()
+               if isinstance(c, type) and issubclass(c, ServiceSettings) and c is not ServiceSettings]
+    monkeypatch.chdir(tmp_path)  # no stray .env file
+    for key in [k for k in os.environ if k.startswith("WEBENV_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        if value.startswith("/models/"):
+            folder = tmp_path / value.lstrip("/")
+            folder.mkdir(parents=True, exist_ok=True)
+            (folder / "config.json").write_text("{}")
+            value = str(folder)
+        monkeypatch.setenv(key, value)
+    for cls in classes:
+        try:
+            cls()
+        except ValidationError as exc:
+            pytest.fail(f"{service}: settings rejected:\n{describe_validation_error(exc)}")
+
+
 def dockerfile_env(service: str) -> dict[str, str]:
     text = (ROOT / "services" / service / "Dockerfile").read_text().replace("\\\n", " ")
     env: dict[str, str] = {}
@@ -127,6 +162,59 @@ def exported_metrics() -> frozenset[str]:
     return frozenset(names)
 
 
+# Labels every scraped series gets from Prometheus (prometheus.yml, prometheus-k8s.yml).
+TARGET_LABELS = {"job", "instance", "app", "namespace", "pod", "node"}
+
+
+@functools.cache
+def metric_labels() -> dict[str, frozenset[str]]:
+    """Exposed series name -> label names, from the metric objects themselves (imports the defining modules)."""
+    from prometheus_client import REGISTRY
+
+    for path in (ROOT / "services").glob("*/src/webenv/**/*.py"):
+        if "/webenv/v1/" in path.as_posix() or not _METRIC_DEF.search(path.read_text()):
+            continue
+        service = path.relative_to(ROOT / "services").parts[0]
+        module = ".".join(path.relative_to(ROOT / "services" / service / "src").with_suffix("").parts)
+        try:
+            importlib.import_module(module)
+        except ImportError as exc:  # pragma: no cover - a service not installed in this venv
+            pytest.skip(f"cannot import {module} to read its metrics' labels: {exc}")
+    out: dict[str, frozenset[str]] = {}
+    for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001 - the only way to list label names
+        name, kind = getattr(collector, "_name", None), getattr(collector, "_type", None)
+        if not name or not name.startswith(("webenv_", "grpc_")):
+            continue
+        labels = frozenset(collector._labelnames)  # noqa: SLF001
+        if kind == "counter":
+            out[f"{name}_total"] = labels
+        elif kind in ("histogram", "summary"):
+            out |= {f"{name}_bucket": labels | {"le"}, f"{name}_count": labels, f"{name}_sum": labels}
+        else:
+            out[name] = labels
+    return out
+
+
+def promql_label_problems(expr: str, extra: dict[str, frozenset[str]]) -> list[str]:
+    """Label names in selectors and in by/without/on/ignoring clauses that the metrics involved do not have."""
+    known = {**metric_labels(), **extra, "up": frozenset()}
+    problems = []
+    e = re.sub(r"\$\{?\w+\}?", "x", expr)
+    for metric, matchers in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*\{([^}]*)\}", e):
+        if metric not in known:
+            continue
+        for label in re.findall(r"([A-Za-z_]\w*)\s*(?:=~|!~|!=|=)", re.sub(r'"(?:[^"\\]|\\.)*"', '""', matchers)):
+            if label not in known[metric] | TARGET_LABELS:
+                problems.append(f"{metric} has no label {label!r}")
+    used = promql_metric_names(expr)
+    available = set(TARGET_LABELS).union(*(known.get(m, frozenset()) for m in used))
+    for clause in re.findall(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\(([^)]*)\)", e):
+        for label in filter(None, (x.strip() for x in clause.split(","))):
+            if label not in available:
+                problems.append(f"no metric of the expression has label {label!r}")
+    return problems
+
+
 _KEYWORDS = {"and", "or", "unless", "bool", "offset", "group_left", "group_right", "by", "without", "on",
              "ignoring", "inf", "nan", "atan2"}
 
@@ -156,6 +244,15 @@ def test_metric_names_are_collected_from_the_code():
                      "webenv_sites_http_requests_total"):
         assert expected in names
     assert "webenv_collector_step_phase_seconds" not in names  # a histogram is only queried with a suffix
+
+
+def test_metric_labels_come_from_the_metric_objects():
+    labels = metric_labels()
+    assert labels["grpc_server_handled_total"] == {"grpc_service", "grpc_method", "grpc_type", "grpc_code"}
+    assert labels["webenv_collector_step_phase_seconds_bucket"] == {"phase", "le"}
+    assert set(labels) <= exported_metrics()
+    assert promql_label_problems('sum by (phase) (rate(webenv_collector_steps_total{phase="x"}[5m]))', {}) == [
+        "webenv_collector_steps_total has no label 'phase'", "no metric of the expression has label 'phase'"]
 
 
 def test_promql_metric_name_extraction():
@@ -228,6 +325,12 @@ def test_compose_ports_follow_the_conventions(name):
 @pytest.mark.parametrize("name", SERVICES)
 def test_compose_env_names_are_settings_the_service_reads(name):
     check_env_names(name, list(compose()["services"][name]["environment"]), "docker-compose.yml")
+
+
+@pytest.mark.parametrize("name", SERVICES)
+def test_compose_env_values_pass_the_services_validation(name, monkeypatch, tmp_path):
+    env = {k: resolve_compose_value(v) for k, v in compose()["services"][name]["environment"].items()}
+    validate_settings(name, env, monkeypatch, tmp_path)
 
 
 def test_compose_peer_addresses_point_at_the_right_ports():
@@ -371,9 +474,13 @@ def test_alerts_cover_the_basics_and_use_exported_metrics():
                  "WebenvCollectorSpoolGrowing"):
         assert name in alerts
     known = exported_metrics() | records
+    recorded = {r["record"]: frozenset(re.findall(r"by \(([^)]*)\)", r["expr"])[0].replace(" ", "").split(","))
+                for r in rules if "record" in r}
     for rule in rules:
         unknown = promql_metric_names(rule["expr"]) - known
         assert not unknown, f"{rule.get('alert') or rule.get('record')}: unknown metrics {unknown}"
+        problems = promql_label_problems(rule["expr"], recorded)
+        assert not problems, f"{rule.get('alert') or rule.get('record')}: {problems}"
     for alert in alerts.values():
         assert alert["labels"]["severity"] in {"critical", "warning", "info"}
         assert alert["annotations"]["summary"]
@@ -427,6 +534,8 @@ def test_dashboard_queries_use_exported_metrics():
             assert names, f"{name}: {title}: no metric in {expr!r}"
             unknown = names - known
             assert not unknown, f"{name}: panel {title!r} uses metrics no service exports: {unknown}"
+            problems = promql_label_problems(expr, {})
+            assert not problems, f"{name}: panel {title!r}: {problems}"
             total += 1
     assert total >= 40
     overview = " ".join(e for _, e in panel_exprs(dashboards()["overview.json"]))
@@ -564,6 +673,13 @@ def test_k8s_env_names_are_settings_the_service_reads(name):
     assert not bad, f"webenv-common: not common settings: {bad}"
 
 
+@pytest.mark.parametrize("name", SERVICES)
+def test_k8s_env_values_pass_the_services_validation(name, monkeypatch, tmp_path):
+    env = {**find("ConfigMap", "webenv-common")["data"], **find("ConfigMap", f"webenv-{name}")["data"]}
+    env |= {e["name"]: f"{name}-0" for e in workload(name)["spec"]["template"]["spec"]["containers"][0].get("env", [])}
+    validate_settings(name, env, monkeypatch, tmp_path)
+
+
 def test_k8s_peer_addresses_point_at_services():
     for name in SERVICES:
         for key, value in find("ConfigMap", f"webenv-{name}")["data"].items():
@@ -602,15 +718,23 @@ def strategic_merge(base: dict, patch: dict) -> dict:
     return out
 
 
-def test_k8s_gpu_component(kv):
+def gpu_variants() -> dict[str, dict]:
+    """Workload name -> the base workload with the GPU component's patch applied."""
     component_dir = DEPLOY / "k8s/components/gpu"
     (component,) = [d for d in yaml.safe_load_all((component_dir / "kustomization.yaml").read_text()) if d]
     assert component["kind"] == "Component"
-    patched = set()
+    out = {}
     for entry in component["patches"]:
         (patch,) = [d for d in yaml.safe_load_all((component_dir / entry["path"]).read_text()) if d]
         name = patch["metadata"]["name"]
-        merged = strategic_merge(workload(name), patch)
+        out[name] = strategic_merge(workload(name), patch)
+    return out
+
+
+def test_k8s_gpu_component(kv):
+    variants = gpu_variants()
+    assert set(variants) == {"policy", "worldmodel"}
+    for name, merged in variants.items():
         for version in K8S_VERSIONS:
             kv.validate(merged, version, strict=True)
         pod = merged["spec"]["template"]["spec"]
@@ -620,8 +744,14 @@ def test_k8s_gpu_component(kv):
         assert {"/tmp", "/dev/shm", "/models"} <= mounts
         assert {m["name"] for m in c["volumeMounts"]} <= {v["name"] for v in pod["volumes"]}
         check_env_names(name, [e["name"] for e in c["env"]], "deploy/k8s/components/gpu")
-        patched.add(name)
-    assert patched == {"policy", "worldmodel"}
+
+
+@pytest.mark.parametrize("name", ["policy", "worldmodel"])
+def test_k8s_gpu_env_values_pass_the_services_validation(name, monkeypatch, tmp_path):
+    env = {**find("ConfigMap", "webenv-common")["data"], **find("ConfigMap", f"webenv-{name}")["data"]}
+    (c,) = gpu_variants()[name]["spec"]["template"]["spec"]["containers"]
+    env |= {e["name"]: e["value"] for e in c["env"] if "value" in e}
+    validate_settings(name, env, monkeypatch, tmp_path)
 
 
 # --- docs ------------------------------------------------------------------------------------------------------
