@@ -5,8 +5,9 @@ policy's latency is heterogeneous (seeded log-normal delays clipped to 20-800 ms
 for GPU inference with uneven prompt lengths) and episodes have different lengths (oracle solutions of 1-9
 steps); the environment is a page-walk EnvironmentService over real gRPC with 5-20 ms steps, so the
 comparison measures scheduling, not Chromium (the browser farm's own bench covers that; on this 2-core machine
-the farm caps out near 18 steps/s and would hide the scheduler's effect). Everything else is the real
-collector: gRPC CollectorService, StepStream/ActStream multiplexers, judge calls, chDB store.
+the farm caps out near 18 steps/s and would hide the scheduler's effect). The peers run in their own process,
+as the real services do. Everything else is the real collector: gRPC CollectorService, StepStream/ActStream
+multiplexers, judge calls, chDB store.
 
 Export: N synthetic episodes (5 steps each) in chDB, exported by the collector's columnar path (ClickHouse ->
 Arrow -> Parquet) and by a row-at-a-time baseline (rows as Python dicts -> pyarrow.from_pylist), side by side.
@@ -20,6 +21,8 @@ import argparse
 import asyncio
 import json
 import random
+import subprocess
+import sys
 import tempfile
 import time
 import uuid
@@ -161,7 +164,8 @@ async def serve(add, svc):
     return s, f"127.0.0.1:{port}"
 
 
-async def bench_rollouts(tmp: Path, chdb: str, episodes: int, concurrency: int) -> dict:
+async def serve_peers(episodes: int) -> None:
+    """Serve the peer services (its own process, like the real ones) and print their addresses as JSON."""
     tasks = make_tasks(episodes, seed=1)
     servers, addr = [], {}
     for key, add, svc in (
@@ -172,6 +176,19 @@ async def bench_rollouts(tmp: Path, chdb: str, episodes: int, concurrency: int) 
     ):
         s, addr[key] = await serve(add, svc)
         servers.append(s)
+    print(json.dumps(addr), flush=True)
+    await asyncio.Event().wait()
+
+
+def spawn_peers(episodes: int) -> tuple[subprocess.Popen, dict]:
+    """Start the peers process; returns it and the addresses it printed."""
+    peers = subprocess.Popen([sys.executable, __file__, "--serve-peers", "--episodes", str(episodes)],
+                             stdout=subprocess.PIPE, text=True)
+    return peers, json.loads(peers.stdout.readline())
+
+
+async def bench_rollouts(tmp: Path, chdb: str, episodes: int, concurrency: int) -> dict:
+    peers, addr = await asyncio.to_thread(spawn_peers, episodes)
     col = await Collector.start(Settings(
         grpc_port=0, metrics_port=0, host="127.0.0.1", log_level="WARNING", data_dir=str(tmp / "roll"),
         store_url=chdb, store_database="bench_roll", browser_addr=addr["env"], policy_addr=addr["policy"],
@@ -184,19 +201,22 @@ async def bench_rollouts(tmp: Path, chdb: str, episodes: int, concurrency: int) 
                 spec = collector_pb2.RunSpec(name=f"bench-{name}", policy="oracle", repeats=1, seed=5,
                                              concurrency=concurrency, mode=mode)
                 t0 = time.perf_counter()
+                cpu0 = time.process_time()
                 run = (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec))).run
                 last = None
                 async for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
                     last = resp
                 wall = time.perf_counter() - t0
+                cpu = time.process_time() - cpu0
                 c = last.run.counts
                 out[name] = {"episodes": c.finished, "passed": c.passed, "steps": c.steps, "wall_seconds": round(wall, 2),
-                             "steps_per_second": round(c.steps / wall, 1), "episodes_per_second": round(c.finished / wall, 2)}
-                print(f"  {name:9s}: {c.finished} episodes, {c.steps} steps in {wall:.1f}s -> {c.steps / wall:.1f} steps/s")
+                             "steps_per_second": round(c.steps / wall, 1), "episodes_per_second": round(c.finished / wall, 2),
+                             "collector_cpu_fraction": round(cpu / wall, 2)}
+                print(f"  {name:9s}: {c.finished} episodes, {c.steps} steps in {wall:.1f}s -> {c.steps / wall:.1f} steps/s (collector CPU {cpu / wall:.0%})")
     finally:
         await col.close()
-        for s in servers:
-            await s.stop(0)
+        peers.terminate()
+        peers.wait()
     out["speedup"] = round(out["async"]["steps_per_second"] / out["lock_step"]["steps_per_second"], 2)
     return out
 
@@ -247,7 +267,11 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=256, help="rollout episodes per mode")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--export-episodes", type=int, default=50_000)
+    ap.add_argument("--serve-peers", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
+    if args.serve_peers:
+        asyncio.run(serve_peers(args.episodes))
+        return
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory() as d:
@@ -262,7 +286,7 @@ def main() -> None:
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
         "rollouts": {**roll, "concurrency": args.concurrency,
                      "policy_latency": "seeded log-normal, clipped 20-800 ms (median ~90 ms)",
-                     "environment": "page-walk EnvironmentService over gRPC, 5-20 ms per step (not Chromium)",
+                     "environment": "page-walk EnvironmentService over gRPC in its own process, 5-20 ms per step (not Chromium)",
                      "target_speedup": 5.0},
         "export": {**exp, "target_episodes_per_minute": 50_000},
     }
@@ -275,7 +299,7 @@ def main() -> None:
 | rollout steps/s ({args.episodes} episodes, concurrency {args.concurrency}) | {r['lock_step']['steps_per_second']} | {r['async']['steps_per_second']} | {r['speedup']}x | >= 5x |
 | export episodes/min to Parquet ({e['episodes']:,} episodes, {e['steps']:,} steps) | {e['rowwise_episodes_per_minute']:,} | {e['episodes_per_minute']:,} | {e['speedup']}x | >= 50,000/min |
 
-Rollouts: same tasks, environment and policy in one process; policy latency {result['rollouts']['policy_latency']};
+Rollouts: same tasks, environment and policy (peers in their own process), one mode after the other; policy latency {result['rollouts']['policy_latency']};
 environment: {result['rollouts']['environment']}. Export baseline: rows as Python dicts, then pyarrow.
 """
     (out / "collector.md").write_text(md)
