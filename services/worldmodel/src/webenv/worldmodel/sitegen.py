@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlsplit
 
 FAMILIES = ("shop", "blog", "wiki")
-_WORDS = (
+WORDS = (
     "amber basalt cedar delta ember fjord garnet harbor indigo juniper kestrel lumen meadow nectar onyx "
     "pine quartz river saffron tundra umber violet willow xenon yarrow zephyr atlas beacon canyon dune "
     "echo falcon glacier haven island jade koi lotus maple nova orbit pebble quill raven summit tide"
@@ -23,7 +23,7 @@ _WORDS = (
 
 
 def _words(rng: random.Random, n: int) -> str:
-    return " ".join(rng.choice(_WORDS) for _ in range(n))
+    return " ".join(rng.choice(WORDS) for _ in range(n))
 
 
 def site_names(count_per_family: int) -> list[str]:

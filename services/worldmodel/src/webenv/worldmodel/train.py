@@ -22,6 +22,7 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
+from webenv.worldmodel.augment import Renamer
 from webenv.worldmodel.dataset import Example, build_examples, iter_texts, read_transitions, split_examples
 from webenv.worldmodel.formats import Format
 from webenv.worldmodel.model import TinySize, build_model, parameter_count
@@ -55,6 +56,7 @@ class TrainConfig:
     resume: bool = False
     device: str = "auto"
     threads: int = 1
+    augment_names: bool = False
 
 
 @dataclass
@@ -69,12 +71,14 @@ class TrainResult:
     model_dir: str
 
 
-def _tokenize(examples: list[Example], tok: PreTrainedTokenizerBase, max_len: int) -> tuple[list[tuple[list[int], int]], int]:
-    """(ids, prompt_length) per example; examples longer than max_len are skipped and counted."""
+def _tokenize(examples: list[Example], tok: PreTrainedTokenizerBase, max_len: int, renamer: Renamer | None = None,
+              rng: random.Random | None = None) -> tuple[list[tuple[list[int], int]], int]:
+    """(ids, prompt_length) per example (renamed when a renamer is given); too long ones are skipped and counted."""
     out, skipped = [], 0
     for e in examples:
-        p = tok(e.prompt, add_special_tokens=False)["input_ids"]
-        t = tok(e.target, add_special_tokens=False)["input_ids"]
+        prompt, target = (e.prompt, e.target) if renamer is None else renamer.apply([e.prompt, e.target], rng or random.Random())
+        p = tok(prompt, add_special_tokens=False)["input_ids"]
+        t = tok(target, add_special_tokens=False)["input_ids"]
         ids = [tok.bos_token_id, *p, *t, tok.eos_token_id]
         if len(ids) > max_len:
             skipped += 1
@@ -95,9 +99,9 @@ def _batch(items: list[tuple[list[int], int]], pad_id: int, device: str) -> dict
     return {"input_ids": input_ids.to(device), "labels": labels.to(device), "attention_mask": attn.to(device)}
 
 
-def _batches(data: list[tuple[list[int], int]], batch_size: int, rng: random.Random) -> list[list[tuple[list[int], int]]]:
-    """Length-bucketed batches (little padding), shuffled."""
-    order = sorted(data, key=lambda x: len(x[0]) + rng.random())
+def _batches(data: list, batch_size: int, rng: random.Random) -> list[list]:
+    """Length-bucketed batches (little padding), shuffled; items are ((ids, prompt_length), index)."""
+    order = sorted(data, key=lambda x: len(x[0][0]) + rng.random())
     batches = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
     rng.shuffle(batches)
     return batches
@@ -168,7 +172,13 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
         tok = train_tokenizer(iter_texts([e.record for e in train_ex]), cfg.vocab_size)
         model = build_model(tok, TinySize.tiny() if cfg.size == "tiny" else TinySize(max_positions=max(cfg.max_len, 512)))
     model.to(device).train()
+    renamer = None
+    if cfg.augment_names:
+        from webenv.worldmodel.sitegen import WORDS
+
+        renamer = Renamer(list(WORDS))
     train_data, skipped = _tokenize(train_ex, tok, cfg.max_len)
+    kept = [e for e in train_ex if _tokenize([e], tok, cfg.max_len)[0]]  # aligned with train_data
     eval_data, _ = _tokenize(test_ex[: cfg.eval_examples] if test_ex else train_ex[: cfg.eval_examples], tok, cfg.max_len)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     if cfg.resume and (ckpt / "optimizer.pt").exists():
@@ -190,8 +200,12 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     bar = tqdm(total=cfg.max_steps, initial=step, disable=not progress, desc="train", unit="step")
     while step < cfg.max_steps and (time.monotonic() - started) < cfg.max_minutes * 60:
         if not batches:
-            batches = _batches(train_data, cfg.batch_size, rng)
-        b = _batch(batches.pop(), tok.pad_token_id, device)
+            batches = _batches(list(zip(train_data, range(len(train_data)), strict=True)), cfg.batch_size, rng)
+        chosen = batches.pop()
+        items = [x for x, _ in chosen]
+        if renamer is not None:  # fresh names for every use of an example
+            items = _tokenize([kept[i] for _, i in chosen], tok, cfg.max_len, renamer, rng)[0] or items
+        b = _batch(items, tok.pad_token_id, device)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, time.monotonic() - started)
         loss = target_loss(model, b)
@@ -245,10 +259,12 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 = torch's default)")
+    p.add_argument("--augment-names", action="store_true",
+                   help="rename the site generator's words per example (entity randomisation, see augment.py)")
     a = p.parse_args(argv)
     cfg = TrainConfig(data=a.data, out=a.out, init=a.init, format=a.format, as_edit=not a.full_state,
                       reasoning_fraction=a.reasoning_fraction, size=a.size, max_len=a.max_len,
                       batch_size=a.batch_size, lr=a.lr, max_steps=a.max_steps, max_minutes=a.max_minutes,
                       eval_every=a.eval_every, seed=a.seed, resume=a.resume, device=a.device,
-                      threads=a.threads)
+                      threads=a.threads, augment_names=a.augment_names)
     print(json.dumps(asdict(train(cfg))))
