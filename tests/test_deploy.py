@@ -255,6 +255,55 @@ def test_metric_labels_come_from_the_metric_objects():
         "webenv_collector_steps_total has no label 'phase'", "no metric of the expression has label 'phase'"]
 
 
+GRPC_TYPES = {"unary", "server_stream", "client_stream", "bidi_stream"}
+
+
+def promql_label_values(expr: str) -> list[tuple[str, str, str]]:
+    """(metric, label, value) for every plain value a selector compares a label with (regex alternatives split)."""
+    out = []
+    for metric, matchers in re.findall(r"([A-Za-z_:][A-Za-z0-9_:]*)\s*\{([^}]*)\}", expr):
+        for label, op, value in re.findall(r'([A-Za-z_]\w*)\s*(=~|!~|!=|=)\s*"((?:[^"\\]|\\.)*)"', matchers):
+            values = value.split("|") if op in ("=~", "!~") else [value]
+            out += [(metric, label, v) for v in values if re.fullmatch(r"[A-Za-z0-9_]+", v)]
+    return out
+
+
+@functools.cache
+def service_source(service: str) -> str:
+    return "\n".join(p.read_text() for p in (ROOT / "services" / service / "src").rglob("*.py"))
+
+
+def label_value_problems(expr: str) -> list[str]:
+    """Label values no code could produce: gRPC codes and types by their definitions, webenv_<service>_* label
+    values must appear as string literals in that service's source."""
+    import grpc
+
+    problems = []
+    for metric, label, value in promql_label_values(expr):
+        if label in TARGET_LABELS:
+            continue
+        if label == "grpc_code":
+            ok = value in grpc.StatusCode.__members__
+        elif label == "grpc_type":
+            ok = value in GRPC_TYPES
+        elif metric.startswith("webenv_"):
+            service = metric.split("_")[1]
+            ok = re.search(rf"[\"']{re.escape(value)}[\"']", service_source(service)) is not None
+        else:
+            continue
+        if not ok:
+            problems.append(f"{metric}{{{label}=...{value!r}}}: no such value in the code")
+    return problems
+
+
+def test_label_values_are_checked_against_the_code():
+    assert label_value_problems('webenv_collector_episodes_finished_total{outcome=~"passed|failed"}') == []
+    assert label_value_problems('webenv_browser_browser_restarts_total{reason="crash"}') == []
+    assert label_value_problems('grpc_server_handled_total{grpc_code="UNAVAILABLE", grpc_type="unary"}') == []
+    assert label_value_problems('grpc_server_handled_total{grpc_code="Unavailable"}') != []
+    assert label_value_problems('webenv_judge_llm_calls_total{result="nonsense_value_x"}') != []
+
+
 def test_promql_metric_name_extraction():
     expr = ('histogram_quantile(0.95, sum by (job, le) (rate(grpc_server_handling_seconds_bucket'
             '{job=~"$job", grpc_service!~"grpc[.].*"}[$__rate_interval]))) / ignoring(phase) group_left '
@@ -479,7 +528,7 @@ def test_alerts_cover_the_basics_and_use_exported_metrics():
     for rule in rules:
         unknown = promql_metric_names(rule["expr"]) - known
         assert not unknown, f"{rule.get('alert') or rule.get('record')}: unknown metrics {unknown}"
-        problems = promql_label_problems(rule["expr"], recorded)
+        problems = promql_label_problems(rule["expr"], recorded) + label_value_problems(rule["expr"])
         assert not problems, f"{rule.get('alert') or rule.get('record')}: {problems}"
     for alert in alerts.values():
         assert alert["labels"]["severity"] in {"critical", "warning", "info"}
@@ -534,7 +583,7 @@ def test_dashboard_queries_use_exported_metrics():
             assert names, f"{name}: {title}: no metric in {expr!r}"
             unknown = names - known
             assert not unknown, f"{name}: panel {title!r} uses metrics no service exports: {unknown}"
-            problems = promql_label_problems(expr, {})
+            problems = promql_label_problems(expr, {}) + label_value_problems(expr)
             assert not problems, f"{name}: panel {title!r}: {problems}"
             total += 1
     assert total >= 40
