@@ -279,7 +279,7 @@ async def many_sessions(stub: Any, url: str, n: int) -> dict[str, Any]:
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="bench/results")
-    ap.add_argument("--seconds", type=float, default=6.0)
+    ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--ks", default="1,4,16,32")
     ap.add_argument("--max-sessions", type=int, default=128)
     args = ap.parse_args()

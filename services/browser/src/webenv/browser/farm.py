@@ -4,7 +4,7 @@ Settle rule after every action (bounded, no fixed sleeps):
 1. main-frame navigations started by the action: wait until their requests finish or fail, then
    for DOMContentLoaded (cap: WEBENV_FARM_NAV_TIMEOUT_MS);
 2. network: wait until no request of the context is in flight (cap: WEBENV_FARM_NETWORK_IDLE_MS);
-3. DOM: inside the observation's JS pass, wait until no mutation for WEBENV_FARM_SETTLE_QUIET_MS
+3. DOM: inside the observation's JS pass (after one rendered frame for scroll-like actions), wait until no mutation for WEBENV_FARM_SETTLE_QUIET_MS
    (cap: WEBENV_FARM_SETTLE_MAX_MS); a navigation that still interrupts the pass is waited for
    and the pass retried.
 
@@ -39,6 +39,8 @@ from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
 log = logging.getLogger(__name__)
 _CLOSED_KEEP = 2000
+# Actions whose effects arrive with the next rendered frame (scroll events, wheel, rAF-driven UIs).
+FRAME_KINDS = frozenset({"scroll", "scroll_element", "drag", "hover", "wait"})
 
 
 def validate_spec(spec: common_pb2.ObservationSpec, field: str) -> None:
@@ -237,11 +239,11 @@ class Farm:
                 t.title = obs.title
         obs.active_tab_id = s.active_tab_id
 
-    async def _observe(self, s: BrowserSession, spec: common_pb2.ObservationSpec, settle: bool = True
-                       ) -> tuple[common_pb2.Observation, dict]:
+    async def _observe(self, s: BrowserSession, spec: common_pb2.ObservationSpec, settle: bool = True,
+                       frame_wait: bool = False) -> tuple[common_pb2.Observation, dict]:
         cdp = await s.cdp() if common_pb2.OBSERVATION_FORMAT_SCREENSHOT in spec.formats else None
         return await observe(s.page, cdp, spec, self.obs_cfg, settle=settle,
-                             miniwob=bool(s.adapter and s.adapter.miniwob))
+                             miniwob=bool(s.adapter and s.adapter.miniwob), frame_wait=frame_wait)
 
     async def step(self, req: environment_pb2.StepRequest, deadline: float | None = None) -> environment_pb2.StepResponse:
         s = self._get(req.session_id)
@@ -374,7 +376,7 @@ class Farm:
             to = time.perf_counter()
             for _ in range(3):
                 nav_seen = st.nav_count
-                obs, raw = await self._observe(s, spec)
+                obs, raw = await self._observe(s, spec, frame_wait=kind in FRAME_KINDS)
                 if st.nav_count == nav_seen and not st.navs:
                     break
                 # a navigation (or popup) started while the DOM settled: wait for it, observe again

@@ -15,6 +15,11 @@ async (opts) => {
     let seen = false;
     const mo = new MutationObserver(() => { last = performance.now(); seen = true; });
     mo.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+    if (opts.frameWait) {
+      // scroll events and rAF callbacks run with the next frame: let one pass (capped: hidden tabs get no frames)
+      await Promise.race([new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0))),
+        new Promise((r) => setTimeout(r, 100))]);
+    }
     for (;;) {
       await new Promise((r) => setTimeout(r, opts.quietMs));
       const now = performance.now();

@@ -72,6 +72,7 @@ async def observe(
     *,
     settle: bool = True,
     miniwob: bool = False,
+    frame_wait: bool = False,
 ) -> tuple[common_pb2.Observation, dict[str, Any]]:
     """Build an Observation of `page` in the formats of `spec`; returns it with the raw JS result."""
     formats = wanted_formats(spec)
@@ -87,6 +88,7 @@ async def observe(
         "quietMs": cfg.quiet_ms if settle else 0,
         "maxMs": cfg.settle_max_ms,
         "miniwob": miniwob,
+        "frameWait": frame_wait and settle,
     }
     t0 = time.perf_counter()
     data = await page_data(page, opts, cfg.nav_timeout_ms)
