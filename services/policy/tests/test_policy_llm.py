@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import asyncio
 import json
 import random
 import re
@@ -215,7 +214,6 @@ def test_settings_fail_fast(tmp_path):
         Settings(policy_default="greedy")
     with pytest.raises(ValueError, match="bad mix entry"):
         Settings(policy_random_mix="click=1,teleport=2")
-    assert asyncio  # keep the import for the event-loop based tests above
 
 
 async def test_queue_limit_is_resource_exhausted(serve_policy, policy_stub, tiny_model):
@@ -234,3 +232,17 @@ async def test_queue_limit_is_resource_exhausted(serve_policy, policy_stub, tiny
     errors = [a.error for a in answers if a.WhichOneof("result") == "error"]
     assert errors and all(e.code == grpc.StatusCode.RESOURCE_EXHAUSTED.value[0] for e in errors)
     assert all(e.reason == "POLICY_QUEUE_FULL" and "WEBENV_POLICY_MAX_QUEUE" in e.message for e in errors)
+
+
+async def test_stream_answers_in_completion_order(serve_policy, policy_stub, tiny_model):
+    """A scripted act sent after a model act on the same stream is not held behind it."""
+    rng = random.Random(10)
+    async with serve_policy(policy_model_path=str(tiny_model), policy_max_new_tokens=48,
+                            policy_batch_window_ms=50) as (server, _), policy_stub(server) as stub:
+        async def items():
+            yield policy_pb2.ActStreamRequest(tag="slow", request=request(random_observation(rng, n=8), policy="llm"))
+            yield policy_pb2.ActStreamRequest(tag="fast", request=request(random_observation(rng, n=8),
+                                                                          policy="random", seed=1))
+
+        order = [a.tag async for a in stub.ActStream(items())]
+    assert order == ["fast", "slow"]
