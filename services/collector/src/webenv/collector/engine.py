@@ -63,6 +63,7 @@ class RunContext:
     task: asyncio.Task | None = None
     stored_ids: set[str] = field(default_factory=set)
     storing: set[asyncio.Future] = field(default_factory=set)
+    ended: asyncio.Event = field(default_factory=asyncio.Event)  # set once the final state is persisted
 
     def notify(self) -> None:
         """Wake watchers."""
@@ -225,6 +226,7 @@ class Engine:
             rc.run.finished_at.GetCurrentTime()
             with contextlib.suppress(Exception):
                 await self.persist(rc)
+            rc.ended.set()  # watchers end only now, so a finished run is already in the store
             rc.notify()
 
     def _addresses(self, rc: RunContext) -> list[str]:

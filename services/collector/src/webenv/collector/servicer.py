@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from webenv import errors
 from webenv.collector import metrics
-from webenv.collector.engine import STATE_NAMES, TERMINAL, Engine
+from webenv.collector.engine import STATE_NAMES, Engine
 from webenv.collector.export import export
 from webenv.v1 import collector_pb2, collector_pb2_grpc
 
@@ -37,9 +37,10 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         pos = 0
         while True:
             rc.changed.clear()
+            ended = rc.ended.is_set()  # read before the snapshot, so the last report shows the final state
             resp, pos = rc.progress(pos)
             yield resp
-            if rc.run.state in TERMINAL:
+            if ended:
                 return
             try:
                 await asyncio.wait_for(rc.changed.wait(), timeout=max(self.watch_interval, 0.05) * 4)

@@ -105,8 +105,11 @@ class Writer:
         t0 = time.monotonic()
         if rows:
             try:
+                if not self.store_up:
+                    # During an outage batches go straight to the spool: only the flusher probes the store, so
+                    # a store that hangs on connect does not stall every batch.
+                    raise StoreError("store marked down")
                 await self.store.call(self.store.store.insert, merged)
-                self.store_up = True
             except StoreError as exc:
                 if self.store_up:
                     log.warning("store unavailable, spooling to %s: %s", self.spool.folder, exc)
