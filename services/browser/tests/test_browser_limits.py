@@ -147,7 +147,7 @@ async def test_step_stream_many_sessions_completion_order(env, farm, page_server
 
     call = farm.env.StepStream(requests())
     # a slow wait first, then quick clicks on the others, then one bad item
-    await queue.put(req("slow", slow, common_pb2.Action(wait=common_pb2.WaitAction(milliseconds=1500))))
+    await queue.put(req("slow", slow, common_pb2.Action(wait=common_pb2.WaitAction(milliseconds=4000))))
     for i, sid in enumerate(sids[1:]):
         await queue.put(req(f"quick{i}", sid, common_pb2.Action(click=common_pb2.ClickAction(
             target=common_pb2.ElementTarget(selector="#btn")))))
