@@ -130,9 +130,10 @@ def overview() -> Board:
            thresholds=[(None, "green"), (1, "red")])
     b.stat("RPCs/s", f"sum(rate(grpc_server_handled_total{{{APP_RPCS}}}[{RATE}]))", unit="reqps", w=4)
     b.stat("Server error ratio",
-           f'sum(rate(grpc_server_handled_total{{{APP_RPCS}, grpc_code=~"{SERVER_ERRORS}"}}[{RATE}]))'
+           f'(sum(rate(grpc_server_handled_total{{{APP_RPCS}, grpc_code=~"{SERVER_ERRORS}"}}[{RATE}])) or vector(0))'
            f" / sum(rate(grpc_server_handled_total{{{APP_RPCS}}}[{RATE}]))",
-           unit="percentunit", w=4, thresholds=[(None, "green"), (0.01, "orange"), (0.05, "red")])
+           unit="percentunit", w=4, thresholds=[(None, "green"), (0.01, "orange"), (0.05, "red")],
+           description="Server-side failures (as in the WebenvHighErrorRatio alert) over all RPCs.")
     b.stat("RPCs in flight", f"sum(grpc_server_started_total{{{APP_RPCS}}}) - sum(grpc_server_handled_total{{{APP_RPCS}}})",
            w=4, description="Started minus completed, streams included.")
     b.stat("Slowest unary p95",
