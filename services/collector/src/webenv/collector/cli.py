@@ -316,6 +316,8 @@ def demo(
                                             concurrency=concurrency,
                                             horizons=collector_pb2.Horizons(easy=5, medium=5, hard=5)),
         }
+        for spec in specs.values():  # the synthetic web: every task there has an oracle and ground truth
+            spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
         results = {}
         t0 = time.monotonic()
         for pol, spec in specs.items():
