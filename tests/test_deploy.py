@@ -476,9 +476,15 @@ def test_prometheus_scrapes_every_service():
     assert config["global"]["scrape_interval"] == "15s"
     jobs = {j["job_name"]: j for j in config["scrape_configs"]}
     for name, (_, metrics_port) in PORTS.items():
-        targets = [t for sc in jobs[name]["static_configs"] for t in sc["targets"]]
-        assert targets == [f"{name}:{metrics_port}"]
-        assert all(sc["labels"]["app"] == "webenv" for sc in jobs[name]["static_configs"])
+        job = jobs[name]
+        if "dns_sd_configs" in job:  # optional services: discovered by their compose DNS name
+            assert [(d["names"], d["port"]) for d in job["dns_sd_configs"]] == [([name], metrics_port)]
+            assert {"target_label": "app", "replacement": "webenv"} in job["relabel_configs"]
+        else:
+            targets = [t for sc in job["static_configs"] for t in sc["targets"]]
+            assert targets == [f"{name}:{metrics_port}"]
+            assert all(sc["labels"]["app"] == "webenv" for sc in job["static_configs"])
+    assert "profiles" in compose()["services"]["worldmodel"] and "dns_sd_configs" in jobs["worldmodel"]
     k8s = yaml.safe_load((DEPLOY / "prometheus/prometheus-k8s.yml").read_text())
     assert k8s["global"]["scrape_interval"] == "15s"
 

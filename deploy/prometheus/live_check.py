@@ -79,11 +79,13 @@ def main() -> int:
         config["global"].update(scrape_interval="2s", scrape_timeout="1s", evaluation_interval="2s")
         prom_port = free_port()
         for job in config["scrape_configs"]:
-            for sc in job["static_configs"]:
-                if job["job_name"] in ports:
-                    sc["targets"] = [f"127.0.0.1:{ports[job['job_name']][1]}"]
-                elif job["job_name"] == "prometheus":
-                    sc["targets"] = [f"127.0.0.1:{prom_port}"]
+            name = job["job_name"]
+            if name in ports or name == "prometheus":
+                port = prom_port if name == "prometheus" else ports[name][1]
+                job.pop("dns_sd_configs", None)
+                job.pop("relabel_configs", None)
+                job["static_configs"] = [{"targets": [f"127.0.0.1:{port}"],
+                                          **({"labels": {"app": "webenv"}} if name in ports else {})}]
         (work / "prometheus.yml").write_text(yaml.safe_dump(config))
         shutil.copy(ROOT / "deploy/prometheus/alerts.yml", work / "alerts.yml")
         procs.append(subprocess.Popen(
