@@ -59,3 +59,21 @@ def test_prompt_truncates_and_falls_back():
     prompt = build_prompt(request(obs, policy="llm"), "do it", fmt="html", history_window=3, max_chars=500)
     assert "Observation (axtree)" in prompt.user and "(truncated)" in prompt.user
     assert len(prompt.user) < 1200
+
+
+def test_answer_regex_allows_only_this_pages_ids():
+    import re
+
+    from webenv.policy.constrain import answer_regex
+
+    obs = common_pb2.Observation(url="http://a.web.test/")
+    obs.elements.add(element_id="7", tag="button", role="button", name="Buy", visible=True, clickable=True)
+    obs.elements.add(element_id="9", tag="input", role="textbox", name="Q", visible=True, clickable=True)
+    obs.elements.add(element_id="11", tag="a", role="link", name="Hidden", visible=False, clickable=True)
+    pattern = re.compile(answer_regex(obs))
+    head = "Memory: m\nProgress: p\nIntention: i\nAction: "
+    for ok in ["click(7)", 'fill(9, "laptop")', 'press(9, "Enter")', "scroll(0, -300)", 'answer("$4")', "go_back()"]:
+        assert pattern.fullmatch(head + ok), ok
+        assert not parse_output(head + ok).failed
+    for bad in ["click(11)", "click(8)", 'fill(7, "x")', 'select(9, "a")', "Action: click(7)"]:
+        assert not pattern.fullmatch(head + bad), bad

@@ -18,6 +18,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from webenv.client import make_channel
+from webenv.policy.policies import build
 from webenv.policy.synthetic import random_observation, request
 from webenv.v1 import policy_pb2, policy_pb2_grpc
 
@@ -36,7 +37,9 @@ def vllm_env(model: Path, grpc_port: int, metrics_port: int) -> dict[str, str]:
     env.update(
         WEBENV_HOST="127.0.0.1", WEBENV_GRPC_PORT=str(grpc_port), WEBENV_METRICS_PORT=str(metrics_port),
         WEBENV_POLICY_BACKEND="vllm", WEBENV_POLICY_MODEL_PATH=str(model), WEBENV_POLICY_DEFAULT="llm",
-        WEBENV_POLICY_MAX_NEW_TOKENS="16", WEBENV_POLICY_MAX_BATCH="64", WEBENV_LOG_JSON="false",
+        WEBENV_POLICY_MAX_NEW_TOKENS="400", WEBENV_POLICY_MAX_BATCH="64", WEBENV_LOG_JSON="false",
+        # Structured outputs: even the random-weight tiny model then answers in the format with a valid action.
+        WEBENV_POLICY_CONSTRAINED="true",
         # On the CPU build this is the share of RAM reserved for the KV cache; the tiny model needs little.
         WEBENV_POLICY_VLLM_GPU_MEMORY_UTILIZATION="0.05", WEBENV_POLICY_VLLM_MAX_MODEL_LEN="2048",
         HF_HUB_OFFLINE="1", VLLM_NO_USAGE_STATS="1",
@@ -89,13 +92,15 @@ async def test_vllm_backend_serves_batched_actions(tiny_model, free_port, tmp_pa
         listed = await stub.ListPolicies(policy_pb2.ListPoliciesRequest())
         rng = random.Random(9)
 
+        pages = {str(i): random_observation(rng, n=6) for i in range(9)}
+
         async def items():
             for i in range(8):
                 yield policy_pb2.ActStreamRequest(
-                    tag=str(i), request=request(random_observation(rng, n=6), policy="llm", episode_id=f"v{i}"))
+                    tag=str(i), request=request(pages[str(i)], policy="llm", episode_id=f"v{i}"))
 
         answers = [a async for a in stub.ActStream(items())]
-        unary = await stub.Act(request(random_observation(rng, n=4), policy="llm", episode_id="u"))
+        unary = await stub.Act(request(pages["8"], policy="llm", episode_id="u"))
         await channel.close()
     finally:
         proc.terminate()
@@ -107,10 +112,14 @@ async def test_vllm_backend_serves_batched_actions(tiny_model, free_port, tmp_pa
         log.close()
     assert proc.returncode == 0, tail(tmp_path / "policy-vllm.log")
     assert {p.name: p.backend for p in listed.policies}["llm"] == "vllm"
-    responses = [a.response for a in answers]
-    assert len(responses) == 8 and all(a.WhichOneof("result") == "response" for a in answers)
-    for r in [*responses, unary]:
+    assert len(answers) == 8 and all(a.WhichOneof("result") == "response" for a in answers), answers
+    responses = {a.tag: a.response for a in answers} | {"8": unary}
+    for tag, r in responses.items():
         assert r.policy == "llm" and r.model == tiny_model.name
-        assert r.prompt_tokens > 50 and 0 < r.completion_tokens <= 16
-        assert r.action_text and (not r.parse_failed or r.action.WhichOneof("kind") == "noop")
-    assert max(r.batch_size for r in responses) > 1  # continuous batching: requests shared the engine
+        assert r.prompt_tokens > 50 and 0 < r.completion_tokens <= 400
+        assert not r.parse_failed, (r.raw_output, r.parse_error)  # constrained decoding: always parses
+        assert r.raw_output.startswith("Memory: ") and r.action_text
+        target = build.target_id(r.action)
+        if target is not None:  # and element ids come from this page
+            assert target in {el.element_id for el in pages[tag].elements if el.visible}
+    assert max(r.batch_size for r in responses.values()) > 1  # continuous batching: requests shared the engine

@@ -53,7 +53,7 @@ class _Item:
     def key(self) -> tuple:
         # The seed is left out on purpose: a batch shares one sampler, and keying on it would give batches of one.
         p = self.params
-        return (p.max_new_tokens, p.temperature, p.ignore_eos, p.stop)
+        return (p.max_new_tokens, p.temperature, p.ignore_eos, p.stop, p.regex)
 
 
 class Batcher:

@@ -62,6 +62,8 @@ class Settings(ServiceSettings):
     policy_max_episodes: int = Field(10000, ge=1, description="per-episode states kept (LRU eviction)")
     policy_episode_ttl_seconds: float = Field(3600.0, gt=0, description="idle episodes are forgotten after")
     policy_random_mix: str = Field(DEFAULT_RANDOM_MIX, description="random policy's action weights")
+    policy_constrained: bool = Field(
+        False, description="constrain decoding to the answer format and this page's element ids (vLLM only)")
     policy_stream_max_inflight: int = Field(512, ge=1, description="unanswered requests per ActStream")
     policy_vllm_max_model_len: int = Field(2048, ge=64)
     policy_vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)

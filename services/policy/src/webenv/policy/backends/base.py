@@ -24,6 +24,8 @@ class GenerationParams:
     seed: int = 0
     ignore_eos: bool = False
     stop: tuple[str, ...] = field(default_factory=tuple)
+    #: Regular expression the whole output must match (backends with `supports_constraints` only).
+    regex: str = ""
 
 
 @dataclass(slots=True)
@@ -43,6 +45,7 @@ class LLMBackend(Protocol):
     model: str
     continuous: bool
     supports_images: bool
+    supports_constraints: bool  # honours GenerationParams.regex
 
     async def start(self) -> None:
         """Load the model (health stays NOT_SERVING until this returns)."""

@@ -20,6 +20,7 @@ class TransformersBackend:
     name = "transformers"
     continuous = False
     supports_images = False
+    supports_constraints = False
 
     def __init__(self, model_path: Path, *, model_name: str = "", device: str = "auto", threads: int = 0) -> None:
         self.model_path = Path(model_path)

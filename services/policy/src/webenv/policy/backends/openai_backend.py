@@ -19,6 +19,7 @@ class OpenAIBackend:
     name = "openai"
     continuous = True
     supports_images = True
+    supports_constraints = False
 
     def __init__(self, base_url: str, *, model_name: str = "", api_key: str = "", timeout_seconds: float = 120.0):
         self.base_url = base_url.rstrip("/")

@@ -21,6 +21,7 @@ class VllmBackend:
     name = "vllm"
     continuous = True
     supports_images = False
+    supports_constraints = True
 
     def __init__(self, model_path: Path, *, model_name: str = "", max_model_len: int = 2048,
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 64, dtype: str = "auto") -> None:
@@ -56,9 +57,14 @@ class VllmBackend:
 
         if self._engine is None:
             raise RuntimeError("VllmBackend.generate before start()")
+        extra = {}
+        if params.regex:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            extra["structured_outputs"] = StructuredOutputsParams(regex=params.regex)
         sampling = SamplingParams(max_tokens=params.max_new_tokens, temperature=params.temperature,
                                   seed=params.seed or None, ignore_eos=params.ignore_eos,
-                                  stop=list(params.stop) or None)
+                                  stop=list(params.stop) or None, **extra)
         ids = self._tok(render(self._tok, prompt), add_special_tokens=False)["input_ids"]
         room = self._args["max_model_len"] - params.max_new_tokens
         if len(ids) > room:  # keep the end of the prompt (the page and the question), drop the oldest text

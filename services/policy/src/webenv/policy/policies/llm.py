@@ -10,6 +10,7 @@ from webenv.v1 import policy_pb2
 from .. import metrics
 from ..backends import GenerationParams
 from ..batcher import Batcher
+from ..constrain import answer_regex
 from ..parse import parse_output
 from ..prompt import FORMAT_NAMES, build_prompt
 from .base import Decision
@@ -25,7 +26,7 @@ class LLMPolicy:
     description = "language model with WebGym's memory prompt (Memory, Progress, Intention, Action)"
 
     def __init__(self, batcher: Batcher, *, prompt_format: str, history_window: int, max_new_tokens: int,
-                 temperature: float, max_observation_chars: int) -> None:
+                 temperature: float, max_observation_chars: int, constrained: bool = False) -> None:
         self.batcher = batcher
         self.backend = batcher.backend.name
         self.model = batcher.backend.model
@@ -34,6 +35,8 @@ class LLMPolicy:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.max_chars = max_observation_chars
+        # Constrained decoding only where the backend can do it (vLLM); elsewhere the parser copes.
+        self.constrained = constrained and batcher.backend.supports_constraints
 
     def prompt_for(self, request: policy_pb2.ActRequest):
         """The prompt a request gets (exposed for tests and debugging)."""
@@ -63,7 +66,8 @@ class LLMPolicy:
                                          reason="BAD_OPTIONS", metadata={"field": "options"})
         return GenerationParams(max_new_tokens=opts.max_new_tokens or self.max_new_tokens,
                                 temperature=opts.temperature if opts.temperature else self.temperature,
-                                seed=request.seed)
+                                seed=request.seed,
+                                regex=answer_regex(request.observation) if self.constrained else "")
 
     async def act(self, request: policy_pb2.ActRequest) -> Decision:
         prompt = self.prompt_for(request)
