@@ -79,3 +79,13 @@ async def test_real_stack_oracle_and_random(stack, tmp_path):
         if reports[-1].reproduced:
             break
     assert reports[-1].reproduced, json.dumps([r.to_dict() for r in reports], indent=1)
+
+
+def test_stack_stops_every_service(stack):
+    """`webenv up`'s launcher: SIGTERM in reverse order leaves no service running."""
+    procs = dict(stack.procs)
+    assert set(procs) == {"sites", "browser", "policy", "judge", "collector"}
+    assert not stack.dead()
+    stack.stop()
+    assert all(p.poll() is not None for p in procs.values())
+    assert procs["collector"].returncode == 0  # the collector shut down cleanly on SIGTERM
