@@ -81,8 +81,8 @@ def main() -> None:
         stats = asyncio.run(collect(data, sites_per_family=per_family, episodes_per_site=episodes, steps=12))
         data.with_suffix(".stats.json").write_text(json.dumps(asdict(stats)))
         report["collect"] = asdict(stats)
-        cfg = TrainConfig(data=[str(data)], out=str(work / "run"), max_steps=400 if a.full else 120,
-                          max_minutes=14.0 if a.full else 4.0, eval_every=50 if a.full else 40)
+        cfg = TrainConfig(data=[str(data)], out=str(work / "run"), max_steps=3000,
+                          max_minutes=14.0 if a.full else 4.0, eval_every=50 if a.full else 40, augment_names=True)
         res = train(cfg, progress=sys.stderr.isatty())
         report["train"] = asdict(res)
         report["loss_curve"] = [json.loads(line) for line in (work / "run" / "metrics.jsonl").read_text().splitlines()

@@ -82,19 +82,25 @@ def site_split(site: str, test_fraction: float = 0.25) -> str:
     return "test" if h < test_fraction else "train"
 
 
+NAV = "<nav>"
+
+
 def encode_url(url: str, next_url: str) -> str:
-    """`=` when unchanged, path?query when same origin, else the absolute URL."""
+    """`=` when unchanged; else `<nav>` then path?query when same origin, or the absolute URL.
+
+    `<nav>` is one token, so "does the page change?" is a single greedy decision between two tokens; without it
+    the probability of navigating is split over many path tokens and greedy decoding says "=" too often."""
     if next_url == url:
         return "="
     a, b = urlsplit(url), urlsplit(next_url)
     if (a.scheme, a.netloc) == (b.scheme, b.netloc) and b.path.startswith("/"):
-        return b.path + (f"?{b.query}" if b.query else "") + (f"#{b.fragment}" if b.fragment else "")
-    return next_url
+        return NAV + b.path + (f"?{b.query}" if b.query else "") + (f"#{b.fragment}" if b.fragment else "")
+    return NAV + next_url
 
 
 def decode_url(url: str, encoded: str) -> str:
     """Inverse of encode_url."""
-    encoded = encoded.strip()
+    encoded = encoded.strip().removeprefix(NAV).strip()
     if encoded in ("", "="):
         return url
     return urljoin(url, encoded) if encoded.startswith("/") else encoded
