@@ -223,3 +223,13 @@ async def test_tls_when_configured(echo, tmp_path):
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await policy_pb2_grpc.PolicyServiceStub(plain).ListPolicies(policy_pb2.ListPoliciesRequest())
             assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+async def test_clients_pick_up_the_shared_token_from_the_environment(echo, monkeypatch):
+    server = echo.build_server(echo.EchoSettings(host="127.0.0.1", auth_token="shared"))
+    async with server:
+        await server.set_serving()
+        monkeypatch.setenv("WEBENV_AUTH_TOKEN", "shared")
+        async with make_channel(f"127.0.0.1:{server.port}") as ch:
+            resp = await policy_pb2_grpc.PolicyServiceStub(ch).ListPolicies(policy_pb2.ListPoliciesRequest())
+            assert resp.default_policy == "echo"

@@ -9,6 +9,8 @@ with backoff, never by string-matching errors in our code.
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -78,8 +80,15 @@ def make_channel(
     """An aio channel to ``address`` (``host:port``) with default deadlines, retries and optional TLS/auth.
 
     ``timeout`` is the default deadline in seconds for unary calls (None disables it). ``root_certificates``
-    turns TLS on (use ``b""`` for the system roots).
+    turns TLS on (use ``b""`` for the system roots). When not given, ``token`` and ``root_certificates`` come from
+    the environment every webenv service shares: ``WEBENV_AUTH_TOKEN`` (the same token the servers check) and
+    ``WEBENV_TLS_CA_FILE`` (a PEM bundle), so service-to-service calls keep working when a deployment turns auth or
+    TLS on.
     """
+    if token is None:
+        token = os.environ.get("WEBENV_AUTH_TOKEN") or None
+    if root_certificates is None and os.environ.get("WEBENV_TLS_CA_FILE"):
+        root_certificates = Path(os.environ["WEBENV_TLS_CA_FILE"]).read_bytes()
     limit = max_message_mb * 1024 * 1024
     opts: list[tuple[str, Any]] = [
         ("grpc.max_send_message_length", limit),
