@@ -309,6 +309,19 @@ class Farm:
 
         asyncio.get_running_loop().create_task(dispose())
 
+    async def _adopt_popup(self, s: BrowserSession) -> bool:
+        """The page opened a new tab: wait (bounded) for its page and make it the active tab."""
+        deadline = time.perf_counter() + min(3.0, self.settings.farm_nav_timeout_ms / 1000)
+        while time.perf_counter() < deadline:
+            fresh = [p for p in s.slot.context.pages if not s.knows(p) and not p.is_closed()]
+            if fresh:
+                for page in fresh:
+                    s.adopt(page)
+                s.slot.state.popups = 0
+                return True
+            await asyncio.sleep(0.01)
+        return False
+
     async def _settle(self, s: BrowserSession, nav_before: int) -> float:
         t0 = time.perf_counter()
         st = s.slot.state
@@ -319,7 +332,9 @@ class Farm:
                 st.changed.clear()
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(st.changed.wait(), nav_cap - time.perf_counter())
-            while st.popups and time.perf_counter() < nav_cap:  # a popup's page event comes after its request
+            opener = s.page
+            popup_cap = min(nav_cap, time.perf_counter() + 3.0)
+            while st.popups and time.perf_counter() < popup_cap:  # a popup's page event comes after its request
                 if len(s.slot.context.pages) > len(s.tabs):
                     for page in s.slot.context.pages:
                         if not s.knows(page):
@@ -331,6 +346,10 @@ class Farm:
                 if not s.knows(page) and not page.is_closed():
                     s.adopt(page)
             st.nav_pages.clear()
+            if s.page is not opener and not opener.is_closed():
+                # the popup is adopted already: clear the opener's in-page popup count (see POPUP_WATCH_JS)
+                with contextlib.suppress(Exception):
+                    await asyncio.wait_for(opener.evaluate("() => { window.__webenvPopups = 0; }"), 1.0)
             with contextlib.suppress(Exception):
                 await s.page.wait_for_load_state("domcontentloaded",
                                                  timeout=max(1.0, (nav_cap - time.perf_counter()) * 1000))
@@ -377,6 +396,9 @@ class Farm:
             for _ in range(3):
                 nav_seen = st.nav_count
                 obs, raw = await self._observe(s, spec, frame_wait=kind in FRAME_KINDS)
+                if raw.get("popups") and await self._adopt_popup(s):
+                    settle_s += await self._settle(s, -1)
+                    continue
                 if st.nav_count == nav_seen and not st.navs:
                     break
                 # a navigation (or popup) started while the DOM settled: wait for it, observe again

@@ -279,6 +279,8 @@ async (opts) => {
   if (want.markdown) out.markdown = clip(mdParts.join('').replace(/[ \t]+\n/g, '\n').replace(/\n{3,}/g, '\n\n').trim(), maxChars);
   if (want.dom) out.dom = domNodes;
   if (want.elements) out.elements = elements;
+  out.popups = topWin.__webenvPopups || 0;  // new tabs this page tried to open since the last pass
+  topWin.__webenvPopups = 0;
   if (opts.miniwob) {
     // MiniWoB++ reward protocol (core.js globals); read in the same round trip as the observation.
     out.miniwob = {done: !!window.WOB_DONE_GLOBAL, reward: Number(window.WOB_REWARD_GLOBAL || 0),

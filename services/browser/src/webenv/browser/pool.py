@@ -37,6 +37,26 @@ _FALLBACK_DISABLED = [
 ]
 _EXTRA_DISABLED = ["WebUIOmniboxPopup", "WebUIOmniboxAimPopup"]
 
+# Counts, in the page itself and synchronously with the click, every attempt to open a new tab
+# (window.open, links and forms with a target): the farm then waits for the popup deterministically
+# instead of racing the browser's asynchronous page events.
+POPUP_WATCH_JS = """
+(() => {
+  const mark = () => {
+    try { window.top.__webenvPopups = (window.top.__webenvPopups || 0) + 1; }
+    catch (e) { window.__webenvPopups = (window.__webenvPopups || 0) + 1; }
+  };
+  const same = (t) => !t || ['_self', '_parent', '_top'].includes(String(t).toLowerCase());
+  const open = window.open;
+  window.open = function (...args) { mark(); return open.apply(this, args); };
+  document.addEventListener('click', (e) => {
+    const a = e.target && e.target.closest ? e.target.closest('a[href][target], area[href][target]') : null;
+    if (a && !same(a.target) && !e.defaultPrevented) mark();
+  }, true);
+  document.addEventListener('submit', (e) => { if (e.target && !same(e.target.target)) mark(); }, true);
+})();
+"""
+
 
 def playwright_disabled_features() -> list[str]:
     """Playwright's own --disable-features list, read from the installed driver (fallback: a copy)."""
@@ -269,6 +289,7 @@ class BrowserPool:
                 accept_downloads=False,
             )
             state = ContextState()
+            await context.add_init_script(POPUP_WATCH_JS)
             if self.guard.enabled:
                 await context.route(self.guard.unlisted_url_pattern(), self._route_handler(state))
             context.on("request", self._request_watch(state))
