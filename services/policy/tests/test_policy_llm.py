@@ -89,7 +89,7 @@ async def test_openai_backend_prompt_and_action(serve_policy, policy_stub):
         el.visible = True
     obs.screenshot.data, obs.screenshot.codec = b"\x89PNG fake", common_pb2.IMAGE_CODEC_PNG
     with ChatServer() as chat:
-        async with serve_policy(policy_openai_url=chat.url, policy_openai_model="m1",
+        async with serve_policy(policy_openai_url=chat.url, policy_openai_model="m1", policy_vision=True,
                                 policy_openai_api_key="sekret") as (server, _), policy_stub(server) as stub:
             resp = await stub.Act(llm_request(obs, step_index=2, seed=4))
             listed = await stub.ListPolicies(policy_pb2.ListPoliciesRequest())
@@ -121,7 +121,7 @@ async def test_prompt_format_and_history_window(serve_policy, policy_stub):
             req.options.history_window = 1
             await stub.Act(req)
             bad = llm_request(obs)
-            bad.options.prompt_format = common_pb2.OBSERVATION_FORMAT_SCREENSHOT
+            bad.options.prompt_format = common_pb2.OBSERVATION_FORMAT_DOM
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await stub.Act(bad)
             no_instruction = llm_request(obs, instruction="")
@@ -129,11 +129,35 @@ async def test_prompt_format_and_history_window(serve_policy, policy_stub):
             with pytest.raises(grpc.aio.AioRpcError) as info2:
                 await stub.Act(no_instruction)
     text = chat.bodies[0]["messages"][1]["content"]
+    assert isinstance(text, str)  # WEBENV_POLICY_VISION is off: no image part
     assert "Observation (markdown):\n# Laptops" in text
     assert "click(9)" in text and 'fill(4, "laptop")' not in text  # window of 1
     assert "Memory: searched laptops" in text  # memory survives the window
-    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "prompt_format" in info.value.details()
+    assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "OBSERVATION_FORMAT_DOM" in info.value.details()
     assert info2.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "instruction" in info2.value.details()
+
+
+async def test_screenshot_prompt_format(serve_policy, policy_stub, tiny_model):
+    """SCREENSHOT as the prompt format: the image is the page (OpenAI backend); refused without images."""
+    obs = random_observation(random.Random(4), n=5)
+    with ChatServer() as chat:
+        async with serve_policy(policy_openai_url=chat.url) as (server, _), policy_stub(server) as stub:
+            req = llm_request(obs)
+            req.options.prompt_format = common_pb2.OBSERVATION_FORMAT_SCREENSHOT
+            with pytest.raises(grpc.aio.AioRpcError) as missing:
+                await stub.Act(req)
+            req.observation.screenshot.data = b"\xff\xd8jpeg"
+            req.observation.screenshot.codec = common_pb2.IMAGE_CODEC_JPEG
+            resp = await stub.Act(req)
+    user = chat.bodies[0]["messages"][1]["content"]
+    assert "attached screenshot" in user[0]["text"] and obs.axtree.splitlines()[0] not in user[0]["text"]
+    assert user[1]["image_url"]["url"].startswith("data:image/jpeg;base64,")
+    assert resp.action_text == "scroll(0, 400)"  # no ids in a pure screenshot prompt
+    assert missing.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "screenshot" in missing.value.details()
+    async with serve_policy(policy_model_path=str(tiny_model)) as (server, _), policy_stub(server) as stub:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await stub.Act(req)
+    assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "transformers" in refused.value.details()
 
 
 async def test_parse_failure_recorded_and_backend_failure_unavailable(serve_policy, policy_stub, scrape):

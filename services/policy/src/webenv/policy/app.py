@@ -32,7 +32,7 @@ class PolicyApp:
                 self.batcher, prompt_format=settings.policy_prompt_format,
                 history_window=settings.policy_history_window, max_new_tokens=settings.policy_max_new_tokens,
                 temperature=settings.policy_temperature, max_observation_chars=settings.policy_max_observation_chars,
-                constrained=settings.policy_constrained))
+                constrained=settings.policy_constrained, vision=settings.policy_vision))
         self.policies = {p.name: p for p in policies}
         self.servicer = PolicyServicer(self.policies, settings.policy_default,
                                        stream_max_inflight=settings.policy_stream_max_inflight)

@@ -105,11 +105,14 @@ def build_prompt(request: policy_pb2.ActRequest, instruction: str, *, fmt: str, 
         parts.append(f"Last action failed: {obs.last_action_error}")
     tabs = "; ".join(f"[{t.tab_id}]{'*' if t.active else ''} {t.title[:40]}" for t in obs.tabs)
     header = f"URL: {obs.url}\nTitle: {obs.title}" + (f"\nTabs: {tabs}" if len(obs.tabs) > 1 else "")
-    used, text = observation_text(obs, fmt, max_chars)
-    parts.append(f"{header}\nObservation ({used}):\n{text}")
+    if fmt == "screenshot":  # a vision prompt: the page is the image
+        parts.append(f"{header}\nObservation: the attached screenshot of the viewport.")
+    else:
+        used, text = observation_text(obs, fmt, max_chars)
+        parts.append(f"{header}\nObservation ({used}):\n{text}")
     parts.append(f"Step {request.step_index}. Reply with Memory, Progress, Intention and Action.")
     image, mime = b"", ""
-    if with_image and obs.HasField("screenshot") and obs.screenshot.data:
+    if (with_image or fmt == "screenshot") and obs.HasField("screenshot") and obs.screenshot.data:
         image = obs.screenshot.data
         mime = "image/jpeg" if obs.screenshot.codec == common_pb2.IMAGE_CODEC_JPEG else "image/png"
     return Prompt(system=SYSTEM_PROMPT, user="\n\n".join(parts), image=image, image_mime=mime)

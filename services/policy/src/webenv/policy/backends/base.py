@@ -77,7 +77,7 @@ def make_backend(settings: Settings) -> LLMBackend | None:
     if kind == "openai":
         from .openai_backend import OpenAIBackend
 
-        return OpenAIBackend(settings.policy_openai_url, model_name=settings.model_name,
+        return OpenAIBackend(settings.policy_openai_url, model_name=settings.policy_openai_model or settings.model_name,
                              api_key=settings.policy_openai_api_key,
                              timeout_seconds=settings.policy_openai_timeout_seconds)
     raise ValueError(f"unknown backend {kind!r}")

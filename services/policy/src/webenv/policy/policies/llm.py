@@ -5,7 +5,7 @@ from __future__ import annotations
 import logging
 
 from webenv import errors
-from webenv.v1 import policy_pb2
+from webenv.v1 import common_pb2, policy_pb2
 
 from .. import metrics
 from ..backends import GenerationParams
@@ -26,7 +26,8 @@ class LLMPolicy:
     description = "language model with WebGym's memory prompt (Memory, Progress, Intention, Action)"
 
     def __init__(self, batcher: Batcher, *, prompt_format: str, history_window: int, max_new_tokens: int,
-                 temperature: float, max_observation_chars: int, constrained: bool = False) -> None:
+                 temperature: float, max_observation_chars: int, constrained: bool = False,
+                 vision: bool = False) -> None:
         self.batcher = batcher
         self.backend = batcher.backend.name
         self.model = batcher.backend.model
@@ -37,6 +38,8 @@ class LLMPolicy:
         self.max_chars = max_observation_chars
         # Constrained decoding only where the backend can do it (vLLM); elsewhere the parser copes.
         self.constrained = constrained and batcher.backend.supports_constraints
+        # Screenshots go with every prompt only when asked for and the backend takes images.
+        self.vision = vision and batcher.backend.supports_images
 
     def prompt_for(self, request: policy_pb2.ActRequest):
         """The prompt a request gets (exposed for tests and debugging)."""
@@ -49,15 +52,29 @@ class LLMPolicy:
         opts = request.options
         fmt = self.prompt_format
         if opts.prompt_format:
-            if opts.prompt_format not in FORMAT_NAMES:
+            if opts.prompt_format == common_pb2.OBSERVATION_FORMAT_SCREENSHOT:
+                fmt = "screenshot"
+                backend = self.batcher.backend
+                if not backend.supports_images:
+                    raise errors.InvalidArgument(
+                        f"options.prompt_format SCREENSHOT needs a backend that takes images; '{backend.name}' "
+                        "does not (use the openai backend with a vision model)", reason="BAD_PROMPT_FORMAT",
+                        metadata={"field": "options.prompt_format"})
+                if not request.observation.screenshot.data:
+                    raise errors.InvalidArgument(
+                        "options.prompt_format SCREENSHOT but observation.screenshot is empty (ask the "
+                        "environment for OBSERVATION_FORMAT_SCREENSHOT)", reason="MISSING_SCREENSHOT",
+                        metadata={"field": "observation.screenshot"})
+            elif opts.prompt_format in FORMAT_NAMES:
+                fmt = FORMAT_NAMES[opts.prompt_format]
+            else:
                 raise errors.InvalidArgument(
-                    f"options.prompt_format {opts.prompt_format} cannot be a prompt; "
-                    "use AXTREE, MARKDOWN, HTML or ELEMENTS", reason="BAD_PROMPT_FORMAT",
+                    f"options.prompt_format {common_pb2.ObservationFormat.Name(opts.prompt_format)} cannot be a "
+                    "prompt; use AXTREE, MARKDOWN, HTML, ELEMENTS or SCREENSHOT", reason="BAD_PROMPT_FORMAT",
                     metadata={"field": "options.prompt_format"})
-            fmt = FORMAT_NAMES[opts.prompt_format]
         window = opts.history_window or self.history_window
         return build_prompt(request, instruction, fmt=fmt, history_window=window, max_chars=self.max_chars,
-                            with_image=self.batcher.backend.supports_images)
+                            with_image=self.vision)
 
     def params_for(self, request: policy_pb2.ActRequest) -> GenerationParams:
         opts = request.options
