@@ -82,3 +82,9 @@ def test_bad_jsonl_line_is_named(tmp_path: Path) -> None:
     bad.write_text('{"episode_id": "e"}\n')
     with pytest.raises(ValueError, match=r"bad.jsonl:1: not a transition"):
         read_transitions([bad])
+
+
+def test_repair_applies_what_it_can() -> None:
+    p = parse_output("URL =\nEDIT\n@2 5\n+x", "http://x/", "a\nb\nc", repair=True)
+    assert (p.next_state, p.repaired, p.fallback) == ("a\nx", True, False)
+    assert parse_output("URL =\nEDIT\n@2 5\n+x", "http://x/", "a\nb\nc").fallback

@@ -60,3 +60,10 @@ def test_small_change_gives_small_edit() -> None:
 def test_bad_edits_raise(edit: str, message: str) -> None:
     with pytest.raises(diff.EditError, match=message):
         diff.apply(edit, "one\ntwo")
+
+
+def test_lenient_apply_repairs_what_it_can() -> None:
+    state = "a\nb\nc"
+    assert diff.apply_lenient("@2 9\n+x", state) == "a\nx"  # deletion clamped at the end
+    assert diff.apply_lenient("@2 1\n+x\ngarbage\n@1 1\n+y\n@9 0\n+z", state) == "a\nx\nc"  # overlap, past end skipped
+    assert diff.apply_lenient("", state) == state

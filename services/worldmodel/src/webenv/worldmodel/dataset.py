@@ -155,10 +155,14 @@ class ParsedOutput:
     reasoning: str = ""
     fallback: bool = False
     error: str = ""
+    repaired: bool = False
 
 
-def parse_output(text: str, url: str, state: str) -> ParsedOutput:
-    """Parse a completion; anything malformed keeps the current state (fallback=True) with the reason."""
+def parse_output(text: str, url: str, state: str, repair: bool = False) -> ParsedOutput:
+    """Parse a completion; anything malformed keeps the current state (fallback=True) with the reason.
+
+    With `repair`, an edit that does not apply as a whole is applied leniently (`diff.apply_lenient`) and
+    flagged `repaired` instead of being dropped."""
     reasoning = ""
     if text.startswith(REASONING_OPEN):
         end = text.find(REASONING_CLOSE)
@@ -175,7 +179,10 @@ def parse_output(text: str, url: str, state: str) -> ParsedOutput:
         try:
             return ParsedOutput(diff.apply(body, state), next_url, edit=body, reasoning=reasoning)
         except diff.EditError as exc:
-            return ParsedOutput(state, next_url, edit=body, reasoning=reasoning, fallback=True, error=str(exc))
+            if not repair:
+                return ParsedOutput(state, next_url, edit=body, reasoning=reasoning, fallback=True, error=str(exc))
+            return ParsedOutput(diff.apply_lenient(body, state), next_url, edit=body, reasoning=reasoning,
+                                repaired=True, error=str(exc))
     if kind == "STATE":
         return ParsedOutput(body, next_url, reasoning=reasoning)
     return ParsedOutput(state, next_url, reasoning=reasoning, fallback=True, error="expected EDIT or STATE")

@@ -115,3 +115,30 @@ def apply(edit: str, state: str) -> str:
 def make_edit(old: str, new: str) -> str:
     """Edit text turning `old` into `new`."""
     return encode(compute(old, new))
+
+
+def apply_lenient(edit: str, state: str) -> str:
+    """Apply what can be applied of a model's edit: malformed lines and hunks that overlap or start past the end
+    are skipped, a deletion running past the end stops there. Used only after `apply` failed (a repair)."""
+    hunks: list[Hunk] = []
+    cur: tuple[int, int] | None = None
+    inserts: list[str] = []
+    for line in edit.split("\n"):
+        m = _HEADER.match(line)
+        if m:
+            if cur is not None:
+                hunks.append(Hunk(cur[0], cur[1], tuple(inserts)))
+            cur, inserts = (max(int(m.group(1)), 1) - 1, int(m.group(2))), []
+        elif line.startswith("+") and cur is not None:
+            inserts.append(line[1:])
+    if cur is not None:
+        hunks.append(Hunk(cur[0], cur[1], tuple(inserts)))
+    n = len(split_lines(state))
+    kept: list[Hunk] = []
+    pos = 0
+    for h in hunks:
+        if h.start < pos or h.start > n:
+            continue
+        kept.append(Hunk(h.start, min(h.delete, n - h.start), h.insert))
+        pos = h.start + kept[-1].delete
+    return apply_hunks(kept, state)

@@ -67,7 +67,7 @@ def evaluate(records: list[TransitionRecord], backend: Backend | None, limit: in
     sample = test[::stride][:limit] if limit else test
     copy, lookup, model = Scores(), Scores(), Scores()
     kinds: dict[str, dict[str, Scores]] = defaultdict(lambda: {"copy": Scores(), "model": Scores()})
-    hits = fallbacks = 0
+    hits = fallbacks = repaired = 0
     latencies: list[float] = []
     tokens = 0
     predictor = Predictor(backend, max_new_tokens) if backend is not None else None
@@ -86,6 +86,7 @@ def evaluate(records: list[TransitionRecord], backend: Backend | None, limit: in
             model.add(p.next_state, p.next_url, r)
             kinds[kind]["model"].add(p.next_state, p.next_url, r)
             fallbacks += p.fallback
+            repaired += p.repaired
             latencies.append(p.latency_seconds)
             tokens += p.completion_tokens
     result: dict = {
@@ -95,7 +96,8 @@ def evaluate(records: list[TransitionRecord], backend: Backend | None, limit: in
         "by_kind": {k: {s: v.summary() for s, v in d.items() if v.f1} for k, d in kinds.items()},
     }
     if predictor is not None:
-        result["single_step"]["model"] = {**model.summary(), "fallback_rate": round(fallbacks / max(len(sample), 1), 4)}
+        result["single_step"]["model"] = {**model.summary(), "fallback_rate": round(fallbacks / max(len(sample), 1), 4),
+                                       "repaired_rate": round(repaired / max(len(sample), 1), 4)}
         result["latency"] = {"predict_p50_s": round(statistics.median(latencies), 4),
                              "predict_mean_s": round(statistics.fmean(latencies), 4),
                              "tokens_per_s": round(tokens / max(sum(latencies), 1e-9), 1)}

@@ -8,6 +8,7 @@ _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 PREDICTIONS = Counter("webenv_worldmodel_predictions_total", "Next-state predictions made", ["format"])
 FALLBACKS = Counter("webenv_worldmodel_fallbacks_total", "Predictions whose output was malformed (state kept)")
+REPAIRED = Counter("webenv_worldmodel_repaired_edits_total", "Predicted edits applied leniently (did not apply as a whole)")
 TOKENS = Counter("webenv_worldmodel_generated_tokens_total", "Tokens generated (rate = tokens/s)")
 PREDICT_SECONDS = Histogram("webenv_worldmodel_predict_seconds", "Latency of one prediction", buckets=_BUCKETS)
 GENERATE_SECONDS = Histogram("webenv_worldmodel_generate_seconds", "Latency of one backend generate call (a batch)",

@@ -44,13 +44,15 @@ class Prediction:
     latency_seconds: float
     fallback: bool
     error: str = ""
+    repaired: bool = False
 
 
 class Predictor:
     """Builds prompts the way training did and parses completions."""
 
-    def __init__(self, backend: Backend, default_max_new_tokens: int = 384) -> None:
+    def __init__(self, backend: Backend, default_max_new_tokens: int = 384, repair: bool = True) -> None:
         self.backend = backend
+        self.repair = repair
         self.default_max_new_tokens = default_max_new_tokens
 
     def predict_many(self, queries: list[Query]) -> list[Prediction]:
@@ -66,9 +68,11 @@ class Predictor:
         total = time.perf_counter() - t0
         out = []
         for q, g in zip(queries, gens, strict=True):
-            parsed = parse_output(g.text, q.url, q.state)
+            parsed = parse_output(g.text, q.url, q.state, repair=self.repair)
             out.append(Prediction(parsed.next_state, parsed.next_url, parsed.edit, parsed.reasoning, g.prompt_tokens,
-                                  g.completion_tokens, g.seconds, parsed.fallback, parsed.error))
+                                  g.completion_tokens, g.seconds, parsed.fallback, parsed.error, parsed.repaired))
+            if parsed.repaired:
+                metrics.REPAIRED.inc()
             metrics.observe_prediction(g.seconds, g.completion_tokens, parsed.fallback, q.format.value)
         metrics.GENERATE_SECONDS.observe(total)
         return out
