@@ -175,6 +175,7 @@ async def test_tabs(env, page_server, eid):
     assert r.observation.active_tab_id == "1" and r.observation.url.endswith("/pages/second")
     r = await env.step(sid, "switch_tab(0)")
     assert r.observation.active_tab_id == "0" and r.observation.url.endswith("/pages/basic")
+    assert [t.title for t in r.observation.tabs] == ["Basic page", "Second"]
     r = await env.step(sid, f'new_tab("{page_server.url("drag")}")')
     assert len(r.observation.tabs) == 3 and r.observation.url.endswith("/pages/drag")
     r = await env.step(sid, "close_tab()")

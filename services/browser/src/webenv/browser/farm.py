@@ -219,7 +219,7 @@ class Farm:
                 self.open_requests.popitem(last=False)
         if obs.formats and common_pb2.OBSERVATION_FORMAT_SCREENSHOT in obs.formats:
             pass
-        self._fill_tabs(session, obs)
+        await self._fill_tabs(session, obs)
         session.renew()
         dt = time.perf_counter() - t0
         metrics.OPEN_SECONDS.observe(dt)
@@ -231,12 +231,21 @@ class Farm:
             obs, _ = await self._observe(s, s.spec, settle=False)
         return environment_pb2.OpenSessionResponse(session=s.to_proto(), observation=obs, instruction=s.instruction)
 
-    def _fill_tabs(self, s: BrowserSession, obs: common_pb2.Observation) -> None:
+    async def _fill_tabs(self, s: BrowserSession, obs: common_pb2.Observation) -> None:
+        """Tabs with titles: the active one from the observation, others asked for (only when there are some)."""
         del obs.tabs[:]
         obs.tabs.extend(s.tab_messages())
-        for t in obs.tabs:
-            if t.active:
-                t.title = obs.title
+
+        async def title(tab: common_pb2.Tab) -> None:
+            if tab.active:
+                tab.title = obs.title
+                return
+            page = s.tabs[tab.tab_id].page if tab.tab_id in s.tabs else None
+            if page is not None:
+                with contextlib.suppress(Exception):
+                    tab.title = await asyncio.wait_for(page.title(), 1.0)
+
+        await asyncio.gather(*(title(t) for t in obs.tabs))
         obs.active_tab_id = s.active_tab_id
 
     async def _observe(self, s: BrowserSession, spec: common_pb2.ObservationSpec, settle: bool = True,
@@ -405,7 +414,7 @@ class Farm:
                 settle_s += await self._settle(s, nav_seen)
             observe_s = time.perf_counter() - to
         obs.last_action_error = error
-        self._fill_tabs(s, obs)
+        await self._fill_tabs(s, obs)
         rw = s.adapter.reward(raw) if s.adapter else None
         done = outcome.done or bool(rw and rw.done)
         if rw is not None and s.adapter and s.adapter.miniwob:
