@@ -17,7 +17,8 @@ from ..observe import Candidate, candidates
 from . import build
 from .base import Decision
 
-Script = Callable[[str, common_pb2.Observation], common_pb2.Action]
+#: A script reads (utterance, observation, step index) and returns the next action.
+Script = Callable[[str, common_pb2.Observation, int], common_pb2.Action]
 
 
 def _quoted(text: str) -> list[str]:
@@ -32,32 +33,48 @@ def _is_button(c: Candidate) -> bool:
     return c.tag == "button" or c.role == "button"
 
 
-def _click_test(instruction: str, obs: common_pb2.Observation) -> common_pb2.Action:
+def _click_test(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
     cands = candidates(obs)
     target = _find(cands, lambda c: _is_button(c) and "click me" in c.label.lower()) or _find(cands, _is_button)
     return build.click(target.element_id) if target else build.noop()
 
 
-def _click_button(instruction: str, obs: common_pb2.Observation) -> common_pb2.Action:
+def _click_button(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    # `Click on the "next" button.` (click-button) or `Click button ONE.` (click-test-2)
     words = _quoted(instruction)
-    want = words[0] if words else instruction.rsplit("button", 1)[0].split()[-1]
+    bare = re.search(r"[Bb]utton\s+(\S+?)\.?$", instruction.strip())
+    want = words[0] if words else (bare.group(1) if bare else "")
     target = _find(candidates(obs), lambda c: _is_button(c) and c.label.strip() == want)
     return build.click(target.element_id) if target else build.noop()
 
 
-def _click_link(instruction: str, obs: common_pb2.Observation) -> common_pb2.Action:
+def _click_link(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
     words = _quoted(instruction)
     want = words[0] if words else ""
     target = _find(candidates(obs), lambda c: c.is_link and c.label.strip() == want)
-    return build.click(target.element_id) if target else build.noop()
+    if target is not None:
+        return build.click(target.element_id)
+    # MiniWoB's "links" are <span class="alink"> with click handlers, children of #area, which element
+    # lists leave out: find the span in the DOM format and address it by position.
+    nodes = obs.dom_nodes
+    area = next((i for i, n in enumerate(nodes) if n.attributes.get("id") == "area"), None)
+    if area is None:
+        return build.noop()
+    spans = [i for i, n in enumerate(nodes) if n.parent_index == area and n.tag == "span"]
+    for k, i in enumerate(spans, start=1):
+        text = "".join(n.text for n in nodes if n.parent_index == i and n.tag == "#text").strip()
+        if text == want:
+            return common_pb2.Action(click=common_pb2.ClickAction(
+                target=common_pb2.ElementTarget(selector=f"#area > span:nth-of-type({k})")))
+    return build.noop()
 
 
-def _focus_text(instruction: str, obs: common_pb2.Observation) -> common_pb2.Action:
+def _focus_text(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
     target = _find(candidates(obs), lambda c: c.fillable)
     return build.click(target.element_id) if target else build.noop()
 
 
-def _enter_text(instruction: str, obs: common_pb2.Observation) -> common_pb2.Action:
+def _enter_text(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
     words = _quoted(instruction)
     text = words[0] if words else ""
     cands = candidates(obs)
@@ -68,7 +85,65 @@ def _enter_text(instruction: str, obs: common_pb2.Observation) -> common_pb2.Act
     return build.click(submit.element_id) if submit else build.noop()
 
 
-#: MiniWoB task name -> script reading (utterance, observation).
+def _text_inputs(cands: list[Candidate]) -> list[Candidate]:
+    """Text-like inputs in page order (password inputs may carry no text role)."""
+    return [c for c in cands if c.fillable or (c.tag == "input" and c.role in ("", "textbox"))]
+
+
+def _fill_then_submit(values: list[str], button_words: tuple[str, ...]) -> Script:
+    """Step i < len(values): fill the i-th text input with values[i]; then click the named button."""
+
+    def script(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+        del instruction
+        cands = candidates(obs)
+        inputs = _text_inputs(cands)
+        if step < len(values) and step < len(inputs):
+            return build.fill(inputs[step].element_id, values[step])
+        button = _find(cands, lambda c: _is_button(c) and c.label.strip().lower() in button_words)
+        button = button or _find(cands, _is_button)
+        return build.click(button.element_id) if button else build.noop()
+
+    return script
+
+
+def _login_user(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    words = _quoted(instruction)  # Enter the username "x" and the password "y" into the text fields and press login.
+    return _fill_then_submit(words[:2], ("login", "log in"))(instruction, obs, step)
+
+
+def _enter_password(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    words = _quoted(instruction)  # Enter the password "x" into both text fields and press submit.
+    pw = words[0] if words else ""
+    return _fill_then_submit([pw, pw], ("submit",))(instruction, obs, step)
+
+
+def _click_visible_part(obs: common_pb2.Observation, element_id: str) -> common_pb2.Action:
+    """Click an element by id, or at a point of it that no other element's box covers (MiniWoB places
+    buttons at random and they may overlap; a click on the covered centre would hit the other one)."""
+    boxes = {el.element_id: el.bbox for el in obs.elements if el.visible and el.HasField("bbox")}
+    box = boxes.get(element_id)
+    others = [b for eid, b in boxes.items() if eid != element_id]
+
+    def inside(x: float, y: float, b) -> bool:
+        return b.x <= x <= b.x + b.width and b.y <= y <= b.y + b.height
+
+    if box is None or not any(inside(box.x + box.width / 2, box.y + box.height / 2, b) for b in others):
+        return build.click(element_id)
+    for fx in (0.5, 0.15, 0.85):
+        for fy in (0.5, 0.2, 0.8):
+            x, y = box.x + box.width * fx, box.y + box.height * fy
+            if not any(inside(x, y, b) for b in others):
+                return common_pb2.Action(click_at=common_pb2.ClickAtAction(x=round(x, 1), y=round(y, 1)))
+    return build.click(element_id)
+
+
+def _click_button_sequence(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    want = "ONE" if step == 0 else "TWO"  # Click button ONE, then click button TWO.
+    target = _find(candidates(obs), lambda c: _is_button(c) and c.label.strip() == want)
+    return _click_visible_part(obs, target.element_id) if target else build.noop()
+
+
+#: MiniWoB task name -> script reading (utterance, observation, step).
 MINIWOB_SCRIPTS: dict[str, Script] = {
     "click-test": _click_test,
     "click-test-2": _click_button,
@@ -76,6 +151,9 @@ MINIWOB_SCRIPTS: dict[str, Script] = {
     "click-link": _click_link,
     "focus-text": _focus_text,
     "enter-text": _enter_text,
+    "login-user": _login_user,
+    "enter-password": _enter_password,
+    "click-button-sequence": _click_button_sequence,
 }
 
 
@@ -114,4 +192,4 @@ class OraclePolicy:
                 f"the scripted oracle for MiniWoB '{name}' reads the page: request.observation is required",
                 reason="MISSING_OBSERVATION", metadata={"field": "observation", "policy": self.name})
         instruction = request.instruction or task.instruction
-        return script(instruction, request.observation)
+        return script(instruction, request.observation, request.step_index)
