@@ -243,14 +243,23 @@ class Engine:
         if self.on_episode is not None:
             self.on_episode(ep)
 
-    async def run_job(self, rc: RunContext | None, job: EpisodeJob, spec: collector_pb2.RunSpec, addresses: list[str]) -> Episode:
-        """Run and store one episode (async mode)."""
+    async def run_job(
+        self,
+        rc: RunContext | None,
+        job: EpisodeJob,
+        spec: collector_pb2.RunSpec,
+        addresses: list[str],
+        on_ran: Callable[[], None] | None = None,
+    ) -> Episode:
+        """Run and store one episode (async mode); ``on_ran`` is called when it stops using the environment."""
         metrics.EPISODES_STARTED.inc()
         metrics.IN_FLIGHT.inc()
         try:
             ep = await run_episode(job, spec, self.ctx, addresses)
         finally:
             metrics.IN_FLIGHT.dec()
+        if on_ran is not None:
+            on_ran()  # the episode's slot is free while its rows wait for their batch
         # A finished episode is stored even if the run is cut off meanwhile: shield the write, and let the run
         # wait for it (rc.storing) so counts and store agree when the run ends.
         store = asyncio.ensure_future(self.store_episode(rc, ep))
@@ -268,10 +277,18 @@ class Engine:
         in_flight: set[asyncio.Task] = set()
 
         async def one(job: EpisodeJob) -> None:
+            released = False
+
+            def free() -> None:
+                nonlocal released
+                if not released:
+                    released = True
+                    sem.release()
+
             try:
-                await self.run_job(rc, job, spec, addresses)
+                await self.run_job(rc, job, spec, addresses, on_ran=free)
             finally:
-                sem.release()
+                free()
                 if rc.run.counts.finished >= rc.target:
                     done.set()
 
@@ -314,7 +331,11 @@ class Engine:
             rc.run.counts.started += len(batch)
             metrics.EPISODES_STARTED.inc(len(batch))
             eps = await run_lock_step(batch, spec, self.ctx, addresses)
-            await asyncio.gather(*(self.store_episode(rc, ep) for ep in eps))  # one store batch
+            # The batch's rows are written while the next batch runs (as in async mode).
+            store = asyncio.ensure_future(asyncio.gather(*(self.store_episode(rc, ep) for ep in eps)))
+            rc.storing.add(store)
+            store.add_done_callback(rc.storing.discard)
+        await asyncio.gather(*list(rc.storing), return_exceptions=True)
         if rc.stop.is_set():
             rc.run.state = collector_pb2.RUN_STATE_STOPPED
 
