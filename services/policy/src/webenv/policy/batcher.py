@@ -66,6 +66,7 @@ class Batcher:
         self.window = window_seconds
         self.max_queue = max_queue
         self._queue: asyncio.Queue[_Item] = asyncio.Queue()
+        self._arrived = asyncio.Event()
         self._worker: asyncio.Task | None = None
         self._inflight = 0
         self._running = 0
@@ -114,6 +115,7 @@ class Batcher:
         self._inflight += 1
         try:
             self._queue.put_nowait(item)
+            self._arrived.set()
             return await item.future
         finally:
             self._inflight -= 1
@@ -151,8 +153,11 @@ class Batcher:
             remaining = deadline - loop.time()
             if remaining <= 0:
                 break
+            # Wait on an event rather than on queue.get() with a timeout: a get cancelled by the timeout
+            # just as an item arrives could otherwise drop that item (and hang its caller).
+            self._arrived.clear()
             try:
-                batch.append(await asyncio.wait_for(self._queue.get(), remaining))
+                await asyncio.wait_for(self._arrived.wait(), remaining)
             except TimeoutError:
                 break
         return [item for item in batch if not item.future.done()]  # callers that went away are skipped
