@@ -48,8 +48,11 @@ async def test_two_collectors_share_a_run(make_collector, redis_url, world, watc
     assert not set(ia) & set(ib) and len(ia) + len(ib) == planned
     # The other collector sees the shared run too.
     ch_b = grpc.aio.insecure_channel(b.address)
-    got = await collector_pb2_grpc.CollectorServiceStub(ch_b).GetRun(collector_pb2.GetRunRequest(run_id=run.run_id))
+    stub_b = collector_pb2_grpc.CollectorServiceStub(ch_b)
+    got = await stub_b.GetRun(collector_pb2.GetRunRequest(run_id=run.run_id))
     assert got.run.counts.finished == planned and got.run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    watched = await watch(stub_b, run.run_id)
+    assert watched.run.state == collector_pb2.RUN_STATE_SUCCEEDED and watched.pass_rate == 1.0
     await ch.close()
     await ch_b.close()
 

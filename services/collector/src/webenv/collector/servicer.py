@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 
 from webenv import errors
 from webenv.collector import metrics
-from webenv.collector.engine import STATE_NAMES, Engine
+from webenv.collector.engine import STATE_NAMES, TERMINAL, Engine
 from webenv.collector.export import export
 from webenv.v1 import collector_pb2, collector_pb2_grpc
 
@@ -31,9 +31,18 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
     async def WatchRun(self, request, context) -> AsyncIterator[collector_pb2.WatchRunResponse]:  # noqa: N802
         run = await self.engine.get_run(request.run_id)
         rc = self.engine.runs.get(request.run_id)
-        if rc is None:  # not live here: one report of how it ended (or stands)
-            yield collector_pb2.WatchRunResponse(run=run)
-            return
+        if rc is None:
+            # Not owned here: a run shared through Redis is followed by polling its shared counts; a stored
+            # run gets one report of how it ended.
+            while True:
+                c = run.counts
+                yield collector_pb2.WatchRunResponse(
+                    run=run, pass_rate=c.passed / c.finished if c.finished else 0.0
+                )
+                if run.state in TERMINAL or self.engine.queue is None:
+                    return
+                await asyncio.sleep(self.watch_interval)
+                run = await self.engine.get_run(request.run_id)
         pos = 0
         while True:
             rc.changed.clear()
