@@ -53,6 +53,12 @@ async def test_parquet_and_filters(stub, finished_run, world, tmp_path):
     splits = set(pq.read_table(test_only.paths[0]).column("split").to_pylist())
     assert splits == {"test"} and 0 < test_only.episodes < r.episodes
 
+    crawl = await export(stub, run_id, collector_pb2.EXPORT_FORMAT_PARQUET, tmp_path / "crawl",
+                         filter=collector_pb2.ExportFilter(level=collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL))
+    tasks = await export(stub, run_id, collector_pb2.EXPORT_FORMAT_PARQUET, tmp_path / "tasks",
+                         filter=collector_pb2.ExportFilter(level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED))
+    assert crawl.episodes == 0 and tasks.episodes == r.episodes
+
     no_rep = await export(stub, run_id, collector_pb2.EXPORT_FORMAT_PARQUET, tmp_path / "norep",
                           filter=collector_pb2.ExportFilter(drop_repeated=True))
     kept = pq.read_table(no_rep.paths[1])
