@@ -211,7 +211,9 @@ class Engine:
             if rc.run.state == collector_pb2.RUN_STATE_RUNNING:
                 rc.run.state = collector_pb2.RUN_STATE_SUCCEEDED
         except asyncio.CancelledError:
-            rc.run.state = collector_pb2.RUN_STATE_STOPPED
+            # A shared run outlives its owner's shutdown: other collectors go on with it through Redis.
+            if self.queue is None or rc.stop.is_set():
+                rc.run.state = collector_pb2.RUN_STATE_STOPPED
         except Exception as exc:  # noqa: BLE001 - a run failing as a whole is reported, not raised
             log.exception("run %s failed", rc.run.run_id)
             rc.run.state = collector_pb2.RUN_STATE_FAILED
@@ -417,11 +419,17 @@ class Engine:
         return rc.run
 
     async def close(self) -> None:
-        """Stop every live run."""
+        """Stop every live run (shared runs are only left: the other collectors finish them)."""
         for run_id, rc in list(self.runs.items()):
-            if rc.run.state not in TERMINAL:
-                with contextlib.suppress(Exception):
-                    await self.stop_run(run_id)
+            if rc.run.state in TERMINAL:
+                continue
+            if self.queue is not None and rc.task is not None:
+                rc.task.cancel()
+                with contextlib.suppress(asyncio.CancelledError, Exception):
+                    await rc.task
+                continue
+            with contextlib.suppress(Exception):
+                await self.stop_run(run_id)
 
 
 def _utc(dt: datetime | None) -> datetime | None:
