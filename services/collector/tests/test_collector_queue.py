@@ -57,6 +57,30 @@ async def test_two_collectors_share_a_run(make_collector, redis_url, world, watc
     await ch_b.close()
 
 
+async def test_shared_run_outlives_its_owner(make_collector, redis_url, world, watch):
+    prefix = f"q{uuid.uuid4().hex[:6]}"
+    world.policy.delay = 0.05
+    owner = await make_collector(redis_url=redis_url, queue_prefix=prefix, queue_workers=2, collector_id="owner",
+                                 queue_claim_idle_seconds=0.5)
+    other = await make_collector(redis_url=redis_url, queue_prefix=prefix, queue_workers=2, collector_id="other",
+                                 queue_claim_idle_seconds=0.5)
+    async with grpc.aio.insecure_channel(owner.address) as ch:
+        run = (await collector_pb2_grpc.CollectorServiceStub(ch).StartRun(
+            collector_pb2.StartRunRequest(spec=spec(repeats=2)))).run
+    r = aioredis.from_url(redis_url, decode_responses=True)
+    async with asyncio.timeout(60):
+        while await r.scard(f"{prefix}:run:{run.run_id}:done") < 3:  # noqa: ASYNC110
+            await asyncio.sleep(0.02)
+    await owner.close()  # SIGTERM-like shutdown of the collector that started the run
+    async with grpc.aio.insecure_channel(other.address) as ch:
+        last = await watch(collector_pb2_grpc.CollectorServiceStub(ch), run.run_id)
+    assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    assert last.run.counts.finished == run.counts.planned
+    ids = await ids_in(other, run.run_id)
+    assert ids and len(ids) < run.counts.planned + 1
+    await r.aclose()
+
+
 async def test_dead_letter_after_max_deliveries(make_collector, redis_url):
     """An entry that keeps being delivered (its collectors die) lands in the dead-letter stream."""
     prefix = f"q{uuid.uuid4().hex[:6]}"

@@ -34,6 +34,7 @@ class Collector:
     peers: Peers
     engine: Engine
     queue: object | None = None
+    _closed: bool = False
 
     @classmethod
     async def start(cls, settings: Settings) -> Collector:
@@ -94,7 +95,10 @@ class Collector:
         return f"127.0.0.1:{self.server.port}"
 
     async def close(self) -> None:
-        """Stop runs, flush rows, close everything (the server first, so no new work arrives)."""
+        """Stop runs, flush rows, close everything (the server first, so no new work arrives). Idempotent."""
+        if self._closed:
+            return
+        self._closed = True
         await self.server.stop()
         await self.engine.close()
         if self.queue is not None:
