@@ -438,6 +438,8 @@ async def run_episode(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context
                 attempt += 1
                 metrics.EPISODE_RETRIES.inc()
                 log.info("episode %s: environment failed, retry %d: %s", job.episode_id, attempt, exc)
+                if len(addresses) == 1:  # same node again: give it a moment (full, restarting)
+                    await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
                 continue
             ep.error = f"environment failed after {attempt + 1} attempt(s): {exc}"
         except PeerFailure as exc:
