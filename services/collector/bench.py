@@ -187,19 +187,20 @@ def spawn_peers(episodes: int) -> tuple[subprocess.Popen, dict]:
     return peers, json.loads(peers.stdout.readline())
 
 
-async def bench_rollouts(tmp: Path, chdb: str, episodes: int, concurrency: int) -> dict:
-    peers, addr = await asyncio.to_thread(spawn_peers, episodes)
+async def compare_modes(tmp: Path, chdb: str, db: str, addr: dict, spec_base: collector_pb2.RunSpec) -> dict:
+    """Run the same spec in lock-step then async mode on one collector; steps/s of each and the ratio."""
     col = await Collector.start(Settings(
-        grpc_port=0, metrics_port=0, host="127.0.0.1", log_level="WARNING", data_dir=str(tmp / "roll"),
-        store_url=chdb, store_database="bench_roll", browser_addr=addr["env"], policy_addr=addr["policy"],
+        grpc_port=0, metrics_port=0, host="127.0.0.1", log_level="WARNING", data_dir=str(tmp / db),
+        store_url=chdb, store_database=db, browser_addr=addr["env"], policy_addr=addr["policy"],
         judge_addr=addr["judge"], sites_addr=addr["sites"]))
     out = {}
     try:
         async with grpc.aio.insecure_channel(col.address) as ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)
             for name, mode in (("lock_step", collector_pb2.ROLLOUT_MODE_LOCK_STEP), ("async", collector_pb2.ROLLOUT_MODE_ASYNC)):
-                spec = collector_pb2.RunSpec(name=f"bench-{name}", policy="oracle", repeats=1, seed=5,
-                                             concurrency=concurrency, mode=mode)
+                spec = collector_pb2.RunSpec()
+                spec.CopyFrom(spec_base)
+                spec.name, spec.mode = f"bench-{name}", mode
                 t0 = time.perf_counter()
                 cpu0 = time.process_time()
                 run = (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec))).run
@@ -209,16 +210,50 @@ async def bench_rollouts(tmp: Path, chdb: str, episodes: int, concurrency: int) 
                 wall = time.perf_counter() - t0
                 cpu = time.process_time() - cpu0
                 c = last.run.counts
-                out[name] = {"episodes": c.finished, "passed": c.passed, "steps": c.steps, "wall_seconds": round(wall, 2),
-                             "steps_per_second": round(c.steps / wall, 1), "episodes_per_second": round(c.finished / wall, 2),
+                out[name] = {"episodes": c.finished, "passed": c.passed, "errored": c.errored, "steps": c.steps,
+                             "wall_seconds": round(wall, 2), "steps_per_second": round(c.steps / wall, 1),
+                             "episodes_per_second": round(c.finished / wall, 2),
                              "collector_cpu_fraction": round(cpu / wall, 2)}
                 print(f"  {name:9s}: {c.finished} episodes, {c.steps} steps in {wall:.1f}s -> {c.steps / wall:.1f} steps/s (collector CPU {cpu / wall:.0%})")
     finally:
         await col.close()
-        peers.terminate()
-        peers.wait()
     out["speedup"] = round(out["async"]["steps_per_second"] / out["lock_step"]["steps_per_second"], 2)
     return out
+
+
+async def bench_rollouts(tmp: Path, chdb: str, episodes: int, concurrency: int) -> dict:
+    peers, addr = await asyncio.to_thread(spawn_peers, episodes)
+    try:
+        spec = collector_pb2.RunSpec(policy="oracle", repeats=1, seed=5, concurrency=concurrency)
+        return await compare_modes(tmp, chdb, "bench_roll", addr, spec)
+    finally:
+        peers.terminate()
+        peers.wait()
+
+
+async def bench_farm(tmp: Path, chdb: str, episodes: int, concurrency: int) -> dict | None:
+    """The same comparison on the real browser farm + sites + judge (the policy is the delayed oracle)."""
+    import importlib.util
+
+    from webenv.collector.stack import Stack
+    from webenv.testing import find_chromium
+
+    if find_chromium() is None or any(importlib.util.find_spec(f"webenv.{n}") is None for n in ("sites", "browser", "judge")):
+        print("  skipped: Chromium or the sites/browser/judge services are not installed")
+        return None
+    stack = Stack(tmp / "stack", free_ports=True, sites_count=16)
+    await asyncio.to_thread(stack.start, ("sites", "browser", "judge"), 120.0)
+    peers, addr = await asyncio.to_thread(spawn_peers, 1)
+    try:
+        farm = {"env": stack.address("browser"), "judge": stack.address("judge"), "sites": stack.address("sites"),
+                "policy": addr["policy"]}
+        spec = collector_pb2.RunSpec(policy="oracle", task_limit=episodes, seed=5, concurrency=concurrency)
+        spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
+        return await compare_modes(tmp, chdb, "bench_farm", farm, spec)
+    finally:
+        peers.terminate()
+        peers.wait()
+        await asyncio.to_thread(stack.stop)
 
 
 def bench_export(tmp: Path, chdb: str, n: int) -> dict:
@@ -267,6 +302,8 @@ def main() -> None:
     ap.add_argument("--episodes", type=int, default=256, help="rollout episodes per mode")
     ap.add_argument("--concurrency", type=int, default=32)
     ap.add_argument("--export-episodes", type=int, default=50_000)
+    ap.add_argument("--farm-episodes", type=int, default=24, help="tasks for the real-farm comparison (0 skips it)")
+    ap.add_argument("--farm-concurrency", type=int, default=8)
     ap.add_argument("--serve-peers", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.serve_peers:
@@ -279,6 +316,10 @@ def main() -> None:
         chdb = f"chdb://{tmp / 'chdb'}"
         print("rollouts (same tasks, env and policy; heterogeneous policy latency):")
         roll = asyncio.run(bench_rollouts(tmp, chdb, args.episodes, args.concurrency))
+        farm = None
+        if args.farm_episodes:
+            print(f"rollouts on the real browser farm ({args.farm_episodes} tasks, concurrency {args.farm_concurrency}):")
+            farm = asyncio.run(bench_farm(tmp, chdb, args.farm_episodes, args.farm_concurrency))
         print("export to Parquet:")
         exp = bench_export(tmp, chdb, args.export_episodes)
     result = {
@@ -289,16 +330,23 @@ def main() -> None:
                      "environment": "page-walk EnvironmentService over gRPC in its own process, 5-20 ms per step (not Chromium)",
                      "target_speedup": 5.0},
         "export": {**exp, "target_episodes_per_minute": 50_000},
+        "rollouts_real_farm": farm and {**farm, "concurrency": args.farm_concurrency,
+                                        "environment": "real browser farm (Chromium) + sites + judge on this machine"},
     }
     (out / "collector.json").write_text(json.dumps(result, indent=2))
     r, e = roll, exp
+    farm_line = ""
+    if farm:
+        farm_line = (f"| rollout steps/s on the real browser farm ({farm['async']['episodes']} tasks, concurrency "
+                     f"{args.farm_concurrency}) | {farm['lock_step']['steps_per_second']} | "
+                     f"{farm['async']['steps_per_second']} | {farm['speedup']}x | (farm-bound on 2 cores) |\n")
     md = f"""# collector benchmark ({result['when']})
 
 | measure | lock-step / row-wise baseline | collector | ratio | target |
 | --- | --- | --- | --- | --- |
 | rollout steps/s ({args.episodes} episodes, concurrency {args.concurrency}) | {r['lock_step']['steps_per_second']} | {r['async']['steps_per_second']} | {r['speedup']}x | >= 5x |
 | export episodes/min to Parquet ({e['episodes']:,} episodes, {e['steps']:,} steps) | {e['rowwise_episodes_per_minute']:,} | {e['episodes_per_minute']:,} | {e['speedup']}x | >= 50,000/min |
-
+{farm_line}
 Rollouts: same tasks, environment and policy (peers in their own process), one mode after the other; policy latency {result['rollouts']['policy_latency']};
 environment: {result['rollouts']['environment']}. Export baseline: rows as Python dicts, then pyarrow.
 """
