@@ -116,3 +116,22 @@ async def test_transitions(stub, finished_run, tmp_path):
     html = await export(stub, oracle_id, collector_pb2.EXPORT_FORMAT_TRANSITIONS, tmp_path / "th",
                         transition_format=common_pb2.OBSERVATION_FORMAT_HTML)
     assert html.steps == r.steps  # the run kept only axtree, so html states are empty but rows exist
+
+
+async def test_export_root_confines_destinations(make_collector, tmp_path, watch):
+    import grpc
+    from webenv.v1 import collector_pb2_grpc
+
+    root = tmp_path / "exports"
+    c = await make_collector(export_root=str(root))
+    async with grpc.aio.insecure_channel(c.address) as ch:
+        stub = collector_pb2_grpc.CollectorServiceStub(ch)
+        run = (await stub.StartRun(collector_pb2.StartRunRequest(
+            spec=collector_pb2.RunSpec(policy="oracle", task_limit=2)))).run
+        await watch(stub, run.run_id)
+        ok = await export(stub, run.run_id, collector_pb2.EXPORT_FORMAT_PARQUET, "mine")
+        assert all(p.startswith(str(root.resolve() / "mine")) for p in ok.paths)
+        for bad in ("../escape", "/etc/webenv"):
+            with pytest.raises(grpc.aio.AioRpcError) as ei:
+                await export(stub, run.run_id, collector_pb2.EXPORT_FORMAT_PARQUET, bad)
+            assert ei.value.code() == grpc.StatusCode.PERMISSION_DENIED and "destination" in ei.value.details()

@@ -83,7 +83,7 @@ class Collector:
         server = Server("collector", settings)
         server.add_service(
             collector_pb2_grpc.add_CollectorServiceServicer_to_server,
-            CollectorServicer(engine),
+            CollectorServicer(engine, export_root=settings.export_root),
             "webenv.v1.CollectorService",
         )
         await server.start()

@@ -36,6 +36,7 @@ class Settings(ServiceSettings):
     flush_interval_seconds: float = Field(0.25, gt=0, description="Longest a finished episode waits for its batch.")
     spool_retry_seconds: float = Field(1.0, gt=0)
     collector_id: str = Field("", description="Name in provenance and the Redis consumer group; default host-pid.")
+    export_root: str = Field("", description="When set, ExportRun writes only inside this folder (relative destinations land there).")
 
     @field_validator("store_url")
     @classmethod

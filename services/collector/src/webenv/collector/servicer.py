@@ -6,6 +6,7 @@ import asyncio
 import base64
 import time
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 from webenv import errors
 from webenv.collector import metrics
@@ -19,9 +20,10 @@ MAX_PAGE = 500
 class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
     """The gRPC face of one collector."""
 
-    def __init__(self, engine: Engine, watch_interval: float = 0.5) -> None:
+    def __init__(self, engine: Engine, watch_interval: float = 0.5, export_root: str = "") -> None:
         self.engine = engine
         self.watch_interval = watch_interval
+        self.export_root = Path(export_root).resolve() if export_root else None
         self._exports: dict[str, collector_pb2.ExportRunResponse] = {}
 
     async def StartRun(self, request, context):  # noqa: N802
@@ -93,16 +95,29 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         token = base64.urlsafe_b64encode(f"o:{offset + size}".encode()).decode() if len(rows) > size else ""
         return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
+    def _destination(self, destination: str) -> str:
+        """The export folder; with an export root it must lie inside it (clients cannot write elsewhere)."""
+        if not destination or self.export_root is None:
+            return destination
+        path = (self.export_root / destination).resolve()
+        if path != self.export_root and self.export_root not in path.parents:
+            raise errors.PermissionDenied(
+                f"destination: {destination!r} is outside the export root {self.export_root}",
+                reason="EXPORT_OUTSIDE_ROOT", metadata={"field": "destination"},
+            )
+        return str(path)
+
     async def ExportRun(self, request, context):  # noqa: N802
         if request.request_id and request.request_id in self._exports:
             return self._exports[request.request_id]
+        destination = self._destination(request.destination)
         if request.run_id:
             await self.engine.get_run(request.run_id)  # NOT_FOUND for an unknown run
         await self.engine.writer.drain()
         store = self.engine.store
         t0 = time.monotonic()
         res = await store.call(
-            export, store.store, request.run_id, request.format, request.destination, request.filter,
+            export, store.store, request.run_id, request.format, destination, request.filter,
             request.transition_format,
         )
         metrics.EXPORT_SECONDS.observe(time.monotonic() - t0)
