@@ -89,19 +89,21 @@ async def run_oracle(stub, env: EnvironmentClient, task: common_pb2.Task, max_st
     """One episode: oracle Act -> farm Step until done. Returns (steps, last response, instruction)."""
     opened = await env.open(task=task, formats=("axtree", "elements", "dom"))
     sid, obs = opened.session.session_id, opened.observation
-    history, last = [], None
+    history, last, errors_seen = [], None, []
     try:
         for step in range(max_steps):
             act = await stub.Act(policy_pb2.ActRequest(
                 episode_id=sid, policy="oracle", task=task, observation=obs, step_index=step,
                 instruction=opened.instruction, history=history))
             last = await env.step(sid, act.action)
-            assert not last.observation.last_action_error, (act.action_text, last.observation.last_action_error)
+            if last.observation.last_action_error:  # the oracle retries it; too many would fail the task
+                errors_seen.append((act.action_text, last.observation.last_action_error))
             history.append(policy_pb2.HistoryEntry(action_text=act.action_text, url=last.observation.url))
             obs = last.observation
             if last.done:
                 break
         closed = await env.close(sid, capture_evidence=True)
+        assert len(errors_seen) <= 1, errors_seen
     except BaseException:
         with contextlib.suppress(Exception):
             await env.close(sid)
@@ -121,10 +123,10 @@ async def test_oracle_solves_synthetic_tasks(web, serve_policy, policy_stub):
     await channel.close()
     async with serve_policy() as (server, _), policy_stub(server) as stub, EnvironmentClient(farm_addr) as env:
         for task in chosen:
-            history, last, closed = await run_oracle(stub, env, task, max_steps=len(task.oracle) + 2)
+            history, last, closed = await run_oracle(stub, env, task, max_steps=len(task.oracle) + 3)
             assert last.done, f"{task.task_id}: not done after {[h.action_text for h in history]}"
             assert history[-1].action_text.startswith("answer(")
-            assert len(history) == len(task.oracle)
+            assert len(task.oracle) <= len(history) <= len(task.oracle) + 1  # at most one retried action
             for group in task.rubric.groups:  # URL facts checkable from the trajectory alone
                 for fact in group.facts:
                     crit = fact.criterion

@@ -114,6 +114,23 @@ async def test_oracle_follows_task_solution(serve_policy, policy_stub):
                      'answer("$499")']
 
 
+async def test_oracle_retries_an_action_that_failed_on_the_page(serve_policy, policy_stub):
+    task = common_pb2.Task(task_id="synthetic/shop-0001/t3", source=common_pb2.TASK_SOURCE_SYNTHETIC)
+    for text in ['click("#modal-close")', 'click("#buy")', 'answer("done")']:
+        task.oracle.add().CopyFrom(parse_action(text))
+    failed = common_pb2.Observation(url="http://shop-0001.web.test/", last_action_error="context destroyed")
+    ok = common_pb2.Observation(url="http://shop-0001.web.test/")
+    pages = [ok, failed, ok, failed, failed, failed, ok]
+    async with serve_policy() as (server, _), policy_stub(server) as stub:
+        texts = [(await stub.Act(policy_pb2.ActRequest(episode_id="r", policy="oracle", task=task, observation=obs,
+                                                        step_index=i))).action_text for i, obs in enumerate(pages)]
+        again = await stub.Act(policy_pb2.ActRequest(episode_id="r", policy="oracle", task=task, observation=ok,
+                                                     step_index=6))
+    assert texts == ['click("#modal-close")', 'click("#modal-close")', 'click("#buy")', 'click("#buy")',
+                     'click("#buy")', 'answer("done")', 'answer("done")']  # two retries at most, then on
+    assert again.action_text == texts[6]  # the same step asked twice gets the same answer
+
+
 async def test_oracle_miniwob_scripts(serve_policy, policy_stub):
     task = common_pb2.Task(task_id="miniwob/enter-text", source=common_pb2.TASK_SOURCE_MINIWOB,
                            metadata={"miniwob_task": "enter-text"})

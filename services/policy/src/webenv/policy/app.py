@@ -23,7 +23,7 @@ class PolicyApp:
                                window_seconds=settings.policy_batch_window_ms / 1000,
                                max_queue=settings.policy_max_queue) if backend is not None else None
         policies: list[Policy] = [
-            OraclePolicy(),
+            OraclePolicy(settings.policy_max_episodes, settings.policy_episode_ttl_seconds),
             RandomPolicy(parse_mix(settings.policy_random_mix)),
             ExplorePolicy(settings.policy_max_episodes, settings.policy_episode_ttl_seconds),
         ]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from webenv import errors
 from webenv.v1 import common_pb2, policy_pb2
 
 from ..observe import Candidate, candidates
+from ..state import EpisodeStore
 from . import build
 from .base import Decision
 
@@ -120,20 +122,22 @@ def _enter_password(instruction: str, obs: common_pb2.Observation, step: int) ->
 def _click_visible_part(obs: common_pb2.Observation, element_id: str) -> common_pb2.Action:
     """Click an element by id, or at a point of it that no other element's box covers (MiniWoB places
     buttons at random and they may overlap; a click on the covered centre would hit the other one)."""
-    boxes = {el.element_id: el.bbox for el in obs.elements if el.visible and el.HasField("bbox")}
+    boxes = {el.element_id: el.bbox for el in obs.elements if el.HasField("bbox") and el.bbox.width > 0}
     box = boxes.get(element_id)
     others = [b for eid, b in boxes.items() if eid != element_id]
 
     def inside(x: float, y: float, b) -> bool:
-        return b.x <= x <= b.x + b.width and b.y <= y <= b.y + b.height
+        return b.x <= x < b.x + b.width and b.y <= y < b.y + b.height
 
     if box is None or not any(inside(box.x + box.width / 2, box.y + box.height / 2, b) for b in others):
         return build.click(element_id)
-    for fx in (0.5, 0.15, 0.85):
-        for fy in (0.5, 0.2, 0.8):
-            x, y = box.x + box.width * fx, box.y + box.height * fy
+    # Candidate points from the centre out to half a pixel inside the edges (MiniWoB can leave a 1 px sliver).
+    xs = [box.x + box.width * f for f in (0.5, 0.25, 0.75, 0.1, 0.9)] + [box.x + 0.5, box.x + box.width - 0.5]
+    ys = [box.y + box.height * f for f in (0.5, 0.25, 0.75, 0.1, 0.9)] + [box.y + 0.5, box.y + box.height - 0.5]
+    for x in xs:
+        for y in ys:
             if not any(inside(x, y, b) for b in others):
-                return common_pb2.Action(click_at=common_pb2.ClickAtAction(x=round(x, 1), y=round(y, 1)))
+                return common_pb2.Action(click_at=common_pb2.ClickAtAction(x=round(x, 2), y=round(y, 2)))
     return build.click(element_id)
 
 
@@ -157,11 +161,50 @@ MINIWOB_SCRIPTS: dict[str, Script] = {
 }
 
 
+@dataclass(slots=True)
+class OracleState:
+    """Where an episode is in its oracle solution."""
+
+    position: int = 0
+    last_step: int = -1
+    retries: int = 0
+
+
 class OraclePolicy:
     name = "oracle"
     description = "follows the task's oracle solution (synthetic web) or a scripted MiniWoB solution"
     backend = "none"
     model = ""
+
+    #: How often an oracle action that failed on the page (last_action_error) is tried again.
+    MAX_RETRIES = 2
+
+    def __init__(self, max_episodes: int = 10000, ttl_seconds: float = 3600.0) -> None:
+        self.states: EpisodeStore[OracleState] = EpisodeStore(OracleState, max_episodes, ttl_seconds)
+
+    def _position(self, request: policy_pb2.ActRequest) -> int:
+        """Oracle index for this step: the step index, except that an action the page reports as failed
+        (a click racing a navigation, a modal still opening) is retried before moving on."""
+        step = request.step_index
+        if not request.episode_id:
+            return step
+        if step == 0:  # a new episode (or a rerun of the id) starts at the beginning
+            self.states.forget(request.episode_id)
+            self.states.get(request.episode_id).last_step = 0
+            return 0
+        st = self.states.get(request.episode_id)
+        if step == st.last_step:  # the same step asked again: same answer
+            return st.position
+        if step == st.last_step + 1:
+            if request.observation.last_action_error and st.retries < self.MAX_RETRIES:
+                st.retries += 1
+            else:
+                st.position += 1
+                st.retries = 0
+        else:  # state forgotten or steps skipped: fall back to the step index
+            st.position, st.retries = step, 0
+        st.last_step = step
+        return st.position
 
     async def act(self, request: policy_pb2.ActRequest) -> Decision:
         if not request.HasField("task"):
@@ -174,7 +217,7 @@ class OraclePolicy:
             raise errors.InvalidArgument(
                 f"task '{task.task_id}' has no oracle solution; the oracle policy cannot act on it",
                 reason="NO_ORACLE_SOLUTION", metadata={"field": "task.oracle", "task_id": task.task_id})
-        index = min(max(request.step_index, 0), len(task.oracle) - 1)
+        index = min(self._position(request), len(task.oracle) - 1)
         action = common_pb2.Action()
         action.CopyFrom(task.oracle[index])
         return Decision(action=action, memory=f"oracle step {index + 1}/{len(task.oracle)}")
