@@ -65,7 +65,7 @@ def test_url_encoding() -> None:
     u = "http://shop-0001.web.test/products"
     for nxt in [u, "http://shop-0001.web.test/search?q=a", "http://other.web.test/", "about:blank"]:
         assert decode_url(u, encode_url(u, nxt)) == nxt
-    assert encode_url(u, u) == "="
+    assert encode_url(u, u) == "<same>"
 
 
 def test_malformed_outputs_fall_back() -> None:
@@ -73,7 +73,7 @@ def test_malformed_outputs_fall_back() -> None:
     for text in ["", "garbage", "URL =\nEDIT\n@9 1\n+x", "URL =\nWHAT", "<reasoning>never closed"]:
         p = parse_output(text, "http://x/", state)
         assert p.fallback and p.next_state == state and p.error
-    p = parse_output("URL /y\nEDIT\n" + diff.make_edit(state, "a\nc"), "http://x/", state)
+    p = parse_output("<nav>/y\nEDIT\n" + diff.make_edit(state, "a\nc"), "http://x/", state)
     assert (p.next_state, p.next_url, p.fallback) == ("a\nc", "http://x/y", False)
 
 

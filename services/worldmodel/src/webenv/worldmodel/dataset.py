@@ -82,16 +82,17 @@ def site_split(site: str, test_fraction: float = 0.25) -> str:
     return "test" if h < test_fraction else "train"
 
 
-NAV = "<nav>"
+NAV, SAME = "<nav>", "<same>"
 
 
 def encode_url(url: str, next_url: str) -> str:
-    """`=` when unchanged; else `<nav>` then path?query when same origin, or the absolute URL.
+    """`<same>` when unchanged; else `<nav>` then path?query when same origin, or the absolute URL.
 
-    `<nav>` is one token, so "does the page change?" is a single greedy decision between two tokens; without it
-    the probability of navigating is split over many path tokens and greedy decoding says "=" too often."""
+    Both markers are single tokens opening the target, so "does the page change?" is one greedy decision between
+    two tokens; with a plain `URL =` / `URL /path` line the probability of navigating was split over many path
+    tokens and greedy decoding said "unchanged" far too often."""
     if next_url == url:
-        return "="
+        return SAME
     a, b = urlsplit(url), urlsplit(next_url)
     if (a.scheme, a.netloc) == (b.scheme, b.netloc) and b.path.startswith("/"):
         return NAV + b.path + (f"?{b.query}" if b.query else "") + (f"#{b.fragment}" if b.fragment else "")
@@ -101,7 +102,7 @@ def encode_url(url: str, next_url: str) -> str:
 def decode_url(url: str, encoded: str) -> str:
     """Inverse of encode_url."""
     encoded = encoded.strip().removeprefix(NAV).strip()
-    if encoded in ("", "="):
+    if encoded in ("", "=", SAME):
         return url
     return urljoin(url, encoded) if encoded.startswith("/") else encoded
 
@@ -142,7 +143,7 @@ def build_prompt(instruction: str, history: list[tuple[str, str]], url: str, sta
 def build_target(url: str, next_url: str, state: str, next_state: str, as_edit: bool, reasoning: str = "") -> str:
     head = f"{REASONING_OPEN}{reasoning}{REASONING_CLOSE}\n" if reasoning else ""
     body = "EDIT\n" + diff.make_edit(state, next_state) if as_edit else "STATE\n" + next_state
-    return f"{head}URL {encode_url(url, next_url)}\n{body}"
+    return f"{head}{encode_url(url, next_url)}\n{body}"
 
 
 @dataclass
@@ -171,9 +172,10 @@ def parse_output(text: str, url: str, state: str, repair: bool = False) -> Parse
         reasoning = text[len(REASONING_OPEN):end]
         text = text[end + len(REASONING_CLOSE):].lstrip("\n")
     first, _, rest = text.partition("\n")
-    if not first.startswith("URL "):
-        return ParsedOutput(state, url, reasoning=reasoning, fallback=True, error="output does not start with URL")
-    next_url = decode_url(url, first[4:])
+    first = first.removeprefix("URL ")
+    if not first.startswith((NAV, SAME, "=")):
+        return ParsedOutput(state, url, reasoning=reasoning, fallback=True, error="output does not start with <nav> or <same>")
+    next_url = decode_url(url, first)
     kind, _, body = rest.partition("\n")
     if kind == "EDIT":
         try:

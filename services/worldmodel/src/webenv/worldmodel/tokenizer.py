@@ -14,7 +14,7 @@ from transformers import PreTrainedTokenizerFast
 SPECIAL = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 # Markers of the prompt/target layout, kept whole so the model sees them as single symbols.
 MARKERS = ["<instruction>", "<history>", "<url>", "<format>", "<state>", "<action>", "<predict>",
-           "<reasoning>", "</reasoning>", "<nav>"]
+           "<reasoning>", "</reasoning>", "<nav>", "<same>"]
 
 
 def train_tokenizer(texts: Iterable[str], vocab_size: int = 4096) -> PreTrainedTokenizerFast:

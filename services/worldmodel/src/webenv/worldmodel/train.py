@@ -57,6 +57,7 @@ class TrainConfig:
     device: str = "auto"
     threads: int = 1
     augment_names: bool = False
+    decision_weight: float = 5.0
 
 
 @dataclass
@@ -87,7 +88,7 @@ def _tokenize(examples: list[Example], tok: PreTrainedTokenizerBase, max_len: in
     return out, skipped
 
 
-def _batch(items: list[tuple[list[int], int]], pad_id: int, device: str) -> dict[str, torch.Tensor]:
+def _batch(items: list[tuple[list[int], int]], pad_id: int, device: str, decision_weight: float = 1.0) -> dict[str, torch.Tensor]:
     width = max(len(ids) for ids, _ in items)
     input_ids = torch.full((len(items), width), pad_id, dtype=torch.long)
     labels = torch.full((len(items), width), -100, dtype=torch.long)
@@ -96,7 +97,15 @@ def _batch(items: list[tuple[list[int], int]], pad_id: int, device: str) -> dict
         input_ids[i, : len(ids)] = torch.tensor(ids)
         labels[i, plen : len(ids)] = torch.tensor(ids[plen:])
         attn[i, : len(ids)] = 1
-    return {"input_ids": input_ids.to(device), "labels": labels.to(device), "attention_mask": attn.to(device)}
+    out = {"input_ids": input_ids.to(device), "labels": labels.to(device), "attention_mask": attn.to(device)}
+    if decision_weight != 1.0:
+        # The first target token decides "same page or navigation"; one token among ~70 gets little gradient,
+        # so it is weighted up (the other tokens keep weight 1).
+        weights = torch.ones((len(items), width))
+        for i, (_, plen) in enumerate(items):
+            weights[i, plen] = decision_weight
+        out["weights"] = weights.to(device)
+    return out
 
 
 def _batches(data: list, batch_size: int, rng: random.Random) -> list[list]:
@@ -116,7 +125,11 @@ def target_loss(model, b: dict[str, torch.Tensor]) -> torch.Tensor:  # noqa: ANN
     labels = b["labels"][:, 1:]
     mask = labels != -100
     logits = model.get_output_embeddings()(hidden[:, :-1][mask])
-    return torch.nn.functional.cross_entropy(logits.float(), labels[mask])
+    if "weights" not in b:
+        return torch.nn.functional.cross_entropy(logits.float(), labels[mask])
+    losses = torch.nn.functional.cross_entropy(logits.float(), labels[mask], reduction="none")
+    w = b["weights"][:, 1:][mask]
+    return (losses * w).sum() / w.sum()
 
 
 @torch.no_grad()
@@ -205,7 +218,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
         items = [x for x, _ in chosen]
         if renamer is not None:  # fresh names for every use of an example
             items = _tokenize([kept[i] for _, i in chosen], tok, cfg.max_len, renamer, rng)[0] or items
-        b = _batch(items, tok.pad_token_id, device)
+        b = _batch(items, tok.pad_token_id, device, cfg.decision_weight)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, time.monotonic() - started)
         loss = target_loss(model, b)
