@@ -52,6 +52,15 @@ PAGES: dict[str, str] = {
 document.getElementById('c').textContent = 'cookie=' + document.cookie;</script>
 <button id="set" onclick="document.cookie='secret=s3cr3t; path=/'; document.getElementById('c').textContent='set'">Set</button>
 </body></html>""",
+    # navigation race: a form and a link whose targets are served late (/slow/<name>?ms=N)
+    "navrace": """<!doctype html><html><head><title>Search</title></head><body><h1>Search</h1>
+<form action="/slow/results" method="get"><input name="ms" id="ms" value="500">
+<input name="q" id="q" value="shoes"><button id="search-btn" type="submit">Search</button></form>
+<form action="/slow/results?ms=400" method="post"><input type="hidden" name="q" value="posted">
+<button id="post-btn" type="submit">Post</button></form>
+<a id="slow-link" href="/slow/target?ms=600">Slow link</a>
+<form onsubmit="document.getElementById('out').textContent='stayed'; return false"><button id="js-btn">Stay</button></form>
+<span id="out"></span></body></html>""",
     "products": "".join(
         ["<!doctype html><html><head><title>Products</title></head><body><h1>Products</h1><ul>"]
         + [f'<li><a href="#p{i}">Product {i}</a> <span>${i}.99</span> <button id="b{i}" '
@@ -85,6 +94,27 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(body)
 
+    def _slow(self, name: str, q: dict[str, list[str]]) -> None:
+        """A page answered after `ms` milliseconds (navigation-race tests)."""
+        import html
+        import time
+
+        time.sleep(int(q.get("ms", ["500"])[0]) / 1000)
+        what = html.escape(q.get("q", [""])[0])
+        body = (f"<!doctype html><html><head><title>Slow {name}</title></head><body><h1>Slow {name} {what}</h1>"
+                "<button id=\"next-btn\" onclick=\"document.getElementById('res').textContent='next clicked'\">"
+                "Next</button><span id=\"res\"></span></body></html>")
+        return self._send(200, body.encode())
+
+    def do_POST(self) -> None:  # noqa: N802
+        url = urllib.parse.urlsplit(self.path)
+        n = int(self.headers.get("Content-Length") or 0)
+        q = urllib.parse.parse_qs(url.query)
+        q.update(urllib.parse.parse_qs(self.rfile.read(n).decode()))
+        if url.path.startswith("/slow/"):
+            return self._slow(url.path.removeprefix("/slow/"), q)
+        return self._send(404, b"not found")
+
     def do_GET(self) -> None:  # noqa: N802
         url = urllib.parse.urlsplit(self.path)
         q = urllib.parse.parse_qs(url.query)
@@ -98,6 +128,8 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         if url.path == "/echo-cookie":
             return self._send(200, ("<html><body><pre id='c'>" + (self.headers.get("Cookie") or "") +
                                     "</pre></body></html>").encode())
+        if url.path.startswith("/slow/"):
+            return self._slow(url.path.removeprefix("/slow/"), q)
         rel = url.path.lstrip("/")
         path = (self.html_root / rel).resolve()
         if self.html_root in path.parents and path.is_file():

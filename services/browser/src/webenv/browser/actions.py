@@ -22,6 +22,7 @@ from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from webenv import errors
 from webenv.browser.guard import BlockedUrl
+from webenv.browser.observe import interrupted_by_navigation
 from webenv.v1 import common_pb2
 
 if TYPE_CHECKING:
@@ -158,8 +159,26 @@ def validate(action: common_pb2.Action, max_wait_ms: int) -> str:
     return kind
 
 
-async def _resolve(page: Page, ref: dict[str, str], mode: str = "point") -> dict[str, Any]:
-    res = await page.evaluate(RESOLVE_JS, [ref, mode])
+async def _evaluate(page: Page, arg: list[Any], nav_timeout_ms: int, handle: bool = False) -> Any:
+    """RESOLVE_JS in the active document; when a navigation destroys the document under the call, wait for
+    the new document's DOMContentLoaded and resolve once more there."""
+    for attempt in range(2):
+        try:
+            if handle:
+                return await page.evaluate_handle(RESOLVE_JS, arg)
+            return await page.evaluate(RESOLVE_JS, arg)
+        except PlaywrightError as exc:
+            if attempt or not interrupted_by_navigation(exc) or page.is_closed():
+                raise
+            try:
+                await page.wait_for_load_state("domcontentloaded", timeout=nav_timeout_ms)
+            except PlaywrightError:
+                pass
+    raise AssertionError("unreachable")
+
+
+async def _resolve(page: Page, ref: dict[str, str], mode: str = "point", nav_timeout_ms: int = 10000) -> dict[str, Any]:
+    res = await _evaluate(page, [ref, mode], nav_timeout_ms)
     if res.get("error") == "BAD_SELECTOR":
         raise errors.InvalidArgument(f"selector {ref.get('sel')!r} is not valid CSS: {res.get('message')}",
                                      reason="BAD_SELECTOR", metadata={"field": "target.selector"})
@@ -182,9 +201,9 @@ def _point_error(ref: dict[str, str], res: dict[str, Any], verb: str) -> str:
     return ""
 
 
-async def _handle(page: Page, ref: dict[str, str]) -> Any:
+async def _handle(page: Page, ref: dict[str, str], nav_timeout_ms: int = 10000) -> Any:
     """An ElementHandle for the target, or None when it is not on the page."""
-    handle = await page.evaluate_handle(RESOLVE_JS, [ref, "handle"])
+    handle = await _evaluate(page, [ref, "handle"], nav_timeout_ms, handle=True)
     el = handle.as_element()
     if el is None:
         res = await handle.json_value()
@@ -204,7 +223,7 @@ async def perform(session: BrowserSession, action: common_pb2.Action, kind: str,
         if kind in ("click", "hover"):
             ref = _target(msg, f"action.{kind}.target")
             assert ref is not None
-            res = await _resolve(page, ref)
+            res = await _resolve(page, ref, nav_timeout_ms=nav_timeout_ms)
             err = _point_error(ref, res, kind)
             if err:
                 return ActionOutcome(error=err)
@@ -216,7 +235,7 @@ async def perform(session: BrowserSession, action: common_pb2.Action, kind: str,
         elif kind in ("fill", "select", "scroll_element"):
             ref = _target(msg, f"action.{kind}.target")
             assert ref is not None
-            el = await _handle(page, ref)
+            el = await _handle(page, ref, nav_timeout_ms)
             if el is None:
                 return ActionOutcome(error=f"{_describe(ref)} not found on the page")
             if kind == "fill":
@@ -230,7 +249,7 @@ async def perform(session: BrowserSession, action: common_pb2.Action, kind: str,
         elif kind == "press":
             ref = _target(msg, "action.press.target", required=False)
             if ref is not None:
-                el = await _handle(page, ref)
+                el = await _handle(page, ref, nav_timeout_ms)
                 if el is None:
                     return ActionOutcome(error=f"{_describe(ref)} not found on the page")
                 await el.focus()

@@ -1,12 +1,20 @@
 """The farm: sessions on top of the browser pool, with queues, limits, leases and deadlines.
 
-Settle rule after every action (bounded, no fixed sleeps):
+Settle rule after every action (bounded by the caps below and by the step deadline, no fixed sleeps):
+0. a navigation of the active tab that the page itself started with the action (counted in the page,
+   synchronously, by pool.NAV_WATCH_JS: link, form submission, location change), or a main-frame request
+   of the active tab, or an evaluate destroyed by a commit: wait until the tab's *new* document has fired
+   DOMContentLoaded (cap: WEBENV_FARM_NAV_TIMEOUT_MS); give up early when no request comes within
+   NAV_START_GRACE_S (a navigation cancelled after all) or when the request ended without a new document
+   for NAV_END_GRACE_S (204, download, refused);
 1. main-frame navigations started by the action: wait until their requests finish or fail, then
    for DOMContentLoaded (cap: WEBENV_FARM_NAV_TIMEOUT_MS);
 2. network: wait until no request of the context is in flight (cap: WEBENV_FARM_NETWORK_IDLE_MS);
 3. DOM: inside the observation's JS pass (after one rendered frame for scroll-like actions), wait until no mutation for WEBENV_FARM_SETTLE_QUIET_MS
-   (cap: WEBENV_FARM_SETTLE_MAX_MS); a navigation that still interrupts the pass is waited for
-   and the pass retried.
+   (cap: WEBENV_FARM_SETTLE_MAX_MS); a navigation that starts during the pass (seen by the network hooks
+   or counted in the page) is waited for as in 0. and the page observed again; an evaluate interrupted
+   by a navigation (element resolution, the observation pass) waits for the new document's
+   DOMContentLoaded and runs once more there.
 
 A step past its deadline (page JS in an infinite loop, alert storm) cannot be interrupted inside
 the renderer, so the farm gives the session a fresh context (the hung renderer is disposed with
@@ -30,10 +38,10 @@ from webenv.browser import metrics
 from webenv.browser.actions import NAVIGATION_KINDS, perform, validate
 from webenv.browser.config import Settings
 from webenv.browser.guard import BlockedUrl, UrlGuard
-from webenv.browser.observe import ObserveSettings, observe
-from webenv.browser.pool import BrowserHandle, BrowserPool
+from webenv.browser.observe import ObserveSettings, interrupted_by_navigation, observe
+from webenv.browser.pool import NAV_PENDING_JS, BrowserHandle, BrowserPool
 from webenv.browser.queues import Queues
-from webenv.browser.session import BrowserSession
+from webenv.browser.session import BrowserSession, Tab
 from webenv.browser.tasks import adapter_for
 from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
@@ -41,6 +49,11 @@ log = logging.getLogger(__name__)
 _CLOSED_KEEP = 2000
 # Actions whose effects arrive with the next rendered frame (scroll events, wheel, rAF-driven UIs).
 FRAME_KINDS = frozenset({"scroll", "scroll_element", "drag", "hover", "wait"})
+# Actions on the page that can start a navigation of the active tab (checked in the page right after).
+PAGE_KINDS = frozenset({"click", "click_at", "press", "type", "fill", "select", "hover", "drag", "scroll",
+                        "scroll_element"})
+NAV_START_GRACE_S = 2.0  # page said "navigating" but no request came: the navigation was cancelled
+NAV_END_GRACE_S = 1.0  # the request ended but no new document came: 204, download, refused
 
 
 def validate_spec(spec: common_pb2.ObservationSpec, field: str) -> None:
@@ -331,11 +344,51 @@ class Farm:
             await asyncio.sleep(0.01)
         return False
 
-    async def _settle(self, s: BrowserSession, nav_before: int) -> float:
+    async def _nav_started(self, s: BrowserSession, tab: Tab) -> bool:
+        """Did the page start a navigation of its tab (pool.NAV_WATCH_JS)? Reads and clears the count; an
+        evaluate destroyed under us means a new document has committed already."""
+        if s.tabs.get(tab.tab_id) is not tab or tab.page.is_closed():
+            return False
+        try:
+            return bool(await asyncio.wait_for(tab.page.evaluate(NAV_PENDING_JS), 5.0))
+        except TimeoutError:
+            return False
+        except PlaywrightError as exc:
+            return interrupted_by_navigation(exc) and not tab.page.is_closed()
+
+    async def _await_new_document(self, s: BrowserSession, tab: Tab, loads_before: int, nav_before: int,
+                                  cap: float) -> None:
+        """A navigation of `tab` has started (maybe not yet seen by the network hooks): wait, bounded, until
+        its new document has fired DOMContentLoaded."""
+        st = s.slot.state
+        start = time.perf_counter()
+        ended: float | None = None
+        while tab.loads <= loads_before and not tab.page.is_closed():
+            now = time.perf_counter()
+            if now >= cap:
+                return
+            if st.nav_count == nav_before and not st.navs:
+                if now - start >= NAV_START_GRACE_S:
+                    return  # no request came: cancelled
+            elif not st.navs:
+                ended = ended or now
+                if now - ended >= NAV_END_GRACE_S:
+                    return  # the request is over and no document came
+            else:
+                ended = None
+            st.changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(st.changed.wait(), min(0.02, max(0.001, cap - now)))
+
+    async def _settle(self, s: BrowserSession, nav_before: int, started: bool = False, tab: Tab | None = None,
+                      loads_before: int = 0) -> float:
         t0 = time.perf_counter()
         st = s.slot.state
         nav_cap = t0 + self.settings.farm_nav_timeout_ms / 1000
         net_cap = t0 + self.settings.farm_network_idle_ms / 1000
+        if tab is not None and tab is s.tabs.get(s.active_tab_id) and (
+                started or (st.nav_count != nav_before and any(p is tab.page for p in st.nav_pages))):
+            await self._await_new_document(s, tab, loads_before, nav_before, nav_cap)
         if st.nav_count != nav_before or st.navs or st.popups:
             while st.navs and time.perf_counter() < nav_cap:
                 st.changed.clear()
@@ -381,10 +434,13 @@ class Farm:
             nav_before = st.nav_count
             st.nav_pages.clear()
             st.popups = 0
+            tab = s.tab
+            loads_before = tab.loads
             outcome = await perform(s, req.action, kind, nav_timeout_ms=self.settings.farm_nav_timeout_ms)
             action_s = time.perf_counter() - ta
+            started = kind in PAGE_KINDS and await self._nav_started(s, tab)
             await s.ensure_tab()
-            settle_s = await self._settle(s, nav_before)
+            settle_s = await self._settle(s, nav_before, started, tab, loads_before)
         metrics.ACTIONS.labels(kind).inc()
         error = outcome.error
         if st.violation:
@@ -404,14 +460,19 @@ class Farm:
             to = time.perf_counter()
             for _ in range(3):
                 nav_seen = st.nav_count
+                st.nav_pages.clear()
+                tab = s.tab
+                loads_seen = tab.loads
                 obs, raw = await self._observe(s, spec, frame_wait=kind in FRAME_KINDS)
                 if raw.get("popups") and await self._adopt_popup(s):
                     settle_s += await self._settle(s, -1)
                     continue
-                if st.nav_count == nav_seen and not st.navs:
+                if st.nav_count == nav_seen and not st.navs and not raw.get("navPending") \
+                        and tab.loads == loads_seen:
                     break
                 # a navigation (or popup) started while the DOM settled: wait for it, observe again
-                settle_s += await self._settle(s, nav_seen)
+                started = bool(raw.get("navPending")) and await self._nav_started(s, tab)
+                settle_s += await self._settle(s, nav_seen, started, tab, loads_seen)
             observe_s = time.perf_counter() - to
         obs.last_action_error = error
         await self._fill_tabs(s, obs)

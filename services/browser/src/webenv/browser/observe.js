@@ -281,6 +281,7 @@ async (opts) => {
   if (want.elements) out.elements = elements;
   out.popups = topWin.__webenvPopups || 0;  // new tabs this page tried to open since the last pass
   topWin.__webenvPopups = 0;
+  out.navPending = window.__webenvNavPending || 0;  // a navigation this page started (pool.NAV_WATCH_JS)
   if (opts.miniwob) {
     // MiniWoB++ reward protocol (core.js globals); read in the same round trip as the observation.
     out.miniwob = {done: !!window.WOB_DONE_GLOBAL, reward: Number(window.WOB_REWARD_GLOBAL || 0),

@@ -31,6 +31,12 @@ _RETRYABLE = ("Execution context was destroyed", "navigat", "detached", "Cannot 
               "Frame was detached", "Target page, context or browser has been closed")
 
 
+def interrupted_by_navigation(exc: BaseException) -> bool:
+    """An evaluate failed because its document went away (a navigation, a frame detach): worth one retry
+    on the new document."""
+    return isinstance(exc, PlaywrightError) and any(s in str(exc) for s in _RETRYABLE)
+
+
 @dataclass
 class ObserveSettings:
     """Farm-wide knobs of the settle rule and text caps."""
@@ -54,7 +60,7 @@ async def page_data(page: Page, opts: dict[str, Any], nav_timeout_ms: int, attem
             return json.loads(await page.evaluate(OBSERVE_JS, opts))
         except PlaywrightError as exc:
             last = exc
-            if not any(s in str(exc) for s in _RETRYABLE) or page.is_closed():
+            if not interrupted_by_navigation(exc) or page.is_closed():
                 raise
             try:
                 await page.wait_for_load_state("domcontentloaded", timeout=nav_timeout_ms)

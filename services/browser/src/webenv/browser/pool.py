@@ -57,6 +57,46 @@ POPUP_WATCH_JS = """
 })();
 """
 
+# Counts, in the top document and synchronously with the action, every cross-document navigation of this
+# tab that the document starts: the Navigation API's `navigate` event (links, location changes, form
+# submissions, history traversals) and the `submit` event (a form's navigation only starts a task later).
+# A navigation cancelled by preventDefault or intercepted (same-document) is taken back. The settle rule
+# reads and clears the count right after the action (NAV_PENDING_JS): a navigation whose request the farm
+# has not seen yet (a loaded event loop, a slow renderer) is then still waited for.
+NAV_WATCH_JS = """
+(() => {
+  if (window !== window.top) return;
+  const pending = new Set();
+  let seq = 0;
+  Object.defineProperty(window, '__webenvNavPending', {get: () => pending.size, configurable: true});
+  Object.defineProperty(window, '__webenvNavClear', {value: () => pending.clear(), configurable: true});
+  const mark = (e) => {
+    const id = ++seq;
+    pending.add(id);
+    setTimeout(() => { if (e.defaultPrevented) pending.delete(id); }, 0);  // a later listener cancelled it
+    return id;
+  };
+  const same = (t) => !t || ['_self', '_parent', '_top'].includes(String(t).toLowerCase());
+  window.addEventListener('submit', (e) => {
+    const f = e.target, s = e.submitter;
+    if (!f || e.defaultPrevented) return;
+    const attr = (name, dflt) => (s && s.hasAttribute && s.hasAttribute(name) ? s.getAttribute(name) : dflt);
+    if (!same(attr('formtarget', f.target)) || String(attr('formmethod', f.method || '')).toLowerCase() === 'dialog') return;
+    mark(e);
+  });
+  if (window.navigation) window.navigation.addEventListener('navigate', (e) => {
+    if (e.destination.sameDocument || e.hashChange || e.downloadRequest) return;
+    const id = mark(e);
+    const intercept = e.intercept;
+    if (typeof intercept === 'function') {
+      e.intercept = function (...args) { pending.delete(id); return intercept.apply(this, args); };
+    }
+  });
+})();
+"""
+# Read and clear the count of NAV_WATCH_JS (0 on pages where the init script did not run).
+NAV_PENDING_JS = "() => { const n = window.__webenvNavPending || 0; if (n) window.__webenvNavClear(); return n; }"
+
 
 def playwright_disabled_features() -> list[str]:
     """Playwright's own --disable-features list, read from the installed driver (fallback: a copy)."""
@@ -289,7 +329,7 @@ class BrowserPool:
                 accept_downloads=False,
             )
             state = ContextState()
-            await context.add_init_script(POPUP_WATCH_JS)
+            await context.add_init_script(POPUP_WATCH_JS + NAV_WATCH_JS)
             if self.guard.enabled:
                 await context.route(self.guard.unlisted_url_pattern(), self._route_handler(state))
             context.on("request", self._request_watch(state))

@@ -25,6 +25,7 @@ class Tab:
     tab_id: str
     page: Page
     cdp: CDPSession | None = None
+    loads: int = 0  # DOMContentLoaded events of the tab's documents (the settle rule waits for a new one)
 
 
 @dataclass
@@ -88,6 +89,11 @@ class BrowserSession:
             self.tabs[tab.tab_id] = tab
             self._pages[key] = tab.tab_id
             page.on("close", lambda p: self._on_close(p))
+
+            def loaded(_: Page, tab: Tab = tab) -> None:
+                tab.loads += 1
+
+            page.on("domcontentloaded", loaded)
         self.active_tab_id = tab.tab_id
         return tab
 
