@@ -193,6 +193,8 @@ async def test_act_stream_multiplexes_and_reports_item_errors(serve_policy, poli
         (policy_pb2.ActRequest(policy="oracle", task=common_pb2.Task(
             task_id="m", source=common_pb2.TASK_SOURCE_MINIWOB, metadata={"miniwob_task": "book-flight"})),
          "NO_ORACLE_SOLUTION", "book-flight"),
+        (policy_pb2.ActRequest(policy="oracle", task=common_pb2.Task(task_id="e", oracle=[common_pb2.Action()])),
+         "BAD_ORACLE_ACTION", "task.oracle[0]"),
         (policy_pb2.ActRequest(policy="random", step_index=-1, observation=common_pb2.Observation()),
          "BAD_STEP_INDEX", "step_index"),
     ],

@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from webenv import errors
+from webenv.actions import format_action
 from webenv.v1 import common_pb2, policy_pb2
 
 from ..observe import Candidate, candidates
@@ -220,6 +221,12 @@ class OraclePolicy:
         index = min(self._position(request), len(task.oracle) - 1)
         action = common_pb2.Action()
         action.CopyFrom(task.oracle[index])
+        try:
+            format_action(action)
+        except ValueError as exc:
+            raise errors.InvalidArgument(f"task.oracle[{index}] of '{task.task_id}' is not a valid action: {exc}",
+                                         reason="BAD_ORACLE_ACTION",
+                                         metadata={"field": f"task.oracle[{index}]", "task_id": task.task_id}) from exc
         return Decision(action=action, memory=f"oracle step {index + 1}/{len(task.oracle)}")
 
     def _miniwob(self, request: policy_pb2.ActRequest) -> common_pb2.Action:
