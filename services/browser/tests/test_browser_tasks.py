@@ -138,3 +138,17 @@ async def test_against_the_sites_service(farm_factory, tmp_path):
             proc.wait(10)
         except subprocess.TimeoutExpired:
             proc.kill()
+
+
+@pytest.mark.parametrize("name", ["social-media-all", "count-shape", "identify-shape", "click-checkboxes",
+                                  "book-flight", "choose-date", "use-autocomplete", "drag-box"])
+async def test_miniwob_reset_of_many_kinds(farm, name):
+    """Open and reset MiniWoB tasks of different kinds (canvas, jQuery UI, d3, long pages): the reset waits
+    for the page's own onload (click canvas and sync cover exist) before starting the episode."""
+    r = await farm.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task(name), seed=5), timeout=60)
+    sid = r.session.session_id
+    try:
+        assert r.instruction, name
+        assert "START" not in r.observation.axtree, r.observation.axtree[:500]  # the sync cover is hidden
+    finally:
+        await farm.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid))

@@ -1,8 +1,11 @@
 """Task adapters: task-specific setup at open, env-side reward after each step, evidence at close.
 
 - `UrlAdapter`: a bare start URL (also YAML/rubric/real-web tasks: they are judged elsewhere).
-- `MiniWobAdapter`: the MiniWoB++ page protocol (machine-facts.md): open the task page, end any
-  episode, seed, `core.startEpisodeReal()`, wait for `WOB_TASK_READY`; the goal is
+- `MiniWobAdapter`: the MiniWoB++ page protocol (machine-facts.md): open the task page, wait for
+  `#sync-task-cover` (the page's `window.onload` runs `core.startEpisode()`, which creates the click
+  canvas and the cover: resetting before it fails in `core.canvasClear`, and an onload that comes
+  after the reset would cover the task again), end any episode, seed, `core.setDataMode("train")`,
+  `core.startEpisodeReal()`, wait for `WOB_TASK_READY`; the goal is
   `core.getUtterance()`; after each step the reward globals are read in the observation's own JS
   pass (no extra round trip).
 - `SyntheticAdapter`: the synthetic web. The site session id (the `site_session` cookie) is the
@@ -88,6 +91,13 @@ class MiniWobAdapter(TaskAdapter):
 
     async def setup(self, session: BrowserSession, seed: int, nav_timeout_ms: int) -> str:
         await super().setup(session, seed, nav_timeout_ms)
+        try:
+            # DOMContentLoaded is not enough: the episode display (click canvas, sync cover) is made on load
+            await session.page.wait_for_selector("#sync-task-cover", state="attached", timeout=nav_timeout_ms)
+        except PlaywrightError as exc:
+            raise errors.FailedPrecondition(f"MiniWoB page never became ready (no #sync-task-cover): {exc}",
+                                            reason="MINIWOB_RESET_FAILED",
+                                            metadata={"url": self.start_url[:200]}) from exc
         try:
             res = await session.page.evaluate(MINIWOB_RESET_JS, seed if seed else None)
         except PlaywrightError as exc:
