@@ -12,7 +12,7 @@ from webenv.worldmodel.train import TrainConfig, TrainResult, train
 
 def test_loss_goes_down_and_model_reloads(tiny_training: TrainResult) -> None:
     assert tiny_training.steps == 40
-    assert tiny_training.last_loss < tiny_training.first_loss * 0.8
+    assert tiny_training.eval_loss < tiny_training.initial_eval_loss * 0.8
     model_dir = Path(tiny_training.model_dir)
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
@@ -23,6 +23,7 @@ def test_loss_goes_down_and_model_reloads(tiny_training: TrainResult) -> None:
     assert TransformersBackend(str(model_dir)).info.parameters == tiny_training.parameters
     curve = [json.loads(line) for line in (model_dir.parent / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in curve if "loss" in r][:3] == [1, 2, 3]
+    assert curve[0]["step"] == 0 and "eval_loss" in curve[0]
     assert any("eval_loss" in r for r in curve)
 
 
