@@ -90,7 +90,7 @@ async def test_deadline_propagates_to_the_server(echo_server):
         stub = policy_pb2_grpc.PolicyServiceStub(ch)
         resp = await stub.Act(policy_pb2.ActRequest(episode_id="ok"), timeout=1.5)
         remaining = float(resp.memory)
-        assert 0 < remaining <= 1.5
+        assert 0 < remaining <= 1.6  # grpc-timeout is sent in whole units, rounded up
 
 
 async def test_default_deadline_applies_to_unary_calls(echo_server):
