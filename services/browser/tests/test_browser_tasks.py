@@ -1,9 +1,9 @@
 """Task adapters: MiniWoB++ solved by scripted actions, synthetic-web tasks through a real TaskService."""
 
-from __future__ import importlib.util
-import annotations
+from __future__ import annotations
 
 import asyncio
+import importlib.util
 import json
 import os
 import re
