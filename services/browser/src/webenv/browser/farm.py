@@ -440,7 +440,9 @@ class Farm:
             action_s = time.perf_counter() - ta
             started = kind in PAGE_KINDS and await self._nav_started(s, tab)
             await s.ensure_tab()
-            settle_s = await self._settle(s, nav_before, started, tab, loads_before)
+            # navigate/go_back/go_forward/new_tab waited for their own DOMContentLoaded already
+            settle_s = await self._settle(s, nav_before, started, None if kind in NAVIGATION_KINDS else tab,
+                                          loads_before)
         metrics.ACTIONS.labels(kind).inc()
         error = outcome.error
         if st.violation:
