@@ -12,13 +12,14 @@ F = common_pb2.ObservationFormat
 
 
 async def _click_then_act(env, page_server, click: str, ms: int, path: str, heading: str) -> None:
+    """`click` is a selector to click, or a whole action (e.g. a press of Enter in a form field)."""
     o = await env.open(page_server.url("navrace"))
     sid = o.session.session_id
     try:
         if ms:
             r = await env.step(sid, f'fill("#ms", "{ms}")')
             assert not r.observation.last_action_error
-        r = await env.step(sid, f'click("{click}")')
+        r = await env.step(sid, click if "(" in click else f'click("{click}")')
         obs = r.observation
         assert not obs.last_action_error, obs.last_action_error
         assert path in obs.url, (click, obs.url)
@@ -38,6 +39,10 @@ async def test_form_submit_to_slow_page(env, page_server, ms):
 async def test_post_form_and_slow_link(env, page_server):
     await _click_then_act(env, page_server, "#post-btn", 0, "/slow/results", "Slow results posted")
     await _click_then_act(env, page_server, "#slow-link", 0, "/slow/target", "Slow target")
+
+
+async def test_enter_in_a_field_submits_and_waits(env, page_server):
+    await _click_then_act(env, page_server, 'press("#q", "Enter")', 600, "/slow/results?ms=", "Slow results shoes")
 
 
 async def test_navigation_race_under_load(env, page_server):
@@ -85,3 +90,5 @@ async def test_navigation_with_late_network_events(laggy_network_events, farm_fa
             await _click_then_act(env, page_server, "#search-btn", 300, "/slow/results?ms=", "Slow results shoes")
             await _click_then_act(env, page_server, "#slow-link", 0, "/slow/target", "Slow target")
             await _click_then_act(env, page_server, "#post-btn", 0, "/slow/results", "Slow results posted")
+            await _click_then_act(env, page_server, 'press("#q", "Enter")', 300, "/slow/results?ms=",
+                                  "Slow results shoes")

@@ -437,12 +437,13 @@ class Farm:
             tab = s.tab
             loads_before = tab.loads
             outcome = await perform(s, req.action, kind, nav_timeout_ms=self.settings.farm_nav_timeout_ms)
-            action_s = time.perf_counter() - ta
+            ts = time.perf_counter()
+            action_s = ts - ta
             started = kind in PAGE_KINDS and await self._nav_started(s, tab)
             await s.ensure_tab()
             # navigate/go_back/go_forward/new_tab waited for their own DOMContentLoaded already
-            settle_s = await self._settle(s, nav_before, started, None if kind in NAVIGATION_KINDS else tab,
-                                          loads_before)
+            await self._settle(s, nav_before, started, None if kind in NAVIGATION_KINDS else tab, loads_before)
+            settle_s = time.perf_counter() - ts
         metrics.ACTIONS.labels(kind).inc()
         error = outcome.error
         if st.violation:
