@@ -1,6 +1,6 @@
 """World-model benchmark: collect -> train -> evaluate -> serve, with the figures the issue asks for.
 
-    .venv/bin/python services/worldmodel/bench.py --out bench/results            # bounded (~6-8 min)
+    .venv/bin/python services/worldmodel/bench.py --out bench/results            # bounded smoke run (~8 min)
     .venv/bin/python services/worldmodel/bench.py --out bench/results --full     # 14-minute training run
 
 Collects transitions with real Chromium over generated sites (held-out sites by name), trains the tiny
