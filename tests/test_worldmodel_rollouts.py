@@ -212,8 +212,10 @@ def test_collector_rollouts_against_world_model(tmp_path: Path) -> None:
             name="wm-crawl", start_urls=START_URLS, episodes=EPISODES, policy="random", seed=11, concurrency=3,
             env_address=wm.address, horizons=collector_pb2.Horizons(easy=HORIZON, medium=HORIZON, hard=HORIZON),
             episode_timeout_seconds=60,
-            # The world model simulates AXTREE (and MARKDOWN derived from it); the default AXTREE+HTML is refused.
+            # A farm-style spec: the world model simulates AXTREE (and MARKDOWN derived from it) and leaves HTML
+            # out instead of refusing it, so the run switches to simulation by address alone.
             observation_spec=common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE,
+                                                                 common_pb2.OBSERVATION_FORMAT_HTML,
                                                                  common_pb2.OBSERVATION_FORMAT_MARKDOWN]))
         with grpc.insecure_channel(collector.address) as ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)

@@ -97,7 +97,9 @@ async def test_env_failure_without_retries_is_an_errored_episode(stub, watch, co
     world.env.fail_steps = True
     run = await start(stub, max_retries=0, episodes=3)
     last = await watch(stub, run.run_id)
-    assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    # Every episode stored (nothing lost), but a run in which nothing ran is a failed run, with the cause.
+    assert last.run.state == collector_pb2.RUN_STATE_FAILED
+    assert last.run.error.startswith("all 3 episodes errored") and "environment failed" in last.run.error
     assert last.run.counts.errored == 3 == last.run.counts.finished
     rows = await episodes(collector, run.run_id)
     assert all("environment failed" in r["error"] and "down" in r["error"] for r in rows)

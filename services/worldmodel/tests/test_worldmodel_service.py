@@ -160,6 +160,20 @@ async def test_environment_bad_inputs(wm_channel: grpc.aio.Channel) -> None:
     await _expect(grpc.StatusCode.NOT_FOUND, env.RenewLease(environment_pb2.RenewLeaseRequest(session_id="nope")))
 
 
+async def test_unsimulable_formats_are_left_out_not_refused(wm_channel: grpc.aio.Channel) -> None:
+    """A collector's farm spec (AXTREE + HTML) works against the world model by address alone."""
+    env = environment_pb2_grpc.EnvironmentServiceStub(wm_channel)
+    task = common_pb2.Task(task_id="t2", start_url="http://new-0002.web.test/",
+                           metadata={"start_state": '[0] RootWebArea "New"\n  [1] link "Go"'})
+    spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
+    opened = await env.OpenSession(environment_pb2.OpenSessionRequest(task=task, observation_spec=spec))
+    assert list(opened.observation.formats) == [common_pb2.OBSERVATION_FORMAT_AXTREE]
+    assert opened.observation.axtree.startswith("[0] RootWebArea") and opened.observation.html == ""
+    step = await env.Step(environment_pb2.StepRequest(session_id=opened.session.session_id,
+                                                      action=parse_action("noop()"), step_index=-1))
+    assert list(step.observation.formats) == [common_pb2.OBSERVATION_FORMAT_AXTREE]
+
+
 async def test_concurrent_predictions_share_the_backend(wm_channel: grpc.aio.Channel) -> None:
     stub = worldmodel_pb2_grpc.WorldModelServiceStub(wm_channel)
     req = worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_AXTREE, state='[0] RootWebArea "A"',

@@ -209,7 +209,15 @@ class Engine:
             else:
                 await self._run_async(rc)
             if rc.run.state == collector_pb2.RUN_STATE_RUNNING:
-                rc.run.state = collector_pb2.RUN_STATE_SUCCEEDED
+                c = rc.run.counts
+                if c.finished and c.errored == c.finished:
+                    # Nothing ran: a run whose every episode errored (e.g. an environment refusing the spec)
+                    # must not read as a success on dashboards and in `webenv runs`.
+                    first = next((e.error for e in rc.summaries if e.error), "")
+                    rc.run.state = collector_pb2.RUN_STATE_FAILED
+                    rc.run.error = f"all {c.errored} episodes errored; first error: {first}"
+                else:
+                    rc.run.state = collector_pb2.RUN_STATE_SUCCEEDED
         except asyncio.CancelledError:
             # A shared run outlives its owner's shutdown: other collectors go on with it through Redis.
             if self.queue is None or rc.stop.is_set():

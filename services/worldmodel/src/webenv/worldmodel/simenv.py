@@ -139,14 +139,21 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
 
     @staticmethod
     def _formats(spec: common_pb2.ObservationSpec, default: list[int]) -> list[int]:
+        """The requested formats the model can simulate, in request order.
+
+        As the contract says of ``Observation.formats``, formats that cannot be produced are left out rather
+        than failing the call: a collector that asks the farm for AXTREE + HTML must be able to switch to the
+        world model by address alone. Only a request none of whose formats can be simulated is refused.
+        """
         formats = list(spec.formats) or default
-        bad = [common_pb2.ObservationFormat.Name(f) if f in common_pb2.ObservationFormat.values() else str(f)
-               for f in formats if f not in _SUPPORTED]
-        if bad:
+        kept = [f for f in formats if f in _SUPPORTED]
+        if not kept:
+            bad = [common_pb2.ObservationFormat.Name(f) if f in common_pb2.ObservationFormat.values() else str(f)
+                   for f in formats]
             raise errors.InvalidArgument(
                 f"observation_spec.formats: {', '.join(bad)} cannot be simulated (AXTREE and MARKDOWN can)",
                 reason="FORMAT_NOT_SUPPORTED", metadata={"field": "observation_spec.formats"})
-        return formats
+        return kept
 
     # --- RPCs -------------------------------------------------------------------------------------------
     async def OpenSession(self, request: environment_pb2.OpenSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.OpenSessionResponse:  # noqa: N802
