@@ -34,7 +34,7 @@ $(GEN_DIR)/webenv/v1/.stamp: $(PROTOS) $(STAMP)
 	@touch $@
 
 lint: protos
-	$(VENV)/bin/ruff check services tests bench
+	$(VENV)/bin/ruff check services tests bench deploy
 	cd protos && ../$(VENV)/bin/buf lint
 	@tag=$$(git tag --list 'v*' --sort=-v:refname | head -1); \
 	if [ -n "$$tag" ]; then cd protos && ../$(VENV)/bin/buf breaking --against "../.git#tag=$$tag,subdir=protos"; \
