@@ -1,6 +1,6 @@
 """Collector benchmark: asynchronous vs lock-step rollouts, and export throughput to Parquet.
 
-Rollouts: the same tasks, the same environment and the same policy in the same process, once per mode. The
+Rollouts: the same tasks, the same environment and the same policy, in alternating rounds per mode (median). The
 policy's latency is heterogeneous (seeded log-normal delays clipped to 20-800 ms, median ~90 ms, standing in
 for GPU inference with uneven prompt lengths) and episodes have different lengths (oracle solutions of 1-9
 steps); the environment is a page-walk EnvironmentService over real gRPC with 5-20 ms steps, so the
@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import heapq
 import json
 import random
 import subprocess
@@ -187,20 +188,23 @@ def spawn_peers(episodes: int) -> tuple[subprocess.Popen, dict]:
     return peers, json.loads(peers.stdout.readline())
 
 
-async def compare_modes(tmp: Path, chdb: str, db: str, addr: dict, spec_base: collector_pb2.RunSpec) -> dict:
-    """Run the same spec in lock-step then async mode on one collector; steps/s of each and the ratio."""
+async def compare_modes(tmp: Path, chdb: str, db: str, addr: dict, spec_base: collector_pb2.RunSpec,
+                        rounds: int = 1) -> dict:
+    """Run the same spec in lock-step then async mode on one collector, ``rounds`` times alternating; each mode's
+    figures are from its median round (by steps/s), the ratio is of the medians."""
     col = await Collector.start(Settings(
         grpc_port=0, metrics_port=0, host="127.0.0.1", log_level="WARNING", data_dir=str(tmp / db),
         store_url=chdb, store_database=db, browser_addr=addr["env"], policy_addr=addr["policy"],
         judge_addr=addr["judge"], sites_addr=addr["sites"]))
-    out = {}
+    runs: dict[str, list[dict]] = {"lock_step": [], "async": []}
     try:
         async with grpc.aio.insecure_channel(col.address) as ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)
-            for name, mode in (("lock_step", collector_pb2.ROLLOUT_MODE_LOCK_STEP), ("async", collector_pb2.ROLLOUT_MODE_ASYNC)):
+            modes = (("lock_step", collector_pb2.ROLLOUT_MODE_LOCK_STEP), ("async", collector_pb2.ROLLOUT_MODE_ASYNC))
+            for rnd, (name, mode) in ((r, m) for r in range(rounds) for m in modes):
                 spec = collector_pb2.RunSpec()
                 spec.CopyFrom(spec_base)
-                spec.name, spec.mode = f"bench-{name}", mode
+                spec.name, spec.mode = f"bench-{name}-{rnd}", mode
                 t0 = time.perf_counter()
                 cpu0 = time.process_time()
                 run = (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec))).run
@@ -210,22 +214,69 @@ async def compare_modes(tmp: Path, chdb: str, db: str, addr: dict, spec_base: co
                 wall = time.perf_counter() - t0
                 cpu = time.process_time() - cpu0
                 c = last.run.counts
-                out[name] = {"episodes": c.finished, "passed": c.passed, "errored": c.errored, "steps": c.steps,
-                             "wall_seconds": round(wall, 2), "steps_per_second": round(c.steps / wall, 1),
-                             "episodes_per_second": round(c.finished / wall, 2),
-                             "collector_cpu_fraction": round(cpu / wall, 2)}
-                print(f"  {name:9s}: {c.finished} episodes, {c.steps} steps in {wall:.1f}s -> {c.steps / wall:.1f} steps/s (collector CPU {cpu / wall:.0%})")
+                runs[name].append({"episodes": c.finished, "passed": c.passed, "errored": c.errored, "steps": c.steps,
+                                   "wall_seconds": round(wall, 2), "steps_per_second": round(c.steps / wall, 1),
+                                   "episodes_per_second": round(c.finished / wall, 2),
+                                   "collector_cpu_fraction": round(cpu / wall, 2)})
+                print(f"  {name:9s}: {c.finished} episodes, {c.steps} steps in {wall:.1f}s -> {c.steps / wall:.1f} steps/s "
+                      f"(collector CPU {cpu / wall:.0%}, {1000 * cpu / max(c.steps, 1):.2f} ms/step)")
     finally:
         await col.close()
+    out = {}
+    for name, rs in runs.items():
+        ranked = sorted(rs, key=lambda r: r["steps_per_second"])
+        out[name] = {**ranked[(len(ranked) - 1) // 2], "rounds_steps_per_second": [r["steps_per_second"] for r in rs]}
     out["speedup"] = round(out["async"]["steps_per_second"] / out["lock_step"]["steps_per_second"], 2)
     return out
 
 
-async def bench_rollouts(tmp: Path, chdb: str, episodes: int, concurrency: int) -> dict:
+def ideal_rates(episodes: int, concurrency: int, trials: int = 200) -> dict:
+    """Zero-overhead ceilings of this workload (Monte Carlo over the same delay distributions and episode lengths).
+
+    Steady state: concurrency / mean step time (policy delay + environment step). With the run's tail (the last
+    episodes finish with fewer than ``concurrency`` in flight): a greedy ``concurrency``-slot schedule of the
+    episodes (open + steps). Lock-step: each batch of ``concurrency`` waits every round for its slowest request.
+    """
+    lens = [len(t.oracle) for t in make_tasks(episodes, seed=1)]
+    env = lambda r: r.uniform(0.005, 0.02)  # noqa: E731
+    pol = lambda r: min(max(r.lognormvariate(-2.4, 0.9), 0.02), 0.8)  # noqa: E731
+    r0 = random.Random(0)
+    mean_step = sum(pol(r0) + env(r0) for _ in range(200_000)) / 200_000
+    a, ls = [], []
+    for trial in range(trials):
+        r = random.Random(trial)
+        order = lens[:]
+        r.shuffle(order)
+        slots = [0.0] * concurrency
+        for n in order:
+            heapq.heappush(slots, heapq.heappop(slots) + env(r) + sum(pol(r) + env(r) for _ in range(n)))
+        a.append(sum(lens) / max(slots))
+        total = 0.0
+        for b in range(0, len(order), concurrency):
+            batch = order[b:b + concurrency]
+            total += max(env(r) for _ in batch)
+            for s in range(max(batch)):
+                live = sum(1 for n in batch if n > s)
+                total += max(pol(r) for _ in range(live)) + max(env(r) for _ in range(live))
+        ls.append(sum(lens) / total)
+    ia, il = sum(a) / trials, sum(ls) / trials
+    return {"mean_step_ms": round(1000 * mean_step, 1), "steady_state_steps_per_second": round(concurrency / mean_step, 1),
+            "async_steps_per_second": round(ia, 1), "lock_step_steps_per_second": round(il, 1),
+            "speedup": round(ia / il, 2)}
+
+
+async def bench_rollouts(tmp: Path, chdb: str, episodes: int, concurrency: int, rounds: int) -> dict:
     peers, addr = await asyncio.to_thread(spawn_peers, episodes)
     try:
         spec = collector_pb2.RunSpec(policy="oracle", repeats=1, seed=5, concurrency=concurrency)
-        return await compare_modes(tmp, chdb, "bench_roll", addr, spec)
+        res = await compare_modes(tmp, chdb, "bench_roll", addr, spec, rounds)
+        res["ideal"] = ideal = ideal_rates(episodes, concurrency)
+        res["async_of_ideal"] = round(res["async"]["steps_per_second"] / ideal["async_steps_per_second"], 2)
+        res["lock_step_of_ideal"] = round(res["lock_step"]["steps_per_second"] / ideal["lock_step_steps_per_second"], 2)
+        print(f"  ideal (zero overhead): async {ideal['async_steps_per_second']} steps/s with the tail "
+              f"(steady state {ideal['steady_state_steps_per_second']}), lock-step {ideal['lock_step_steps_per_second']}, "
+              f"ratio {ideal['speedup']}x; measured async at {res['async_of_ideal']:.0%} of its ceiling")
+        return res
     finally:
         peers.terminate()
         peers.wait()
@@ -301,6 +352,7 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--episodes", type=int, default=256, help="rollout episodes per mode")
     ap.add_argument("--concurrency", type=int, default=32)
+    ap.add_argument("--rounds", type=int, default=3, help="alternating lock-step/async rounds (median reported)")
     ap.add_argument("--export-episodes", type=int, default=50_000)
     ap.add_argument("--farm-episodes", type=int, default=24, help="tasks for the real-farm comparison (0 skips it)")
     ap.add_argument("--farm-concurrency", type=int, default=8)
@@ -315,7 +367,7 @@ def main() -> None:
         tmp = Path(d)
         chdb = f"chdb://{tmp / 'chdb'}"
         print("rollouts (same tasks, env and policy; heterogeneous policy latency):")
-        roll = asyncio.run(bench_rollouts(tmp, chdb, args.episodes, args.concurrency))
+        roll = asyncio.run(bench_rollouts(tmp, chdb, args.episodes, args.concurrency, args.rounds))
         farm = None
         if args.farm_episodes:
             print(f"rollouts on the real browser farm ({args.farm_episodes} tasks, concurrency {args.farm_concurrency}):")
@@ -325,7 +377,7 @@ def main() -> None:
     result = {
         "service": "collector",
         "when": datetime.now(UTC).isoformat(timespec="seconds"),
-        "rollouts": {**roll, "concurrency": args.concurrency,
+        "rollouts": {**roll, "concurrency": args.concurrency, "rounds": args.rounds,
                      "policy_latency": "seeded log-normal, clipped 20-800 ms (median ~90 ms)",
                      "environment": "page-walk EnvironmentService over gRPC in its own process, 5-20 ms per step (not Chromium)",
                      "target_speedup": 5.0},
@@ -344,11 +396,18 @@ def main() -> None:
 
 | measure | lock-step / row-wise baseline | collector | ratio | target |
 | --- | --- | --- | --- | --- |
-| rollout steps/s ({args.episodes} episodes, concurrency {args.concurrency}) | {r['lock_step']['steps_per_second']} | {r['async']['steps_per_second']} | {r['speedup']}x | >= 5x |
+| rollout steps/s ({args.episodes} episodes, concurrency {args.concurrency}; median of {args.rounds} alternating rounds) | {r['lock_step']['steps_per_second']} | {r['async']['steps_per_second']} | {r['speedup']}x | >= 5x |
+| same, zero-overhead ceiling of this workload (simulated) | {r['ideal']['lock_step_steps_per_second']} | {r['ideal']['async_steps_per_second']} | {r['ideal']['speedup']}x | |
 | export episodes/min to Parquet ({e['episodes']:,} episodes, {e['steps']:,} steps) | {e['rowwise_episodes_per_minute']:,} | {e['episodes_per_minute']:,} | {e['speedup']}x | >= 50,000/min |
 {farm_line}
-Rollouts: same tasks, environment and policy (peers in their own process), one mode after the other; policy latency {result['rollouts']['policy_latency']};
+Rollouts: same tasks, environment and policy (peers in their own process), modes alternating on one collector; policy latency {result['rollouts']['policy_latency']};
 environment: {result['rollouts']['environment']}. Export baseline: rows as Python dicts, then pyarrow.
+Rounds (steps/s): lock-step {r['lock_step']['rounds_steps_per_second']}, async {r['async']['rounds_steps_per_second']}; collector CPU
+{r['async']['collector_cpu_fraction']:.0%} of wall in async mode. Ceiling: mean step {r['ideal']['mean_step_ms']} ms, so
+concurrency / mean step = {r['ideal']['steady_state_steps_per_second']} steps/s in steady state and
+{r['ideal']['async_steps_per_second']} with the run's tail (fewer than {args.concurrency} episodes in flight at the end);
+measured async at {r['async_of_ideal']:.0%} and lock-step at {r['lock_step_of_ideal']:.0%} of their ceilings. The ratio is
+bounded by the workload ({r['ideal']['speedup']}x with zero overhead), not by the collector.
 """
     (out / "collector.md").write_text(md)
     print(md)

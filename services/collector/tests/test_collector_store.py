@@ -110,3 +110,43 @@ async def test_store_down_mid_run_spools_and_flushes_exactly(stub, watch, collec
     assert counts["steps"] == last.run.counts.steps
     row = await collector.store.call(collector.store.store.get_run, run.run_id)
     assert row["state"] == "succeeded" and row["finished"] == planned
+
+
+async def test_writer_batches_but_urgent_rows_and_drain_do_not_wait(tmp_path):
+    """Rows wait up to flush_interval for company; a run's last rows (urgent) and a drain of nothing do not."""
+    import time
+
+    from webenv.collector.writer import Writer
+
+    class FakeStore:
+        def __init__(self) -> None:
+            self.store = self
+            self.inserts: list[dict] = []
+
+        def insert(self, batch) -> None:
+            self.inserts.append(batch)
+
+        async def call(self, fn, *args, **kwargs):
+            return fn(*args, **kwargs)
+
+    store = FakeStore()
+    writer = Writer(store, Spool(tmp_path / "spool"), flush_interval=0.5)
+    await writer.start()
+    try:
+        row = {"steps": [{"run_id": "r", "episode_id": "e", "step_index": 0}]}
+        t0 = time.monotonic()
+        await writer.put(row)
+        assert time.monotonic() - t0 >= 0.45  # batched: waited for company
+        t0 = time.monotonic()
+        await writer.drain()  # nothing queued: nothing to wait for
+        await writer.put(row, urgent=True)
+        assert time.monotonic() - t0 < 0.3
+        t0 = time.monotonic()
+        slow = asyncio.create_task(writer.put(row))
+        await asyncio.sleep(0.05)
+        await writer.put(row, urgent=True)  # writes the batch collected so far too
+        await slow
+        assert time.monotonic() - t0 < 0.3
+        assert [len(b["steps"]) for b in store.inserts] == [1, 1, 2]
+    finally:
+        await writer.close()

@@ -242,9 +242,9 @@ class Engine:
     def _addresses(self, rc: RunContext) -> list[str]:
         return [a.strip() for a in rc.run.spec.env_address.split(",") if a.strip()]
 
-    async def store_episode(self, rc: RunContext | None, ep: Episode) -> None:
-        """Write an episode durably (store or spool), then count it."""
-        await self.writer.put(ep.rows(version_now()))
+    async def store_episode(self, rc: RunContext | None, ep: Episode, urgent: bool = False) -> None:
+        """Write an episode durably (store or spool), then count it; ``urgent``: without waiting for a batch."""
+        await self.writer.put(ep.rows(version_now()), urgent=urgent)
         outcome = "errored" if ep.error else ("passed" if ep.passed else "failed")
         metrics.EPISODES_FINISHED.labels(outcome).inc()
         metrics.EPISODE_SECONDS.observe(ep.duration)
@@ -259,20 +259,22 @@ class Engine:
         job: EpisodeJob,
         spec: collector_pb2.RunSpec,
         addresses: list[str],
-        on_ran: Callable[[], None] | None = None,
+        on_ran: Callable[[], bool | None] | None = None,
     ) -> Episode:
-        """Run and store one episode (async mode); ``on_ran`` is called when it stops using the environment."""
+        """Run and store one episode (async mode); ``on_ran`` is called when it stops using the environment.
+
+        When ``on_ran`` returns True (the run's last running episode), its rows are written without batching delay.
+        """
         metrics.EPISODES_STARTED.inc()
         metrics.IN_FLIGHT.inc()
         try:
             ep = await run_episode(job, spec, self.ctx, addresses)
         finally:
             metrics.IN_FLIGHT.dec()
-        if on_ran is not None:
-            on_ran()  # the episode's slot is free while its rows wait for their batch
+        urgent = bool(on_ran()) if on_ran is not None else False  # the slot is free while rows wait for their batch
         # A finished episode is stored even if the run is cut off meanwhile: shield the write, and let the run
         # wait for it (rc.storing) so counts and store agree when the run ends.
-        store = asyncio.ensure_future(self.store_episode(rc, ep))
+        store = asyncio.ensure_future(self.store_episode(rc, ep, urgent=urgent))
         if rc is not None:
             rc.storing.add(store)
             store.add_done_callback(rc.storing.discard)
@@ -285,15 +287,21 @@ class Engine:
         sem = asyncio.Semaphore(spec.concurrency)
         done = asyncio.Event()
         in_flight: set[asyncio.Task] = set()
+        running = 0  # episodes started and not yet done with the environment
+        fed_all = False  # every job has been started
 
         async def one(job: EpisodeJob) -> None:
             released = False
 
-            def free() -> None:
-                nonlocal released
-                if not released:
-                    released = True
-                    sem.release()
+            def free() -> bool:
+                """Release the slot; True when this was the run's last running episode (nothing will join its batch)."""
+                nonlocal released, running
+                if released:
+                    return False
+                released = True
+                running -= 1
+                sem.release()
+                return fed_all and running == 0
 
             try:
                 await self.run_job(rc, job, spec, addresses, on_ran=free)
@@ -303,6 +311,7 @@ class Engine:
                     done.set()
 
         async def feed() -> None:
+            nonlocal running, fed_all
             for job in rc.jobs:
                 t = time.monotonic()
                 await sem.acquire()
@@ -311,9 +320,11 @@ class Engine:
                     sem.release()
                     return
                 rc.run.counts.started += 1
+                running += 1
                 task = asyncio.create_task(one(job))
                 in_flight.add(task)
                 task.add_done_callback(in_flight.discard)
+            fed_all = True
 
         feeder = asyncio.create_task(feed())
         stopper = asyncio.create_task(rc.stop.wait())

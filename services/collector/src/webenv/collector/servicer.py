@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -57,7 +58,9 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
                 await asyncio.wait_for(rc.changed.wait(), timeout=max(self.watch_interval, 0.05) * 4)
             except TimeoutError:
                 pass
-            await asyncio.sleep(self.watch_interval)
+            # Throttle progress reports to one per watch_interval, but report the run's end as soon as it ends.
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(rc.ended.wait(), timeout=self.watch_interval)
 
     async def StopRun(self, request, context):  # noqa: N802
         return collector_pb2.StopRunResponse(run=await self.engine.stop_run(request.run_id))

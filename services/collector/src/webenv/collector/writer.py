@@ -26,6 +26,7 @@ class _Item:
     batch: Batch
     done: asyncio.Future
     queued_at: float = field(default_factory=time.monotonic)
+    urgent: bool = False  # write the batch collected so far now instead of waiting for flush_interval
 
 
 class Writer:
@@ -57,10 +58,14 @@ class Writer:
         self._tasks = [asyncio.create_task(self._loop()), asyncio.create_task(self._flusher())]
         metrics.SPOOL_ROWS.set(await self.store.call(self.spool.pending_rows))
 
-    async def put(self, batch: Batch) -> None:
-        """Queue rows and wait until they are durable (stored or spooled)."""
+    async def put(self, batch: Batch, urgent: bool = False) -> None:
+        """Queue rows and wait until they are durable (stored or spooled).
+
+        ``urgent`` writes them (with whatever is batched so far) without waiting out ``flush_interval``: for rows
+        nothing else will join soon, e.g. a run's last episode.
+        """
         fut = asyncio.get_running_loop().create_future()
-        await self._queue.put(_Item(batch, fut))
+        await self._queue.put(_Item(batch, fut, urgent=urgent))
         await fut
 
     async def drain(self) -> None:
@@ -83,7 +88,8 @@ class Writer:
             items = [first]
             rows = _size(first.batch)
             deadline = time.monotonic() + self.flush_interval
-            while rows < self.batch_rows:
+            # A drain marker arriving first has nothing to wait for: write (i.e. acknowledge) it at once.
+            while first.batch and not first.urgent and rows < self.batch_rows:
                 timeout = deadline - time.monotonic()
                 if timeout <= 0:
                     break
@@ -93,7 +99,7 @@ class Writer:
                     break
                 items.append(item)
                 rows += _size(item.batch)
-                if not item.batch:  # a drain marker: write now
+                if not item.batch or item.urgent:  # a drain marker or urgent rows: write now
                     break
             await self._write(items, rows)
 
