@@ -125,7 +125,7 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
 
     @staticmethod
     def delay(req) -> float:
-        rng = random.Random(hash((req.episode_id.split("-")[-1], req.step_index, req.seed)))
+        rng = random.Random(f"{req.episode_id.split('-')[-1]}|{req.step_index}|{req.seed}")  # str seeds are stable across processes
         return min(max(rng.lognormvariate(-2.4, 0.9), 0.02), 0.8)
 
     async def ActStream(self, request_iterator, context):  # noqa: N802

@@ -219,7 +219,7 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
             oracle = req.task.oracle
             action = oracle[req.step_index] if req.step_index < len(oracle) else common_pb2.Action(noop=common_pb2.NoopAction())
         else:
-            rng = random.Random(hash((req.seed, req.step_index)))
+            rng = random.Random(f"{req.seed}|{req.step_index}")  # str seeds are stable across processes
             action = click_next() if rng.random() < 0.5 else common_pb2.Action(noop=common_pb2.NoopAction())
         kind = action.WhichOneof("kind")
         text = {"click": 'click("#next")', "noop": "noop()"}.get(kind, f'answer("{action.answer.text}")')
