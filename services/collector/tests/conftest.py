@@ -49,6 +49,33 @@ def page_obs(site: str, n: int) -> common_pb2.Observation:
     )
 
 
+async def in_completion_order(request_iterator, handle):
+    """Serve a bidi stream as the real services do: every item handled concurrently, answers as they finish."""
+    out: asyncio.Queue = asyncio.Queue()
+    pending: set[asyncio.Task] = set()
+
+    async def answer(item):
+        await out.put(await handle(item))
+
+    async def reader():
+        async for item in request_iterator:
+            t = asyncio.create_task(answer(item))
+            pending.add(t)
+            t.add_done_callback(pending.discard)
+        await asyncio.gather(*pending)
+        await out.put(None)
+
+    rt = asyncio.create_task(reader())
+    try:
+        while True:
+            item = await out.get()
+            if item is None:
+                return
+            yield item
+    finally:
+        rt.cancel()
+
+
 def click_next() -> common_pb2.Action:
     return common_pb2.Action(click=common_pb2.ClickAction(target=common_pb2.ElementTarget(selector="#next")))
 
@@ -161,39 +188,19 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         return await self._step(request)
 
     async def StepStream(self, request_iterator, context):  # noqa: N802
-        out: asyncio.Queue = asyncio.Queue()
-        pending: set[asyncio.Task] = set()
-
         async def handle(item):
             if self.fail_steps:
-                await out.put(environment_pb2.StepStreamResponse(
-                    tag=item.tag, error=common_pb2.StreamError(code=14, message=f"{self.name} is down", reason="NODE_DOWN")))
-                return
+                return environment_pb2.StepStreamResponse(
+                    tag=item.tag, error=common_pb2.StreamError(code=14, message=f"{self.name} is down", reason="NODE_DOWN"))
             try:
                 resp = await self._step(item.step)
             except KeyError:
-                await out.put(environment_pb2.StepStreamResponse(
-                    tag=item.tag, error=common_pb2.StreamError(code=5, message="no such session", reason="NO_SESSION")))
-                return
-            await out.put(environment_pb2.StepStreamResponse(tag=item.tag, response=resp))
+                return environment_pb2.StepStreamResponse(
+                    tag=item.tag, error=common_pb2.StreamError(code=5, message="no such session", reason="NO_SESSION"))
+            return environment_pb2.StepStreamResponse(tag=item.tag, response=resp)
 
-        async def reader():
-            async for item in request_iterator:
-                t = asyncio.create_task(handle(item))
-                pending.add(t)
-                t.add_done_callback(pending.discard)
-            await asyncio.gather(*pending)
-            await out.put(None)
-
-        rt = asyncio.create_task(reader())
-        try:
-            while True:
-                item = await out.get()
-                if item is None:
-                    return
-                yield item
-        finally:
-            rt.cancel()
+        async for response in in_completion_order(request_iterator, handle):
+            yield response
 
     async def CloseSession(self, request, context):  # noqa: N802
         s = self.sessions.pop(request.session_id, None)
@@ -226,9 +233,6 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
         return policy_pb2.ActResponse(episode_id=req.episode_id, action=action, action_text=text, policy=req.policy or "random")
 
     async def ActStream(self, request_iterator, context):  # noqa: N802
-        out: asyncio.Queue = asyncio.Queue()
-        pending: set[asyncio.Task] = set()
-
         async def handle(item):
             self.requests += 1
             req = item.request
@@ -237,25 +241,10 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
                 d = self.delay_fn(req)
             if d:
                 await asyncio.sleep(d)
-            await out.put(policy_pb2.ActStreamResponse(tag=item.tag, response=self.choose(req)))
+            return policy_pb2.ActStreamResponse(tag=item.tag, response=self.choose(req))
 
-        async def reader():
-            async for item in request_iterator:
-                t = asyncio.create_task(handle(item))
-                pending.add(t)
-                t.add_done_callback(pending.discard)
-            await asyncio.gather(*pending)
-            await out.put(None)
-
-        rt = asyncio.create_task(reader())
-        try:
-            while True:
-                item = await out.get()
-                if item is None:
-                    return
-                yield item
-        finally:
-            rt.cancel()
+        async for response in in_completion_order(request_iterator, handle):
+            yield response
 
 
 class Judge(judge_pb2_grpc.JudgeServiceServicer):
