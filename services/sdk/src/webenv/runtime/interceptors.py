@@ -9,6 +9,7 @@ never a silent UNKNOWN.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hmac
 import inspect
 import logging
@@ -104,46 +105,47 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
             return next((c for c in grpc.StatusCode if c.value[0] == code), grpc.StatusCode.UNKNOWN)
         return grpc.StatusCode.OK
 
-    if kind in ("unary", "client_stream"):
-
-        async def unary_response(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            t0 = time.perf_counter()
-            started.inc()
-            code = grpc.StatusCode.OK
-            try:
-                if denied:
-                    raise errors.Unauthenticated("missing or invalid bearer token", reason="BAD_TOKEN")
-                if kind == "unary":
-                    received.inc()
-                else:
-                    request = count_requests(request)
-                response = await behavior(request, context)
-                code = code_of(context)
-                if response is not None:
-                    sent.inc()
-                return response
-            except asyncio.CancelledError:
-                code = grpc.StatusCode.CANCELLED
-                raise
-            except grpc.aio.AbortError:
-                code = code_of(context)
-                raise
-            except Exception as exc:  # noqa: BLE001 - every failure must end as a status
-                err = as_domain_error(exc)
-                code = err.code
-                await context.abort_with_status(err.to_status())  # raises AbortError
-            finally:
-                finish(code, t0)
-
-        return unary_response
-
-    async def stream_response(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+    @contextlib.asynccontextmanager
+    async def accounted(context: grpc.aio.ServicerContext) -> AsyncIterator[None]:
+        """Count and time one RPC and end it with the status its outcome deserves, whatever the servicer raised."""
         t0 = time.perf_counter()
         started.inc()
         code = grpc.StatusCode.OK
         try:
             if denied:
                 raise errors.Unauthenticated("missing or invalid bearer token", reason="BAD_TOKEN")
+            yield
+            code = code_of(context)
+        except asyncio.CancelledError:
+            code = grpc.StatusCode.CANCELLED
+            raise
+        except grpc.aio.AbortError:
+            code = code_of(context)
+            raise
+        except Exception as exc:  # noqa: BLE001 - every failure must end as a status
+            err = as_domain_error(exc)
+            code = err.code
+            await context.abort_with_status(err.to_status())  # raises AbortError
+        finally:
+            finish(code, t0)
+
+    if kind in ("unary", "client_stream"):
+
+        async def unary_response(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            async with accounted(context):
+                if kind == "unary":
+                    received.inc()
+                else:
+                    request = count_requests(request)
+                response = await behavior(request, context)
+                if response is not None:
+                    sent.inc()
+                return response
+
+        return unary_response
+
+    async def stream_response(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
+        async with accounted(context):
             if kind == "server_stream":
                 received.inc()
             else:
@@ -155,19 +157,5 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
                     yield response
             else:  # the servicer writes with context.write() and returns None
                 await result
-            code = code_of(context)
-        except asyncio.CancelledError:
-            code = grpc.StatusCode.CANCELLED
-            raise
-        except grpc.aio.AbortError:
-            code = code_of(context)
-            raise
-        except Exception as exc:  # noqa: BLE001
-            err = as_domain_error(exc)
-            code = err.code
-            await context.abort_with_status(err.to_status())  # raises AbortError
-        finally:
-            finish(code, t0)
 
     return stream_response
-
