@@ -196,7 +196,7 @@ async def main() -> None:
         tmp = Path(tmpdir)
         model = build_tiny_model(tmp / "tiny-model")
         from transformers import AutoConfig, AutoTokenizer
-        from webenv.policy.prompt import build_prompt
+        from webenv.agent.prompt import build_prompt
         cfg = AutoConfig.from_pretrained(model)
         params = cfg.vocab_size * cfg.hidden_size + cfg.num_hidden_layers * (
             4 * cfg.hidden_size ** 2 + 3 * cfg.hidden_size * cfg.intermediate_size)

@@ -9,7 +9,7 @@ import grpc
 import pytest
 from webenv import errors
 from webenv.actions import parse_action
-from webenv.policy.observe import select_options
+from webenv.agent.observe import select_options
 from webenv.policy.synthetic import random_observation, request
 from webenv.v1 import common_pb2, policy_pb2
 

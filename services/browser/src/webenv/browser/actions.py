@@ -73,7 +73,7 @@ RESOLVE_JS = """
   if (mode === 'scroll') return {ok: true};
   const hit = el.ownerDocument.elementFromPoint(cx, cy);
   const covered = hit && hit !== el && !el.contains(hit) && !(hit.control === el) && !(el.tagName === 'OPTION');
-  return {x: cx + offX, y: cy + offY, covered: covered ? (hit.tagName.toLowerCase() + (hit.id ? '#' + hit.id : '')) : '',
+  return {eid: el.getAttribute('data-webenv-id') || '', x: cx + offX, y: cy + offY, covered: covered ? (hit.tagName.toLowerCase() + (hit.id ? '#' + hit.id : '')) : '',
           disabled: !!el.disabled};
 }
 """
@@ -101,6 +101,7 @@ class ActionOutcome:
     error: str = ""
     done: bool = False
     answer: str = ""
+    target_element_id: str = ""  # the element the target resolved to (StepResponse.target_element_id)
 
 
 def kind_of(action: common_pb2.Action) -> str:
@@ -219,6 +220,7 @@ async def perform(session: BrowserSession, action: common_pb2.Action, kind: str,
     """Run one validated action in the session's active tab."""
     page = session.page
     msg = getattr(action, kind)
+    resolved = ""
     try:
         if kind in ("click", "hover"):
             ref = _target(msg, f"action.{kind}.target")
@@ -227,6 +229,7 @@ async def perform(session: BrowserSession, action: common_pb2.Action, kind: str,
             err = _point_error(ref, res, kind)
             if err:
                 return ActionOutcome(error=err)
+            resolved = ref.get("id") or res.get("eid", "")
             if kind == "click":
                 await page.mouse.click(res["x"], res["y"], button=_BUTTONS[msg.button],  # type: ignore[arg-type]
                                        click_count=msg.click_count or 1)
@@ -238,6 +241,7 @@ async def perform(session: BrowserSession, action: common_pb2.Action, kind: str,
             el = await _handle(page, ref, nav_timeout_ms)
             if el is None:
                 return ActionOutcome(error=f"{_describe(ref)} not found on the page")
+            resolved = ref.get("id") or (await el.get_attribute("data-webenv-id") or "")
             if kind == "fill":
                 await el.fill(msg.text, timeout=2000)
             elif kind == "select":
@@ -305,8 +309,8 @@ async def perform(session: BrowserSession, action: common_pb2.Action, kind: str,
         raise
     except PlaywrightError as exc:
         text = str(exc).split("\n")[0]
-        return ActionOutcome(error=f"{kind} failed: {text[:300]}")
-    return ActionOutcome()
+        return ActionOutcome(error=f"{kind} failed: {text[:300]}", target_element_id=resolved)
+    return ActionOutcome(target_element_id=resolved)
 
 
 async def goto(session: BrowserSession, page: Page, url: str, nav_timeout_ms: int) -> str:

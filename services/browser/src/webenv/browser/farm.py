@@ -493,7 +493,7 @@ class Farm:
         return environment_pb2.StepResponse(
             session_id=s.session_id, step_index=s.step_count, observation=obs,
             reward=rw.reward if rw else 0.0, raw_reward=rw.raw_reward if rw else 0.0, done=done,
-            reward_reason=rw.reason if rw else "", timings=timings,
+            reward_reason=rw.reason if rw else "", timings=timings, target_element_id=outcome.target_element_id,
         )
 
     async def close_session(self, req: environment_pb2.CloseSessionRequest) -> environment_pb2.CloseSessionResponse:

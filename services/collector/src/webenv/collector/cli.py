@@ -350,5 +350,72 @@ def demo(
     console.print(f"parquet export: {export_dir.resolve()}  logs: {(data_dir / 'logs').resolve()}")
 
 
+TRAINER = os.environ.get("WEBENV_TRAINER_ADDR", "localhost:50057")
+POLICY = os.environ.get("WEBENV_POLICY_ADDR", "localhost:50052")
+
+
+@app.command()
+def train(
+    name: str = typer.Option("agent", help="Checkpoint family the loop trains (versions name@1, name@2, ...)."),
+    demos: int = typer.Option(60, help="Oracle demonstrations on train-split tasks for the BC warm start."),
+    reference_demos: int = typer.Option(0, help="Also train BC on this many demonstrations, as a reference."),
+    iterations: int = typer.Option(4, help="RL iterations after the warm start."),
+    collect: int = typer.Option(300, help="Episodes collected per iteration (train split)."),
+    eval_episodes: int = typer.Option(200, "--eval", help="Test-split episodes per evaluation (same tasks each time)."),
+    train_eval: int = typer.Option(100, help="Train-split episodes per evaluation."),
+    temperature: float = typer.Option(1.0, help="Sampling temperature while collecting."),
+    algorithm: str = typer.Option("filtered_bc", help="filtered_bc (WebGym) or policy_gradient."),
+    bc_epochs: int = typer.Option(40),
+    rl_epochs: int = typer.Option(4),
+    sampling: str = typer.Option("uniform", help="uniform, easy-only or hard-biased task sampling."),
+    concurrency: int = typer.Option(0),
+    baselines: str = typer.Option("random,explore", help="Policies evaluated on the test split beside (comma list)."),
+    seed: int = typer.Option(1),
+    out: Path = typer.Option(Path("bench/results"), help="Folder for learning.md, learning.json, learning.png."),
+    stack: bool = typer.Option(False, help="Start a local stack on free ports for the loop (embedded store)."),
+    sites_count: int = typer.Option(200, help="Synthetic sites of the local stack (--stack)."),
+    data_dir: Path = typer.Option(None, help="Data folder of the local stack (--stack)."),
+    collector: str = typer.Option(COLLECTOR),
+    trainer: str = typer.Option(TRAINER),
+    policy: str = typer.Option(POLICY),
+) -> None:
+    """The learning loop: oracle demos -> BC warm start -> N x (collect -> judge -> train -> load -> evaluate)."""
+    from webenv.collector.learn import Loop, LoopConfig, write_report
+
+    if algorithm not in ("filtered_bc", "policy_gradient"):
+        raise typer.BadParameter(f"{algorithm!r}: expected filtered_bc or policy_gradient", param_hint="--algorithm")
+    _choice(sampling, SAMPLING, "--sampling")
+    cfg = LoopConfig(name=name, demo_episodes=demos, reference_demo_episodes=reference_demos, iterations=iterations,
+                     collect_episodes=collect, eval_episodes=eval_episodes, train_eval_episodes=train_eval,
+                     temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
+                     sampling=sampling, concurrency=concurrency,
+                     baselines=tuple(b for b in baselines.split(",") if b), seed=seed, out_dir=str(out))
+    local = None
+    if stack:
+        data_dir = data_dir or Path(".webenv") / f"train-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+        local = Stack(data_dir, free_ports=True, sites_count=sites_count)
+        with console.status("starting the stack...") as status:
+            local.start(on_ready=lambda n, a: status.update(f"{n} SERVING at {a}"))
+        collector, trainer, policy = (local.address(n) for n in ("collector", "trainer", "policy"))
+        console.print(f"stack up ({', '.join(SERVICES)}); data in {data_dir.resolve()}")
+    try:
+        loop = Loop(cfg, collector=collector, trainer=trainer, policy=policy, say=console.print)
+        result = loop.run_loop()
+    except grpc.RpcError as exc:
+        raise _fail(exc) from None
+    except RuntimeError as exc:
+        console.print(f"[red]error[/red] {exc}")
+        raise typer.Exit(1) from None
+    finally:
+        if local is not None:
+            with console.status("stopping the stack..."):
+                local.stop()
+    import shlex
+    import sys
+
+    paths = write_report(result, out, "webenv train " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
+    console.print("learning curve: " + ", ".join(str(p) for p in paths))
+
+
 if __name__ == "__main__":
     app()

@@ -122,6 +122,7 @@ class Episode:
     node: str = ""
     verdict: common_pb2.Verdict | None = None
     policy_model: str = ""
+    policy_version: str = ""
     error: str = ""
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     t0: float = field(default_factory=time.monotonic)
@@ -167,6 +168,7 @@ class Episode:
             step_index=len(self.steps),
             seed=self.job.seed,
             instruction=self.instruction,
+            options=self.spec.act_options,
         )
         t = time.monotonic()
         try:
@@ -179,6 +181,7 @@ class Episode:
             metrics.STEP_PHASE.labels("queue").observe(resp.timings.queue_seconds)
         resp.timings.total_seconds = resp.timings.total_seconds or dt
         self.policy_model = resp.model or resp.policy
+        self.policy_version = resp.policy_version or self.policy_version
         self._policy_seconds = dt
         return resp
 
@@ -218,6 +221,7 @@ class Episode:
         if resp is not None:
             rec.reward = resp.reward
             rec.done = resp.done
+            rec.target_element_id = resp.target_element_id
             rec.timings.CopyFrom(resp.timings)
             if resp.timings.queue_seconds:
                 metrics.STEP_PHASE.labels("queue").observe(resp.timings.queue_seconds)
@@ -362,6 +366,7 @@ class Episode:
                     "action_seconds": rec.timings.action_seconds,
                     "observe_seconds": rec.timings.observe_seconds,
                     "version": version,
+                    "target_element_id": rec.target_element_id,
                 }
             )
         final = self.observation or common_pb2.Observation()
@@ -412,6 +417,7 @@ class Episode:
             "rubric_version": v.rubric_version if v else task.rubric.version,
             "version": version,
             "task_pb": task.SerializeToString().hex(),
+            "policy_version": self.policy_version,
         }
         return {"steps": step_rows, "episodes": [episode]}
 

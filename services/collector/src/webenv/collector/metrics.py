@@ -30,3 +30,4 @@ QUEUE_DEPTH = Gauge("webenv_collector_queue_depth", "Episodes waiting in the Red
 IN_FLIGHT = Gauge("webenv_collector_episodes_in_flight", "Episodes running now.")
 RUNS_ACTIVE = Gauge("webenv_collector_runs_active", "Runs running now.")
 EXPORT_SECONDS = Histogram("webenv_collector_export_seconds", "Export wall time.", buckets=_LATENCY)
+EPISODES_READ = Counter("webenv_collector_episodes_read_total", "Stored episodes streamed by ReadEpisodes (training data).")

@@ -10,7 +10,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from webenv import errors
-from webenv.collector import metrics
+from webenv.collector import metrics, read
 from webenv.collector.engine import STATE_NAMES, TERMINAL, Engine
 from webenv.collector.export import export
 from webenv.v1 import collector_pb2, collector_pb2_grpc
@@ -130,3 +130,20 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         if request.request_id:
             self._exports[request.request_id] = resp
         return resp
+
+    async def ReadEpisodes(self, request, context) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:  # noqa: N802
+        """Stored episodes of the named runs, a run at a time (unknown runs are NOT_FOUND)."""
+        read.validate(request)
+        for run_id in request.run_ids:
+            await self.engine.get_run(run_id)  # NOT_FOUND for an unknown run
+        await self.engine.writer.drain()
+        store = self.engine.store
+        left = request.limit or None
+        for run_id in dict.fromkeys(request.run_ids):
+            for ep in await store.call(read.read_run, store.store, run_id, request.filter):
+                metrics.EPISODES_READ.inc()
+                yield collector_pb2.ReadEpisodesResponse(episode=ep)
+                if left is not None:
+                    left -= 1
+                    if not left:
+                        return

@@ -19,10 +19,10 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-SERVICES = ("sites", "browser", "policy", "judge", "collector")
+SERVICES = ("sites", "browser", "policy", "judge", "collector", "trainer")
 DEFAULT_PORTS = {
     "browser": (50051, 9451), "policy": (50052, 9452), "judge": (50054, 9454),
-    "sites": (50055, 9455), "collector": (50056, 9456),
+    "sites": (50055, 9455), "collector": (50056, 9456), "trainer": (50057, 9457),
 }  # fmt: skip
 DEFAULT_HTTP_PORT = 8800
 
@@ -87,6 +87,7 @@ class Stack:
             "WEBENV_BROWSER_ADDR": self.address("browser"),
             "WEBENV_POLICY_ADDR": self.address("policy"),
             "WEBENV_JUDGE_ADDR": self.address("judge"),
+            "WEBENV_COLLECTOR_ADDR": self.address("collector"),
         }
         if name == "sites":
             env |= {"WEBENV_HTTP_PORT": str(self.http_port), "WEBENV_HTTP_HOST": "127.0.0.1",
@@ -95,10 +96,14 @@ class Stack:
             env |= {"WEBENV_FARM_SITES_HTTP_ADDR": f"127.0.0.1:{self.http_port}"}
         elif name == "policy":
             env.setdefault("WEBENV_POLICY_BACKEND", "none")
+            env |= {"WEBENV_POLICY_CHECKPOINT_DIR": str(self.data_dir / "checkpoints")}
         elif name == "judge":
             env.setdefault("WEBENV_JUDGE_LLM_BACKEND", "none")
         elif name == "collector":
             env |= {"WEBENV_DATA_DIR": str(self.data_dir)}
+        elif name == "trainer":
+            env |= {"WEBENV_TRAINER_CHECKPOINT_DIR": str(self.data_dir / "checkpoints"),
+                    "WEBENV_TRAINER_DATA_DIR": str(self.data_dir / "trainer")}
         env |= self.extra_env
         return env
 

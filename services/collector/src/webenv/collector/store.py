@@ -33,13 +33,13 @@ EPISODE_COLUMNS = [
     "final_answer", "final_url", "final_axtree", "final_html", "final_markdown", "env_reward", "site_state_json",
     "steps", "repeated_steps", "horizon", "truncated", "error", "attempts", "started_at", "finished_at",
     "duration_seconds", "seed", "task_seed", "webenv_version", "collector_id", "browser_node", "policy_model",
-    "judge_version", "rubric_id", "rubric_version", "version", "task_pb",
+    "judge_version", "rubric_id", "rubric_version", "version", "task_pb", "policy_version",
 ]  # fmt: skip
 STEP_COLUMNS = [
     "run_id", "episode_id", "step_index", "url", "title", "axtree", "html", "markdown", "screenshot_key",
     "action_text", "action_json", "raw_output", "parse_failed", "reward", "done", "last_action_error",
     "repeated_state", "url_after", "policy_seconds", "env_seconds", "env_queue_seconds", "action_seconds",
-    "observe_seconds", "version",
+    "observe_seconds", "version", "target_element_id",
 ]  # fmt: skip
 TABLES = {"runs": RUN_COLUMNS, "episodes": EPISODE_COLUMNS, "steps": STEP_COLUMNS}
 # Insert order: steps before their episode row, so an episode row implies its steps are stored.

@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import logging
+from pathlib import Path
 
 from .backends import make_backend
 from .batcher import Batcher
 from .config import Settings, parse_mix
 from .policies import ExplorePolicy, LLMPolicy, OraclePolicy, Policy, RandomPolicy
+from .policies.checkpoint import CheckpointPolicies
 from .servicer import PolicyServicer
 
 log = logging.getLogger("webenv.policy")
@@ -34,15 +36,39 @@ class PolicyApp:
                 temperature=settings.policy_temperature, max_observation_chars=settings.policy_max_observation_chars,
                 constrained=settings.policy_constrained, vision=settings.policy_vision))
         self.policies = {p.name: p for p in policies}
+        self.checkpoints = CheckpointPolicies(settings.policy_checkpoint_dir, self._llm_checkpoint,
+                                              keep=settings.policy_checkpoint_keep)
         self.servicer = PolicyServicer(self.policies, settings.policy_default,
-                                       stream_max_inflight=settings.policy_stream_max_inflight)
+                                       stream_max_inflight=settings.policy_stream_max_inflight,
+                                       checkpoints=self.checkpoints)
+
+    async def _llm_checkpoint(self, meta):
+        """A fine-tuned causal LM checkpoint as an `llm` policy over its own backend (vLLM when configured)."""
+        s = self.settings
+        backend = make_backend(s.model_copy(update={
+            "policy_backend": "vllm" if s.resolved_backend == "vllm" else "transformers",
+            "policy_model_path": Path(meta.path), "policy_model_name": meta.ref}))
+        batcher = Batcher(backend, max_batch=s.policy_max_batch, window_seconds=s.policy_batch_window_ms / 1000,
+                          max_queue=s.policy_max_queue)
+        await batcher.start()
+        policy = LLMPolicy(batcher, prompt_format=s.policy_prompt_format, history_window=s.policy_history_window,
+                           max_new_tokens=s.policy_max_new_tokens, temperature=s.policy_temperature,
+                           max_observation_chars=s.policy_max_observation_chars, constrained=s.policy_constrained)
+        policy.name, policy.version, policy.checkpoint_path = meta.name, meta.ref, meta.path
+        policy.description = f"fine-tuned causal LM {meta.ref}"
+        return policy, batcher.close
 
     async def start(self) -> None:
         if self.batcher is not None:
             log.info("loading model", extra={"backend": self.batcher.backend.name,
                                              "model": self.batcher.backend.model})
             await self.batcher.start()
+        for ref in filter(None, (r.strip() for r in self.settings.policy_checkpoints.split(","))):
+            await self.checkpoints.load(ref)
 
     async def close(self) -> None:
-        if self.batcher is not None:
-            await self.batcher.close()
+        try:
+            if self.batcher is not None:
+                await self.batcher.close()
+        finally:
+            await self.checkpoints.close()

@@ -24,10 +24,10 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from webenv import errors
+from webenv.agent.prompt import Prompt
 
 from . import metrics
 from .backends import Generation, GenerationParams, LLMBackend
-from .prompt import Prompt
 
 log = logging.getLogger("webenv.policy.batcher")
 

@@ -66,6 +66,10 @@ class Settings(ServiceSettings):
     policy_constrained: bool = Field(
         False, description="constrain decoding to the answer format and this page's element ids (vLLM only)")
     policy_stream_max_inflight: int = Field(512, ge=1, description="unanswered requests per ActStream")
+    policy_checkpoint_dir: Path = Field(Path(".webenv/checkpoints"),
+                                        description="folder of trained checkpoints, shared with the trainer")
+    policy_checkpoints: str = Field("", description="checkpoint refs to load at start, comma-separated (name or name@N)")
+    policy_checkpoint_keep: int = Field(4, ge=1, le=64, description="versions of one checkpoint family kept loaded")
     policy_vllm_max_model_len: int = Field(2048, ge=64)
     policy_vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     policy_vllm_max_num_seqs: int = Field(64, ge=1)

@@ -11,9 +11,8 @@ from __future__ import annotations
 
 import re
 
+from webenv.agent.observe import candidates, clickables
 from webenv.v1 import common_pb2
-
-from .observe import candidates, clickables
 
 _BARE = re.compile(r"[A-Za-z0-9_\-]+")  # ids the action grammar writes unquoted
 _TEXT = r'[^"\\\n]{0,60}'

@@ -21,3 +21,4 @@ COMPLETION_TOKENS = Counter("webenv_policy_completion_tokens_total",
 PARSE_FAILURES = Counter("webenv_policy_parse_failures_total", "Model outputs that did not parse into an action.")
 STREAM_ERRORS = Counter("webenv_policy_stream_errors_total", "ActStream items answered with a StreamError.",
                         ["reason"])
+CHECKPOINT_LOADS = Counter("webenv_policy_checkpoint_loads_total", "Trained checkpoints loaded (LoadCheckpoint).")

@@ -16,23 +16,29 @@ from webenv.v1 import policy_pb2, policy_pb2_grpc
 
 from . import metrics
 from .policies import Decision, Policy
+from .policies.checkpoint import CheckpointPolicies
 
 log = logging.getLogger("webenv.policy")
 
 
 class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
-    def __init__(self, policies: dict[str, Policy], default: str, *, stream_max_inflight: int = 512) -> None:
+    def __init__(self, policies: dict[str, Policy], default: str, *, stream_max_inflight: int = 512,
+                 checkpoints: CheckpointPolicies | None = None) -> None:
         if default not in policies:
             raise ValueError(f"default policy {default!r} is not offered; offered: {', '.join(policies)}")
         self.policies = policies
         self.default = default
         self.stream_max_inflight = stream_max_inflight
+        self.checkpoints = checkpoints
 
     def _policy(self, request: policy_pb2.ActRequest) -> Policy:
         name = request.policy or self.default
         policy = self.policies.get(name)
+        if policy is None and self.checkpoints is not None:
+            policy = self.checkpoints.get(name)
         if policy is None:
-            known = ", ".join(self.policies)
+            known = ", ".join([*self.policies, *(p.name for p in self.checkpoints.served())] if self.checkpoints
+                              else self.policies)
             hint = " (the llm policy needs WEBENV_POLICY_MODEL_PATH or WEBENV_POLICY_OPENAI_URL)" if name == "llm" else ""
             raise errors.InvalidArgument(f"policy '{name}' is unknown; known: {known}{hint}",
                                          reason="UNKNOWN_POLICY", metadata={"field": "policy", "policy": name})
@@ -55,7 +61,7 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
             raw_output=decision.raw_output, parse_failed=decision.parse_failed, parse_error=decision.parse_error,
             memory=decision.memory, prompt_tokens=decision.prompt_tokens,
             completion_tokens=decision.completion_tokens, policy=policy.name, model=decision.model or policy.model,
-            batch_size=decision.batch_size,
+            batch_size=decision.batch_size, policy_version=getattr(policy, "version", ""),
             timings=policy_pb2.PolicyTimings(queue_seconds=decision.queue_seconds, inference_seconds=inference,
                                              total_seconds=total),
         )
@@ -113,8 +119,26 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
 
     async def ListPolicies(self, request: policy_pb2.ListPoliciesRequest,
                            context: grpc.aio.ServicerContext) -> policy_pb2.ListPoliciesResponse:
-        return policy_pb2.ListPoliciesResponse(
-            policies=[policy_pb2.PolicyInfo(name=p.name, description=p.description, model=p.model, backend=p.backend)
-                      for p in self.policies.values()],
-            default_policy=self.default,
-        )
+        served = list(self.policies.values()) + (self.checkpoints.served() if self.checkpoints else [])
+        return policy_pb2.ListPoliciesResponse(policies=[_info(p) for p in served], default_policy=self.default)
+
+    async def LoadCheckpoint(self, request: policy_pb2.LoadCheckpointRequest,
+                             context: grpc.aio.ServicerContext) -> policy_pb2.LoadCheckpointResponse:
+        if self.checkpoints is None:
+            raise errors.FailedPrecondition("this policy server has no checkpoint folder configured",
+                                            reason="NO_CHECKPOINT_DIR", metadata={"field": "ref"})
+        if not request.ref:
+            raise errors.InvalidArgument("ref: required ('<name>' or '<name>@<version>')", reason="BAD_CHECKPOINT_REF",
+                                         metadata={"field": "ref"})
+        name = request.ref.partition("@")[0]
+        if name in self.policies:
+            raise errors.InvalidArgument(f"ref: '{name}' is a built-in policy name; name checkpoints otherwise",
+                                         reason="BAD_CHECKPOINT_REF", metadata={"field": "ref"})
+        policy, seconds = await self.checkpoints.load(request.ref)
+        metrics.CHECKPOINT_LOADS.inc()
+        return policy_pb2.LoadCheckpointResponse(policy=_info(policy), load_seconds=seconds)
+
+
+def _info(p: Policy) -> policy_pb2.PolicyInfo:
+    return policy_pb2.PolicyInfo(name=p.name, description=p.description, model=p.model, backend=p.backend,
+                                 version=getattr(p, "version", ""), checkpoint_path=getattr(p, "checkpoint_path", ""))

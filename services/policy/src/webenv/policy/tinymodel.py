@@ -47,7 +47,7 @@ def _answer(rng: random.Random, ids: list[str]) -> str:
 
 def corpus(n: int, seed: int = 0) -> list[str]:
     """Synthetic texts in the prompt's shape, for the tokenizer and the optional warm-up training."""
-    from .prompt import SYSTEM_PROMPT
+    from webenv.agent.prompt import SYSTEM_PROMPT
 
     rng = random.Random(seed)
     texts = []

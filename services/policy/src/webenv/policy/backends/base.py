@@ -11,8 +11,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
 if TYPE_CHECKING:
+    from webenv.agent.prompt import Prompt
+
     from ..config import Settings
-    from ..prompt import Prompt
 
 
 @dataclass(frozen=True, slots=True)

@@ -11,9 +11,9 @@ import asyncio
 import concurrent.futures
 from pathlib import Path
 
-from ..prompt import Prompt
+from webenv.agent.prompt import Prompt, render
+
 from .base import Generation, GenerationParams
-from .chat import render
 
 
 class TransformersBackend:

@@ -10,8 +10,8 @@ import asyncio
 import base64
 
 import httpx
+from webenv.agent.prompt import Prompt
 
-from ..prompt import Prompt
 from .base import Generation, GenerationParams
 
 

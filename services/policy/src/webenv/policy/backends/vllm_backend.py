@@ -12,9 +12,9 @@ import itertools
 import os
 from pathlib import Path
 
-from ..prompt import Prompt
+from webenv.agent.prompt import Prompt, render
+
 from .base import Generation, GenerationParams
-from .chat import render
 
 
 class VllmBackend:

@@ -13,9 +13,9 @@ import random
 from urllib.parse import urlsplit
 
 from webenv import errors
+from webenv.agent.observe import Candidate, absolute_url, candidates, clickables, select_options
 from webenv.v1 import common_pb2, policy_pb2
 
-from ..observe import Candidate, absolute_url, candidates, clickables, select_options
 from ..plausible import plausible_text
 from . import build
 from .base import Decision

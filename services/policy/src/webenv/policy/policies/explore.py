@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 
+from webenv.agent.observe import Candidate, absolute_url, candidates, clickables, page_kind, select_options
 from webenv.v1 import common_pb2, policy_pb2
 
-from ..observe import Candidate, absolute_url, candidates, clickables, page_kind, select_options
 from ..plausible import plausible_text
 from ..state import EpisodeStore
 from . import build

@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 
 from webenv import errors
+from webenv.agent.prompt import FORMAT_NAMES, build_prompt
 from webenv.v1 import common_pb2, policy_pb2
 
 from .. import metrics
@@ -12,7 +13,6 @@ from ..backends import GenerationParams
 from ..batcher import Batcher
 from ..constrain import answer_regex
 from ..parse import parse_output
-from ..prompt import FORMAT_NAMES, build_prompt
 from .base import Decision
 from .crawl import require_observation
 

@@ -13,9 +13,9 @@ from dataclasses import dataclass
 
 from webenv import errors
 from webenv.actions import format_action
+from webenv.agent.observe import Candidate, candidates
 from webenv.v1 import common_pb2, policy_pb2
 
-from ..observe import Candidate, candidates
 from ..state import EpisodeStore
 from . import build
 from .base import Decision

@@ -116,3 +116,16 @@ def build_prompt(request: policy_pb2.ActRequest, instruction: str, *, fmt: str, 
         image = obs.screenshot.data
         mime = "image/jpeg" if obs.screenshot.codec == common_pb2.IMAGE_CODEC_JPEG else "image/png"
     return Prompt(system=SYSTEM_PROMPT, user="\n\n".join(parts), image=image, image_mime=mime)
+
+
+def messages(prompt: Prompt) -> list[dict[str, str]]:
+    """The prompt as chat messages (system, user)."""
+    return [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
+
+
+def render(tokenizer, prompt: Prompt) -> str:
+    """Text to feed a local model: its chat template when it has one (the trainer renders training
+    prompts with the same function, so a fine-tuned model sees at serving time what it saw in training)."""
+    if getattr(tokenizer, "chat_template", None):
+        return tokenizer.apply_chat_template(messages(prompt), tokenize=False, add_generation_prompt=True)
+    return f"{prompt.system}\n\n{prompt.user}\n\n"

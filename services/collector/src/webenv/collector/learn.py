@@ -1,0 +1,337 @@
+"""The learning loop across the services (`webenv train`): every arrow an RPC, every number from the store.
+
+    oracle demos (train sites) -> trainer BC (warm start, v1) -> policy LoadCheckpoint -> evaluate (test sites)
+    then N times: collect with the current version (train sites, sampling temperature)
+                  -> judge (in the collector) -> trainer FILTERED_BC / POLICY_GRADIENT from the parent
+                  -> LoadCheckpoint -> evaluate (test sites, greedy; train sites, greedy)
+
+Iterations are on-policy: iteration k collects with version k only and trains k+1 from k (staleness 0,
+recorded in each checkpoint's data_policy_versions). Evaluation always uses the same seeded test-split
+tasks, so versions are compared on the same tasks; success is read back from the stored episodes
+(ReadEpisodes) grouped by policy version, with Wilson 95% intervals. The trainer is reached through
+WatchJob, which is retried while the trainer restarts: a job resumes from its last resume state.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import time
+from collections import defaultdict
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import grpc
+from webenv.v1 import (
+    collector_pb2,
+    collector_pb2_grpc,
+    common_pb2,
+    policy_pb2,
+    policy_pb2_grpc,
+    trainer_pb2,
+    trainer_pb2_grpc,
+)
+
+KINDS = {common_pb2.TASK_KIND_INFORMATION: "information", common_pb2.TASK_KIND_NAVIGATION: "navigation",
+         common_pb2.TASK_KIND_TRANSACTION: "transaction"}
+DIFFS = {common_pb2.DIFFICULTY_EASY: "easy", common_pb2.DIFFICULTY_MEDIUM: "medium", common_pb2.DIFFICULTY_HARD: "hard"}
+
+
+@dataclass
+class LoopConfig:
+    """What `webenv train` runs; defaults are the committed benchmark's."""
+
+    name: str = "agent"
+    demo_episodes: int = 60  # oracle demonstrations on train-split tasks: the warm start's budget
+    reference_demo_episodes: int = 0  # BC on a larger oracle budget, reported beside (0 = skip)
+    iterations: int = 4
+    collect_episodes: int = 300  # per iteration, train split, sampled with `temperature`
+    eval_episodes: int = 200  # test split, greedy; the same tasks every time
+    train_eval_episodes: int = 100  # train split, greedy
+    temperature: float = 1.0
+    algorithm: str = "filtered_bc"  # or policy_gradient
+    bc_epochs: int = 40
+    rl_epochs: int = 4
+    sampling: str = "uniform"
+    concurrency: int = 0
+    baselines: tuple[str, ...] = ("random", "explore")
+    seed: int = 1
+    out_dir: str = "bench/results"
+
+
+@dataclass
+class Evaluation:
+    version: str
+    split: str
+    run_id: str
+    episodes: int
+    passed: int
+    by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [passed, total]
+    by_difficulty: dict[str, list[int]] = field(default_factory=dict)
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.episodes if self.episodes else 0.0
+
+    def interval(self) -> tuple[float, float]:
+        return wilson(self.passed, self.episodes)
+
+
+def wilson(k: int, n: int, z: float = 1.96) -> tuple[float, float]:
+    """Wilson score 95% interval of a binomial proportion."""
+    if n == 0:
+        return 0.0, 0.0
+    p = k / n
+    d = 1 + z * z / n
+    c = (p + z * z / (2 * n)) / d
+    h = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / d
+    return max(0.0, c - h), min(1.0, c + h)
+
+
+@dataclass
+class Timing:
+    collect: float = 0.0
+    train: float = 0.0
+    evaluate: float = 0.0
+    demos: float = 0.0
+
+
+class Loop:
+    """Drives the services; `say` receives one line per event for the CLI."""
+
+    def __init__(self, cfg: LoopConfig, *, collector: str, trainer: str, policy: str,
+                 say: Callable[[str], None] = print) -> None:
+        self.cfg = cfg
+        self.say = say
+        self.collector = collector_pb2_grpc.CollectorServiceStub(grpc.insecure_channel(collector))
+        self.trainer_addr = trainer
+        self.trainer = trainer_pb2_grpc.TrainerServiceStub(grpc.insecure_channel(trainer))
+        self.policy = policy_pb2_grpc.PolicyServiceStub(grpc.insecure_channel(policy))
+        self.timing = Timing()
+        self.evals: list[Evaluation] = []
+        self.runs: dict[str, str] = {}
+        self.checkpoints: list[dict] = []
+
+    # -- collector ------------------------------------------------------------------------------------------------
+    def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
+            kinds: tuple[int, ...] = ()) -> collector_pb2.Run:
+        spec = collector_pb2.RunSpec(
+            name=f"{self.cfg.name}/{label}", policy=policy, episodes=episodes, seed=seed,
+            concurrency=self.cfg.concurrency, level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
+            sampling=collector_pb2.SamplingStrategy.Value(f"SAMPLING_STRATEGY_{self.cfg.sampling.upper().replace('-', '_')}"),
+            act_options=policy_pb2.ActOptions(temperature=temperature),
+        )
+        spec.tasks.split = split
+        spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
+        spec.tasks.kinds.extend(kinds)
+        spec.observation_spec.formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+        run = self.collector.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec),
+                                      timeout=60).run
+        t0 = time.monotonic()
+        last = run
+        for resp in self.collector.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
+            last = resp.run
+        c = last.counts
+        self.say(f"  run {label}: {c.passed}/{c.finished} passed, {c.errored} errored, {c.steps} steps "
+                 f"in {time.monotonic() - t0:.0f}s ({run.run_id})")
+        if last.state == collector_pb2.RUN_STATE_FAILED:
+            raise RuntimeError(f"run {label} failed: {last.error}")
+        self.runs[label] = run.run_id
+        return last
+
+    def evaluate(self, version: str, split: int, episodes: int, label: str) -> Evaluation:
+        t0 = time.monotonic()
+        seed = self.cfg.seed * 7919 + (1 if split == common_pb2.SPLIT_TEST else 2)
+        run = self.run(label, policy=version, split=split, episodes=episodes, seed=seed)
+        ev = self.score(run.run_id, version, "test" if split == common_pb2.SPLIT_TEST else "train")
+        self.timing.evaluate += time.monotonic() - t0
+        self.evals.append(ev)
+        lo, hi = ev.interval()
+        self.say(f"  {version} on {ev.split} sites: {ev.rate:.1%} [{lo:.1%}, {hi:.1%}] ({ev.passed}/{ev.episodes})")
+        return ev
+
+    def score(self, run_id: str, version: str, split: str) -> Evaluation:
+        """Success of a run, from the stored episodes (errored episodes count as failures)."""
+        ev = Evaluation(version, split, run_id, 0, 0, defaultdict(lambda: [0, 0]), defaultdict(lambda: [0, 0]))
+        req = collector_pb2.ReadEpisodesRequest(run_ids=[run_id], filter=collector_pb2.ExportFilter(include_errored=True))
+        for resp in self.collector.ReadEpisodes(req, timeout=600):
+            ep = resp.episode
+            ev.episodes += 1
+            ev.passed += int(ep.passed)
+            for table, key in ((ev.by_kind, KINDS.get(ep.task.kind, "other")),
+                               (ev.by_difficulty, DIFFS.get(ep.task.difficulty, "other"))):
+                table[key][0] += int(ep.passed)
+                table[key][1] += 1
+        ev.by_kind, ev.by_difficulty = dict(ev.by_kind), dict(ev.by_difficulty)
+        return ev
+
+    # -- trainer --------------------------------------------------------------------------------------------------
+    def train(self, label: str, algorithm: int, run_ids: list[str], parent: str, epochs: int) -> trainer_pb2.Checkpoint:
+        t0 = time.monotonic()
+        spec = trainer_pb2.JobSpec(
+            name=self.cfg.name, algorithm=algorithm, model=trainer_pb2.MODEL_KIND_SCORER, parent=parent,
+            data=trainer_pb2.TrainingData(run_ids=run_ids, filter=collector_pb2.ExportFilter(drop_repeated=True)),
+            hyper=trainer_pb2.Hyperparameters(epochs=epochs, seed=self.cfg.seed, checkpoint_every=20),
+            labels={"loop": label},
+        )
+        job = self.trainer.StartJob(trainer_pb2.StartJobRequest(request_id=os.urandom(8).hex(), spec=spec),
+                                    timeout=60).job
+        job = self.watch_job(job.job_id)
+        if job.state != trainer_pb2.JOB_STATE_SUCCEEDED:
+            raise RuntimeError(f"training job {job.job_id} ended {trainer_pb2.JobState.Name(job.state)}: {job.error}")
+        p = job.progress
+        self.timing.train += time.monotonic() - t0
+        cp = job.checkpoint
+        self.say(f"  trained {cp.ref} ({label}): {p.examples} examples from {p.episodes} episodes, {p.step} steps, "
+                 f"loss {p.loss:.3f}, val acc {p.validation_accuracy:.1%}, {p.examples_per_second:.0f} ex/s")
+        self.checkpoints.append({"ref": cp.ref, "parent": cp.parent, "label": label, "examples": cp.examples,
+                                 "episodes": cp.episodes, "steps": cp.steps, "loss": round(cp.loss, 4),
+                                 "validation_accuracy": round(p.validation_accuracy, 4),
+                                 "examples_per_second": round(p.examples_per_second, 1),
+                                 "data_policy_versions": list(cp.data_policy_versions), "resumes": job.resumes})
+        loaded = self.policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=cp.ref), timeout=120)
+        self.say(f"  policy serves {loaded.policy.version} (loaded in {loaded.load_seconds * 1000:.0f} ms)")
+        return cp
+
+    def watch_job(self, job_id: str, patience: float = 300.0) -> trainer_pb2.Job:
+        """Follow a job to its end, riding out trainer restarts (UNAVAILABLE) for up to ``patience`` seconds."""
+        job = None
+        down_since = None
+        while True:
+            try:
+                for resp in self.trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id)):
+                    job = resp.job
+                    down_since = None
+                if job is not None and job.state in (trainer_pb2.JOB_STATE_SUCCEEDED, trainer_pb2.JOB_STATE_FAILED,
+                                                     trainer_pb2.JOB_STATE_STOPPED):
+                    return job
+            except grpc.RpcError as exc:
+                if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
+                    raise
+                down_since = down_since or time.monotonic()
+                if time.monotonic() - down_since > patience:
+                    raise
+                self.say(f"  trainer unavailable ({exc.code().name}); waiting for it to come back")
+                time.sleep(2.0)
+
+    # -- the loop -------------------------------------------------------------------------------------------------
+    def run_loop(self) -> dict:
+        cfg = self.cfg
+        t_start = time.monotonic()
+        for base in cfg.baselines:
+            self.say(f"baseline {base}")
+            self.evaluate(base, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{base}-test")
+        self.say(f"warm start: {cfg.demo_episodes} oracle demonstrations on train sites")
+        t0 = time.monotonic()
+        demos = self.run("demos", policy="oracle", split=common_pb2.SPLIT_TRAIN, episodes=cfg.demo_episodes,
+                         seed=cfg.seed * 31)
+        self.timing.demos += time.monotonic() - t0
+        cp = self.train("bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
+        self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-bc-test")
+        self.evaluate(cp.ref, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, "eval-bc-train")
+        algorithm = (trainer_pb2.TRAINING_ALGORITHM_POLICY_GRADIENT if cfg.algorithm == "policy_gradient"
+                     else trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC)
+        for it in range(1, cfg.iterations + 1):
+            self.say(f"iteration {it}/{cfg.iterations}: collect with {cp.ref}")
+            t0 = time.monotonic()
+            run = self.run(f"collect-{it}", policy=cp.ref, split=common_pb2.SPLIT_TRAIN, episodes=cfg.collect_episodes,
+                           seed=cfg.seed * 1000 + it, temperature=cfg.temperature)
+            self.timing.collect += time.monotonic() - t0
+            cp = self.train(f"rl-{it}", algorithm, [run.run_id], cp.ref, cfg.rl_epochs)
+            self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{it}-test")
+            self.evaluate(cp.ref, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, f"eval-{it}-train")
+        if cfg.reference_demo_episodes:
+            self.say(f"reference: BC on {cfg.reference_demo_episodes} oracle demonstrations")
+            ref_name = f"{cfg.name}-ref"
+            demos = self.run("reference-demos", policy="oracle", split=common_pb2.SPLIT_TRAIN,
+                             episodes=cfg.reference_demo_episodes, seed=cfg.seed * 37)
+            saved, self.cfg.name = self.cfg.name, ref_name
+            try:
+                ref = self.train("reference-bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
+            finally:
+                self.cfg.name = saved
+            self.evaluate(ref.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-reference-test")
+        total = time.monotonic() - t_start
+        return {"config": asdict(cfg), "wall_seconds": round(total, 1), "timing": asdict(self.timing),
+                "runs": self.runs, "checkpoints": self.checkpoints,
+                "evaluations": [asdict(e) | {"rate": e.rate, "ci95": e.interval()} for e in self.evals]}
+
+
+def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
+    """learning.md (tables), learning.json (everything) and learning.png (success by iteration)."""
+    out_dir.mkdir(parents=True, exist_ok=True)
+    evals = result["evaluations"]
+    (out_dir / "learning.json").write_text(json.dumps(result, indent=1))
+    lines = ["# Learning loop: success on unseen (test-split) websites", "",
+             f"Command: `{command}`", "",
+             f"Wall time {result['wall_seconds']:.0f} s: " + ", ".join(
+                 f"{k} {v:.0f} s ({v / max(result['wall_seconds'], 1e-9):.0%})" for k, v in result["timing"].items()), "",
+             "| policy | split | success | 95% CI | episodes | run |", "| --- | --- | --- | --- | --- | --- |"]
+    for e in evals:
+        lo, hi = e["ci95"]
+        lines.append(f"| {e['version']} | {e['split']} | {e['rate']:.1%} | [{lo:.1%}, {hi:.1%}] | {e['episodes']} | "
+                     f"`{e['run_id']}` |")
+    lines += ["", "By task kind and difficulty (test split):", "",
+              "| policy | " + " | ".join(list(KINDS.values()) + list(DIFFS.values())) + " |",
+              "| --- |" + " --- |" * (len(KINDS) + len(DIFFS))]
+    for e in evals:
+        if e["split"] != "test":
+            continue
+        cells = []
+        for table, keys in ((e["by_kind"], KINDS.values()), (e["by_difficulty"], DIFFS.values())):
+            for k in keys:
+                p, n = table.get(k, [0, 0])
+                cells.append(f"{p}/{n}" + (f" ({p / n:.0%})" if n else ""))
+        lines.append(f"| {e['version']} | " + " | ".join(cells) + " |")
+    lines += ["", "Checkpoints:", "", "| ref | parent | from | episodes | examples | steps | loss | val acc | ex/s |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for c in result["checkpoints"]:
+        lines.append(f"| {c['ref']} | {c['parent'] or '-'} | {c['label']} | {c['episodes']} | {c['examples']} | "
+                     f"{c['steps']} | {c['loss']} | {c['validation_accuracy']:.1%} | {c['examples_per_second']} |")
+    (out_dir / "learning.md").write_text("\n".join(lines) + "\n")
+    paths = [out_dir / "learning.md", out_dir / "learning.json"]
+    try:
+        paths.append(plot(result, out_dir / "learning.png"))
+    except ImportError:  # matplotlib is a dependency of the collector; a stripped install still gets the tables
+        pass
+    return paths
+
+
+def plot(result: dict, path: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    series: dict[str, list[tuple[int, float, float, float]]] = defaultdict(list)
+    baselines = {}
+    for e in result["evaluations"]:
+        v = e["version"]
+        lo, hi = e["ci95"]
+        if "@" not in v:
+            baselines[v] = e["rate"]
+            continue
+        if v.split("@")[0].endswith("-ref"):
+            baselines["BC, larger demo budget"] = e["rate"]
+            continue
+        series[e["split"]].append((int(v.split("@")[1]) - 1, e["rate"], lo, hi))
+    fig, ax = plt.subplots(figsize=(7, 4.2), dpi=120)
+    for split, pts in sorted(series.items()):
+        pts.sort()
+        xs = [p[0] for p in pts]
+        ax.plot(xs, [p[1] for p in pts], marker="o", label=f"{split} sites")
+        ax.fill_between(xs, [p[2] for p in pts], [p[3] for p in pts], alpha=0.15)
+    for i, (name, rate) in enumerate(sorted(baselines.items())):
+        ax.axhline(rate, linestyle="--", linewidth=1, color=f"C{i + 2}", label=name)
+    ax.set_xlabel("RL iteration (0 = BC warm start)")
+    ax.set_ylabel("success rate")
+    ax.set_ylim(0, 1)
+    ax.set_title("webenv learning loop: success by iteration (95% CI)")
+    ax.legend(loc="best", fontsize=8)
+    ax.grid(alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path)
+    plt.close(fig)
+    return path

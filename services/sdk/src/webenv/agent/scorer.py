@@ -1,0 +1,287 @@
+"""The candidate scorer: a small model that ranks the proposer's actions against the instruction.
+
+Why this model: on 2 CPU cores a policy must train in minutes and act in milliseconds. A generative
+model spends its capacity on action syntax and copying strings (the world model's tiny Llama, trained
+as a newcomer would, skipped a third of its examples as too long); ranking proposed actions leaves it
+only the decision. Each candidate is read as a bag of hashed features (its kind, role and words; the
+words of the instruction next to a fill value crossed with the field's label; what was done before;
+the page kind) and the step's context as a bag of instruction words and page features; an MLP over
+[candidate, context, candidate * context, numeric match features] gives a score, and a softmax over
+the page's candidates gives the policy. Nothing is truncated: every candidate of every step is read.
+
+A checkpoint folder holds `scorer.pt` (state dict) and `scorer.json` (hyperparameters); the trainer
+adds `checkpoint.json` (provenance).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import zlib
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import torch
+from torch import nn
+
+from .candidates import Candidate, Context, instruction_values, parse_memory, words
+
+N_NUMERIC = 12
+_PREFIXES = ("find", "what", "tell", "report", "give", "which", "open", "navigate", "bring", "list", "go", "add",
+             "put", "order", "buy", "place", "book", "apply", "reply", "rate", "dispute", "log", "sign", "compare")
+
+
+@dataclass(frozen=True)
+class ScorerConfig:
+    """Model size; stored with every checkpoint."""
+
+    buckets: int = 1 << 18
+    dim: int = 48
+    hidden: int = 128
+
+
+def _h(token: str, buckets: int) -> int:
+    return zlib.crc32(token.encode()) % buckets
+
+
+def _stem(w: str) -> str:
+    return w[:3]
+
+
+def _page_kind(url: str) -> str:
+    path = urlsplit(url).path.strip("/").split("/")
+    first = path[0] if path and path[0] else "home"
+    return first if not re.search(r"\d", first) else "n"
+
+
+def _depth_kind(url: str) -> str:
+    path = [p for p in urlsplit(url).path.strip("/").split("/") if p]
+    return f"{_page_kind(url)}/{len(path)}"
+
+
+def _landmarks(ctx: Context) -> dict[int, str]:
+    """Landmark role (banner, main, navigation, ...) and list membership of every node index."""
+    out: dict[int, str] = {}
+    stack: list[tuple[int, str]] = []
+    for n in ctx.nodes:
+        while stack and stack[-1][0] >= n.depth:
+            stack.pop()
+        roles = [r for _, r in stack]
+        land = next((r for r in reversed(roles) if r in ("banner", "main", "navigation", "complementary",
+                                                          "contentinfo", "search", "form", "dialog", "table")), "top")
+        out[n.index] = land + ("|li" if "listitem" in roles else "")
+        stack.append((n.depth, n.role))
+    return out
+
+
+class Featurizer:
+    """Turns (context, candidates) into hashed token lists and numeric features."""
+
+    def __init__(self, config: ScorerConfig) -> None:
+        self.buckets = config.buckets
+
+    def context_tokens(self, ctx: Context) -> list[int]:
+        iw = words(ctx.instruction)
+        toks = [f"i:{w}" for w in iw] + [f"p:{_depth_kind(ctx.url)}", f"s:{min(ctx.step_index, 8)}"]
+        if ctx.last_error:
+            toks.append("err")
+        if ctx.history:
+            toks.append(f"last:{ctx.history[-1].split('(', 1)[0]}")
+        return [_h(t, self.buckets) for t in toks]
+
+    def candidate_features(self, ctx: Context, cands: Sequence[Candidate]) -> tuple[list[list[int]], list[list[float]]]:
+        instr = ctx.instruction
+        iw = words(instr)
+        iset = set(iw)
+        istems = {_stem(w) for w in iw}
+        quoted = {q.lower() for q in re.findall(r'"([^"]+)"', instr)}
+        values = instruction_values(instr)
+        value_rank = {v: i for i, v in enumerate(values)}
+        done = {}
+        for a in ctx.history:
+            done[a] = done.get(a, 0) + 1
+        acted_ids = set()
+        for a in ctx.history:
+            m = re.match(r"\w+\((\w+)", a)
+            if m:
+                acted_ids.add(m.group(1))
+        last_kind = ctx.history[-1].split("(", 1)[0] if ctx.history else "none"
+        page = _page_kind(ctx.url)
+        lands = _landmarks(ctx)
+        n_nodes = max(len(ctx.nodes), 1)
+        prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
+        tokens: list[list[int]] = []
+        nums: list[list[float]] = []
+        for c in cands:
+            node = c.node
+            role = node.role if node else "-"
+            label = node.name if node else ""
+            lw = words(label)[:12]
+            t = [f"k:{c.kind}", f"r:{role}", f"kr:{c.kind}|{role}", f"kp:{c.kind}|{page}", f"lk:{last_kind}|{c.kind}",
+                 f"s:{min(ctx.step_index, 8)}|{c.kind}"]
+            if node is not None:
+                land = lands.get(node.index, "top")
+                t += [f"land:{land}|{c.kind}", f"land:{land}|{role}"]
+            t += [f"l:{w}" for w in lw]
+            t += [f"lm:{w}" for w in lw if w in iset]
+            t += [f"pre:{p}|{c.kind}" for p in prefix]
+            if ctx.last_error:
+                t.append(f"err|{c.kind}")
+            overlap = sum(1 for w in lw if w in iset) / len(lw) if lw else 0.0
+            exact_q = 1.0 if label and label.lower() in quoted else 0.0
+            value_q = value_pos = already = opt_overlap = n_report = 0.0
+            if c.kind == "fill":
+                vw = words(c.value)[:8]
+                t += [f"v:{w}" for w in vw]
+                shape = ("q" if c.value.lower() in quoted else "") + ("@" if "@" in c.value else "") + \
+                        ("d" if c.value.isdigit() else ("n" if re.search(r"\d", c.value) else "")) + \
+                        ("c" if c.value[:1].isupper() else "") + str(min(len(c.value.split()), 4))
+                t.append(f"vs:{shape}")
+                idx = instr.find(c.value)
+                before = words(instr[max(0, idx - 40):idx])[-3:] if idx >= 0 else []
+                after = words(instr[idx + len(c.value):idx + len(c.value) + 25])[:2] if idx >= 0 else []
+                for b in before + [f">{a}" for a in after]:
+                    t.append(f"xv:{b}|{shape}")
+                    for w in lw[:4]:
+                        t.append(f"x:{b}|{w}")
+                for w in lw[:4]:
+                    t.append(f"xs:{shape}|{w}")
+                value_q = 1.0 if c.value.lower() in quoted else 0.0
+                value_pos = value_rank.get(c.value, len(values)) / max(len(values), 1)
+                already = 1.0 if node is not None and node.value == c.value else 0.0
+                if node is not None and node.value:
+                    t.append("hasvalue")
+            elif c.kind == "select":
+                ow = words(c.value)[:6]
+                t += [f"o:{w}" for w in ow]
+                opt_overlap = sum(1 for w in ow if _stem(w) in istems) / len(ow) if ow else 0.0
+                for w in ow:
+                    for b in iw:
+                        if _stem(b) == _stem(w):
+                            t.append(f"om:{w}")
+            elif c.kind == "answer":
+                t += [f"a:{c.answer_type}", f"ap:{c.answer_type}|{page}"]
+                t += [f"ai:{c.answer_type}|{w}" for w in iw[:40]]
+                if c.answer_type == "report":
+                    n_report = len(c.value.split("; ")) / 5.0
+                    labels = {k.lower() for k, _ in parse_memory(ctx.memory)}
+                    t += [f"ar:{w}" for w in iw if w in labels]
+            if c.text in done:
+                t.append(f"done:{c.kind}")
+            if node is not None and node.element_id in acted_ids:
+                t.append(f"acted:{c.kind}")
+            tokens.append([_h(x, self.buckets) for x in t])
+            nums.append([
+                overlap, exact_q, value_q, value_pos, already, opt_overlap, n_report,
+                min(done.get(c.text, 0), 3) / 3.0, 1.0 if node is not None and node.element_id in acted_ids else 0.0,
+                (node.index / n_nodes) if node is not None else 0.0, min(ctx.step_index, 20) / 20.0,
+                1.0 if c.kind == "answer" and c.answer_type == "report" and c.value else 0.0,
+            ])
+        return tokens, nums
+
+
+class ScorerModel(nn.Module):
+    """Scores candidates: MLP([cand, ctx, cand * ctx, numeric])."""
+
+    def __init__(self, config: ScorerConfig) -> None:
+        super().__init__()
+        self.config = config
+        self.cand = nn.EmbeddingBag(config.buckets, config.dim, mode="mean")
+        self.ctx = nn.EmbeddingBag(config.buckets, config.dim, mode="mean")
+        nn.init.normal_(self.cand.weight, std=0.1)
+        nn.init.normal_(self.ctx.weight, std=0.1)
+        self.mlp = nn.Sequential(
+            nn.Linear(3 * config.dim + N_NUMERIC, config.hidden), nn.ReLU(),
+            nn.Linear(config.hidden, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 1),
+        )
+
+    def forward(self, cand_tokens: torch.Tensor, cand_offsets: torch.Tensor, nums: torch.Tensor,
+                ctx_tokens: torch.Tensor, ctx_offsets: torch.Tensor, step_of_cand: torch.Tensor) -> torch.Tensor:
+        """Scores of all candidates of a batch of steps (flat; ``step_of_cand`` maps each to its step)."""
+        c = self.cand(cand_tokens, cand_offsets)
+        s = self.ctx(ctx_tokens, ctx_offsets)[step_of_cand]
+        return self.mlp(torch.cat([c, s, c * s, nums], dim=1)).squeeze(1)
+
+
+@dataclass
+class StepExample:
+    """One step ready for the model: features of its candidates, the target index and a weight."""
+
+    cand_tokens: list[list[int]]
+    nums: list[list[float]]
+    ctx_tokens: list[int]
+    target: int = -1
+    weight: float = 1.0
+
+
+def collate(steps: Sequence[StepExample]) -> dict[str, torch.Tensor]:
+    """Flat tensors for a batch of steps."""
+    cand_flat: list[int] = []
+    cand_off: list[int] = []
+    nums: list[list[float]] = []
+    step_of: list[int] = []
+    ctx_flat: list[int] = []
+    ctx_off: list[int] = []
+    starts: list[int] = []
+    for i, st in enumerate(steps):
+        starts.append(len(step_of))
+        ctx_off.append(len(ctx_flat))
+        ctx_flat.extend(st.ctx_tokens or [0])
+        for toks, num in zip(st.cand_tokens, st.nums, strict=True):
+            cand_off.append(len(cand_flat))
+            cand_flat.extend(toks or [0])
+            nums.append(num)
+            step_of.append(i)
+    return {
+        "cand_tokens": torch.tensor(cand_flat, dtype=torch.long), "cand_offsets": torch.tensor(cand_off, dtype=torch.long),
+        "nums": torch.tensor(nums, dtype=torch.float32), "ctx_tokens": torch.tensor(ctx_flat, dtype=torch.long),
+        "ctx_offsets": torch.tensor(ctx_off, dtype=torch.long), "step_of_cand": torch.tensor(step_of, dtype=torch.long),
+        "starts": torch.tensor(starts, dtype=torch.long),
+        "targets": torch.tensor([st.target for st in steps], dtype=torch.long),
+        "weights": torch.tensor([st.weight for st in steps], dtype=torch.float32),
+    }
+
+
+def step_log_probs(scores: torch.Tensor, step_of_cand: torch.Tensor, n_steps: int) -> torch.Tensor:
+    """Log-softmax of the flat scores within each step."""
+    neg = torch.full((n_steps,), -math.inf)
+    maxes = neg.scatter_reduce(0, step_of_cand, scores.detach(), reduce="amax")
+    shifted = scores - maxes[step_of_cand]
+    sums = torch.zeros(n_steps).index_add(0, step_of_cand, shifted.exp())
+    return shifted - sums.log()[step_of_cand]
+
+
+def save(model: ScorerModel, folder: Path) -> None:
+    folder.mkdir(parents=True, exist_ok=True)
+    torch.save(model.state_dict(), folder / "scorer.pt")
+    (folder / "scorer.json").write_text(json.dumps(asdict(model.config)))
+
+
+def load(folder: Path) -> ScorerModel:
+    config = ScorerConfig(**json.loads((folder / "scorer.json").read_text()))
+    model = ScorerModel(config)
+    model.load_state_dict(torch.load(folder / "scorer.pt", map_location="cpu", weights_only=True))
+    model.eval()
+    return model
+
+
+class Scorer:
+    """A loaded model with its featurizer: scores one step's candidates."""
+
+    def __init__(self, model: ScorerModel) -> None:
+        self.model = model
+        self.featurizer = Featurizer(model.config)
+
+    def example(self, ctx: Context, cands: Sequence[Candidate], target: int = -1, weight: float = 1.0) -> StepExample:
+        toks, nums = self.featurizer.candidate_features(ctx, cands)
+        return StepExample(toks, nums, self.featurizer.context_tokens(ctx), target, weight)
+
+    @torch.no_grad()
+    def log_probs(self, ctx: Context, cands: Sequence[Candidate]) -> list[float]:
+        batch = collate([self.example(ctx, cands)])
+        scores = self.model(batch["cand_tokens"], batch["cand_offsets"], batch["nums"], batch["ctx_tokens"],
+                            batch["ctx_offsets"], batch["step_of_cand"])
+        return step_log_probs(scores, batch["step_of_cand"], 1).tolist()

@@ -1,0 +1,117 @@
+"""One step's context, built the same way from a live ActRequest (policy) and from a stored episode (trainer).
+
+The collector shows a policy the last ``HISTORY_WINDOW`` steps and the memory of the newest one; the
+trainer rebuilds exactly that from the stored steps, folding memory over the stored observations, so
+the candidates and features it trains on are the ones the policy computes when it acts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from webenv.actions import format_action
+from webenv.v1 import collector_pb2, common_pb2, policy_pb2
+
+from .candidates import Candidate, Context, context, parse_axtree, propose, words
+from .prompt import previous_memory
+
+#: Past steps a policy sees (the collector's ActRequest.history window).
+HISTORY_WINDOW = 10
+
+
+def request_context(request: policy_pb2.ActRequest) -> Context:
+    """Context of a live request."""
+    instruction = request.instruction or request.task.instruction
+    history = [(h.action_text, h.last_action_error) for h in request.history]
+    return context(instruction, request.observation, previous_memory(request.history), history, request.step_index)
+
+
+def _selected_option(obs: common_pb2.Observation, element_id: str) -> str:
+    nodes = parse_axtree(obs.axtree)
+    for i, n in enumerate(nodes):
+        if n.element_id == element_id:
+            for m in nodes[i + 1:]:
+                if m.depth <= n.depth:
+                    break
+                if m.role == "option" and m.selected:
+                    return m.name
+    return ""
+
+
+def target_index(rec: common_pb2.StepRecord, next_obs: common_pb2.Observation, cands: list[Candidate]) -> int:
+    """Index of the candidate the stored step took, or -1 when the proposer cannot express it.
+
+    Actions addressed by element id (a policy's own) match by action text. Selector-addressed ones (the
+    synthetic web's oracle) are rewritten to the element id the farm resolved (StepRecord.target_element_id);
+    a select's option is the one the next observation shows selected; an answer is "done" or the answer
+    candidate sharing most words with it.
+    """
+    action = common_pb2.Action()
+    action.CopyFrom(rec.action)
+    kind = action.WhichOneof("kind")
+    if kind is None:
+        return -1
+    by_text = {c.text: i for i, c in enumerate(cands)}
+    if kind == "answer":
+        text = action.answer.text.strip()
+        if text.lower() == "done":
+            return by_text.get(format_action(action), -1)
+        want = set(words(text))
+        best, best_score = -1, 0.0
+        for i, c in enumerate(cands):
+            if c.kind == "answer" and c.answer_type != "done":
+                got = set(words(c.value))
+                score = len(want & got) / max(len(want), 1)
+                if score > best_score:
+                    best, best_score = i, score
+        return best if best_score >= 0.6 else -1
+    msg = getattr(action, kind)
+    if hasattr(msg, "target") and msg.target.WhichOneof("ref") == "selector":
+        if not rec.target_element_id:
+            return -1
+        msg.target.element_id = rec.target_element_id
+        if kind == "select":
+            label = _selected_option(next_obs, rec.target_element_id)
+            if not label:
+                return -1
+            del msg.options[:]
+            msg.options.append(label)
+    try:
+        return by_text.get(format_action(action), -1)
+    except ValueError:
+        return -1
+
+
+@dataclass(slots=True)
+class StoredStep:
+    """A stored step with the context and candidates the policy had, and the index it took."""
+
+    index: int
+    ctx: Context
+    candidates: list[Candidate]
+    target: int
+    request: policy_pb2.ActRequest  # the ActRequest the policy got (for prompt-based models)
+
+
+def episode_steps(episode: collector_pb2.StoredEpisode) -> Iterator[StoredStep]:
+    """Every step of a stored episode, with its rebuilt context (memory folded as the policy folded it)."""
+    traj = episode.trajectory
+    instruction = episode.task.instruction
+    memory = ""
+    steps = list(traj.steps)
+    entries: list[policy_pb2.HistoryEntry] = []
+    for i, rec in enumerate(steps):
+        window = steps[max(0, i - HISTORY_WINDOW):i]
+        history = [(s.action_text, s.last_action_error) for s in window]
+        # the policy saw the memory the previous step wrote, i.e. folded over every earlier page
+        ctx = context(instruction, rec.observation, memory, history, rec.step_index)
+        memory = ctx.memory
+        cands = propose(ctx)
+        next_obs = steps[i + 1].observation if i + 1 < len(steps) else traj.final_observation
+        request = policy_pb2.ActRequest(episode_id=episode.episode_id, task=episode.task, observation=rec.observation,
+                                        history=entries[-HISTORY_WINDOW:], step_index=rec.step_index,
+                                        instruction=instruction)
+        yield StoredStep(i, ctx, cands, target_index(rec, next_obs, cands), request)
+        entries.append(policy_pb2.HistoryEntry(action_text=rec.action_text, url=rec.url_after,
+                                               last_action_error=rec.last_action_error, memory=memory))

@@ -1,0 +1,27 @@
+"""Trainer configuration: every knob is a WEBENV_* environment variable, validated at start."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Literal
+
+from pydantic import Field
+from webenv.runtime import ServiceSettings
+
+
+class Settings(ServiceSettings):
+    """Trainer settings (env prefix WEBENV_)."""
+
+    grpc_port: int = 50057
+    metrics_port: int = 9457
+
+    collector_addr: str = Field("localhost:50056", description="CollectorService address (the trajectory store's owner)")
+    trainer_checkpoint_dir: Path = Field(Path(".webenv/checkpoints"),
+                                         description="where checkpoints are published (shared with the policy service)")
+    trainer_data_dir: Path = Field(Path(".webenv/trainer"), description="job records and resume states")
+    trainer_device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device for training")
+    trainer_torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0 = torch's default)")
+    trainer_max_running_jobs: int = Field(1, ge=1, le=64, description="jobs that train at once; others wait PENDING")
+    trainer_max_jobs_kept: int = Field(1000, ge=1, description="finished job records kept (oldest dropped)")
+    trainer_read_timeout_seconds: float = Field(600.0, gt=0, description="deadline of one ReadEpisodes stream")
+    trainer_max_lm_tokens: int = Field(1024, ge=64, le=131072, description="causal LM: tokens per example at most")

@@ -1,0 +1,72 @@
+"""Training data: stored episodes read through CollectorService.ReadEpisodes, the test split refused.
+
+The split is enforced twice: a job whose filter asks for the test split is INVALID_ARGUMENT before it
+starts, and an episode of a test-split website that arrives anyway (a run over mixed sites read
+without a split filter is narrowed to train by the request; this guards against a collector that
+ignores it) fails the job. Training on unseen websites would make every "unseen" number a lie.
+"""
+
+from __future__ import annotations
+
+import time
+
+import grpc
+from webenv import errors
+from webenv.client.channel import make_channel
+from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, trainer_pb2
+
+from . import metrics
+
+
+class TestSplitLeak(Exception):
+    """An episode of a test-split website reached the trainer."""
+
+
+def validate(data: trainer_pb2.TrainingData, field: str = "spec.data") -> None:
+    if not data.run_ids:
+        raise errors.InvalidArgument(f"{field}.run_ids: at least one collector run is required", reason="BAD_JOB_SPEC",
+                                     metadata={"field": f"{field}.run_ids"})
+    for i, rid in enumerate(data.run_ids):
+        if not rid or len(rid) > 128:
+            raise errors.InvalidArgument(f"{field}.run_ids[{i}]: must be 1-128 characters", reason="BAD_JOB_SPEC",
+                                         metadata={"field": f"{field}.run_ids[{i}]"})
+    if data.filter.split == common_pb2.SPLIT_TEST:
+        raise errors.InvalidArgument(
+            f"{field}.filter.split: the test split of websites is for evaluation only and is never trained on",
+            reason="TEST_SPLIT_REFUSED", metadata={"field": f"{field}.filter.split"})
+    if data.filter.split not in (common_pb2.SPLIT_UNSPECIFIED, common_pb2.SPLIT_TRAIN):
+        raise errors.InvalidArgument(f"{field}.filter.split: unknown split {data.filter.split}", reason="BAD_JOB_SPEC",
+                                     metadata={"field": f"{field}.filter.split"})
+    if data.max_examples < 0 or data.filter.max_steps < 0:
+        f = f"{field}.max_examples" if data.max_examples < 0 else f"{field}.filter.max_steps"
+        raise errors.InvalidArgument(f"{f}: must be >= 0", reason="BAD_JOB_SPEC", metadata={"field": f})
+
+
+async def read_episodes(collector_addr: str, data: trainer_pb2.TrainingData, *, passed_only: bool,
+                        deadline: float) -> tuple[list[collector_pb2.StoredEpisode], float]:
+    """The episodes a job trains on (train split only) and the seconds the read took."""
+    flt = collector_pb2.ExportFilter()
+    flt.CopyFrom(data.filter)
+    flt.split = common_pb2.SPLIT_TRAIN
+    if passed_only:
+        flt.passed = True
+    request = collector_pb2.ReadEpisodesRequest(run_ids=list(data.run_ids), filter=flt)
+    t0 = time.monotonic()
+    out: list[collector_pb2.StoredEpisode] = []
+    async with make_channel(collector_addr, timeout=deadline) as channel:
+        stub = collector_pb2_grpc.CollectorServiceStub(channel)
+        try:
+            async for resp in stub.ReadEpisodes(request, timeout=deadline):
+                ep = resp.episode
+                if ep.split == common_pb2.SPLIT_TEST or ep.task.split == common_pb2.SPLIT_TEST:
+                    raise TestSplitLeak(f"episode {ep.episode_id} of run {ep.run_id} is on a test-split website "
+                                        f"({ep.task.site}); the trainer never trains on test sites")
+                out.append(ep)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT):
+                raise errors.InvalidArgument(f"spec.data: the collector refused the read: {exc.details()}",
+                                             reason="BAD_TRAINING_DATA", metadata={"field": "spec.data.run_ids"}) from exc
+            raise
+    seconds = time.monotonic() - t0
+    metrics.EPISODES_READ.inc(len(out))
+    return out, seconds

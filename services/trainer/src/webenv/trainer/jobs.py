@@ -1,0 +1,379 @@
+"""Training jobs: accepted, persisted, run one at a time off the event loop, resumed after a restart.
+
+A job record (the Job message as JSON) is written at every state change to `<data_dir>/jobs/<id>.json`;
+a running job also keeps `<id>.resume.pt` (model, optimiser, step). When the trainer starts, every job
+that was PENDING, LOADING or TRAINING is queued again and continues from its resume file, so a loop
+driven by `webenv train` survives a trainer restart and loses at most `checkpoint_every` steps.
+The checkpoint version is reserved when the job is accepted, so a resumed job publishes the version its
+caller was told about.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import shutil
+import tempfile
+import threading
+import time
+import uuid
+from pathlib import Path
+
+from google.protobuf import json_format
+from webenv import errors
+from webenv.agent import checkpoints
+from webenv.v1 import trainer_pb2
+
+from . import data, metrics
+from .config import Settings
+
+log = logging.getLogger("webenv.trainer")
+TERMINAL = {trainer_pb2.JOB_STATE_SUCCEEDED, trainer_pb2.JOB_STATE_STOPPED, trainer_pb2.JOB_STATE_FAILED}
+_STATE = trainer_pb2.JobState.Name
+DEFAULTS = {
+    trainer_pb2.MODEL_KIND_SCORER: {"epochs": 3, "batch_size": 32, "learning_rate": 2e-3},
+    trainer_pb2.MODEL_KIND_CAUSAL_LM: {"epochs": 1, "batch_size": 8, "learning_rate": 5e-5},
+}
+_MAX_LABELS = 32
+
+
+def validate_spec(spec: trainer_pb2.JobSpec, root: Path) -> None:
+    """INVALID_ARGUMENT naming the first bad field."""
+    def bad(field: str, msg: str) -> errors.InvalidArgument:
+        return errors.InvalidArgument(f"spec.{field}: {msg}", reason="BAD_JOB_SPEC", metadata={"field": f"spec.{field}"})
+
+    if not checkpoints.NAME.match(spec.name):
+        raise bad("name", "required: lower-case letters, digits, '-', '_' (at most 63)")
+    if spec.algorithm not in trainer_pb2.TrainingAlgorithm.values() or not spec.algorithm:
+        raise bad("algorithm", "required: BC, FILTERED_BC or POLICY_GRADIENT")
+    if spec.model not in trainer_pb2.ModelKind.values() or not spec.model:
+        raise bad("model", "required: SCORER or CAUSAL_LM")
+    if spec.parent:
+        checkpoints.parse_ref(spec.parent, "spec.parent")
+        checkpoints.resolve(root, spec.parent, "spec.parent")
+        if checkpoints.parse_ref(spec.parent)[0] != spec.name:
+            raise bad("parent", f"must be a version of '{spec.name}' (a family continues its own line)")
+    if spec.model == trainer_pb2.MODEL_KIND_CAUSAL_LM and not spec.parent:
+        if not spec.base_model_path:
+            raise bad("base_model_path", "required for a CAUSAL_LM job without a parent (a local Hugging Face folder)")
+        if not (Path(spec.base_model_path) / "config.json").is_file():
+            raise bad("base_model_path", f"{spec.base_model_path[:200]!r} has no config.json")
+    data.validate(spec.data)
+    h = spec.hyper
+    for field, value, lo, hi in (("epochs", h.epochs, 0, 1000), ("max_steps", h.max_steps, 0, 10_000_000),
+                                 ("batch_size", h.batch_size, 0, 4096), ("checkpoint_every", h.checkpoint_every, 0, 10**7)):
+        if not lo <= value <= hi:
+            raise bad(f"hyper.{field}", f"must be within {lo}..{hi}")
+    if not 0 <= h.learning_rate <= 1:
+        raise bad("hyper.learning_rate", "must be within 0..1")
+    if not 0 <= h.validation_fraction < 1:
+        raise bad("hyper.validation_fraction", "must be within [0, 1)")
+    if len(spec.labels) > _MAX_LABELS or any(len(k) > 64 or len(v) > 256 for k, v in spec.labels.items()):
+        raise bad("labels", f"at most {_MAX_LABELS} labels, keys up to 64 and values up to 256 characters")
+
+
+class JobManager:
+    """Owns the jobs of one trainer."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.root = Path(settings.trainer_checkpoint_dir)
+        self.dir = Path(settings.trainer_data_dir) / "jobs"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.jobs: dict[str, trainer_pb2.Job] = {}
+        self.by_request: dict[str, str] = {}
+        self.changed: dict[str, asyncio.Condition] = {}
+        self.stop_flags: dict[str, threading.Event] = {}
+        self.reserved: dict[str, set[int]] = {}
+        self.slots = asyncio.Semaphore(settings.trainer_max_running_jobs)
+        self.tasks: set[asyncio.Task] = set()
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.shutting_down = False
+
+    # -- persistence ----------------------------------------------------------------------------------------------
+    def _path(self, job_id: str) -> Path:
+        return self.dir / f"{job_id}.json"
+
+    def resume_path(self, job_id: str) -> Path:
+        return self.dir / f"{job_id}.resume.pt"
+
+    def _save(self, job: trainer_pb2.Job) -> None:
+        tmp = self._path(job.job_id).with_suffix(".tmp")
+        tmp.write_text(json_format.MessageToJson(job, indent=None))
+        tmp.replace(self._path(job.job_id))
+
+    def load(self) -> list[str]:
+        """Read job records; returns the ids of unfinished jobs (to resume)."""
+        unfinished = []
+        for p in sorted(self.dir.glob("*.json")):
+            job = trainer_pb2.Job()
+            try:
+                json_format.Parse(p.read_text(), job, ignore_unknown_fields=True)
+            except (json_format.ParseError, OSError) as exc:
+                log.warning("unreadable job record %s: %s", p.name, exc)
+                continue
+            self.jobs[job.job_id] = job
+            if job.request_id:
+                self.by_request[job.request_id] = job.job_id
+            if job.state not in TERMINAL:
+                unfinished.append(job.job_id)
+                self.reserved.setdefault(job.spec.name, set()).add(job.checkpoint.version)
+        return unfinished
+
+    # -- lifecycle ------------------------------------------------------------------------------------------------
+    def _next_version(self, name: str) -> int:
+        have = checkpoints.versions(self.root, name)
+        taken = self.reserved.get(name, set())
+        return max([0, *have, *taken]) + 1
+
+    async def start(self) -> None:
+        self.loop = asyncio.get_running_loop()
+        for job_id in self.load():
+            job = self.jobs[job_id]
+            job.resumes += 1
+            job.state = trainer_pb2.JOB_STATE_PENDING
+            self._save(job)
+            log.info("resuming job", extra={"job_id": job_id, "step": job.progress.step})
+            self._launch(job_id)
+        metrics.JOBS_RUNNING.set(0)
+
+    def submit(self, request: trainer_pb2.StartJobRequest) -> trainer_pb2.Job:
+        if request.request_id and request.request_id in self.by_request:
+            return self.jobs[self.by_request[request.request_id]]
+        if len(request.request_id) > 128:
+            raise errors.InvalidArgument("request_id: at most 128 characters", reason="BAD_REQUEST_ID",
+                                         metadata={"field": "request_id"})
+        validate_spec(request.spec, self.root)
+        spec = trainer_pb2.JobSpec()
+        spec.CopyFrom(request.spec)
+        for key, value in DEFAULTS[spec.model].items():
+            if not getattr(spec.hyper, key):
+                setattr(spec.hyper, key, value)
+        if spec.hyper.validation_fraction == 0:
+            spec.hyper.validation_fraction = 0.1
+        job_id = uuid.uuid4().hex[:16]
+        version = self._next_version(spec.name)
+        self.reserved.setdefault(spec.name, set()).add(version)
+        job = trainer_pb2.Job(job_id=job_id, spec=spec, state=trainer_pb2.JOB_STATE_PENDING,
+                              request_id=request.request_id)
+        job.checkpoint.name, job.checkpoint.version = spec.name, version
+        job.checkpoint.ref = f"{spec.name}@{version}"
+        job.created_at.GetCurrentTime()
+        self.jobs[job_id] = job
+        if request.request_id:
+            self.by_request[request.request_id] = job_id
+        self._save(job)
+        self._trim()
+        metrics.JOBS.labels("accepted").inc()
+        self._launch(job_id)
+        return job
+
+    def _launch(self, job_id: str) -> None:
+        self.stop_flags[job_id] = threading.Event()
+        task = asyncio.get_running_loop().create_task(self._run(job_id))
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    def get(self, job_id: str) -> trainer_pb2.Job:
+        job = self.jobs.get(job_id)
+        if job is None:
+            raise errors.NotFound(f"job_id: no job {job_id[:64]!r}", reason="JOB_NOT_FOUND", metadata={"field": "job_id"})
+        return job
+
+    async def stop(self, job_id: str) -> trainer_pb2.Job:
+        job = self.get(job_id)
+        if job.state not in TERMINAL:
+            self.stop_flags[job_id].set()
+            if job.state == trainer_pb2.JOB_STATE_PENDING:
+                await self._set(job, trainer_pb2.JOB_STATE_STOPPED)
+        return job
+
+    def condition(self, job_id: str) -> asyncio.Condition:
+        return self.changed.setdefault(job_id, asyncio.Condition())
+
+    async def _notify(self, job_id: str) -> None:
+        cond = self.condition(job_id)
+        async with cond:
+            cond.notify_all()
+
+    async def _set(self, job: trainer_pb2.Job, state: int, error: str = "") -> None:
+        job.state = state
+        if error:
+            job.error = error[:2000]
+        if state in TERMINAL:
+            job.finished_at.GetCurrentTime()
+            metrics.JOBS.labels(_STATE(state).removeprefix("JOB_STATE_").lower()).inc()
+            self.reserved.get(job.spec.name, set()).discard(job.checkpoint.version)
+            with contextlib.suppress(FileNotFoundError):
+                self.resume_path(job.job_id).unlink()
+        self._save(job)
+        await self._notify(job.job_id)
+
+    def progress(self, job_id: str, **fields) -> None:
+        """Called from the training thread."""
+        job = self.jobs[job_id]
+        for k, v in fields.items():
+            setattr(job.progress, k, v)
+        if self.loop is not None:
+            asyncio.run_coroutine_threadsafe(self._notify(job_id), self.loop)
+
+    def _trim(self) -> None:
+        done = sorted((j for j in self.jobs.values() if j.state in TERMINAL), key=lambda j: j.created_at.ToNanoseconds())
+        for job in done[: max(0, len(done) - self.settings.trainer_max_jobs_kept)]:
+            self.jobs.pop(job.job_id, None)
+            with contextlib.suppress(FileNotFoundError):
+                self._path(job.job_id).unlink()
+
+    # -- running --------------------------------------------------------------------------------------------------
+    async def _run(self, job_id: str) -> None:
+        job = self.jobs[job_id]
+        stop = self.stop_flags[job_id]
+        async with self.slots:
+            if job.state in TERMINAL or stop.is_set():
+                return
+            metrics.JOBS_RUNNING.inc()
+            try:
+                await self._set(job, trainer_pb2.JOB_STATE_LOADING)
+                passed_only = job.spec.algorithm == trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC
+                flt = job.spec.data
+                read_data = trainer_pb2.TrainingData()
+                read_data.CopyFrom(flt)
+                read_data.filter.drop_repeated = False  # the repetition filter is applied to targets, keeping context
+                episodes, load_s = await data.read_episodes(
+                    self.settings.collector_addr, read_data, passed_only=passed_only,
+                    deadline=self.settings.trainer_read_timeout_seconds)
+                job.progress.episodes, job.progress.load_seconds = len(episodes), load_s
+                if self.shutting_down:
+                    return
+                if stop.is_set():
+                    await self._set(job, trainer_pb2.JOB_STATE_STOPPED)
+                    return
+                await self._set(job, trainer_pb2.JOB_STATE_TRAINING)
+                meta = await asyncio.to_thread(self._train, job, episodes, stop)
+                if self.shutting_down:
+                    return  # the record stays TRAINING: the next trainer resumes it from its resume file
+                if stop.is_set():
+                    await self._set(job, trainer_pb2.JOB_STATE_STOPPED)
+                    return
+                job.checkpoint.CopyFrom(meta)
+                metrics.CHECKPOINTS.inc()
+                await self._set(job, trainer_pb2.JOB_STATE_SUCCEEDED)
+                log.info("job succeeded", extra={"job_id": job_id, "checkpoint": meta.ref})
+            except errors.WebenvError as exc:
+                await self._set(job, trainer_pb2.JOB_STATE_FAILED, exc.message)
+            except data.TestSplitLeak as exc:
+                await self._set(job, trainer_pb2.JOB_STATE_FAILED, str(exc))
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:  # a failed job must not take the trainer down
+                log.exception("job %s failed", job_id)
+                await self._set(job, trainer_pb2.JOB_STATE_FAILED, f"{type(exc).__name__}: {exc}")
+            finally:
+                metrics.JOBS_RUNNING.dec()
+
+    def _train(self, job: trainer_pb2.Job, episodes, stop: threading.Event) -> trainer_pb2.Checkpoint:
+        """Training proper (runs in a worker thread); returns the published checkpoint."""
+        from .algorithms import select
+
+        spec = job.spec
+        if self.settings.trainer_torch_threads:
+            import torch
+
+            torch.set_num_threads(self.settings.trainer_torch_threads)
+        selected = select(episodes, spec.algorithm, spec.data.filter.drop_repeated)
+        if spec.data.max_examples and len(selected.steps) > spec.data.max_examples:
+            selected.steps = selected.steps[: spec.data.max_examples]
+        if not selected.steps:
+            raise errors.FailedPrecondition(
+                f"no training examples: {len(episodes)} episodes read, {selected.episodes} with non-zero weight, "
+                f"{selected.unmapped} steps not expressible as candidates, {selected.repeated} repeated",
+                reason="NO_EXAMPLES", metadata={"field": "spec.data"})
+        self.progress(job.job_id, examples=len(selected.steps))
+        staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=self.root))
+        try:
+            if spec.model == trainer_pb2.MODEL_KIND_SCORER:
+                report = self._train_scorer(job, selected, staging, stop)
+            else:
+                from .train_lm import train_causal_lm
+
+                report = train_causal_lm(self, job, selected, staging, stop)
+            if stop.is_set():
+                shutil.rmtree(staging, ignore_errors=True)
+                return job.checkpoint
+            meta = self._meta(job, selected, report)
+            path = checkpoints.publish(staging, self.root, meta)
+            meta.path = str(path)
+            return meta
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+
+    def _train_scorer(self, job, selected, staging: Path, stop: threading.Event):
+        from webenv.agent import scorer as lib
+
+        from . import train_scorer
+
+        spec = job.spec
+        if spec.parent:
+            model = lib.load(checkpoints.resolve(self.root, spec.parent))
+        else:
+            import torch
+
+            torch.manual_seed(spec.hyper.seed)
+            model = lib.ScorerModel(lib.ScorerConfig())
+        scorer = lib.Scorer(model)
+        train_set, valid_set = train_scorer.split_examples(selected, scorer, spec.hyper.validation_fraction,
+                                                           spec.hyper.seed)
+        t0 = time.perf_counter()
+
+        def report(r) -> None:
+            metrics.TRAIN_STEPS.inc(max(0, r.step - job.progress.step))
+            metrics.EXAMPLES_PER_SECOND.set(r.examples_per_second)
+            self.progress(job.job_id, step=r.step, total_steps=r.total_steps, epoch=r.epoch, loss=r.loss,
+                          examples_per_second=r.examples_per_second, train_seconds=time.perf_counter() - t0,
+                          validation_loss=r.validation_loss, validation_accuracy=r.validation_accuracy)
+
+        h = spec.hyper
+        final = train_scorer.train(model, train_set, valid_set, epochs=h.epochs, max_steps=h.max_steps,
+                                   batch_size=h.batch_size, lr=h.learning_rate, seed=h.seed,
+                                   checkpoint_every=h.checkpoint_every, resume_path=self.resume_path(job.job_id),
+                                   report=report, stopped=stop.is_set)
+        lib.save(model, staging)
+        return final
+
+    def _meta(self, job: trainer_pb2.Job, selected, report) -> trainer_pb2.Checkpoint:
+        spec = job.spec
+        parent_steps = 0
+        if spec.parent:
+            parent_steps = checkpoints.read_meta(checkpoints.resolve(self.root, spec.parent)).total_steps
+            parent_ref = checkpoints.read_meta(checkpoints.resolve(self.root, spec.parent)).ref
+        else:
+            parent_ref = ""
+        meta = trainer_pb2.Checkpoint(
+            name=spec.name, version=job.checkpoint.version, ref=job.checkpoint.ref, parent=parent_ref,
+            algorithm=spec.algorithm, model=spec.model, data_run_ids=list(spec.data.run_ids),
+            episodes=selected.episodes, examples=len(selected.steps), steps=report.step,
+            total_steps=parent_steps + report.step, config_json=json_format.MessageToJson(spec, indent=None),
+            loss=report.loss, validation_loss=report.validation_loss, job_id=job.job_id,
+            data_policy_versions=sorted(selected.policy_versions), labels=dict(spec.labels),
+        )
+        meta.created_at.GetCurrentTime()
+        return meta
+
+    async def close(self) -> None:
+        """Stop training threads at their next step, keeping unfinished jobs resumable."""
+        self.shutting_down = True
+        for flag in self.stop_flags.values():
+            flag.set()
+        for task in list(self.tasks):
+            task.cancel()
+        for task in list(self.tasks):
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
+
+
+def job_sort_key(job: trainer_pb2.Job) -> int:
+    return job.created_at.ToNanoseconds()
+

@@ -1,0 +1,81 @@
+"""TrainerService over the job manager."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+from webenv import errors
+from webenv.agent import checkpoints
+from webenv.v1 import trainer_pb2, trainer_pb2_grpc
+
+from .jobs import TERMINAL, JobManager, job_sort_key
+
+MAX_PAGE = 500
+
+
+def _page(request, items: list) -> tuple[list, str]:
+    size = request.page_size or 50
+    if not 0 < size <= MAX_PAGE:
+        raise errors.InvalidArgument(f"page_size: must be within 1..{MAX_PAGE}", reason="BAD_PAGE",
+                                     metadata={"field": "page_size"})
+    try:
+        offset = int(request.page_token or 0)
+    except ValueError:
+        offset = -1
+    if offset < 0:
+        raise errors.InvalidArgument("page_token: not a token this server issued", reason="BAD_PAGE",
+                                     metadata={"field": "page_token"})
+    chunk = items[offset:offset + size]
+    nxt = str(offset + size) if offset + size < len(items) else ""
+    return chunk, nxt
+
+
+class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
+    def __init__(self, jobs: JobManager, watch_interval: float = 1.0) -> None:
+        self.jobs = jobs
+        self.watch_interval = watch_interval
+
+    async def StartJob(self, request, context):  # noqa: N802
+        return trainer_pb2.StartJobResponse(job=self.jobs.submit(request))
+
+    async def WatchJob(self, request, context) -> AsyncIterator[trainer_pb2.WatchJobResponse]:  # noqa: N802
+        job = self.jobs.get(request.job_id)
+        cond = self.jobs.condition(job.job_id)
+        while True:
+            snapshot = trainer_pb2.Job()
+            snapshot.CopyFrom(job)
+            yield trainer_pb2.WatchJobResponse(job=snapshot)
+            if job.state in TERMINAL:
+                return
+            async with cond:
+                try:
+
+
+                    await asyncio.wait_for(cond.wait(), self.watch_interval)
+                except TimeoutError:
+                    pass
+
+    async def StopJob(self, request, context):  # noqa: N802
+        return trainer_pb2.StopJobResponse(job=await self.jobs.stop(request.job_id))
+
+    async def GetJob(self, request, context):  # noqa: N802
+        return trainer_pb2.GetJobResponse(job=self.jobs.get(request.job_id))
+
+    async def ListJobs(self, request, context):  # noqa: N802
+        jobs = sorted(self.jobs.jobs.values(), key=job_sort_key, reverse=True)
+        page, nxt = _page(request, jobs)
+        return trainer_pb2.ListJobsResponse(jobs=page, next_page_token=nxt)
+
+    async def ListCheckpoints(self, request, context):  # noqa: N802
+        if request.name and not checkpoints.NAME.match(request.name):
+            raise errors.InvalidArgument("name: lower-case letters, digits, '-', '_'", reason="BAD_CHECKPOINT_REF",
+                                         metadata={"field": "name"})
+        items = checkpoints.list_all(Path(self.jobs.root), request.name)
+        page, nxt = _page(request, items)
+        return trainer_pb2.ListCheckpointsResponse(checkpoints=page, next_page_token=nxt)
+
+    async def GetCheckpoint(self, request, context):  # noqa: N802
+        folder = checkpoints.resolve(Path(self.jobs.root), request.ref)
+        return trainer_pb2.GetCheckpointResponse(checkpoint=checkpoints.read_meta(folder))

@@ -1,0 +1,128 @@
+"""Training the candidate scorer (webenv.agent.scorer) on selected steps, on CPU in minutes.
+
+Loss: weighted cross-entropy of the taken candidate among the step's candidates, normalised by the
+batch's total absolute weight (weights are 1 for BC and filtered BC, advantages for policy gradient).
+Resumable: every `checkpoint_every` steps the model, the optimiser and the position in the schedule are
+saved to the job's resume file; a restarted trainer continues from there with the same shuffles.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+from webenv.agent import scorer as lib
+
+from .algorithms import Selected
+
+
+@dataclass
+class Report:
+    """What a training loop reports to the job."""
+
+    step: int
+    total_steps: int
+    epoch: int
+    loss: float
+    examples_per_second: float
+    train_seconds: float
+    validation_loss: float = 0.0
+    validation_accuracy: float = 0.0
+
+
+def split_examples(selected: Selected, scorer: lib.Scorer, fraction: float, seed: int):
+    """(train, validation) StepExamples, held out by episode."""
+    episodes = sorted({eid for _, _, eid in selected.steps})
+    random.Random(seed).shuffle(episodes)
+    n_valid = int(len(episodes) * fraction) if len(episodes) >= 10 else 0
+    held = set(episodes[:n_valid])
+    train, valid = [], []
+    for st, w, eid in selected.steps:
+        ex = scorer.example(st.ctx, st.candidates, st.target, w)
+        (valid if eid in held else train).append(ex)
+    return train, valid
+
+
+def _batch_loss(model: lib.ScorerModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    scores = model(batch["cand_tokens"], batch["cand_offsets"], batch["nums"], batch["ctx_tokens"],
+                   batch["ctx_offsets"], batch["step_of_cand"])
+    n = len(batch["targets"])
+    logp = lib.step_log_probs(scores, batch["step_of_cand"], n)
+    chosen = logp[batch["starts"] + batch["targets"]]
+    w = batch["weights"]
+    loss = -(w * chosen).sum() / w.abs().sum().clamp_min(1e-6)
+    # accuracy: the step's best-scored candidate is the target
+    best = torch.full((n,), -math.inf).scatter_reduce(0, batch["step_of_cand"], scores.detach(), reduce="amax")
+    correct = (scores.detach()[batch["starts"] + batch["targets"]] >= best).float()
+    return loss, correct
+
+
+@torch.no_grad()
+def evaluate(model: lib.ScorerModel, examples: list[lib.StepExample], batch_size: int = 256) -> tuple[float, float]:
+    if not examples:
+        return 0.0, 0.0
+    model.eval()
+    total, right, n = 0.0, 0.0, 0
+    for i in range(0, len(examples), batch_size):
+        chunk = [lib.StepExample(e.cand_tokens, e.nums, e.ctx_tokens, e.target, 1.0) for e in examples[i:i + batch_size]]
+        loss, correct = _batch_loss(model, lib.collate(chunk))
+        total += loss.item() * len(chunk)
+        right += correct.sum().item()
+        n += len(chunk)
+    model.train()
+    return total / n, right / n
+
+
+def train(model: lib.ScorerModel, train_set: list[lib.StepExample], valid_set: list[lib.StepExample], *,
+          epochs: int, max_steps: int, batch_size: int, lr: float, seed: int, checkpoint_every: int,
+          resume_path: Path, report: Callable[[Report], None], stopped: Callable[[], bool]) -> Report:
+    """Optimise in place; returns the final report. Raises nothing on stop: returns where it stopped."""
+    per_epoch = max(1, math.ceil(len(train_set) / batch_size))
+    total = min(max_steps, epochs * per_epoch) if max_steps else epochs * per_epoch
+    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    step = 0
+    if resume_path.is_file():
+        state = torch.load(resume_path, map_location="cpu", weights_only=True)
+        model.load_state_dict(state["model"])
+        opt.load_state_dict(state["optimizer"])
+        step = int(state["step"])
+    model.train()
+    t0 = time.perf_counter()
+    done_examples = 0
+    ema = None
+    last = Report(step, total, step // per_epoch + 1, 0.0, 0.0, 0.0)
+    while step < total:
+        epoch = step // per_epoch
+        order = list(range(len(train_set)))
+        random.Random(seed * 1000 + epoch).shuffle(order)
+        start = (step % per_epoch) * batch_size
+        for i in range(start, len(order), batch_size):
+            if step >= total or stopped():
+                break
+            batch = lib.collate([train_set[j] for j in order[i:i + batch_size]])
+            loss, _ = _batch_loss(model, batch)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+            step += 1
+            done_examples += len(batch["targets"])
+            ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()
+            elapsed = time.perf_counter() - t0
+            last = Report(step, total, epoch + 1, ema, done_examples / max(elapsed, 1e-9), elapsed,
+                          last.validation_loss, last.validation_accuracy)
+            if checkpoint_every and step % checkpoint_every == 0:
+                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, resume_path)
+            if step % 10 == 0 or step == total:
+                report(last)
+        if stopped():
+            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, resume_path)
+            return last
+    last.validation_loss, last.validation_accuracy = evaluate(model, valid_set)
+    report(last)
+    return last
