@@ -126,7 +126,9 @@ class Loop:
         spec.tasks.split = split
         spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
         spec.tasks.kinds.extend(kinds)
-        spec.observation_spec.formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+        # the judge reads HTML (page criteria); the policy and the trainer read the AXTREE, the one format kept
+        spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
+        spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
         run = self.collector.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec),
                                       timeout=60).run
         t0 = time.monotonic()

@@ -8,6 +8,7 @@ which is what gets stored with the run: the stored spec says exactly what ran.
 from __future__ import annotations
 
 import math
+import re
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
@@ -17,6 +18,8 @@ from webenv.v1 import collector_pb2, common_pb2
 DEFAULT_HORIZONS = {common_pb2.DIFFICULTY_EASY: 10, common_pb2.DIFFICULTY_MEDIUM: 20, common_pb2.DIFFICULTY_HARD: 30}
 DEFAULT_FORMATS = (common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML)
 KNOWN_POLICIES = ("oracle", "random", "explore", "llm")
+#: A trained checkpoint served by the policy service (PolicyService.LoadCheckpoint).
+CHECKPOINT_POLICY = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}(@[1-9][0-9]{0,8})?$")
 MAX_EPISODES = 10_000_000
 MAX_CONCURRENCY = 4096
 
@@ -64,8 +67,12 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
         v = getattr(spec.horizons, name)
         if v < 0 or v > 1000:
             raise _bad(f"{f}.horizons.{name}", f"must be in [0, 1000], got {v}")
-    if spec.policy and spec.policy not in KNOWN_POLICIES:
-        raise _bad(f"{f}.policy", f"unknown policy {spec.policy!r}; expected one of {', '.join(KNOWN_POLICIES)}")
+    if spec.policy and spec.policy not in KNOWN_POLICIES and not CHECKPOINT_POLICY.match(spec.policy):
+        raise _bad(f"{f}.policy", f"unknown policy {spec.policy[:80]!r}; expected one of {', '.join(KNOWN_POLICIES)} "
+                                  "or a checkpoint the policy service loaded ('<name>' or '<name>@<version>')")
+    t = spec.act_options.temperature
+    if math.isnan(t) or not 0 <= t <= 5:
+        raise _bad(f"{f}.act_options.temperature", f"must be in [0, 5], got {t}")
     for name, enum_type in (
         ("sampling", collector_pb2.SamplingStrategy),
         ("level", collector_pb2.CollectionLevel),

@@ -38,8 +38,8 @@ _PREFIXES = ("find", "what", "tell", "report", "give", "which", "open", "navigat
 class ScorerConfig:
     """Model size; stored with every checkpoint."""
 
-    buckets: int = 1 << 18
-    dim: int = 48
+    buckets: int = 1 << 17
+    dim: int = 32
     hidden: int = 128
 
 
@@ -189,8 +189,9 @@ class ScorerModel(nn.Module):
     def __init__(self, config: ScorerConfig) -> None:
         super().__init__()
         self.config = config
-        self.cand = nn.EmbeddingBag(config.buckets, config.dim, mode="mean")
-        self.ctx = nn.EmbeddingBag(config.buckets, config.dim, mode="mean")
+        # sparse gradients: a step touches a few thousand of the 2 x 131k rows, not all of them
+        self.cand = nn.EmbeddingBag(config.buckets, config.dim, mode="mean", sparse=True)
+        self.ctx = nn.EmbeddingBag(config.buckets, config.dim, mode="mean", sparse=True)
         nn.init.normal_(self.cand.weight, std=0.1)
         nn.init.normal_(self.ctx.weight, std=0.1)
         self.mlp = nn.Sequential(
@@ -252,6 +253,12 @@ def step_log_probs(scores: torch.Tensor, step_of_cand: torch.Tensor, n_steps: in
     shifted = scores - maxes[step_of_cand]
     sums = torch.zeros(n_steps).index_add(0, step_of_cand, shifted.exp())
     return shifted - sums.log()[step_of_cand]
+
+
+def optimizers(model: ScorerModel, lr: float) -> list[torch.optim.Optimizer]:
+    """SparseAdam for the hashed embeddings (5x the dense learning rate), Adam for the MLP."""
+    return [torch.optim.SparseAdam([model.cand.weight, model.ctx.weight], lr=lr * 5),
+            torch.optim.Adam(model.mlp.parameters(), lr=lr)]
 
 
 def save(model: ScorerModel, folder: Path) -> None:

@@ -78,18 +78,25 @@ def evaluate(model: lib.ScorerModel, examples: list[lib.StepExample], batch_size
     return total / n, right / n
 
 
+def save_resume(model: lib.ScorerModel, opts, step: int, path: Path) -> None:
+    tmp = path.with_suffix(".tmp")
+    torch.save({"model": model.state_dict(), "optimizers": [o.state_dict() for o in opts], "step": step}, tmp)
+    tmp.replace(path)
+
+
 def train(model: lib.ScorerModel, train_set: list[lib.StepExample], valid_set: list[lib.StepExample], *,
           epochs: int, max_steps: int, batch_size: int, lr: float, seed: int, checkpoint_every: int,
           resume_path: Path, report: Callable[[Report], None], stopped: Callable[[], bool]) -> Report:
     """Optimise in place; returns the final report. Raises nothing on stop: returns where it stopped."""
     per_epoch = max(1, math.ceil(len(train_set) / batch_size))
     total = min(max_steps, epochs * per_epoch) if max_steps else epochs * per_epoch
-    opt = torch.optim.Adam(model.parameters(), lr=lr)
+    opts = lib.optimizers(model, lr)
     step = 0
     if resume_path.is_file():
         state = torch.load(resume_path, map_location="cpu", weights_only=True)
         model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
+        for opt, st in zip(opts, state["optimizers"], strict=True):
+            opt.load_state_dict(st)
         step = int(state["step"])
     model.train()
     t0 = time.perf_counter()
@@ -106,10 +113,12 @@ def train(model: lib.ScorerModel, train_set: list[lib.StepExample], valid_set: l
                 break
             batch = lib.collate([train_set[j] for j in order[i:i + batch_size]])
             loss, _ = _batch_loss(model, batch)
-            opt.zero_grad()
+            for opt in opts:
+                opt.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-            opt.step()
+            torch.nn.utils.clip_grad_norm_(model.mlp.parameters(), 5.0)
+            for opt in opts:
+                opt.step()
             step += 1
             done_examples += len(batch["targets"])
             ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()
@@ -117,11 +126,11 @@ def train(model: lib.ScorerModel, train_set: list[lib.StepExample], valid_set: l
             last = Report(step, total, epoch + 1, ema, done_examples / max(elapsed, 1e-9), elapsed,
                           last.validation_loss, last.validation_accuracy)
             if checkpoint_every and step % checkpoint_every == 0:
-                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, resume_path)
+                save_resume(model, opts, step, resume_path)
             if step % 10 == 0 or step == total:
                 report(last)
         if stopped():
-            torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, resume_path)
+            save_resume(model, opts, step, resume_path)
             return last
     last.validation_loss, last.validation_accuracy = evaluate(model, valid_set)
     report(last)
