@@ -370,6 +370,7 @@ def train(
     sampling: str = typer.Option("uniform", help="uniform, easy-only or hard-biased task sampling."),
     concurrency: int = typer.Option(0),
     baselines: str = typer.Option("random,explore", help="Policies evaluated on the test split beside (comma list)."),
+    baseline_eval: int = typer.Option(100, help="Test-split episodes per baseline policy."),
     seed: int = typer.Option(1),
     out: Path = typer.Option(Path("bench/results"), help="Folder for learning.md, learning.json, learning.png."),
     stack: bool = typer.Option(False, help="Start a local stack on free ports for the loop (embedded store)."),
@@ -389,7 +390,8 @@ def train(
                      collect_episodes=collect, eval_episodes=eval_episodes, train_eval_episodes=train_eval,
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
                      sampling=sampling, concurrency=concurrency,
-                     baselines=tuple(b for b in baselines.split(",") if b), seed=seed, out_dir=str(out))
+                     baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
+                     out_dir=str(out))
     local = None
     if stack:
         data_dir = data_dir or Path(".webenv") / f"train-{datetime.now().strftime('%Y%m%d-%H%M%S')}"

@@ -36,6 +36,10 @@ FILL_ROLES = frozenset({"textbox", "searchbox", "spinbutton"})
 MAX_VALUES = 24
 #: At most this many facts are kept in memory.
 MAX_FACTS = 48
+#: An action already taken this often in the visible history is not proposed again (a loop breaker: a
+#: BC policy that meets a state its demonstrations never showed, e.g. after a failed fill, otherwise
+#: repeats one click until the horizon).
+MAX_REPEATS = 2
 
 _LINE = re.compile(r'^(?P<indent>\t*)(?:\[(?P<id>[^\]\s]+)\]\s+)?(?P<role>[\w-]+)(?:\s+"(?P<name>(?:[^"\\]|\\.)*)")?(?P<rest>.*)$')
 _VALUE = re.compile(r'value="((?:[^"\\]|\\.)*)"')
@@ -226,10 +230,14 @@ def propose(ctx: Context) -> list[Candidate]:
     out: list[Candidate] = []
     seen: set[str] = set()
 
+    repeats: dict[str, int] = {}
+    for past in ctx.history:
+        repeats[past] = repeats.get(past, 0) + 1
+
     def add(action: common_pb2.Action, kind: str, node: AxNode | None = None, value: str = "",
             answer_type: str = "") -> None:
         text = format_action(action)
-        if text not in seen:
+        if text not in seen and repeats.get(text, 0) < MAX_REPEATS:
             seen.add(text)
             out.append(Candidate(action, text, kind, node, value, answer_type))
 
