@@ -28,6 +28,7 @@ from webenv.v1 import common_pb2
 if TYPE_CHECKING:
     from webenv.browser.session import BrowserSession
 
+FILL_TIMEOUT_MS = 5000
 ELEMENT_KINDS = ("click", "fill", "select", "hover", "scroll_element")
 NAVIGATION_KINDS = ("navigate", "go_back", "go_forward", "new_tab")
 _BUTTONS = {common_pb2.MOUSE_BUTTON_UNSPECIFIED: "left", common_pb2.MOUSE_BUTTON_LEFT: "left",
@@ -243,7 +244,9 @@ async def perform(session: BrowserSession, action: common_pb2.Action, kind: str,
                 return ActionOutcome(error=f"{_describe(ref)} not found on the page")
             resolved = ref.get("id") or (await el.get_attribute("data-webenv-id") or "")
             if kind == "fill":
-                await el.fill(msg.text, timeout=2000)
+                # Playwright waits for the element to be editable; 2 s failed real fills on a loaded 2-core
+                # machine (dozens of Chromium processes), 5 s did not. Non-text elements fail at once.
+                await el.fill(msg.text, timeout=FILL_TIMEOUT_MS)
             elif kind == "select":
                 err = await el.evaluate(SELECT_JS, list(msg.options))
                 if err:

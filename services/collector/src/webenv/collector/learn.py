@@ -239,7 +239,8 @@ class Loop:
         self.timing.demos += time.monotonic() - t0
         cp = self.train("bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
         self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-bc-test")
-        self.evaluate(cp.ref, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, "eval-bc-train")
+        if cfg.train_eval_episodes:
+            self.evaluate(cp.ref, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, "eval-bc-train")
         algorithm = (trainer_pb2.TRAINING_ALGORITHM_POLICY_GRADIENT if cfg.algorithm == "policy_gradient"
                      else trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC)
         data = [demos.run_id]  # the replay set: demonstrations + every iteration's rollouts (judged)
@@ -252,7 +253,8 @@ class Loop:
             data.append(run.run_id)
             cp = self.train(f"rl-{it}", algorithm, list(data), cp.ref, cfg.rl_epochs)
             self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{it}-test")
-            self.evaluate(cp.ref, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, f"eval-{it}-train")
+            if cfg.train_eval_episodes:
+                self.evaluate(cp.ref, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, f"eval-{it}-train")
         if cfg.reference_demo_episodes:
             self.say(f"reference: BC on {cfg.reference_demo_episodes} oracle demonstrations")
             ref_name = f"{cfg.name}-ref"

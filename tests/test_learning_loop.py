@@ -1,0 +1,190 @@
+"""The learning loop across the real services: collector + judge + farm + sites + trainer + policy.
+
+Oracle demonstrations of a few synthetic tasks are collected through the farm, read back by the trainer
+from the store (CollectorService.ReadEpisodes), trained into a checkpoint (behaviour cloning on the
+element-id actions the farm resolved from the oracle's selectors), loaded by the policy service without
+a restart, and run again: the checkpoint must solve the tasks it was trained on, every episode must
+record the policy version, and the test split must be refused as training data. A second job is killed
+with its trainer and must resume from its resume state when the trainer comes back.
+"""
+
+from __future__ import annotations
+
+import math
+import signal
+
+import grpc
+import pytest
+from webenv.collector.stack import Stack
+from webenv.v1 import (
+    collector_pb2,
+    collector_pb2_grpc,
+    common_pb2,
+    policy_pb2,
+    policy_pb2_grpc,
+    task_pb2,
+    task_pb2_grpc,
+    trainer_pb2,
+    trainer_pb2_grpc,
+)
+
+pytestmark = pytest.mark.timeout(900)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    s = Stack(tmp_path_factory.mktemp("learn"), free_ports=True, sites_count=12)
+    s.start(timeout=180)
+    yield s
+    s.stop()
+
+
+def stubs(stack: Stack):
+    ch = {n: grpc.insecure_channel(stack.address(n)) for n in ("collector", "trainer", "policy", "sites")}
+    return (collector_pb2_grpc.CollectorServiceStub(ch["collector"]), trainer_pb2_grpc.TrainerServiceStub(ch["trainer"]),
+            policy_pb2_grpc.PolicyServiceStub(ch["policy"]), task_pb2_grpc.TaskServiceStub(ch["sites"]))
+
+
+def run(collector, policy: str, task_ids: list[str], seed: int = 1) -> collector_pb2.Run:
+    spec = collector_pb2.RunSpec(policy=policy, seed=seed, concurrency=3, repeats=1,
+                                 level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
+    spec.tasks.task_ids.extend(task_ids)
+    spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
+    spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+    r = collector.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=60).run
+    last = r
+    for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=r.run_id), timeout=600):
+        last = resp.run
+    assert last.state == collector_pb2.RUN_STATE_SUCCEEDED, last.error
+    return last
+
+
+def read(collector, run_id: str) -> list[collector_pb2.StoredEpisode]:
+    req = collector_pb2.ReadEpisodesRequest(run_ids=[run_id], filter=collector_pb2.ExportFilter(include_errored=True))
+    return [r.episode for r in collector.ReadEpisodes(req, timeout=120)]
+
+
+def start_job(trainer, spec: trainer_pb2.JobSpec) -> trainer_pb2.Job:
+    return trainer.StartJob(trainer_pb2.StartJobRequest(spec=spec), timeout=30).job
+
+
+def finish(trainer, job_id: str) -> trainer_pb2.Job:
+    last = None
+    for resp in trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id), timeout=600):
+        last = resp.job
+    return last
+
+
+def pick_tasks(sites) -> list[str]:
+    """Three short train-split tasks without a login: a navigation and two information tasks."""
+    flt = task_pb2.TaskFilter(split=common_pb2.SPLIT_TRAIN, difficulties=[common_pb2.DIFFICULTY_EASY],
+                              sources=[common_pb2.TASK_SOURCE_SYNTHETIC])
+    tasks = sites.ListTasks(task_pb2.ListTasksRequest(filter=flt, page_size=1000), timeout=30).tasks
+    short = [t for t in tasks if len(t.oracle) <= 5 and "password" not in t.instruction]
+    nav = [t for t in short if t.kind == common_pb2.TASK_KIND_NAVIGATION][:1]
+    info = [t for t in short if t.kind == common_pb2.TASK_KIND_INFORMATION][:2]
+    assert nav and len(info) == 2
+    return [t.task_id for t in nav + info]
+
+
+def test_demos_train_load_and_solve(stack):
+    collector, trainer, policy, sites = stubs(stack)
+    task_ids = pick_tasks(sites)
+    demos = run(collector, "oracle", task_ids)
+    assert demos.counts.passed == len(task_ids)
+    stored = read(collector, demos.run_id)
+    assert all(any(s.target_element_id for s in ep.trajectory.steps) for ep in stored), \
+        "the farm reports the element id each oracle selector resolved to"
+
+    spec = trainer_pb2.JobSpec(
+        name="tiny", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_SCORER,
+        data=trainer_pb2.TrainingData(run_ids=[demos.run_id]),
+        hyper=trainer_pb2.Hyperparameters(epochs=80, batch_size=8, seed=3, validation_fraction=0.0))
+    job = finish(trainer, start_job(trainer, spec).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    steps = sum(len(ep.trajectory.steps) for ep in stored)
+    assert job.progress.examples == steps, "every oracle step is expressible as a candidate action"
+    cp = job.checkpoint
+    assert cp.ref == "tiny@1" and cp.data_run_ids == [demos.run_id] and cp.examples == steps
+    assert cp.loss < 0.2 < math.log(10), "training lowered the loss well below a uniform choice"
+    meta = trainer.GetCheckpoint(trainer_pb2.GetCheckpointRequest(ref="tiny"), timeout=10).checkpoint
+    assert meta.ref == "tiny@1" and meta.path == cp.path
+
+    loaded = policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="tiny@1"), timeout=60)
+    assert loaded.policy.version == "tiny@1" and loaded.policy.backend == "scorer"
+    listed = {p.name: p.version for p in policy.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=10).policies}
+    assert listed["tiny"] == "tiny@1"
+
+    again = run(collector, "tiny", task_ids, seed=2)
+    episodes = read(collector, again.run_id)
+    assert {ep.policy_version for ep in episodes} == {"tiny@1"}, "every episode records the policy version"
+    assert again.counts.passed == len(task_ids), [(ep.task.task_id, [s.action_text for s in ep.trajectory.steps])
+                                                  for ep in episodes if not ep.passed]
+
+
+def test_bad_job_specs_name_the_field(stack):
+    collector, trainer, _, _ = stubs(stack)
+    good = trainer_pb2.JobSpec(name="x", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC,
+                               model=trainer_pb2.MODEL_KIND_SCORER, data=trainer_pb2.TrainingData(run_ids=["run-1"]))
+    cases = {
+        "spec.name": dict(name="Bad Name"),
+        "spec.algorithm": dict(algorithm=0),
+        "spec.model": dict(model=0),
+        "spec.parent": dict(parent="x@7"),
+        "spec.data.run_ids": dict(data=trainer_pb2.TrainingData()),
+        "spec.data.filter.split": dict(data=trainer_pb2.TrainingData(
+            run_ids=["run-1"], filter=collector_pb2.ExportFilter(split=common_pb2.SPLIT_TEST))),
+        "spec.hyper.learning_rate": dict(hyper=trainer_pb2.Hyperparameters(learning_rate=3)),
+        "spec.base_model_path": dict(model=trainer_pb2.MODEL_KIND_CAUSAL_LM),
+    }
+    for field, change in cases.items():
+        spec = trainer_pb2.JobSpec()
+        spec.CopyFrom(good)
+        for k, v in change.items():
+            if isinstance(v, (int, str)):
+                setattr(spec, k, v)
+            else:
+                getattr(spec, k).CopyFrom(v)
+        with pytest.raises(grpc.RpcError) as err:
+            trainer.StartJob(trainer_pb2.StartJobRequest(spec=spec), timeout=10)
+        code = err.value.code()
+        assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), (field, code)
+        assert field in err.value.details(), (field, err.value.details())
+    # an unknown run is refused by the collector when the job reads it: the job fails, naming the field
+    job = finish(trainer, start_job(trainer, good).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_FAILED and "spec.data" in job.error
+
+
+def test_test_split_refused_even_when_read_without_a_filter(stack):
+    collector, trainer, _, sites = stubs(stack)
+    flt = task_pb2.TaskFilter(split=common_pb2.SPLIT_TEST, sources=[common_pb2.TASK_SOURCE_SYNTHETIC],
+                              difficulties=[common_pb2.DIFFICULTY_EASY])
+    test_task = sites.ListTasks(task_pb2.ListTasksRequest(filter=flt, page_size=5), timeout=30).tasks[0]
+    r = run(collector, "oracle", [test_task.task_id])
+    spec = trainer_pb2.JobSpec(name="leak", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC,
+                               model=trainer_pb2.MODEL_KIND_SCORER, data=trainer_pb2.TrainingData(run_ids=[r.run_id]))
+    job = finish(trainer, start_job(trainer, spec).job_id)
+    # the trainer asks the collector for the train split only: a test-only run yields no examples at all
+    assert job.state == trainer_pb2.JOB_STATE_FAILED and "no training examples" in job.error
+    assert not list(trainer.ListCheckpoints(trainer_pb2.ListCheckpointsRequest(name="leak"), timeout=10).checkpoints)
+
+
+def test_job_resumes_after_a_trainer_crash(stack):
+    collector, trainer, _, sites = stubs(stack)
+    demos = run(collector, "oracle", pick_tasks(sites), seed=5)
+    spec = trainer_pb2.JobSpec(
+        name="resume", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_SCORER,
+        data=trainer_pb2.TrainingData(run_ids=[demos.run_id]),
+        hyper=trainer_pb2.Hyperparameters(max_steps=3000, epochs=1000, batch_size=4, checkpoint_every=25, seed=1))
+    job = start_job(trainer, spec)
+    for resp in trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job.job_id), timeout=300):
+        if resp.job.progress.step >= 60:
+            break
+    proc = stack.procs.pop("trainer")
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    stack.start(("trainer",), timeout=120)
+    collector, trainer, _, _ = stubs(stack)
+    done = finish(trainer, job.job_id)
+    assert done.state == trainer_pb2.JOB_STATE_SUCCEEDED, done.error
+    assert done.resumes == 1 and done.progress.step == 3000 and done.checkpoint.ref == "resume@1"
