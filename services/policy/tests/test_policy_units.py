@@ -5,8 +5,8 @@ from __future__ import annotations
 import random
 
 from webenv.agent.observe import absolute_url, candidates, page_kind
-from webenv.policy.parse import parse_output
 from webenv.agent.prompt import build_prompt
+from webenv.policy.parse import parse_output
 from webenv.policy.state import EpisodeStore
 from webenv.policy.synthetic import random_observation, request
 from webenv.v1 import common_pb2

@@ -181,7 +181,9 @@ class Loop:
         t0 = time.monotonic()
         spec = trainer_pb2.JobSpec(
             name=self.cfg.name, algorithm=algorithm, model=trainer_pb2.MODEL_KIND_SCORER, parent=parent,
-            data=trainer_pb2.TrainingData(run_ids=run_ids, filter=collector_pb2.ExportFilter(drop_repeated=True)),
+            # demonstrations the judge failed (a flaky page, not the oracle) are not imitated either
+            data=trainer_pb2.TrainingData(run_ids=run_ids, filter=collector_pb2.ExportFilter(drop_repeated=True,
+                                                                                             passed=True)),
             hyper=trainer_pb2.Hyperparameters(epochs=epochs, seed=self.cfg.seed, checkpoint_every=20),
             labels={"loop": label},
         )

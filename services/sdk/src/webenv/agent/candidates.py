@@ -141,14 +141,18 @@ def instruction_values(instruction: str) -> list[str]:
     out: list[str] = []
     seen: set[str] = set()
 
-    def add(v: str) -> None:
-        v = v.strip().strip(".,;:()").strip()
+    def add(v: str, exact: bool = False) -> None:
+        v = v.strip()
+        if not exact:
+            v = v.strip(".,;:").strip()
+            if v.count("(") != v.count(")"):
+                v = v.strip("()").strip()
         if v and v not in seen and len(v) <= 120:
             seen.add(v)
             out.append(v)
 
     for m in _QUOTED.finditer(instruction):
-        add(m.group(1))
+        add(m.group(1), exact=True)
     for m in re.finditer(r"\(([^()]{1,80})\)", instruction):
         inner = m.group(1)
         add(inner.split(":", 1)[1] if ":" in inner else inner)

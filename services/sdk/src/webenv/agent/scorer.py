@@ -29,7 +29,10 @@ from torch import nn
 
 from .candidates import Candidate, Context, instruction_values, parse_memory, words
 
-N_NUMERIC = 12
+N_NUMERIC = 15
+#: Words too common to carry meaning in instruction x label crosses.
+_STOP = frozenset("a an the of on in to and or for with by at from as is are be it its this that your you i me "
+                  "my what which who how all any some then first".split())
 _PREFIXES = ("find", "what", "tell", "report", "give", "which", "open", "navigate", "bring", "list", "go", "add",
              "put", "order", "buy", "place", "book", "apply", "reply", "rate", "dispute", "log", "sign", "compare")
 
@@ -110,6 +113,16 @@ class Featurizer:
                 acted_ids.add(m.group(1))
         last_kind = ctx.history[-1].split("(", 1)[0] if ctx.history else "none"
         page = _page_kind(ctx.url)
+        content = [w for w in dict.fromkeys(iw) if w not in _STOP][:24]
+        # how much of the instruction the page already shows: its numbers and words in the URL, a quoted
+        # string as the page heading (the signals that a navigation task is done)
+        url_words = set(words(urlsplit(ctx.url).path + " " + urlsplit(ctx.url).query.replace("_", " ")))
+        numbers = [w for w in iw if w.isdigit()]
+        url_numbers = sum(1 for w in numbers if w in url_words) / len(numbers) if numbers else 0.0
+        url_content = sum(1 for w in content if w in url_words) / len(content) if content else 0.0
+        head = next((n.name.lower() for n in ctx.nodes if n.role == "heading" and n.name), "")
+        head_quoted = 1.0 if head and head in quoted else 0.0
+        url_bucket = f"{round(url_numbers * 2)}{round(url_content * 4)}{int(head_quoted)}"
         lands = _landmarks(ctx)
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
@@ -127,6 +140,8 @@ class Featurizer:
                 t += [f"land:{land}|{c.kind}", f"land:{land}|{role}"]
             t += [f"l:{w}" for w in lw]
             t += [f"lm:{w}" for w in lw if w in iset]
+            if c.kind != "answer":
+                t += [f"il:{w}|{x}" for w in content for x in lw[:4] if x not in _STOP]
             t += [f"pre:{p}|{c.kind}" for p in prefix]
             if ctx.last_error:
                 t.append(f"err|{c.kind}")
@@ -163,7 +178,8 @@ class Featurizer:
                         if _stem(b) == _stem(w):
                             t.append(f"om:{w}")
             elif c.kind == "answer":
-                t += [f"a:{c.answer_type}", f"ap:{c.answer_type}|{page}"]
+                t += [f"a:{c.answer_type}", f"ap:{c.answer_type}|{page}", f"au:{c.answer_type}|{url_bucket}",
+                      f"al:{c.answer_type}|{last_kind}"]
                 t += [f"ai:{c.answer_type}|{w}" for w in iw[:40]]
                 if c.answer_type == "report":
                     n_report = len(c.value.split("; ")) / 5.0
@@ -179,6 +195,8 @@ class Featurizer:
                 min(done.get(c.text, 0), 3) / 3.0, 1.0 if node is not None and node.element_id in acted_ids else 0.0,
                 (node.index / n_nodes) if node is not None else 0.0, min(ctx.step_index, 20) / 20.0,
                 1.0 if c.kind == "answer" and c.answer_type == "report" and c.value else 0.0,
+                url_numbers if c.kind == "answer" else 0.0, url_content if c.kind == "answer" else 0.0,
+                head_quoted if c.kind == "answer" else 0.0,
             ])
         return tokens, nums
 
