@@ -110,6 +110,10 @@ def test_demos_train_load_and_solve(stack):
     meta = trainer.GetCheckpoint(trainer_pb2.GetCheckpointRequest(ref="tiny"), timeout=10).checkpoint
     assert meta.ref == "tiny@1" and meta.path == cp.path
 
+    with pytest.raises(grpc.RpcError) as err:  # not loaded yet: the run is refused at once, naming the field
+        collector.StartRun(collector_pb2.StartRunRequest(spec=collector_pb2.RunSpec(policy="tiny", task_limit=1)),
+                           timeout=30)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "spec.policy" in err.value.details()
     loaded = policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="tiny@1"), timeout=60)
     assert loaded.policy.version == "tiny@1" and loaded.policy.backend == "scorer"
     listed = {p.name: p.version for p in policy.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=10).policies}

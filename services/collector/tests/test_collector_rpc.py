@@ -95,7 +95,7 @@ async def test_list_runs_pages_and_filters(stub, watch):
         (dict(concurrency=-1), "spec.concurrency"),
         (dict(finish_fraction=1.5), "spec.finish_fraction"),
         (dict(episode_timeout_seconds=-1.0), "spec.episode_timeout_seconds"),
-        (dict(policy="nope"), "spec.policy"),
+        (dict(policy="Nope!"), "spec.policy"),
         (dict(horizons=collector_pb2.Horizons(hard=-2)), "spec.horizons.hard"),
         (dict(start_urls=["ftp://x"]), "spec.start_urls[0]"),
         (dict(env_address="no-port"), "spec.env_address"),

@@ -9,11 +9,13 @@ import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import grpc
 from webenv import errors
 from webenv.collector import metrics, read
+from webenv.collector import spec as specs
 from webenv.collector.engine import STATE_NAMES, TERMINAL, Engine
 from webenv.collector.export import export
-from webenv.v1 import collector_pb2, collector_pb2_grpc
+from webenv.v1 import collector_pb2, collector_pb2_grpc, policy_pb2
 
 MAX_PAGE = 500
 
@@ -28,8 +30,25 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         self._exports: dict[str, collector_pb2.ExportRunResponse] = {}
 
     async def StartRun(self, request, context):  # noqa: N802
+        await self._check_checkpoint_policy(request.spec.policy)
         run = await self.engine.start_run(request.request_id, request.spec)
         return collector_pb2.StartRunResponse(run=run)
+
+    async def _check_checkpoint_policy(self, name: str) -> None:
+        """A run naming a trained checkpoint must name one the policy service serves now (INVALID_ARGUMENT
+        at StartRun rather than every episode failing); built-in names are checked by the spec."""
+        if not name or name in specs.KNOWN_POLICIES or not specs.CHECKPOINT_POLICY.match(name):
+            return
+        try:
+            resp = await self.engine.ctx.peers.policy().stub.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=10)
+        except grpc.aio.AioRpcError:
+            return  # the policy service is unreachable: the run's episodes will say so
+        served = {p.name for p in resp.policies} | {p.version for p in resp.policies if p.version}
+        if name not in served:
+            raise errors.InvalidArgument(
+                f"spec.policy: {name!r} is not served by the policy service (served: {', '.join(sorted(served))[:300]}); "
+                "load a checkpoint with PolicyService.LoadCheckpoint first",
+                reason="UNKNOWN_POLICY", metadata={"field": "spec.policy"})
 
     async def WatchRun(self, request, context) -> AsyncIterator[collector_pb2.WatchRunResponse]:  # noqa: N802
         run = await self.engine.get_run(request.run_id)
