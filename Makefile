@@ -8,7 +8,7 @@ PROTOS := $(wildcard protos/webenv/v1/*.proto)
 GEN_DIR := services/sdk/src
 STAMP := $(VENV)/.installed
 
-.PHONY: install apt venv protos lint test bench up demo clean
+.PHONY: install apt venv protos lint test bench learn up demo clean
 
 install: apt $(STAMP) protos  ## Debian packages, the venv with every service editable, generated stubs
 
@@ -45,6 +45,12 @@ test: install
 
 bench: install
 	$(PY) -m bench.run
+
+# The learning benchmark (bench/results/learning.md): a local stack, BC warm start on oracle demonstrations, RL
+# iterations of WebGym's filtered BC, success on unseen test-split websites. About an hour on 2 cores.
+LEARN_ARGS ?= --demos 50 --iterations 3 --collect 250 --eval 200 --train-eval 0 --baseline-eval 100 --reference-demos 300
+learn: install
+	$(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --out bench/results
 
 up: install  ## the whole local stack as processes, until Ctrl-C
 	$(VENV)/bin/webenv up
