@@ -333,9 +333,12 @@ def training() -> Board:
     b.stat("Tokens/s", "sum(webenv_trainer_tokens_per_second)", description="Causal-LM jobs only.")
     b.stat("Checkpoints (24h)", "sum(increase(webenv_trainer_checkpoints_total[24h]))",
            description="Versions published to the checkpoint folder the policy service reads.")
-    b.stat("Failed jobs (24h)", f'sum(increase({jobs}{{outcome="failed"}}[24h])) or vector(0)',
-           thresholds=[(None, "green"), (1, "red")], description="See the WebenvTrainerJobsFailing alert.")
-    b.graph("Jobs by outcome", [(f"sum by (outcome) (increase({jobs}[{RATE}]))", "{{outcome}}")], stack=True,
+    # Counts since the trainer started, not increase(): an outcome's series is born at 1 by its first job, and
+    # increase() over a series' first sample is 0, so a lone failure would never show.
+    b.stat("Failed jobs", f'sum({jobs}{{outcome="failed"}}) or vector(0)',
+           thresholds=[(None, "green"), (1, "red")],
+           description="Since the trainer started. See the WebenvTrainerJobsFailing alert.")
+    b.graph("Jobs by outcome (since the trainer started)", [(f"sum by (outcome) ({jobs})", "{{outcome}}")],
             description="accepted when StartJob takes a job; succeeded, failed or stopped when it ends.")
     b.graph("Jobs running", [("sum by (instance) (webenv_trainer_jobs_running)", "{{instance}}")])
 
