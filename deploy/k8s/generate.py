@@ -364,29 +364,28 @@ def network_policies() -> list[dict]:
              ]}},
         # Defence in depth behind the farm's URL guard: browsers reach DNS, the sites service and the public
         # internet on 80/443, never cluster or cloud-metadata addresses. Synthetic web only? Drop the last rule.
-        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta("browser-egress"),
-         "spec": {
-             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "browser"}},
-             "policyTypes": ["Egress"],
-             "egress": [
-                 dns,
-                 {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "sites"}}}],
-                  "ports": [{"protocol": "TCP", "port": 8800}, {"protocol": "TCP", "port": 50055}]},
-                 {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": private}}],
-                  "ports": [{"protocol": "TCP", "port": 80}, {"protocol": "TCP", "port": 443}]},
-             ]}},
+        egress_policy("browser", [
+            dns,
+            {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "sites"}}}],
+             "ports": [{"protocol": "TCP", "port": 8800}, {"protocol": "TCP", "port": 50055}]},
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": private}}],
+             "ports": [{"protocol": "TCP", "port": 80}, {"protocol": "TCP", "port": 443}]},
+        ]),
         # The trainer reads training data from the collector (ReadEpisodes) and nothing else: models come from
         # volumes (HF_HUB_OFFLINE), checkpoints go to a volume. A collector elsewhere needs a rule here too.
-        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta("trainer-egress"),
-         "spec": {
-             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "trainer"}},
-             "policyTypes": ["Egress"],
-             "egress": [
-                 dns,
-                 {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "collector"}}}],
-                  "ports": [{"protocol": "TCP", "port": collector.grpc_port}]},
-             ]}},
+        egress_policy("trainer", [
+            dns,
+            {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "collector"}}}],
+             "ports": [{"protocol": "TCP", "port": collector.grpc_port}]},
+        ]),
     ]
+
+
+def egress_policy(app: str, rules: list[dict]) -> dict:
+    """NetworkPolicy `<app>-egress`: the pods of one service reach only what ``rules`` allow."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(f"{app}-egress"),
+            "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": app}}, "policyTypes": ["Egress"],
+                     "egress": rules}}
 
 
 def service_docs(s: Svc) -> list[dict]:
