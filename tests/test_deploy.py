@@ -38,6 +38,7 @@ PORTS = {
     "judge": (50054, 9454),
     "sites": (50055, 9455),
     "collector": (50056, 9456),
+    "trainer": (50057, 9457),
 }
 SITES_HTTP_PORT = 8800
 SERVICES = sorted(PORTS)
@@ -195,6 +196,24 @@ def metric_labels() -> dict[str, frozenset[str]]:
     return out
 
 
+_DOCUMENTED_VALUES = re.compile(r"\(([a-z0-9_]+(?:,\s*[a-z0-9_]+)+)\)")
+
+
+@functools.cache
+def documented_label_values() -> dict[str, frozenset[str]]:
+    """Metric name (without _total/_bucket/... suffixes) -> label values its help text lists in parentheses, e.g.
+    "Training jobs by outcome (accepted, succeeded, failed, stopped)." for values the code derives (enum names)."""
+    from prometheus_client import REGISTRY
+
+    metric_labels()  # imports every module that defines metrics
+    out: dict[str, frozenset[str]] = {}
+    for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001
+        name, doc = getattr(collector, "_name", None), getattr(collector, "_documentation", "")
+        if name and name.startswith("webenv_"):
+            out[name] = frozenset(v.strip() for group in _DOCUMENTED_VALUES.findall(doc) for v in group.split(","))
+    return out
+
+
 def promql_label_problems(expr: str, extra: dict[str, frozenset[str]]) -> list[str]:
     """Label names in selectors and in by/without/on/ignoring clauses that the metrics involved do not have."""
     known = {**metric_labels(), **extra, "up": frozenset()}
@@ -275,7 +294,7 @@ def service_source(service: str) -> str:
 
 def label_value_problems(expr: str) -> list[str]:
     """Label values no code could produce: gRPC codes and types by their definitions, webenv_<service>_* label
-    values must appear as string literals in that service's source."""
+    values must appear as string literals in that service's source or be listed in the metric's help text."""
     import grpc
 
     problems = []
@@ -288,7 +307,10 @@ def label_value_problems(expr: str) -> list[str]:
             ok = value in GRPC_TYPES
         elif metric.startswith("webenv_"):
             service = metric.split("_")[1]
-            ok = re.search(rf"[\"']{re.escape(value)}[\"']", service_source(service)) is not None
+            documented = documented_label_values()
+            base = re.sub(r"_(total|created|bucket|count|sum)$", "", metric)
+            ok = (re.search(rf"[\"']{re.escape(value)}[\"']", service_source(service)) is not None
+                  or value in documented.get(metric, documented.get(base, frozenset())))
         else:
             continue
         if not ok:
@@ -302,6 +324,10 @@ def test_label_values_are_checked_against_the_code():
     assert label_value_problems('grpc_server_handled_total{grpc_code="UNAVAILABLE", grpc_type="unary"}') == []
     assert label_value_problems('grpc_server_handled_total{grpc_code="Unavailable"}') != []
     assert label_value_problems('webenv_judge_llm_calls_total{result="nonsense_value_x"}') != []
+    # values derived from an enum (JobState names), listed in the metric's help text
+    assert label_value_problems('webenv_trainer_jobs_total{outcome="failed"}') == []
+    assert label_value_problems('webenv_trainer_jobs_created{outcome=~"succeeded|stopped"}') == []
+    assert label_value_problems('webenv_trainer_jobs_total{outcome="exploded"}') != []
 
 
 def test_promql_metric_name_extraction():
@@ -440,6 +466,23 @@ def test_compose_validates_with_docker_compose():
     assert run.returncode == 0, run.stderr
 
 
+def test_compose_checkpoints_are_shared_by_trainer_and_policy():
+    services = compose()["services"]
+    trainer, policy = services["trainer"], services["policy"]
+    path = trainer["environment"]["WEBENV_TRAINER_CHECKPOINT_DIR"]
+    assert policy["environment"]["WEBENV_POLICY_CHECKPOINT_DIR"] == path
+    assert f"checkpoints:{path}" in trainer["volumes"]
+    assert f"checkpoints:{path}:ro" in policy["volumes"]
+    assert "checkpoints" in compose()["volumes"]
+    data_dir = trainer["environment"]["WEBENV_TRAINER_DATA_DIR"]
+    assert any(v.endswith(f":{data_dir}") and not v.startswith((".", "/", "$")) for v in trainer["volumes"]), \
+        "job records need a named volume (jobs resume from them after a restart)"
+    assert trainer["depends_on"]["collector"] == {"condition": "service_healthy"}
+    # The image's own mount points belong to uid 10001, so new named volumes start writable for the trainer.
+    text = (ROOT / "services/trainer/Dockerfile").read_text()
+    assert re.search(rf"chown 10001 .*{re.escape(data_dir)}\b.*{re.escape(path)}\b", text)
+
+
 def test_compose_healthcheck_command_asks_grpc_health():
     """Run the compose healthcheck's Python one-liner against a real health server: 0 SERVING, 1 otherwise."""
     import grpc
@@ -526,7 +569,7 @@ def test_alerts_cover_the_basics_and_use_exported_metrics():
     records = {r["record"] for r in rules if "record" in r}
     alerts = {r["alert"]: r for r in rules if "alert" in r}
     for name in ("WebenvServiceDown", "WebenvHighErrorRatio", "WebenvSlowRPCs", "WebenvBrowserCrashes",
-                 "WebenvCollectorSpoolGrowing"):
+                 "WebenvCollectorSpoolGrowing", "WebenvTrainerJobsFailing"):
         assert name in alerts
     known = exported_metrics() | records
     recorded = {r["record"]: frozenset(re.findall(r"by \(([^)]*)\)", r["expr"])[0].replace(" ", "").split(","))
@@ -566,7 +609,7 @@ def test_grafana_datasource_has_a_fixed_uid():
 
 def test_dashboards_parse_and_reference_the_datasource():
     boards = dashboards()
-    assert {"overview.json", "rollouts.json"} <= set(boards)
+    assert {"overview.json", "rollouts.json", "training.json"} <= set(boards)
     uids = [b["uid"] for b in boards.values()]
     assert len(set(uids)) == len(uids)
     for name, board in boards.items():
@@ -596,6 +639,11 @@ def test_dashboard_queries_use_exported_metrics():
     overview = " ".join(e for _, e in panel_exprs(dashboards()["overview.json"]))
     for metric in ("grpc_server_handled_total", "grpc_server_handling_seconds_bucket"):
         assert metric in overview
+    training = " ".join(e for _, e in panel_exprs(dashboards()["training.json"]))
+    for metric in ("webenv_trainer_jobs_running", "webenv_trainer_steps_total", "webenv_trainer_examples_per_second",
+                   "webenv_trainer_tokens_per_second", "webenv_trainer_checkpoints_total",
+                   "webenv_trainer_episodes_read_total", "webenv_trainer_jobs_total"):
+        assert metric in training
     rollouts = " ".join(e for _, e in panel_exprs(dashboards()["rollouts.json"]))
     for metric in ("webenv_collector_episodes_finished_total", "webenv_collector_steps_total",
                    "webenv_collector_step_phase_seconds", "webenv_collector_spool_rows",
@@ -788,7 +836,7 @@ def gpu_variants() -> dict[str, dict]:
 
 def test_k8s_gpu_component(kv):
     variants = gpu_variants()
-    assert set(variants) == {"policy", "worldmodel"}
+    assert set(variants) == {"policy", "worldmodel", "trainer"}
     for name, merged in variants.items():
         for version in K8S_VERSIONS:
             kv.validate(merged, version, strict=True)
@@ -801,12 +849,75 @@ def test_k8s_gpu_component(kv):
         check_env_names(name, [e["name"] for e in c["env"]], "deploy/k8s/components/gpu")
 
 
-@pytest.mark.parametrize("name", ["policy", "worldmodel"])
+@pytest.mark.parametrize("name", ["policy", "worldmodel", "trainer"])
 def test_k8s_gpu_env_values_pass_the_services_validation(name, monkeypatch, tmp_path):
     env = {**find("ConfigMap", "webenv-common")["data"], **find("ConfigMap", f"webenv-{name}")["data"]}
     (c,) = gpu_variants()[name]["spec"]["template"]["spec"]["containers"]
     env |= {e["name"]: e["value"] for e in c["env"] if "value" in e}
     validate_settings(name, env, monkeypatch, tmp_path)
+
+
+def test_k8s_gpu_trainer_trains_on_cuda():
+    (c,) = gpu_variants()["trainer"]["spec"]["template"]["spec"]["containers"]
+    assert {"name": "WEBENV_TRAINER_DEVICE", "value": "cuda"} in c["env"]
+    assert find("ConfigMap", "webenv-trainer")["data"]["WEBENV_TRAINER_DEVICE"] == "cpu"  # the base: CPU nodes
+
+
+def mounts_by_path(name: str) -> tuple[dict[str, dict], dict[str, dict]]:
+    """(mountPath -> volumeMount, volume name -> volume) of a workload's container."""
+    pod = workload(name)["spec"]["template"]["spec"]
+    (c,) = pod["containers"]
+    return {m["mountPath"]: m for m in c["volumeMounts"]}, {v["name"]: v for v in pod["volumes"]}
+
+
+def test_k8s_checkpoints_are_shared_by_trainer_and_policy():
+    """The trainer publishes checkpoints where every policy pod reads them (PolicyService.LoadCheckpoint)."""
+    claim = find("PersistentVolumeClaim", "webenv-checkpoints")
+    assert claim["spec"]["accessModes"] == ["ReadWriteMany"]  # one writer pod, many reader pods on any node
+    dirs = {"trainer": "WEBENV_TRAINER_CHECKPOINT_DIR", "policy": "WEBENV_POLICY_CHECKPOINT_DIR"}
+    for name, key in dirs.items():
+        path = find("ConfigMap", f"webenv-{name}")["data"][key]
+        mounts, volumes = mounts_by_path(name)
+        assert path in mounts, f"{name}: {key}={path} is not a mounted volume"
+        volume = volumes[mounts[path]["name"]]
+        assert volume["persistentVolumeClaim"]["claimName"] == "webenv-checkpoints"
+        read_only = name == "policy"
+        assert bool(mounts[path].get("readOnly")) is read_only, f"{name}: {path} readOnly must be {read_only}"
+        assert bool(volume["persistentVolumeClaim"].get("readOnly")) is read_only
+
+
+def test_k8s_trainer_keeps_its_jobs_across_restarts():
+    """Job records and resume states live on a claim at WEBENV_TRAINER_DATA_DIR; the pod is replaced, not doubled."""
+    wl = workload("trainer")
+    assert wl["kind"] == "Deployment" and wl["spec"]["replicas"] == 1
+    assert wl["spec"]["strategy"] == {"type": "Recreate"}  # a surge pod could not mount the ReadWriteOnce claim
+    data_dir = find("ConfigMap", "webenv-trainer")["data"]["WEBENV_TRAINER_DATA_DIR"]
+    mounts, volumes = mounts_by_path("trainer")
+    claim_name = volumes[mounts[data_dir]["name"]]["persistentVolumeClaim"]["claimName"]
+    claim = find("PersistentVolumeClaim", claim_name)
+    assert claim["spec"]["accessModes"] == ["ReadWriteOnce"]
+    assert "/models" in mounts and mounts["/models"]["readOnly"] is True  # base models for CAUSAL_LM jobs
+    pod = wl["spec"]["template"]["spec"]
+    grace = float(find("ConfigMap", "webenv-trainer")["data"]["WEBENV_GRACE_SECONDS"])
+    assert pod["terminationGracePeriodSeconds"] >= 5 + grace + 60, "time for the training thread's resume save"
+
+
+def test_k8s_network_policies_admit_every_service_and_confine_the_trainer():
+    (ingress,) = [d for d in k8s_docs()["network-policies.yaml"] if d["metadata"]["name"] == "webenv-ingress"]
+    rules = ingress["spec"]["ingress"]
+    grpc_rule = next(r for r in rules if any("podSelector" in f for f in r["from"]))
+    metrics_rule = next(r for r in rules if any("namespaceSelector" in f for f in r["from"]))
+    for name, (grpc_port, metrics_port) in PORTS.items():
+        assert {"protocol": "TCP", "port": grpc_port} in grpc_rule["ports"], f"{name}: gRPC not admitted"
+        assert {"protocol": "TCP", "port": metrics_port} in metrics_rule["ports"], f"{name}: metrics not admitted"
+    (egress,) = [d for d in k8s_docs()["network-policies.yaml"] if d["metadata"]["name"] == "trainer-egress"]
+    assert egress["spec"]["podSelector"]["matchLabels"] == {"app.kubernetes.io/name": "trainer"}
+    targets = [(t.get("podSelector", {}).get("matchLabels", {}).get("app.kubernetes.io/name"), p["port"])
+               for rule in egress["spec"]["egress"] for t in rule["to"] for p in rule["ports"]]
+    collector_addr = find("ConfigMap", "webenv-trainer")["data"]["WEBENV_COLLECTOR_ADDR"]
+    host, port = collector_addr.rsplit(":", 1)
+    assert (host, int(port)) in targets, "the trainer must reach the collector it reads from"
+    assert {name for name, _ in targets} <= {host, None}, "DNS and the collector only"
 
 
 # --- docs ------------------------------------------------------------------------------------------------------

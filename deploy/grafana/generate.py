@@ -320,7 +320,54 @@ def models() -> Board:
     return b
 
 
-BOARDS = {"overview.json": overview, "rollouts.json": rollouts, "models.json": models}
+def training() -> Board:
+    b = Board("webenv-training", "webenv / Training",
+              "The trainer's jobs, throughput and checkpoints; the data it reads and the policy loading the results.",
+              ["trainer", "policy"])
+    jobs = "webenv_trainer_jobs_total"
+    b.row("Jobs")
+    b.stat("Jobs running", "sum(webenv_trainer_jobs_running)", description="Jobs loading data or training now.")
+    b.stat("Steps/s", f"sum(rate(webenv_trainer_steps_total[{RATE}]))", description="Optimiser steps per second.")
+    b.stat("Examples/s", "sum(webenv_trainer_examples_per_second)",
+           description="Set by the running job (the last job's value stays until the next one reports).")
+    b.stat("Tokens/s", "sum(webenv_trainer_tokens_per_second)", description="Causal-LM jobs only.")
+    b.stat("Checkpoints (24h)", "sum(increase(webenv_trainer_checkpoints_total[24h]))",
+           description="Versions published to the checkpoint folder the policy service reads.")
+    # Counts since the trainer started, not increase(): an outcome's series is born at 1 by its first job, and
+    # increase() over a series' first sample is 0, so a lone failure would never show.
+    b.stat("Failed jobs", f'sum({jobs}{{outcome="failed"}}) or vector(0)',
+           thresholds=[(None, "green"), (1, "red")],
+           description="Since the trainer started. See the WebenvTrainerJobsFailing alert.")
+    b.graph("Jobs by outcome (since the trainer started)", [(f"sum by (outcome) ({jobs})", "{{outcome}}")],
+            description="accepted when StartJob takes a job; succeeded, failed or stopped when it ends.")
+    b.graph("Jobs running", [("sum by (instance) (webenv_trainer_jobs_running)", "{{instance}}")])
+
+    b.row("Throughput")
+    b.graph("Optimiser steps/s", [(f"sum by (instance) (rate(webenv_trainer_steps_total[{RATE}]))", "{{instance}}")])
+    b.graph("Examples/s and tokens/s", [
+        ("sum by (instance) (webenv_trainer_examples_per_second)", "examples/s {{instance}}"),
+        ("sum by (instance) (webenv_trainer_tokens_per_second)", "tokens/s {{instance}}"),
+    ], description="Gauges the running job sets as it trains.")
+    b.graph("Episodes read/s", [(f"sum(rate(webenv_trainer_episodes_read_total[{RATE}]))", "episodes/s")],
+            description="Stored episodes read from the collector (ReadEpisodes) when a job loads its data.")
+    b.graph("ReadEpisodes duration (collector)",
+            quantiles("grpc_server_handling_seconds",
+                      'app="webenv", job="collector", grpc_method="ReadEpisodes"', "job", (0.5, 0.95)), unit="s",
+            description="The whole stream: how long a job's data load takes on the collector's side.")
+
+    b.row("Checkpoints")
+    b.graph("Checkpoints published and loaded", [
+        (f"sum(increase(webenv_trainer_checkpoints_total[{RATE}]))", "published (trainer)"),
+        (f"sum(increase(webenv_policy_checkpoint_loads_total[{RATE}]))", "loaded (policy)"),
+    ], description="A loop publishes a version per iteration and the policy service loads it (LoadCheckpoint).")
+    b.graph("Trainer RPCs by method and code", [
+        (f'sum by (grpc_method, grpc_code) (rate(grpc_server_handled_total{{app="webenv", job="trainer", '
+         f'grpc_service!~"grpc[.].*"}}[{RATE}]))', "{{grpc_method}} {{grpc_code}}"),
+    ], unit="reqps", description="StartJob, WatchJob (a stream per watcher), GetJob, ListJobs, checkpoints.")
+    return b
+
+
+BOARDS = {"overview.json": overview, "rollouts.json": rollouts, "models.json": models, "training.json": training}
 
 
 def render() -> dict[str, str]:

@@ -22,6 +22,7 @@ NAMESPACE = "webenv"
 IMAGE = "webenv/{name}:0.1.0"
 UID = 10001
 PART_OF = "webenv"
+CHECKPOINTS_PATH = "/checkpoints"   # the webenv-checkpoints claim: trainer writes, policy reads
 
 
 @dataclass
@@ -40,9 +41,11 @@ class Svc:
     grace_seconds: int = 10         # WEBENV_GRACE_SECONDS: in-flight RPCs may finish this long after SIGTERM
     startup_seconds: int = 120      # how long the service may stay NOT_SERVING at start (model load, warm pool)
     shm: str | None = None          # size of a memory-backed /dev/shm (Chromium)
+    shutdown_seconds: int = 15      # after the grace: closing resources (trainer: the training thread's last step)
     statefulset: bool = False
-    data_volume: str | None = None  # StatefulSet: a PVC per pod at /data
+    data_volume: str | None = None  # a volume at /data: StatefulSet, a PVC per pod; Deployment, one PVC <name>-data
     models_claim: bool = False      # mount the webenv-models PVC read-only at /models
+    checkpoints: str | None = None  # mount the shared webenv-checkpoints PVC at /checkpoints: "rw" or "ro"
     strategy: str = "RollingUpdate"
     env_from_secret: str | None = None
     pod_env: dict[str, str] = field(default_factory=dict)  # env from the pod itself (fieldRef)
@@ -63,7 +66,9 @@ SERVICES = [
         },
         pod_env={"WEBENV_NODE_NAME": "metadata.name"}),
     Svc("policy", 50052, 9452, "policy", cpu=("1", "4"), memory=("2Gi", "8Gi"), startup_seconds=600,
-        config={"WEBENV_POLICY_DEFAULT": "random", "WEBENV_POLICY_BACKEND": "auto"}),
+        checkpoints="ro",
+        config={"WEBENV_POLICY_DEFAULT": "random", "WEBENV_POLICY_BACKEND": "auto",
+                "WEBENV_POLICY_CHECKPOINT_DIR": CHECKPOINTS_PATH}),
     Svc("worldmodel", 50053, 9453, "environment", cpu=("1", "4"), memory=("2Gi", "8Gi"), startup_seconds=600,
         models_claim=True,
         config={
@@ -91,6 +96,19 @@ SERVICES = [
             "WEBENV_QUEUE_WORKERS": "16",
         },
         pod_env={"WEBENV_COLLECTOR_ID": "metadata.name"}),
+    # One trainer: jobs run one after another (WEBENV_TRAINER_MAX_RUNNING_JOBS) and resume after a restart from
+    # their records and resume states on the trainer's volume, so the pod is replaced, never doubled (Recreate,
+    # a ReadWriteOnce claim). Checkpoints go to the shared webenv-checkpoints claim the policy pods read.
+    # Base models for CAUSAL_LM jobs (JobSpec.base_model_path) come from the webenv-models claim, e.g. /models/policy.
+    Svc("trainer", 50057, 9457, "training", cpu=("2", "8"), memory=("4Gi", "16Gi"), strategy="Recreate",
+        data_volume="50Gi", models_claim=True, checkpoints="rw", grace_seconds=30, shutdown_seconds=120,
+        config={
+            "WEBENV_COLLECTOR_ADDR": "collector:50056",
+            "WEBENV_TRAINER_DATA_DIR": "/data",
+            "WEBENV_TRAINER_CHECKPOINT_DIR": CHECKPOINTS_PATH,
+            "WEBENV_TRAINER_DEVICE": "cpu",  # the GPU component sets cuda
+            "WEBENV_TRAINER_MAX_RUNNING_JOBS": "1",
+        }),
 ]
 
 COMMON_CONFIG = {
@@ -152,6 +170,8 @@ def container(s: Svc) -> dict:
         mounts.append({"name": "data", "mountPath": "/data"})
     if s.models_claim:
         mounts.append({"name": "models", "mountPath": "/models", "readOnly": True})
+    if s.checkpoints:
+        mounts.append({"name": "checkpoints", "mountPath": CHECKPOINTS_PATH, "readOnly": s.checkpoints == "ro"})
     c = {
         "name": s.name,
         "image": IMAGE.format(name=s.name),
@@ -178,12 +198,17 @@ def pod_template(s: Svc) -> dict:
     volumes = [{"name": "tmp", "emptyDir": {"sizeLimit": "2Gi"}}]
     if s.shm:
         volumes.append({"name": "dshm", "emptyDir": {"medium": "Memory", "sizeLimit": s.shm}})
+    if s.data_volume and not s.statefulset:
+        volumes.append({"name": "data", "persistentVolumeClaim": {"claimName": data_claim_name(s)}})
     if s.models_claim:
         volumes.append({"name": "models", "persistentVolumeClaim": {"claimName": "webenv-models", "readOnly": True}})
+    if s.checkpoints:
+        volumes.append({"name": "checkpoints", "persistentVolumeClaim": {
+            "claimName": "webenv-checkpoints", "readOnly": s.checkpoints == "ro"}})
     spec = {
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
-        "terminationGracePeriodSeconds": PRESTOP_SECONDS + s.grace_seconds + 15,
+        "terminationGracePeriodSeconds": PRESTOP_SECONDS + s.grace_seconds + s.shutdown_seconds,
         "securityContext": {"runAsNonRoot": True, "runAsUser": UID, "runAsGroup": UID, "fsGroup": UID,
                             "seccompProfile": {"type": "RuntimeDefault"}},
         "containers": [container(s)],
@@ -210,6 +235,9 @@ def workload(s: Svc) -> dict:
         }]
         kind = "StatefulSet"
     else:
+        if s.data_volume and (s.replicas != 1 or s.strategy != "Recreate"):
+            # One ReadWriteOnce claim: a second pod (another replica, or a surge pod) could not mount it.
+            raise ValueError(f"{s.name}: a Deployment with a data volume needs replicas=1 and strategy Recreate")
         spec["strategy"] = ({"type": "Recreate"} if s.strategy == "Recreate"
                             else {"type": "RollingUpdate", "rollingUpdate": {"maxSurge": 1, "maxUnavailable": 0}})
         spec["revisionHistoryLimit"] = 5
@@ -226,6 +254,16 @@ def headless_service(s: Svc) -> dict:
     return {"apiVersion": "v1", "kind": "Service", "metadata": meta(s.name, s),
             "spec": {"clusterIP": "None", "selector": selector(s), "ports": ports,
                      "publishNotReadyAddresses": False}}
+
+
+def data_claim_name(s: Svc) -> str:
+    return f"webenv-{s.name}-data"
+
+
+def data_pvc(s: Svc) -> dict:
+    """A Deployment's own volume at /data (a StatefulSet gets one per pod from its volumeClaimTemplates)."""
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta(data_claim_name(s), s),
+            "spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": s.data_volume}}}}
 
 
 def pdb(s: Svc) -> dict:
@@ -296,18 +334,29 @@ def models_pvc() -> dict:
             "spec": {"accessModes": ["ReadOnlyMany"], "resources": {"requests": {"storage": "50Gi"}}}}
 
 
+def checkpoints_pvc() -> dict:
+    # ReadWriteMany (NFS, CephFS, a cloud file store): the trainer writes checkpoints (a version is written under a
+    # temporary name and renamed into place), every policy pod reads them (mounted read-only).
+    return {"apiVersion": "v1", "kind": "PersistentVolumeClaim", "metadata": meta("webenv-checkpoints"),
+            "spec": {"accessModes": ["ReadWriteMany"], "resources": {"requests": {"storage": "100Gi"}}}}
+
+
 def network_policies() -> list[dict]:
     webenv_pods = {"podSelector": {"matchLabels": {"app.kubernetes.io/part-of": PART_OF}}}
     metrics_ports = [{"protocol": "TCP", "port": s.metrics_port} for s in SERVICES]
     grpc_ports = [{"protocol": "TCP", "port": s.grpc_port} for s in SERVICES] + [{"protocol": "TCP", "port": 8800}]
     private = ["10.0.0.0/8", "172.16.0.0/12", "192.168.0.0/16", "100.64.0.0/10", "169.254.0.0/16", "127.0.0.0/8"]
+    dns = {"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
+           "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]}
+    collector = next(s for s in SERVICES if s.name == "collector")
     return [
         {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta("webenv-ingress"),
          "spec": {
              "podSelector": {"matchLabels": {"app.kubernetes.io/part-of": PART_OF}},
              "policyTypes": ["Ingress"],
              "ingress": [
-                 # webenv pods call each other; clients outside the namespace need a rule of their own.
+                 # webenv pods call each other (the trainer the collector; `webenv train` in a webenv-labelled
+                 # pod the trainer, collector and policy); clients outside the namespace need a rule of their own.
                  {"from": [webenv_pods], "ports": grpc_ports},
                  # Prometheus (namespace labelled webenv.dev/monitoring=true) scrapes /metrics.
                  {"from": [{"namespaceSelector": {"matchLabels": {"webenv.dev/monitoring": "true"}}}],
@@ -315,23 +364,34 @@ def network_policies() -> list[dict]:
              ]}},
         # Defence in depth behind the farm's URL guard: browsers reach DNS, the sites service and the public
         # internet on 80/443, never cluster or cloud-metadata addresses. Synthetic web only? Drop the last rule.
-        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta("browser-egress"),
-         "spec": {
-             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "browser"}},
-             "policyTypes": ["Egress"],
-             "egress": [
-                 {"to": [{"namespaceSelector": {}, "podSelector": {"matchLabels": {"k8s-app": "kube-dns"}}}],
-                  "ports": [{"protocol": "UDP", "port": 53}, {"protocol": "TCP", "port": 53}]},
-                 {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "sites"}}}],
-                  "ports": [{"protocol": "TCP", "port": 8800}, {"protocol": "TCP", "port": 50055}]},
-                 {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": private}}],
-                  "ports": [{"protocol": "TCP", "port": 80}, {"protocol": "TCP", "port": 443}]},
-             ]}},
+        egress_policy("browser", [
+            dns,
+            {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "sites"}}}],
+             "ports": [{"protocol": "TCP", "port": 8800}, {"protocol": "TCP", "port": 50055}]},
+            {"to": [{"ipBlock": {"cidr": "0.0.0.0/0", "except": private}}],
+             "ports": [{"protocol": "TCP", "port": 80}, {"protocol": "TCP", "port": 443}]},
+        ]),
+        # The trainer reads training data from the collector (ReadEpisodes) and nothing else: models come from
+        # volumes (HF_HUB_OFFLINE), checkpoints go to a volume. A collector elsewhere needs a rule here too.
+        egress_policy("trainer", [
+            dns,
+            {"to": [{"podSelector": {"matchLabels": {"app.kubernetes.io/name": "collector"}}}],
+             "ports": [{"protocol": "TCP", "port": collector.grpc_port}]},
+        ]),
     ]
+
+
+def egress_policy(app: str, rules: list[dict]) -> dict:
+    """NetworkPolicy `<app>-egress`: the pods of one service reach only what ``rules`` allow."""
+    return {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta(f"{app}-egress"),
+            "spec": {"podSelector": {"matchLabels": {"app.kubernetes.io/name": app}}, "policyTypes": ["Egress"],
+                     "egress": rules}}
 
 
 def service_docs(s: Svc) -> list[dict]:
     docs = [config_map(s), workload(s), headless_service(s)]
+    if s.data_volume and not s.statefulset:
+        docs.append(data_pvc(s))
     if s.replicas > 1:
         docs.append(pdb(s))
     if s.name == "browser":
@@ -344,11 +404,13 @@ def service_docs(s: Svc) -> list[dict]:
 # --- the GPU variant (a kustomize Component) ------------------------------------------------------------------
 
 GPU_README = """\
-# GPU variant for policy and worldmodel: `components: [../../components/gpu]` in an overlay.
-# Each pod gets one GPU (nvidia.com/gpu, NVIDIA device plugin), the vLLM backend, a memory-backed /dev/shm and
-# a toleration for tainted GPU nodes. Needs images built with vLLM on a CUDA base (see docs/operations.md,
-# "GPU images"); set them with kustomize `images:`. Scale GPU services by replicas (one GPU each) or give a pod
-# several GPUs and tensor parallelism; the HPA does not scale them (GPU utilisation is not a core metric).
+# GPU variant for policy, worldmodel and trainer: `components: [../../components/gpu]` in an overlay.
+# Each pod gets one GPU (nvidia.com/gpu, NVIDIA device plugin), a memory-backed /dev/shm and a toleration for
+# tainted GPU nodes; policy and worldmodel the vLLM backend, the trainer WEBENV_TRAINER_DEVICE=cuda. Needs images
+# built on a CUDA base (vLLM for policy and worldmodel, torch's CUDA build for the trainer; see
+# docs/operations.md, "GPU images"); set them with kustomize `images:`. Scale policy and worldmodel by replicas
+# (one GPU each) or give a pod several GPUs and tensor parallelism; the HPA does not scale them (GPU utilisation
+# is not a core metric). The trainer stays one pod (jobs resume from its volume); it trains on one GPU.
 """
 
 
@@ -376,13 +438,11 @@ def gpu_component() -> dict[str, str]:
     worldmodel = gpu_patch("worldmodel", {"WEBENV_WORLDMODEL_BACKEND": "vllm", "WEBENV_WORLDMODEL_DEVICE": "cuda",
                                           "WEBENV_WORLDMODEL_THREADS": "0", "WEBENV_WORLDMODEL_MAX_BATCH": "64"},
                            with_models=False)  # base already mounts the models claim
+    trainer = gpu_patch("trainer", {"WEBENV_TRAINER_DEVICE": "cuda"}, with_models=False)  # base mounts /models
+    patches = {"policy-gpu.yaml": policy, "worldmodel-gpu.yaml": worldmodel, "trainer-gpu.yaml": trainer}
     kustomization = {"apiVersion": "kustomize.config.k8s.io/v1alpha1", "kind": "Component",
-                     "patches": [{"path": "policy-gpu.yaml"}, {"path": "worldmodel-gpu.yaml"}]}
-    return {
-        "kustomization.yaml": GPU_README + dump([kustomization]),
-        "policy-gpu.yaml": dump([policy]),
-        "worldmodel-gpu.yaml": dump([worldmodel]),
-    }
+                     "patches": [{"path": path} for path in patches]}
+    return {"kustomization.yaml": GPU_README + dump([kustomization]), **{p: dump([d]) for p, d in patches.items()}}
 
 
 # --- output -------------------------------------------------------------------------------------------------
@@ -398,7 +458,7 @@ def render() -> dict[str, str]:
     """Relative path -> file text."""
     files = {
         "base/namespace.yaml": HEADER + dump([namespace()]),
-        "base/common.yaml": HEADER + dump([common_config(), models_pvc()]),
+        "base/common.yaml": HEADER + dump([common_config(), models_pvc(), checkpoints_pvc()]),
         "base/network-policies.yaml": HEADER + dump(network_policies()),
     }
     for s in SERVICES:
