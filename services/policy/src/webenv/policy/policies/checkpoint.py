@@ -47,7 +47,8 @@ class ScorerPolicy:
         require_observation(request, self.name)
         if not request.observation.axtree:
             raise errors.InvalidArgument(
-                f"policy '{self.name}' reads the AXTREE format: ask for OBSERVATION_FORMAT_AXTREE in the observation spec",
+                f"observation.axtree: empty; policy '{self.name}' reads the AXTREE format (ask for "
+                "OBSERVATION_FORMAT_AXTREE in the observation spec)",
                 reason="MISSING_FORMAT", metadata={"field": "observation.axtree", "policy": self.name})
         t0 = time.perf_counter()
         ctx = request_context(request)
