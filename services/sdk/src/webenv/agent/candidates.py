@@ -41,7 +41,7 @@ MAX_FACTS = 48
 #: repeats one click until the horizon).
 MAX_REPEATS = 2
 
-_LINE = re.compile(r'^(?P<indent>\t*)(?:\[(?P<id>[^\]\s]+)\]\s+)?(?P<role>[\w-]+)(?:\s+"(?P<name>(?:[^"\\]|\\.)*)")?(?P<rest>.*)$')
+_LINE = re.compile(r'^(?P<indent>[\t ]*)(?:\[(?P<id>[^\]\s]+)\]\s+)?(?P<role>[\w-]+)(?:\s+"(?P<name>(?:[^"\\]|\\.)*)")?(?P<rest>.*)$')
 _VALUE = re.compile(r'value="((?:[^"\\]|\\.)*)"')
 _QUOTED = re.compile(r'"([^"]{1,120})"')
 _CAPS = re.compile(r"(?:\d+\s+)?[A-Z][\w'&.-]*(?:\s+(?:of\s+|de\s+)?[A-Z][\w'&.-]*){0,4}")
@@ -74,7 +74,7 @@ def parse_axtree(text: str) -> list[AxNode]:
         rest = m["rest"] or ""
         v = _VALUE.search(rest)
         nodes.append(AxNode(
-            index=len(nodes), depth=len(m["indent"]), element_id=m["id"] or "", role=m["role"].lower(),
+            index=len(nodes), depth=m["indent"].count("\t") + m["indent"].count(" ") // 2, element_id=m["id"] or "", role=m["role"].lower(),
             name=(m["name"] or "").replace('\\"', '"'), value=(v.group(1).replace('\\"', '"') if v else ""),
             selected=" selected" in f" {rest}", checked=" checked" in f" {rest}", disabled="disabled" in rest,
         ))

@@ -13,6 +13,8 @@ from urllib.parse import urljoin, urlsplit, urlunsplit
 
 from webenv.v1 import common_pb2
 
+from .candidates import parse_axtree
+
 #: Roles of text-entry controls (an <input> or <textarea> with one of these roles accepts fill).
 TEXT_ROLES = frozenset({"textbox", "searchbox", "spinbutton", "combobox"})
 #: Roles that are worth clicking even when the element list does not say `clickable`.
@@ -20,7 +22,6 @@ CLICK_ROLES = frozenset(
     {"link", "button", "checkbox", "radio", "menuitem", "menuitemcheckbox", "menuitemradio", "tab", "option",
      "switch", "treeitem", "combobox", "listbox"}
 )
-_AX_LINE = re.compile(r'^\s*\[(?P<id>[^\]\s]+)\]\s+(?P<role>[\w-]+)(?:\s+"(?P<name>(?:[^"\\]|\\.)*)")?(?P<rest>.*)$')
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,18 +89,12 @@ def _from_element(el: common_pb2.Element) -> Candidate:
 
 def _from_axtree(axtree: str) -> list[Candidate]:
     out: list[Candidate] = []
-    for row, line in enumerate(axtree.splitlines()):
-        m = _AX_LINE.match(line)
-        if not m:
+    for n in parse_axtree(axtree):
+        if not n.element_id or (n.role not in CLICK_ROLES and n.role not in TEXT_ROLES):
             continue
-        role = m["role"].lower()
-        if role not in CLICK_ROLES and role not in TEXT_ROLES:
-            continue
-        rest = m["rest"] or ""
         out.append(Candidate(
-            element_id=m["id"], tag="", role=role, name=(m["name"] or "").replace('\\"', '"'), text="", href="",
-            value="", clickable=role in CLICK_ROLES, disabled="disabled" in rest, checked="checked" in rest,
-            y=float(row),
+            element_id=n.element_id, tag="", role=n.role, name=n.name, text="", href="", value="",
+            clickable=n.role in CLICK_ROLES, disabled=n.disabled, checked=n.checked, y=float(n.index),
         ))
     return out
 
