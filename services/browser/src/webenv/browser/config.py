@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import Field
+from pydantic import Field, field_validator
 from webenv.runtime import ServiceSettings
 
 
@@ -26,6 +26,8 @@ class Settings(ServiceSettings):
     farm_sites_http_addr: str = Field("127.0.0.1:8800", description="Where *.web.test hosts are mapped.")
     farm_allow_hosts: str = Field("*.web.test", description="Comma-separated host globs trusted by the URL guard.")
     farm_url_guard: bool = Field(True, description="Refuse local/private addresses and non-http schemes.")
+    farm_egress_proxy: bool = Field(True, description="With the URL guard on: send every browser connection through "
+                                    "the farm's egress proxy, which refuses non-public addresses (the network guard).")
     sites_addr: str = Field("localhost:50055", description="TaskService (sites) address, for synthetic tasks.")
 
     farm_lease_seconds: float = Field(300.0, gt=0, description="Default idle lease of a session.")
@@ -43,6 +45,14 @@ class Settings(ServiceSettings):
     farm_queue_open: int = Field(8, ge=1, description="Concurrent opens/navigations.")
     farm_queue_act: int = Field(64, ge=1, description="Concurrent actions.")
     farm_queue_observe: int = Field(64, ge=1, description="Concurrent observations.")
+
+    @field_validator("farm_sites_http_addr")
+    @classmethod
+    def _host_port(cls, v: str) -> str:
+        host, _, port = v.rpartition(":")
+        if not host or not port.isdigit() or not 0 < int(port) < 65536:
+            raise ValueError(f"expected host:port (e.g. 127.0.0.1:8800), got {v!r}")
+        return v
 
     def allow_host_list(self) -> list[str]:
         """The allowlist as a list of lower-case globs."""

@@ -37,9 +37,10 @@ from webenv import errors
 from webenv.browser import metrics
 from webenv.browser.actions import NAVIGATION_KINDS, perform, validate
 from webenv.browser.config import Settings
+from webenv.browser.egress import EgressPolicy, EgressProxy, split_addr
 from webenv.browser.guard import BlockedUrl, UrlGuard
 from webenv.browser.observe import ObserveSettings, interrupted_by_navigation, observe
-from webenv.browser.pool import NAV_PENDING_JS, BrowserHandle, BrowserPool
+from webenv.browser.pool import NAV_PENDING_JS, SITES_HOSTS, BrowserHandle, BrowserPool
 from webenv.browser.queues import Queues
 from webenv.browser.session import BrowserSession, Tab
 from webenv.browser.tasks import adapter_for
@@ -81,6 +82,10 @@ class Farm:
         self.settings = settings
         self.node = settings.node_name or socket.gethostname()
         self.guard = UrlGuard(allow_hosts=settings.allow_host_list(), enabled=settings.farm_url_guard)
+        self.egress: EgressProxy | None = None
+        if settings.farm_url_guard and settings.farm_egress_proxy:
+            self.egress = EgressProxy(EgressPolicy(self.guard, split_addr(settings.farm_sites_http_addr),
+                                                   mapped=(SITES_HOSTS,)))
         self.pool = BrowserPool(
             chromium_path=settings.farm_chromium_path, browsers=settings.farm_browsers, warm=settings.farm_warm_contexts,
             contexts_per_browser=settings.farm_contexts_per_browser, sites_http_addr=settings.farm_sites_http_addr,
@@ -99,6 +104,8 @@ class Farm:
         self._reaper: asyncio.Task[None] | None = None
 
     async def start(self) -> None:
+        if self.egress is not None:
+            self.pool.egress_port = await self.egress.start()
         await self.pool.start()
         self._reaper = asyncio.create_task(self._reap_loop(), name="lease-reaper")
 
@@ -111,6 +118,8 @@ class Farm:
             with contextlib.suppress(Exception):
                 await self._end(s, environment_pb2.SESSION_STATE_CLOSED)
         await self.pool.close()
+        if self.egress is not None:
+            await self.egress.close()
 
     # -- helpers ---------------------------------------------------------------------------------
     def _get(self, session_id: str) -> BrowserSession:

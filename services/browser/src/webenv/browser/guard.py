@@ -1,8 +1,11 @@
-"""URL guard: decides which URLs a session may load.
+"""URL guard: decides which URLs a session may load, and which addresses a browser may reach.
 
-Why here and not in Chromium flags: Chromium has no switch that refuses private addresses for
-both navigations and subresources, so every request of every context goes through
-`context.route` and this check. URLs are canonicalised first (IPv4 in decimal, octal, hex or
+Two layers use these decisions. Above the page, every request of every context to a host outside the
+allowlist goes through `context.route` and `UrlGuard.check` (clear errors for refused navigations and
+subresources). Below the page, every connection Chromium opens goes through the farm's egress proxy
+(`egress.py`), which resolves names itself and connects only to addresses `ip_is_public` accepts (or to
+the sites server, for the names the farm maps there): the route does not see redirect hops, WebSockets,
+WebRTC, preconnects or the sockets a refused navigation opens, the proxy does. URLs are canonicalised first (IPv4 in decimal, octal, hex or
 short forms, IPv4-mapped IPv6, upper-case schemes, trailing dots), because the blocklist is only
 as good as the parser in front of it.
 
@@ -68,21 +71,34 @@ def parse_ipv4_loose(host: str) -> ipaddress.IPv4Address | None:
     return ipaddress.IPv4Address(value)
 
 
+_NAT64 = ipaddress.IPv6Network("64:ff9b::/96")
+
+
 def canonical_ip(host: str) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """The IP a host string denotes, or None for a name. IPv4-mapped IPv6 becomes IPv4."""
+    """The IP a host string denotes, or None for a name. IPv6 forms that carry an IPv4 address
+    (IPv4-mapped, 6to4, the NAT64 well-known prefix) become that IPv4 address."""
     h = host.strip("[]")
     if ":" in h:
         try:
             ip6 = ipaddress.IPv6Address(h.split("%")[0])
         except ValueError:
             return None
+        if ip6 in _NAT64:
+            return ipaddress.IPv4Address(int(ip6) & 0xFFFFFFFF)
         return ip6.ipv4_mapped or ip6.sixtofour or ip6
     return parse_ipv4_loose(h)
 
 
 def ip_is_public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-    """True for globally routable unicast addresses only."""
+    """True for globally routable unicast addresses only (site-local fec0::/10 counts as private)."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.is_site_local:
+        return False
     return bool(ip.is_global) and not ip.is_multicast and not ip.is_reserved
+
+
+def is_local_name(host: str) -> bool:
+    """Names that denote this machine or its cloud environment whatever DNS says (canonical host)."""
+    return host in _BLOCKED_NAMES or host.endswith(".localhost") or host.endswith(".internal")
 
 
 @dataclass
@@ -136,7 +152,7 @@ class UrlGuard:
             if not ip_is_public(ip):
                 raise BlockedUrl(f"address {ip} (from host {host!r}) is not public")
             return raw
-        if host in _BLOCKED_NAMES or host.endswith(".localhost") or host.endswith(".internal"):
+        if is_local_name(host):
             raise BlockedUrl(f"host {host!r} is a local name")
         if self.resolve and not self._resolves_public(host):
             raise BlockedUrl(f"host {host!r} resolves to a non-public address")

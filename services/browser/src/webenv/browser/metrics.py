@@ -24,5 +24,10 @@ BROWSER_RESTARTS = Counter("webenv_browser_browser_restarts_total", "Chromium pr
 ACTION_ERRORS = Counter("webenv_browser_action_errors_total", "Actions that failed on the page, by action kind.", ("kind",))
 ACTIONS = Counter("webenv_browser_actions_total", "Actions executed, by kind.", ("kind",))
 BLOCKED_REQUESTS = Counter("webenv_browser_blocked_requests_total", "Requests refused by the URL guard.")
+EGRESS_CONNECTIONS = Counter(
+    "webenv_browser_egress_connections_total",
+    "Connections the browsers asked the egress proxy (network guard) for, by outcome (allowed, refused, failed).",
+    ("outcome",),
+)
 SESSIONS_CLOSED = Counter("webenv_browser_sessions_closed_total", "Sessions ended, by final state.", ("state",))
 STEP_TIMEOUTS = Counter("webenv_browser_step_timeouts_total", "Steps past their deadline (page reset).")

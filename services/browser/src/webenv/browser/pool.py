@@ -116,13 +116,28 @@ def playwright_disabled_features() -> list[str]:
     return list(_FALLBACK_DISABLED)
 
 
-def chromium_args(sites_http_addr: str, marker: str, extra: str = "") -> list[str]:
-    """Launch switches: machine-facts.md's set, the synthetic-web host mapping and a marker to find the pid."""
+SITES_HOSTS = "*.web.test"  # the synthetic web: names the farm itself maps to the sites server
+
+
+def network_args(sites_http_addr: str, egress_port: int | None) -> list[str]:
+    """How the browser reaches the network. Without the egress proxy: a host-resolver rule maps the synthetic
+    web to the sites server and everything else goes direct. With it (egress.py): every connection, loopback
+    included, through the proxy (which maps the synthetic web itself), WebRTC without non-proxied UDP, and no
+    name resolved by Chromium itself (the proxy's own address excepted)."""
+    if egress_port is None:
+        return [f"--host-resolver-rules=MAP {SITES_HOSTS} {sites_http_addr}"]
+    return [f"--proxy-server=socks5://127.0.0.1:{egress_port}", "--proxy-bypass-list=<-loopback>",
+            "--webrtc-ip-handling-policy=disable_non_proxied_udp",
+            "--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1"]
+
+
+def chromium_args(sites_http_addr: str, marker: str, extra: str = "", egress_port: int | None = None) -> list[str]:
+    """Launch switches: machine-facts.md's set, the network (`network_args`) and a marker to find the pid."""
     features = playwright_disabled_features() + _EXTRA_DISABLED
     args = [
         "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",
         "--disable-sync", "--no-first-run", "--disable-quic", "--disable-features=" + ",".join(features),
-        f"--host-resolver-rules=MAP *.web.test {sites_http_addr}", "--mute-audio",
+        *network_args(sites_http_addr, egress_port), "--mute-audio",
         "--disable-notifications", "--deny-permission-prompts", f"--webenv-browser={marker}",
     ]
     return args + [a for a in extra.split() if a]
@@ -217,6 +232,7 @@ class BrowserPool:
         self.viewport = viewport
         self.headless = headless
         self.extra_args = extra_args
+        self.egress_port: int | None = None  # set by the farm when its egress proxy runs (before start)
         self.on_crash = on_crash
         self.busy: Callable[[], bool] = busy or (lambda: False)
         self.handles: list[BrowserHandle] = []
@@ -273,7 +289,7 @@ class BrowserPool:
         browser = await self._pw.chromium.launch(
             executable_path=self.chromium_path,
             headless=self.headless,
-            args=chromium_args(self.sites_http_addr, marker, self.extra_args),
+            args=chromium_args(self.sites_http_addr, marker, self.extra_args, self.egress_port),
             handle_sigint=False,
             handle_sigterm=False,
             handle_sighup=False,

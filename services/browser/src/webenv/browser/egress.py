@@ -1,0 +1,343 @@
+"""The network guard below the page: every connection Chromium opens goes through this SOCKS5 proxy.
+
+Chromium is launched with `--proxy-server=socks5://127.0.0.1:<port>` and `--proxy-bypass-list=<-loopback>`
+(without it Chromium sends localhost, 127/8, [::1], 169.254/16 and fe80::/10 DIRECT: its implicit bypass
+rules), so navigations, subresources, redirect hops, WebSockets, preconnects, prefetches, beacons and the
+sockets of navigations the URL guard refuses all arrive here as CONNECT requests naming host and port.
+SOCKS5 passes the host name (remote DNS), so this proxy resolves it, checks the very addresses it will
+connect to with the guard's decision (`guard.ip_is_public`: no second look-up for a rebinding name to
+change), and splices bytes; a refused CONNECT never opens an upstream socket. UDP does not go through
+proxies: `--webrtc-ip-handling-policy=disable_non_proxied_udp` leaves WebRTC only TCP through the proxy
+(measured: without it STUN and TURN/UDP packets reach 127.0.0.1 and ::1; with it, none), QUIC is off
+(`--disable-quic`) and WebTransport fails on a proxied profile. `--host-resolver-rules=MAP * ~NOTFOUND`
+(the proxy's own 127.0.0.1 excepted) makes any name Chromium would still resolve by itself fail.
+
+Why SOCKS5 and not an HTTP proxy: over an HTTP proxy Chromium sends plain-http requests of many hosts on
+one keep-alive connection, which the proxy would have to parse message by message; over SOCKS5 every
+connection is a tunnel to one destination, decided once and then spliced without parsing (asyncio
+protocols writing straight into the peer transport, flow control by pausing the reader).
+
+Policy (`EgressPolicy.decide`):
+- names matching the farm's mapped globs (`*.web.test`, the synthetic web) go to the sites server address,
+  whatever the port: the farm's own resolver rule, and the only way a browser reaches a loopback address;
+- hosts matching the allowlist (`WEBENV_FARM_ALLOW_HOSTS`, operator-trusted) connect where they resolve;
+- IP literals (any spelling, IPv4-mapped/6to4/NAT64 IPv6 decoded) must be public: loopback, private,
+  link-local (169.254.169.254), CGNAT, multicast, reserved, unspecified, site-local are refused;
+- other names: local names (`localhost`, `*.localhost`, `*.internal`, metadata) refused by name, then the
+  name is resolved and refused when ANY of its addresses is not public, or when it does not resolve;
+- SOCKS commands other than CONNECT (BIND, UDP ASSOCIATE) are refused.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import fnmatch
+import logging
+import socket
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+
+from webenv.browser import metrics
+from webenv.browser.guard import UrlGuard, canonical_ip, ip_is_public, is_local_name
+
+log = logging.getLogger(__name__)
+
+# SOCKS5 reply codes (RFC 1928): what Chromium is told when a CONNECT is not carried out.
+GENERAL_FAILURE, NOT_ALLOWED, HOST_UNREACHABLE, CONNECTION_REFUSED = 0x01, 0x02, 0x04, 0x05
+COMMAND_NOT_SUPPORTED, ADDRESS_TYPE_NOT_SUPPORTED = 0x07, 0x08
+CONNECT_TIMEOUT_S = 30.0
+HANDSHAKE_MAX_BYTES = 600
+
+Resolver = Callable[[str, int], Awaitable[list[str]]]
+
+
+class Refused(Exception):
+    """A destination the egress policy refuses; str() says why, `code` is the SOCKS5 reply code."""
+
+    def __init__(self, why: str, code: int = NOT_ALLOWED) -> None:
+        super().__init__(why)
+        self.code = code
+
+
+@dataclass(frozen=True)
+class Target:
+    """Where the proxy connects: the addresses to try in order (IP literals, or the configured sites
+    address), the port, and whether the destination was a mapped (sites) name."""
+
+    addrs: tuple[str, ...]
+    port: int
+    mapped: bool = False
+
+
+async def system_resolve(host: str, port: int) -> list[str]:
+    """The host's addresses from the system resolver, in its order, without duplicates."""
+    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    return list(dict.fromkeys(str(info[4][0]) for info in infos))
+
+
+def split_addr(addr: str) -> tuple[str, int]:
+    """`host:port` or `[v6]:port` -> (host, port)."""
+    host, _, port = addr.rpartition(":")
+    if not host or not port.isdigit():
+        raise ValueError(f"expected host:port, got {addr!r}")
+    return host.strip("[]"), int(port)
+
+
+@dataclass
+class EgressPolicy:
+    """Which (host, port) a browser may reach, and at which addresses (see the module docstring)."""
+
+    guard: UrlGuard
+    sites_addr: tuple[str, int]
+    mapped: tuple[str, ...] = ("*.web.test",)
+    resolve: Resolver = system_resolve
+
+    async def decide(self, host: str, port: int) -> Target:
+        """The addresses to connect to for a CONNECT to (host, port), or Refused naming the reason."""
+        h = host.strip().lower()
+        if h.startswith("[") and h.endswith("]"):
+            h = h[1:-1]
+        h = h.rstrip(".")
+        if not h:
+            raise Refused("empty host", GENERAL_FAILURE)
+        if not 0 < port < 65536:
+            raise Refused(f"port {port} is out of range", GENERAL_FAILURE)
+        if any(fnmatch.fnmatchcase(h, p) for p in self.mapped):
+            return Target((self.sites_addr[0],), self.sites_addr[1], mapped=True)
+        if self.guard.host_allowlisted(h):
+            return Target(tuple(await self._lookup(h, port)), port)
+        ip = canonical_ip(h)
+        if ip is not None:
+            if not ip_is_public(ip):
+                raise Refused(f"address {ip} is not public")
+            return Target((str(ip),), port)
+        if is_local_name(h):
+            raise Refused(f"host {h!r} is a local name")
+        addrs = await self._lookup(h, port)
+        for a in addrs:
+            ip = canonical_ip(a)
+            if ip is None or not ip_is_public(ip):
+                raise Refused(f"host {h!r} resolves to a non-public address ({a})")
+        return Target(tuple(addrs), port)
+
+    async def _lookup(self, host: str, port: int) -> list[str]:
+        try:
+            addrs = await self.resolve(host, port)
+        except OSError as exc:
+            raise Refused(f"host {host!r} does not resolve ({exc.strerror or exc})", HOST_UNREACHABLE) from exc
+        if not addrs:
+            raise Refused(f"host {host!r} does not resolve", HOST_UNREACHABLE)
+        return addrs
+
+
+def _reply(code: int) -> bytes:
+    return bytes([5, code, 0, 1, 0, 0, 0, 0, 0, 0])
+
+
+class _Pipe(asyncio.Protocol):
+    """One side of a spliced connection: what it receives is written to its peer's transport; a full
+    peer buffer pauses this side's reading (and the peer's drain resumes it)."""
+
+    def __init__(self) -> None:
+        self.transport: asyncio.Transport | None = None
+        self.peer: _Pipe | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def _peer_transport(self) -> asyncio.Transport | None:
+        return self.peer.transport if self.peer is not None else None
+
+    def data_received(self, data: bytes) -> None:
+        t = self._peer_transport()
+        if t is not None:
+            t.write(data)
+
+    def eof_received(self) -> bool:
+        t = self._peer_transport()
+        if t is not None and not t.is_closing() and t.can_write_eof():
+            t.write_eof()
+            return True  # keep our side open for the peer's answer
+        return False
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        t = self._peer_transport()
+        if t is not None:
+            t.close()
+
+    def pause_writing(self) -> None:
+        t = self._peer_transport()
+        if t is not None:
+            t.pause_reading()
+
+    def resume_writing(self) -> None:
+        t = self._peer_transport()
+        if t is not None and not t.is_closing():
+            t.resume_reading()
+
+
+class _Socks5(_Pipe):
+    """The browser's side: a SOCKS5 handshake (no authentication, CONNECT only), then a pipe."""
+
+    def __init__(self, proxy: EgressProxy) -> None:
+        super().__init__()
+        self.proxy = proxy
+        proxy.clients.add(self)
+        self.buf = b""
+        self.stage = "greeting"  # -> "request" -> "connecting" -> "piping"
+        self.task: asyncio.Task[None] | None = None
+
+    def data_received(self, data: bytes) -> None:
+        if self.stage == "piping":
+            super().data_received(data)
+            return
+        self.buf += data
+        if len(self.buf) > HANDSHAKE_MAX_BYTES:
+            self._fail(GENERAL_FAILURE)
+            return
+        if self.stage == "greeting":
+            if len(self.buf) < 2 or len(self.buf) < 2 + self.buf[1]:
+                return
+            if self.buf[0] != 5 or 0 not in self.buf[2:2 + self.buf[1]]:
+                self._close(b"\x05\xff")  # not SOCKS5, or no "no authentication" method
+                return
+            self.buf = self.buf[2 + self.buf[1]:]
+            self._write(b"\x05\x00")
+            self.stage = "request"
+        if self.stage == "request":
+            parsed = self._parse_request()
+            if parsed is None:
+                return
+            cmd, host, port = parsed
+            if cmd != 1:
+                self.proxy.refused(host, port, f"SOCKS command {cmd} is not supported (CONNECT only)")
+                self._fail(COMMAND_NOT_SUPPORTED)
+                return
+            self.stage = "connecting"
+            self.task = asyncio.get_running_loop().create_task(self._connect(host, port))
+
+    def eof_received(self) -> bool:
+        return super().eof_received() if self.stage == "piping" else False
+
+    def _parse_request(self) -> tuple[int, str, int] | None:
+        b = self.buf
+        if len(b) < 5:
+            return None
+        if b[0] != 5:
+            self._fail(GENERAL_FAILURE)
+            return None
+        atyp = b[3]
+        if atyp == 1:
+            end = 8
+        elif atyp == 4:
+            end = 20
+        elif atyp == 3:
+            end = 5 + b[4]
+        else:
+            self._fail(ADDRESS_TYPE_NOT_SUPPORTED)
+            return None
+        if len(b) < end + 2:
+            return None
+        if atyp == 1:
+            host = socket.inet_ntop(socket.AF_INET, b[4:8])
+        elif atyp == 4:
+            host = socket.inet_ntop(socket.AF_INET6, b[4:20])
+        else:
+            host = b[5:end].decode("latin-1")
+        (port,) = struct.unpack("!H", b[end:end + 2])
+        self.buf = b[end + 2:]
+        return b[1], host, port
+
+    async def _connect(self, host: str, port: int) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            target = await self.proxy.policy.decide(host, port)
+        except Refused as exc:
+            self.proxy.refused(host, port, str(exc))
+            self._fail(exc.code)
+            return
+        upstream = _Pipe()
+        err: OSError | None = None
+        for addr in target.addrs:
+            try:
+                await asyncio.wait_for(loop.create_connection(lambda: upstream, addr, target.port), CONNECT_TIMEOUT_S)
+                break
+            except (OSError, TimeoutError) as exc:
+                err = exc if isinstance(exc, OSError) else OSError(f"connect timed out after {CONNECT_TIMEOUT_S}s")
+        else:
+            metrics.EGRESS_CONNECTIONS.labels("failed").inc()
+            log.debug("egress connect to %s:%s failed: %s", host[:200], port, err)
+            self._fail(CONNECTION_REFUSED if isinstance(err, ConnectionRefusedError) else HOST_UNREACHABLE)
+            return
+        assert upstream.transport is not None
+        if self.transport is None or self.transport.is_closing():
+            upstream.transport.close()
+            return
+        metrics.EGRESS_CONNECTIONS.labels("allowed").inc()
+        upstream.peer, self.peer = self, upstream
+        with contextlib.suppress(OSError, AttributeError):
+            upstream.transport.get_extra_info("socket").setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.stage = "piping"
+        self._write(b"\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00")
+        if self.buf:
+            upstream.transport.write(self.buf)
+            self.buf = b""
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    def _close(self, data: bytes) -> None:
+        self._write(data)
+        if self.transport is not None:
+            self.transport.close()
+
+    def _fail(self, code: int) -> None:
+        self.stage = "failed"
+        self._close(_reply(code))
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.proxy.clients.discard(self)
+        if self.task is not None and not self.task.done():
+            self.task.cancel()
+        super().connection_lost(exc)
+
+
+class EgressProxy:
+    """A SOCKS5 server on loopback that applies an EgressPolicy to every CONNECT. Refusals are counted
+    (`webenv_browser_egress_connections_total{outcome="refused"}`), logged, and kept (the last 100) in
+    `recent_refusals` for diagnostics."""
+
+    def __init__(self, policy: EgressPolicy) -> None:
+        self.policy = policy
+        self.server: asyncio.Server | None = None
+        self.port = 0
+        self.recent_refusals: list[str] = []
+        self.clients: set[_Socks5] = set()
+
+    def refused(self, host: str, port: int, why: str) -> None:
+        metrics.EGRESS_CONNECTIONS.labels("refused").inc()
+        line = f"{host[:200]}:{port}: {why}"
+        log.info("network guard refused a connection to %s", line)
+        self.recent_refusals.append(line)
+        del self.recent_refusals[:-100]
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        """Listen on host:port (0 = a free port); returns the port."""
+        self.server = await asyncio.get_running_loop().create_server(lambda: _Socks5(self), host, port)
+        self.port = int(self.server.sockets[0].getsockname()[1])
+        return self.port
+
+    async def close(self) -> None:
+        """Stop listening and close every open tunnel (call after the browsers are closed)."""
+        if self.server is None:
+            return
+        self.server.close()
+        for c in list(self.clients):
+            if c.transport is not None:
+                c.transport.abort()
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(self.server.wait_closed(), 5)
+        self.server = None
