@@ -36,8 +36,10 @@ import fnmatch
 import logging
 import socket
 import struct
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from urllib.parse import urlsplit
 
 from webenv.browser import metrics
 from webenv.browser.guard import UrlGuard, canonical_ip, ip_is_public, is_local_name
@@ -49,6 +51,7 @@ GENERAL_FAILURE, NOT_ALLOWED, HOST_UNREACHABLE, CONNECTION_REFUSED = 0x01, 0x02,
 COMMAND_NOT_SUPPORTED, ADDRESS_TYPE_NOT_SUPPORTED = 0x07, 0x08
 CONNECT_TIMEOUT_S = 30.0
 HANDSHAKE_MAX_BYTES = 600
+HANDSHAKE_TIMEOUT_S = 10.0
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
 
@@ -96,19 +99,16 @@ class EgressPolicy:
 
     async def decide(self, host: str, port: int) -> Target:
         """The addresses to connect to for a CONNECT to (host, port), or Refused naming the reason."""
-        h = host.strip().lower()
-        if h.startswith("[") and h.endswith("]"):
-            h = h[1:-1]
-        h = h.rstrip(".")
+        h = _norm_host(host)
         if not h:
             raise Refused("empty host", GENERAL_FAILURE)
         if not 0 < port < 65536:
             raise Refused(f"port {port} is out of range", GENERAL_FAILURE)
         if any(fnmatch.fnmatchcase(h, p) for p in self.mapped):
             return Target((self.sites_addr[0],), self.sites_addr[1], mapped=True)
-        if self.guard.host_allowlisted(h):
-            return Target(tuple(await self._lookup(h, port)), port)
         ip = canonical_ip(h)
+        if self.guard.host_allowlisted(h):
+            return Target((str(ip),) if ip is not None else tuple(await self._lookup(h, port)), port)
         if ip is not None:
             if not ip_is_public(ip):
                 raise Refused(f"address {ip} is not public")
@@ -130,6 +130,13 @@ class EgressPolicy:
         if not addrs:
             raise Refused(f"host {host!r} does not resolve", HOST_UNREACHABLE)
         return addrs
+
+
+_DEFAULT_PORTS = {"http": 80, "ws": 80, "https": 443, "wss": 443}
+
+
+def _norm_host(host: str) -> str:
+    return host.strip().lower().strip("[]").rstrip(".")
 
 
 def _reply(code: int) -> bytes:
@@ -188,6 +195,15 @@ class _Socks5(_Pipe):
         self.buf = b""
         self.stage = "greeting"  # -> "request" -> "connecting" -> "piping"
         self.task: asyncio.Task[None] | None = None
+        self.timer: asyncio.TimerHandle | None = None
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        super().connection_made(transport)
+        self.timer = asyncio.get_running_loop().call_later(HANDSHAKE_TIMEOUT_S, self._handshake_timeout)
+
+    def _handshake_timeout(self) -> None:
+        if self.stage in ("greeting", "request"):
+            self._fail(GENERAL_FAILURE)
 
     def data_received(self, data: bytes) -> None:
         if self.stage == "piping":
@@ -198,10 +214,13 @@ class _Socks5(_Pipe):
             self._fail(GENERAL_FAILURE)
             return
         if self.stage == "greeting":
+            if self.buf[0] != 5:
+                self._close(b"\x05\xff")  # not SOCKS5 (an HTTP proxy request, say)
+                return
             if len(self.buf) < 2 or len(self.buf) < 2 + self.buf[1]:
                 return
-            if self.buf[0] != 5 or 0 not in self.buf[2:2 + self.buf[1]]:
-                self._close(b"\x05\xff")  # not SOCKS5, or no "no authentication" method
+            if 0 not in self.buf[2:2 + self.buf[1]]:
+                self._close(b"\x05\xff")  # no "no authentication" method
                 return
             self.buf = self.buf[2 + self.buf[1]:]
             self._write(b"\x05\x00")
@@ -300,6 +319,8 @@ class _Socks5(_Pipe):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.proxy.clients.discard(self)
+        if self.timer is not None:
+            self.timer.cancel()
         if self.task is not None and not self.task.done():
             self.task.cancel()
         super().connection_lost(exc)
@@ -307,22 +328,37 @@ class _Socks5(_Pipe):
 
 class EgressProxy:
     """A SOCKS5 server on loopback that applies an EgressPolicy to every CONNECT. Refusals are counted
-    (`webenv_browser_egress_connections_total{outcome="refused"}`), logged, and kept (the last 100) in
-    `recent_refusals` for diagnostics."""
+    (`refusals`, `webenv_browser_egress_connections_total{outcome="refused"}`), logged, and the last 100 kept
+    in `recent_refusals` for diagnostics."""
 
     def __init__(self, policy: EgressPolicy) -> None:
         self.policy = policy
         self.server: asyncio.Server | None = None
         self.port = 0
         self.recent_refusals: list[str] = []
+        self.refusals = 0
+        self._why: OrderedDict[tuple[str, int], str] = OrderedDict()
         self.clients: set[_Socks5] = set()
 
     def refused(self, host: str, port: int, why: str) -> None:
         metrics.EGRESS_CONNECTIONS.labels("refused").inc()
+        self.refusals += 1
         line = f"{host[:200]}:{port}: {why}"
         log.info("network guard refused a connection to %s", line)
         self.recent_refusals.append(line)
         del self.recent_refusals[:-100]
+        self._why[(_norm_host(host), port)] = f"connection refused by the network guard: {why}"
+        while len(self._why) > 256:
+            self._why.popitem(last=False)
+
+    def why_refused(self, url: str) -> str | None:
+        """Why the proxy refused the connection for `url`'s host and port, if it did lately."""
+        try:
+            parts = urlsplit(url)
+            port = parts.port or _DEFAULT_PORTS.get(parts.scheme.lower(), 0)
+        except ValueError:
+            return None
+        return self._why.get((_norm_host(parts.hostname or ""), port))
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         """Listen on host:port (0 = a free port); returns the port."""

@@ -90,7 +90,8 @@ class Farm:
             chromium_path=settings.farm_chromium_path, browsers=settings.farm_browsers, warm=settings.farm_warm_contexts,
             contexts_per_browser=settings.farm_contexts_per_browser, sites_http_addr=settings.farm_sites_http_addr,
             guard=self.guard, viewport=(settings.farm_viewport_width, settings.farm_viewport_height),
-            headless=settings.farm_headless, extra_args=settings.farm_extra_args, on_crash=self._on_crash,
+            headless=settings.farm_headless, extra_args=settings.farm_extra_args, egress=self.egress,
+            on_crash=self._on_crash,
             busy=lambda: self.opening > 0,
         )
         self.queues = Queues.create(settings.farm_queue_open, settings.farm_queue_act, settings.farm_queue_observe)
@@ -105,7 +106,7 @@ class Farm:
 
     async def start(self) -> None:
         if self.egress is not None:
-            self.pool.egress_port = await self.egress.start()
+            await self.egress.start()
         await self.pool.start()
         self._reaper = asyncio.create_task(self._reap_loop(), name="lease-reaper")
 

@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, Request, Route, async_playwright
 from webenv.browser import metrics
+from webenv.browser.egress import EgressProxy
 from webenv.browser.guard import BlockedUrl, UrlGuard
 
 log = logging.getLogger(__name__)
@@ -220,6 +221,7 @@ class BrowserPool:
         viewport: tuple[int, int],
         headless: bool = True,
         extra_args: str = "",
+        egress: EgressProxy | None = None,
         on_crash: Callable[[BrowserHandle], Awaitable[None]] | None = None,
         busy: Callable[[], bool] | None = None,
     ) -> None:
@@ -232,7 +234,7 @@ class BrowserPool:
         self.viewport = viewport
         self.headless = headless
         self.extra_args = extra_args
-        self.egress_port: int | None = None  # set by the farm when its egress proxy runs (before start)
+        self.egress = egress  # started by the farm before the pool
         self.on_crash = on_crash
         self.busy: Callable[[], bool] = busy or (lambda: False)
         self.handles: list[BrowserHandle] = []
@@ -289,7 +291,7 @@ class BrowserPool:
         browser = await self._pw.chromium.launch(
             executable_path=self.chromium_path,
             headless=self.headless,
-            args=chromium_args(self.sites_http_addr, marker, self.extra_args, self.egress_port),
+            args=chromium_args(self.sites_http_addr, marker, self.extra_args, self.egress.port if self.egress else None),
             handle_sigint=False,
             handle_sigterm=False,
             handle_sighup=False,
@@ -350,7 +352,7 @@ class BrowserPool:
                 await context.route(self.guard.unlisted_url_pattern(), self._route_handler(state))
             context.on("request", self._request_watch(state))
             context.on("requestfinished", state.done)
-            context.on("requestfailed", state.done)
+            context.on("requestfailed", self._failure_watch(state))
             page = await context.new_page()
         except Exception:
             handle.live_contexts -= 1
@@ -422,6 +424,21 @@ class BrowserPool:
                 metrics.BLOCKED_REQUESTS.inc()
 
         return on_request
+
+    def _failure_watch(self, state: ContextState) -> Callable[[Request], None]:
+        """A request the egress proxy refused (below the route: a redirect hop, a name that resolves to a
+        private address) is recorded with the proxy's reason, so a refused navigation is reported as such."""
+        egress = self.egress
+
+        def on_failed(request: Request) -> None:
+            state.done(request)
+            if egress is None or "ERR_SOCKS_CONNECTION_FAILED" not in (request.failure or ""):
+                return
+            why = egress.why_refused(request.url)
+            if why:
+                state.blocked.append(f"{request.url[:200]}: {why}")
+
+        return on_failed
 
     async def acquire(self, viewport: tuple[int, int] | None = None) -> Slot:
         """A context for a new session: a warm one when the viewport matches, else a fresh one."""
