@@ -61,6 +61,7 @@ SERVICES = [
             "WEBENV_FARM_MAX_SESSIONS": "64",
             "WEBENV_FARM_WARM_CONTEXTS": "8",
             "WEBENV_FARM_URL_GUARD": "true",
+            "WEBENV_FARM_EGRESS_PROXY": "true",
             "WEBENV_FARM_ALLOW_HOSTS": "*.web.test",
             "WEBENV_MAX_CONCURRENT_RPCS": "512",
         },

@@ -9,6 +9,10 @@
 Both on a ~300-element product page served locally. Also: warm-pool OpenSession latency, a11y extraction
 time (the farm's JS pass vs CDP getFullAXTree on the same page), PSS per session, and K=max-sessions
 concurrent sessions stepping once each. Writes <out>/browser.json and <out>/browser.md.
+
+Then the network guard's cost (`--guard-only` runs just this part): two farms identical but for
+WEBENV_FARM_EGRESS_PROXY, interleaved, clicks (no network) and navigations (a new document every step) at
+K = --guard-ks. Writes <out>/browser_guard.json and <out>/browser_guard.md.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -152,12 +157,12 @@ async def a11y_extraction(pw: Any, url: str, sites_addr: str, reps: int = 30) ->
 
 # -- (b) the farm over gRPC -------------------------------------------------------------------------
 class FarmProc:
-    def __init__(self, sites_addr: str, max_sessions: int) -> None:
+    def __init__(self, sites_addr: str, max_sessions: int, env_over: dict[str, str] | None = None) -> None:
         self.port = free_port()
         env = dict(os.environ, WEBENV_GRPC_PORT=str(self.port), WEBENV_METRICS_PORT="0", WEBENV_HOST="127.0.0.1",
                    WEBENV_FARM_SITES_HTTP_ADDR=sites_addr, WEBENV_FARM_MAX_SESSIONS=str(max_sessions),
                    WEBENV_FARM_WARM_CONTEXTS="4", WEBENV_LOG_LEVEL="WARNING", WEBENV_FARM_QUEUE_OPEN="4",
-                   WEBENV_FARM_CHROMIUM_PATH=CHROMIUM)
+                   WEBENV_FARM_CHROMIUM_PATH=CHROMIUM, **(env_over or {}))
         self.proc = subprocess.Popen([sys.executable, "-m", "webenv.browser"], env=env,
                                      stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
         self.address = f"127.0.0.1:{self.port}"
@@ -193,9 +198,25 @@ def click(j: int) -> common_pb2.Action:
     return common_pb2.Action(click=common_pb2.ClickAction(target=common_pb2.ElementTarget(selector=f"#b{j % N_PRODUCTS}")))
 
 
-async def farm_run(stub: Any, farm: FarmProc, url: str, k: int, seconds: float) -> dict[str, Any]:
-    sids = [(await stub.OpenSession(environment_pb2.OpenSessionRequest(start_url=url, observation_spec=SPEC))).session.session_id
-            for _ in range(k)]
+def cpu_seconds(root: psutil.Process) -> tuple[float, float]:
+    """CPU seconds (user + system) used so far by `root` itself and by its descendants (the browsers)."""
+    own = root.cpu_times()
+    kids = 0.0
+    for k in root.children(recursive=True):
+        try:
+            t = k.cpu_times()
+            kids += t.user + t.system
+        except psutil.Error:
+            pass
+    return own.user + own.system, kids
+
+
+async def step_loop(stub: Any, sids: list[str], seconds: float, action: Callable[[int], common_pb2.Action],
+                    farm: FarmProc | None = None) -> dict[str, Any]:
+    """Each session steps `action(j)` back to back for `seconds`; steps/s, client-side latency and, with `farm`,
+    CPU milliseconds per step of the farm process and of its browsers (less sensitive to a loaded machine)."""
+    root = psutil.Process(farm.proc.pid) if farm else None
+    cpu0 = cpu_seconds(root) if root else (0.0, 0.0)
     lat: list[float] = []
     errors = 0
     srv: list[float] = []
@@ -207,9 +228,10 @@ async def farm_run(stub: Any, farm: FarmProc, url: str, k: int, seconds: float) 
         while time.perf_counter() < stop:
             t = time.perf_counter()
             try:
-                r = await stub.Step(environment_pb2.StepRequest(session_id=sid, action=click(j), step_index=j))
+                r = await stub.Step(environment_pb2.StepRequest(session_id=sid, action=action(j), step_index=-1))
                 assert r.observation.axtree
                 srv.append(r.timings.observe_seconds)
+                errors += bool(r.observation.last_action_error)
             except grpc.aio.AioRpcError:
                 errors += 1
             lat.append(time.perf_counter() - t)
@@ -218,11 +240,70 @@ async def farm_run(stub: Any, farm: FarmProc, url: str, k: int, seconds: float) 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(s) for s in sids))
     wall = time.perf_counter() - t0
-    mem = pss_mb(chromium_pids(farm.proc.pid))
+    out = {"k": len(sids), "steps": len(lat), "errors": errors, "steps_per_s": len(lat) / wall,
+           "p50_ms": pct(lat, 50) * 1e3, "p95_ms": pct(lat, 95) * 1e3, "observe_p50_ms": pct(srv, 50) * 1e3}
+    if root is not None and lat:
+        cpu1 = cpu_seconds(root)
+        out["farm_cpu_ms_per_step"] = (cpu1[0] - cpu0[0]) * 1e3 / len(lat)
+        out["browser_cpu_ms_per_step"] = (cpu1[1] - cpu0[1]) * 1e3 / len(lat)
+    return out
+
+
+async def farm_run(stub: Any, farm: FarmProc, url: str, k: int, seconds: float) -> dict[str, Any]:
+    sids = [(await stub.OpenSession(environment_pb2.OpenSessionRequest(start_url=url, observation_spec=SPEC))).session.session_id
+            for _ in range(k)]
+    out = await step_loop(stub, sids, seconds, click)
+    out["pss_per_session_mb"] = pss_mb(chromium_pids(farm.proc.pid)) / k
     for s in sids:
         await stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=s))
-    return {"k": k, "steps": len(lat), "errors": errors, "steps_per_s": len(lat) / wall, "p50_ms": pct(lat, 50) * 1e3,
-            "p95_ms": pct(lat, 95) * 1e3, "observe_p50_ms": pct(srv, 50) * 1e3, "pss_per_session_mb": mem / k}
+    return out
+
+
+def goto(j: int) -> common_pb2.Action:
+    """A navigation to a new document each step (a fresh URL: nothing comes from the cache)."""
+    return common_pb2.Action(navigate=common_pb2.NavigateAction(url=f"http://bench.web.test/products?n={j}"))
+
+
+async def guard_overhead(sites_addr: str, url: str, ks: list[int], seconds: float) -> dict[str, Any]:
+    """The network guard's cost: two farms, identical but for WEBENV_FARM_EGRESS_PROXY (all browser traffic through
+    the egress proxy, or direct with URL checks only), interleaved point by point (the order alternates), on two
+    workloads: clicks on a loaded page (no network) and a navigation to a new document every step."""
+    farms = {mode: FarmProc(sites_addr, max(ks) + 8, {"WEBENV_FARM_EGRESS_PROXY": str(mode == "proxy").lower()})
+             for mode in ("proxy", "direct")}
+    rows: list[dict[str, Any]] = []
+    try:
+        for f in farms.values():
+            await f.ready()
+        channels = {m: make_channel(f.address, timeout=120) for m, f in farms.items()}
+        stubs = {m: environment_pb2_grpc.EnvironmentServiceStub(c) for m, c in channels.items()}
+        n = 0
+        for k in ks:
+            sids = {m: [(await stubs[m].OpenSession(environment_pb2.OpenSessionRequest(
+                start_url=url, observation_spec=SPEC))).session.session_id for _ in range(k)] for m in farms}
+            for workload, action in (("click", click), ("goto", goto)):
+                order = ("proxy", "direct") if n % 2 == 0 else ("direct", "proxy")
+                n += 1
+                for mode in order:
+                    r = await step_loop(stubs[mode], sids[mode], seconds, action, farms[mode])
+                    r.update(mode=mode, workload=workload)
+                    rows.append(r)
+                    print("guard", r, flush=True)
+            for m in farms:
+                for s in sids[m]:
+                    await stubs[m].CloseSession(environment_pb2.CloseSessionRequest(session_id=s))
+        for c in channels.values():
+            await c.close()
+    finally:
+        for f in farms.values():
+            f.stop()
+    summary = []
+    for k in ks:
+        for workload in ("click", "goto"):
+            on = next(r for r in rows if (r["k"], r["workload"], r["mode"]) == (k, workload, "proxy"))
+            off = next(r for r in rows if (r["k"], r["workload"], r["mode"]) == (k, workload, "direct"))
+            summary.append({"k": k, "workload": workload, "proxy": on, "direct": off,
+                            "throughput_ratio": on["steps_per_s"] / off["steps_per_s"]})
+    return {"rows": rows, "summary": summary, "seconds_per_point": seconds}
 
 
 async def open_latency(stub: Any, url: str, n: int = 15) -> dict[str, Any]:
@@ -282,6 +363,8 @@ async def main() -> None:
     ap.add_argument("--seconds", type=float, default=5.0)
     ap.add_argument("--ks", default="1,4,16,32")
     ap.add_argument("--max-sessions", type=int, default=128)
+    ap.add_argument("--guard-ks", default="1,16", help="K values of the network-guard comparison")
+    ap.add_argument("--guard-only", action="store_true", help="run only the network-guard comparison")
     args = ap.parse_args()
     ks = [int(x) for x in args.ks.split(",")]
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
@@ -289,6 +372,13 @@ async def main() -> None:
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     sites_addr = f"127.0.0.1:{srv.server_address[1]}"
     url = "http://bench.web.test/products"
+    guard_ks = [int(x) for x in args.guard_ks.split(",")]
+    if args.guard_only:
+        try:
+            write_guard_results(Path(args.out), await run_guard(sites_addr, url, guard_ks, args.seconds))
+        finally:
+            srv.shutdown()
+        return
     started = time.time()
     result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0]},
                               "page_elements": N_PRODUCTS * 3 + 3, "seconds_per_point": args.seconds}
@@ -317,6 +407,8 @@ async def main() -> None:
                 result["many"] = await many_sessions(stub, url, args.max_sessions)
                 print("many", result["many"], flush=True)
             await channel.close()
+        farm.stop()
+        result["guard"] = await run_guard(sites_addr, url, guard_ks, args.seconds)
     finally:
         farm.stop()
         srv.shutdown()
@@ -328,7 +420,42 @@ async def main() -> None:
         "a11y_p50_le_15ms": result["a11y"]["farm_js_axtree_p50_ms"] <= 15,
         "many_sessions_without_errors": bool(result.get("many")) and result["many"]["errors"] == 0,
     }
+    write_guard_results(Path(args.out), result.pop("guard"))
     write_results(Path(args.out), result)
+
+
+async def run_guard(sites_addr: str, url: str, ks: list[int], seconds: float) -> dict[str, Any]:
+    """The network-guard comparison with the machine's load around it."""
+    load0 = os.getloadavg()[0]
+    r = await guard_overhead(sites_addr, url, ks, seconds)
+    r["machine"] = {"cpus": os.cpu_count(), "load_avg_1m_at_start": load0, "load_avg_1m_at_end": os.getloadavg()[0]}
+    return r
+
+
+def write_guard_results(out: Path, r: dict[str, Any]) -> None:
+    """<out>/browser_guard.json and .md."""
+    seconds, load0 = r["seconds_per_point"], r["machine"]["load_avg_1m_at_start"]
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "browser_guard.json").write_text(json.dumps(r, indent=2))
+    lines = ["# Browser farm: cost of the network guard (egress proxy)", "",
+             f"Machine: {r['machine']['cpus']} CPUs, 1-min load {load0:.1f} at start, "
+             f"{r['machine']['load_avg_1m_at_end']:.1f} at end. Two farms, identical but for "
+             "`WEBENV_FARM_EGRESS_PROXY` (proxy: every browser connection through the egress proxy; direct: URL "
+             f"checks only), interleaved point by point, {seconds} s per point. click = Step(click) on a loaded "
+             "~300-element page (no network); goto = Step(navigate) to a new document every step.", "",
+             "| K | workload | steps/s proxy | steps/s direct | ratio | p50 ms proxy / direct | p95 ms proxy / direct "
+             "| farm CPU ms/step proxy / direct | browser CPU ms/step proxy / direct | errors |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for x in r["summary"]:
+        on, off = x["proxy"], x["direct"]
+        lines.append(f"| {x['k']} | {x['workload']} | {on['steps_per_s']:.1f} | {off['steps_per_s']:.1f} | "
+                     f"{x['throughput_ratio']:.2f} | {on['p50_ms']:.0f} / {off['p50_ms']:.0f} | "
+                     f"{on['p95_ms']:.0f} / {off['p95_ms']:.0f} | "
+                     f"{on['farm_cpu_ms_per_step']:.1f} / {off['farm_cpu_ms_per_step']:.1f} | "
+                     f"{on['browser_cpu_ms_per_step']:.1f} / {off['browser_cpu_ms_per_step']:.1f} | "
+                     f"{on['errors']} / {off['errors']} |")
+    (out / "browser_guard.md").write_text("\n".join(lines) + "\n")
+    print((out / "browser_guard.md").read_text())
 
 
 def write_results(out: Path, result: dict[str, Any]) -> None:

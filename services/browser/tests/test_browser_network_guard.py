@@ -202,7 +202,6 @@ META = """<!doctype html><html><head><meta http-equiv="refresh" content="0;url=h
 # is refused by the egress proxy only: the name passes the URL guard and rebinds to 127.0.0.1 at the proxy).
 FARM_STEPS = ['click("#rebind")', 'goto("http://127.0.0.1:P4/goto")', 'goto("http://localhost:P4/goto")', 'goto("http://[::1]:P6/goto")',
               'new_tab("http://[::1]:P6/new-tab")', 'goto("SITE/r302?to=http://127.0.0.1:P4/goto-redirect")']
-VECTORS = len(PAGE_VECTORS) + len(GESTURES) + 1 + len(FARM_STEPS)  # + meta refresh
 
 
 class _Site(http.server.BaseHTTPRequestHandler):
