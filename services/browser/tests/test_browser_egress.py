@@ -8,6 +8,7 @@ import socket
 import struct
 
 import pytest
+from webenv.browser import egress
 from webenv.browser.egress import (
     COMMAND_NOT_SUPPORTED,
     GENERAL_FAILURE,
@@ -150,10 +151,11 @@ async def socks_connect(port: int, host: str | bytes, dport: int, cmd: int = 1, 
     return r, w, reply[1]
 
 
-async def test_socks_proxy_pipes_allowed_and_refuses_forbidden(upstream):
+@pytest.mark.parametrize("where", ["this loop", "own thread"])
+async def test_socks_proxy_pipes_allowed_and_refuses_forbidden(upstream, where):
     up_port, got = upstream
     proxy = EgressProxy(EgressPolicy(UrlGuard(), ("127.0.0.1", up_port), resolve=fake_resolve))
-    port = await proxy.start()
+    port = await (proxy.start() if where == "this loop" else proxy.start_thread())
     try:
         r, w, code = await socks_connect(port, "shop.web.test", 80)
         assert code == 0
@@ -171,7 +173,25 @@ async def test_socks_proxy_pipes_allowed_and_refuses_forbidden(upstream):
         assert code == COMMAND_NOT_SUPPORTED
         w.close()
         assert len(got) == 1
-        assert len(proxy.recent_refusals) == 6 and "not public" in proxy.recent_refusals[0]
+        assert proxy.refusals == 6 and "not public" in proxy.recent_refusals[0]
+        assert "resolves to a non-public address" in (proxy.why_refused(f"http://rebind-loopback.example:{up_port}/") or "")
+        assert proxy.why_refused(f"http://[::1]:{up_port}/x")
+        assert proxy.why_refused("http://shop.web.test/") is None
+    finally:
+        await proxy.close()
+    with pytest.raises(OSError):  # closed: nothing listens any more
+        await asyncio.open_connection("127.0.0.1", port)
+
+
+async def test_socks_handshake_times_out(monkeypatch):
+    monkeypatch.setattr(egress, "HANDSHAKE_TIMEOUT_S", 0.2)
+    proxy = EgressProxy(EgressPolicy(UrlGuard(), ("127.0.0.1", 9), resolve=fake_resolve))
+    port = await proxy.start()
+    try:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        w.write(b"\x05\x01\x00\x05\x01")  # greeting, then half a request and silence
+        assert await asyncio.wait_for(r.read(), 5) == b"\x05\x00" + bytes([5, GENERAL_FAILURE, 0, 1, 0, 0, 0, 0, 0, 0])
+        w.close()
     finally:
         await proxy.close()
 

@@ -106,7 +106,7 @@ class Farm:
 
     async def start(self) -> None:
         if self.egress is not None:
-            await self.egress.start()
+            await self.egress.start_thread()
         await self.pool.start()
         self._reaper = asyncio.create_task(self._reap_loop(), name="lease-reaper")
 
