@@ -36,6 +36,8 @@ DNS: dict[str, list[str]] = {
 
 
 async def fake_resolve(host: str, port: int) -> list[str]:
+    if any(len(label) > 63 for label in host.split(".")):
+        raise UnicodeError("encoding with 'idna' codec failed (UnicodeError: label too long)")  # as getaddrinfo does
     if host not in DNS:
         raise socket.gaierror(socket.EAI_NONAME, "Name or service not known")
     return DNS[host]
@@ -60,7 +62,7 @@ REFUSED = [
     "x.internal",
     # names that resolve to forbidden addresses (DNS rebinding), or do not resolve
     "rebind-loopback.example", "rebind-metadata.example", "rebind-private.example", "rebind-v6.example",
-    "rebind-mapped.example", "rebind-ula.example", "mixed.example", "no-such-name.example",
+    "rebind-mapped.example", "rebind-ula.example", "mixed.example", "no-such-name.example", "a" * 64 + ".example",
 ]
 
 
@@ -69,7 +71,7 @@ async def test_forbidden_destinations_are_refused(host):
     with pytest.raises(Refused) as exc:
         await policy().decide(host, 80)
     assert str(exc.value)
-    expected = HOST_UNREACHABLE if host == "no-such-name.example" else NOT_ALLOWED
+    expected = HOST_UNREACHABLE if host in ("no-such-name.example", "a" * 64 + ".example") else NOT_ALLOWED
     assert exc.value.code == expected
 
 

@@ -127,8 +127,9 @@ class EgressPolicy:
     async def _lookup(self, host: str, port: int) -> list[str]:
         try:
             addrs = await self.resolve(host, port)
-        except OSError as exc:
-            raise Refused(f"host {host!r} does not resolve ({exc.strerror or exc})", HOST_UNREACHABLE) from exc
+        except (OSError, ValueError) as exc:  # ValueError: a name IDNA cannot encode
+            why = (exc.strerror if isinstance(exc, OSError) else None) or str(exc)
+            raise Refused(f"host {host[:100]!r} does not resolve ({why[:100]})", HOST_UNREACHABLE) from exc
         if not addrs:
             raise Refused(f"host {host!r} does not resolve", HOST_UNREACHABLE)
         return addrs
@@ -272,6 +273,17 @@ class _Socks5(_Pipe):
         return b[1], host, port
 
     async def _connect(self, host: str, port: int) -> None:
+        try:
+            await self._open(host, port)
+        except Exception:  # never leave the browser waiting on a tunnel that will not come
+            log.exception("egress proxy: CONNECT to %s:%s failed", host[:200], port)
+            metrics.EGRESS_CONNECTIONS.labels("failed").inc()
+            if self.stage == "piping":
+                self.transport.close()  # type: ignore[union-attr]
+            else:
+                self._fail(GENERAL_FAILURE)
+
+    async def _open(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
         try:
             target = await self.proxy.policy.decide(host, port)
@@ -301,6 +313,9 @@ class _Socks5(_Pipe):
             return
         metrics.EGRESS_CONNECTIONS.labels("allowed").inc()
         upstream.peer, self.peer = self, upstream
+        if upstream.transport.is_closing():  # the upstream hung up before it was joined to the browser's side
+            self.transport.close()
+            return
         self.stage = "piping"
         self._write(b"\x05\x00\x00\x01\x00\x00\x00\x00\x00\x00")
         if self.buf:
