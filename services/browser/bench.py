@@ -214,16 +214,15 @@ def cpu_seconds(root: psutil.Process) -> tuple[float, float]:
 async def step_loop(stub: Any, sids: list[str], seconds: float, action: Callable[[int], common_pb2.Action],
                     farm: FarmProc | None = None) -> dict[str, Any]:
     """Each session steps `action(j)` back to back for `seconds`; steps/s, client-side latency and, with `farm`,
-    CPU milliseconds per step of the farm process and of its browsers (less sensitive to a loaded machine)."""
+    CPU seconds of the farm process and of its browsers (steadier than wall time on a loaded machine)."""
     root = psutil.Process(farm.proc.pid) if farm else None
     cpu0 = cpu_seconds(root) if root else (0.0, 0.0)
     lat: list[float] = []
-    errors = 0
+    errors: list[str] = []
     srv: list[float] = []
     stop = time.perf_counter() + seconds
 
     async def worker(sid: str) -> None:
-        nonlocal errors
         j = 0
         while time.perf_counter() < stop:
             t = time.perf_counter()
@@ -231,28 +230,29 @@ async def step_loop(stub: Any, sids: list[str], seconds: float, action: Callable
                 r = await stub.Step(environment_pb2.StepRequest(session_id=sid, action=action(j), step_index=-1))
                 assert r.observation.axtree
                 srv.append(r.timings.observe_seconds)
-                errors += bool(r.observation.last_action_error)
-            except grpc.aio.AioRpcError:
-                errors += 1
+                if r.observation.last_action_error:
+                    errors.append(r.observation.last_action_error[:200])
+            except grpc.aio.AioRpcError as exc:
+                errors.append(f"{exc.code().name}: {(exc.details() or '')[:200]}")
             lat.append(time.perf_counter() - t)
             j += 1
 
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(s) for s in sids))
     wall = time.perf_counter() - t0
-    out = {"k": len(sids), "steps": len(lat), "errors": errors, "steps_per_s": len(lat) / wall,
-           "p50_ms": pct(lat, 50) * 1e3, "p95_ms": pct(lat, 95) * 1e3, "observe_p50_ms": pct(srv, 50) * 1e3}
-    if root is not None and lat:
-        cpu1 = cpu_seconds(root)
-        out["farm_cpu_ms_per_step"] = (cpu1[0] - cpu0[0]) * 1e3 / len(lat)
-        out["browser_cpu_ms_per_step"] = (cpu1[1] - cpu0[1]) * 1e3 / len(lat)
-    return out
+    cpu1 = cpu_seconds(root) if root else (0.0, 0.0)
+    return {"k": len(sids), "steps": len(lat), "errors": len(errors), "error_kinds": sorted(set(errors))[:5],
+            "steps_per_s": len(lat) / wall, "wall_s": wall,
+            "p50_ms": pct(lat, 50) * 1e3, "p95_ms": pct(lat, 95) * 1e3, "observe_p50_ms": pct(srv, 50) * 1e3,
+            "farm_cpu_s": cpu1[0] - cpu0[0], "browser_cpu_s": cpu1[1] - cpu0[1], "lat": lat}
 
 
 async def farm_run(stub: Any, farm: FarmProc, url: str, k: int, seconds: float) -> dict[str, Any]:
     sids = [(await stub.OpenSession(environment_pb2.OpenSessionRequest(start_url=url, observation_spec=SPEC))).session.session_id
             for _ in range(k)]
     out = await step_loop(stub, sids, seconds, click)
+    for key in ("lat", "wall_s", "farm_cpu_s", "browser_cpu_s", "error_kinds"):
+        out.pop(key)
     out["pss_per_session_mb"] = pss_mb(chromium_pids(farm.proc.pid)) / k
     for s in sids:
         await stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=s))
@@ -264,30 +264,42 @@ def goto(j: int) -> common_pb2.Action:
     return common_pb2.Action(navigate=common_pb2.NavigateAction(url=f"http://bench.web.test/products?n={j}"))
 
 
+def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    """One figure from several step_loop runs of the same mode: totals over totals, percentiles over all steps."""
+    lat = sorted(x for p in parts for x in p["lat"])
+    steps, wall = sum(p["steps"] for p in parts), sum(p["wall_s"] for p in parts)
+    return {"k": parts[0]["k"], "steps": steps, "errors": sum(p["errors"] for p in parts),
+            "error_kinds": sorted({e for p in parts for e in p["error_kinds"]})[:5], "steps_per_s": steps / wall,
+            "p50_ms": pct(lat, 50) * 1e3, "p95_ms": pct(lat, 95) * 1e3,
+            "farm_cpu_ms_per_step": sum(p["farm_cpu_s"] for p in parts) * 1e3 / steps,
+            "browser_cpu_ms_per_step": sum(p["browser_cpu_s"] for p in parts) * 1e3 / steps}
+
+
 async def guard_overhead(sites_addr: str, url: str, ks: list[int], seconds: float) -> dict[str, Any]:
     """The network guard's cost: two farms, identical but for WEBENV_FARM_EGRESS_PROXY (all browser traffic through
-    the egress proxy, or direct with URL checks only), interleaved point by point (the order alternates), on two
-    workloads: clicks on a loaded page (no network) and a navigation to a new document every step."""
+    the egress proxy, or direct with URL checks only), on two workloads: clicks on a loaded page (no network) and a
+    navigation to a new document every step. Each point runs proxy, direct, direct, proxy for seconds/2 each (so a
+    drift of the machine's load hits both alike) and reports totals; CPU per step is the steadier figure on a
+    shared machine."""
     farms = {mode: FarmProc(sites_addr, max(ks) + 8, {"WEBENV_FARM_EGRESS_PROXY": str(mode == "proxy").lower()})
              for mode in ("proxy", "direct")}
-    rows: list[dict[str, Any]] = []
+    summary: list[dict[str, Any]] = []
     try:
         for f in farms.values():
             await f.ready()
         channels = {m: make_channel(f.address, timeout=120) for m, f in farms.items()}
         stubs = {m: environment_pb2_grpc.EnvironmentServiceStub(c) for m, c in channels.items()}
-        n = 0
         for k in ks:
             sids = {m: [(await stubs[m].OpenSession(environment_pb2.OpenSessionRequest(
                 start_url=url, observation_spec=SPEC))).session.session_id for _ in range(k)] for m in farms}
             for workload, action in (("click", click), ("goto", goto)):
-                order = ("proxy", "direct") if n % 2 == 0 else ("direct", "proxy")
-                n += 1
-                for mode in order:
-                    r = await step_loop(stubs[mode], sids[mode], seconds, action, farms[mode])
-                    r.update(mode=mode, workload=workload)
-                    rows.append(r)
-                    print("guard", r, flush=True)
+                parts: dict[str, list[dict[str, Any]]] = {"proxy": [], "direct": []}
+                for mode in ("proxy", "direct", "direct", "proxy"):
+                    parts[mode].append(await step_loop(stubs[mode], sids[mode], seconds / 2, action, farms[mode]))
+                on, off = combine(parts["proxy"]), combine(parts["direct"])
+                summary.append({"k": k, "workload": workload, "proxy": on, "direct": off,
+                                "throughput_ratio": on["steps_per_s"] / off["steps_per_s"]})
+                print("guard", summary[-1], flush=True)
             for m in farms:
                 for s in sids[m]:
                     await stubs[m].CloseSession(environment_pb2.CloseSessionRequest(session_id=s))
@@ -296,14 +308,7 @@ async def guard_overhead(sites_addr: str, url: str, ks: list[int], seconds: floa
     finally:
         for f in farms.values():
             f.stop()
-    summary = []
-    for k in ks:
-        for workload in ("click", "goto"):
-            on = next(r for r in rows if (r["k"], r["workload"], r["mode"]) == (k, workload, "proxy"))
-            off = next(r for r in rows if (r["k"], r["workload"], r["mode"]) == (k, workload, "direct"))
-            summary.append({"k": k, "workload": workload, "proxy": on, "direct": off,
-                            "throughput_ratio": on["steps_per_s"] / off["steps_per_s"]})
-    return {"rows": rows, "summary": summary, "seconds_per_point": seconds}
+    return {"summary": summary, "seconds_per_point": seconds}
 
 
 async def open_latency(stub: Any, url: str, n: int = 15) -> dict[str, Any]:
@@ -441,7 +446,7 @@ def write_guard_results(out: Path, r: dict[str, Any]) -> None:
              f"Machine: {r['machine']['cpus']} CPUs, 1-min load {load0:.1f} at start, "
              f"{r['machine']['load_avg_1m_at_end']:.1f} at end. Two farms, identical but for "
              "`WEBENV_FARM_EGRESS_PROXY` (proxy: every browser connection through the egress proxy; direct: URL "
-             f"checks only), interleaved point by point, {seconds} s per point. click = Step(click) on a loaded "
+             f"checks only), each point run proxy, direct, direct, proxy for {seconds / 2} s each. click = Step(click) on a loaded "
              "~300-element page (no network); goto = Step(navigate) to a new document every step.", "",
              "| K | workload | steps/s proxy | steps/s direct | ratio | p50 ms proxy / direct | p95 ms proxy / direct "
              "| farm CPU ms/step proxy / direct | browser CPU ms/step proxy / direct | errors |",
@@ -454,6 +459,9 @@ def write_guard_results(out: Path, r: dict[str, Any]) -> None:
                      f"{on['farm_cpu_ms_per_step']:.1f} / {off['farm_cpu_ms_per_step']:.1f} | "
                      f"{on['browser_cpu_ms_per_step']:.1f} / {off['browser_cpu_ms_per_step']:.1f} | "
                      f"{on['errors']} / {off['errors']} |")
+    kinds = sorted({e for x in r["summary"] for m in ("proxy", "direct") for e in x[m].get("error_kinds", [])})
+    if kinds:
+        lines += ["", "Errors seen (`last_action_error` or RPC status, both farms): " + "; ".join(kinds)]
     (out / "browser_guard.md").write_text("\n".join(lines) + "\n")
     print((out / "browser_guard.md").read_text())
 

@@ -56,6 +56,7 @@ HANDSHAKE_MAX_BYTES = 600
 HANDSHAKE_TIMEOUT_S = 10.0
 
 Resolver = Callable[[str, int], Awaitable[list[str]]]
+_ALLOWED, _REFUSED, _FAILED = (metrics.EGRESS_CONNECTIONS.labels(o) for o in ("allowed", "refused", "failed"))
 
 
 class Refused(Exception):
@@ -277,7 +278,7 @@ class _Socks5(_Pipe):
             await self._open(host, port)
         except Exception:  # never leave the browser waiting on a tunnel that will not come
             log.exception("egress proxy: CONNECT to %s:%s failed", host[:200], port)
-            metrics.EGRESS_CONNECTIONS.labels("failed").inc()
+            _FAILED.inc()
             if self.stage == "piping":
                 self.transport.close()  # type: ignore[union-attr]
             else:
@@ -303,7 +304,7 @@ class _Socks5(_Pipe):
             except OSError as exc:
                 err = exc
         else:
-            metrics.EGRESS_CONNECTIONS.labels("failed").inc()
+            _FAILED.inc()
             log.debug("egress connect to %s:%s failed: %s", host[:200], port, err)
             self._fail(CONNECTION_REFUSED if isinstance(err, ConnectionRefusedError) else HOST_UNREACHABLE)
             return
@@ -311,7 +312,7 @@ class _Socks5(_Pipe):
         if self.transport is None or self.transport.is_closing():
             upstream.transport.close()
             return
-        metrics.EGRESS_CONNECTIONS.labels("allowed").inc()
+        _ALLOWED.inc()
         upstream.peer, self.peer = self, upstream
         if upstream.transport.is_closing():  # the upstream hung up before it was joined to the browser's side
             self.transport.close()
@@ -366,7 +367,7 @@ class EgressProxy:
         self._thread: threading.Thread | None = None
 
     def refused(self, host: str, port: int, why: str) -> None:
-        metrics.EGRESS_CONNECTIONS.labels("refused").inc()
+        _REFUSED.inc()
         self.refusals += 1
         line = f"{host[:200]}:{port}: {why}"
         log.info("network guard refused a connection to %s", line)
