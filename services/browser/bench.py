@@ -55,11 +55,17 @@ PAGE = "".join(
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
+    """Keep-alive like the sites service (uvicorn); `close=1` in the query closes the connection after the answer."""
+
+    protocol_version = "HTTP/1.1"
+
     def do_GET(self) -> None:  # noqa: N802
         body = PAGE if self.path.startswith("/products") else b"not found"
         self.send_response(200 if body is PAGE else 404)
         self.send_header("Content-Type", "text/html")
         self.send_header("Content-Length", str(len(body)))
+        if "close=1" in self.path:
+            self.send_header("Connection", "close")
         self.end_headers()
         self.wfile.write(body)
 
@@ -260,8 +266,14 @@ async def farm_run(stub: Any, farm: FarmProc, url: str, k: int, seconds: float) 
 
 
 def goto(j: int) -> common_pb2.Action:
-    """A navigation to a new document each step (a fresh URL: nothing comes from the cache)."""
+    """A navigation to a new document each step (a fresh URL: nothing comes from the cache), on a kept-alive
+    connection."""
     return common_pb2.Action(navigate=common_pb2.NavigateAction(url=f"http://bench.web.test/products?n={j}"))
+
+
+def goto_new_connection(j: int) -> common_pb2.Action:
+    """As `goto`, but the server closes each connection: every document needs a new one (the proxy's worst case)."""
+    return common_pb2.Action(navigate=common_pb2.NavigateAction(url=f"http://bench.web.test/products?close=1&n={j}"))
 
 
 def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
@@ -277,8 +289,8 @@ def combine(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 async def guard_overhead(sites_addr: str, url: str, ks: list[int], seconds: float) -> dict[str, Any]:
     """The network guard's cost: two farms, identical but for WEBENV_FARM_EGRESS_PROXY (all browser traffic through
-    the egress proxy, or direct with URL checks only), on two workloads: clicks on a loaded page (no network) and a
-    navigation to a new document every step. Each point runs proxy, direct, direct, proxy for seconds/2 each (so a
+    the egress proxy, or direct with URL checks only), on three workloads: clicks on a loaded page (no network), a
+    navigation to a new document every step, and the same with a new connection for every document. Each point runs proxy, direct, direct, proxy for seconds/2 each (so a
     drift of the machine's load hits both alike) and reports totals; CPU per step is the steadier figure on a
     shared machine."""
     farms = {mode: FarmProc(sites_addr, max(ks) + 8, {"WEBENV_FARM_EGRESS_PROXY": str(mode == "proxy").lower()})
@@ -292,7 +304,7 @@ async def guard_overhead(sites_addr: str, url: str, ks: list[int], seconds: floa
         for k in ks:
             sids = {m: [(await stubs[m].OpenSession(environment_pb2.OpenSessionRequest(
                 start_url=url, observation_spec=SPEC))).session.session_id for _ in range(k)] for m in farms}
-            for workload, action in (("click", click), ("goto", goto)):
+            for workload, action in (("click", click), ("goto", goto), ("goto, new connection", goto_new_connection)):
                 parts: dict[str, list[dict[str, Any]]] = {"proxy": [], "direct": []}
                 for mode in ("proxy", "direct", "direct", "proxy"):
                     parts[mode].append(await step_loop(stubs[mode], sids[mode], seconds / 2, action, farms[mode]))
@@ -447,7 +459,9 @@ def write_guard_results(out: Path, r: dict[str, Any]) -> None:
              f"{r['machine']['load_avg_1m_at_end']:.1f} at end. Two farms, identical but for "
              "`WEBENV_FARM_EGRESS_PROXY` (proxy: every browser connection through the egress proxy; direct: URL "
              f"checks only), each point run proxy, direct, direct, proxy for {seconds / 2} s each. click = Step(click) on a loaded "
-             "~300-element page (no network); goto = Step(navigate) to a new document every step.", "",
+             "~300-element page (no network); goto = Step(navigate) to a new document every step over a kept-alive "
+             "connection (as the sites service keeps them); new connection = the server closes each one (the proxy's "
+             "worst case: a SOCKS handshake and an upstream connect per document).", "",
              "| K | workload | steps/s proxy | steps/s direct | ratio | p50 ms proxy / direct | p95 ms proxy / direct "
              "| farm CPU ms/step proxy / direct | browser CPU ms/step proxy / direct | errors |",
              "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
