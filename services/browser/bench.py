@@ -35,6 +35,8 @@ import grpc
 import psutil
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from playwright.async_api import async_playwright
+from webenv.browser.egress import EgressPolicy, EgressProxy
+from webenv.browser.guard import UrlGuard
 from webenv.browser.observe import OBSERVE_JS
 from webenv.browser.pool import chromium_args
 from webenv.client import make_channel
@@ -58,6 +60,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     """Keep-alive like the sites service (uvicorn); `close=1` in the query closes the connection after the answer."""
 
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # headers and body are two writes: without it, 40 ms of delayed ACK each
 
     def do_GET(self) -> None:  # noqa: N802
         body = PAGE if self.path.startswith("/products") else b"not found"
@@ -374,6 +377,86 @@ async def many_sessions(stub: Any, url: str, n: int) -> dict[str, Any]:
             "error_kinds": sorted(set(errors)), "open_all_s": open_s, "step_all_s": step_s}
 
 
+# -- the egress proxy alone ------------------------------------------------------------------------
+async def proxy_child(variant: str, upstream_port: int) -> None:
+    """Child process of `proxy_alone`: the egress proxy on this process's own loop (`loop`) or on a thread of its own
+    (`thread`, as the farm runs it) while this loop is kept busy in 2 ms slices, the way a loaded farm's loop is
+    (`idle-thread`: not busy). Prints the proxy's port and thread id, then serves until killed."""
+    proxy = EgressProxy(EgressPolicy(UrlGuard(), ("127.0.0.1", upstream_port)))
+    port = await (proxy.start() if variant == "loop" else proxy.start_thread())
+    tid = proxy._thread.native_id if proxy._thread is not None else 0
+    print(port, tid, flush=True)
+    while True:
+        t = time.perf_counter()
+        while variant != "idle-thread" and time.perf_counter() - t < 0.002:
+            pass
+        await asyncio.sleep(0 if variant != "idle-thread" else 1)
+
+
+async def _http_get(port: int, path: str, socks: bool, reader_writer: Any = None) -> Any:
+    """One GET of the bench page on a new connection (through the proxy when `socks`), or on `reader_writer`."""
+    if reader_writer is None:
+        r, w = await asyncio.open_connection("127.0.0.1", port)
+        if socks:
+            w.write(b"\x05\x01\x00")
+            await r.readexactly(2)
+            w.write(b"\x05\x01\x00\x03\x0ebench.web.test\x00\x50")
+            await r.readexactly(10)
+    else:
+        r, w = reader_writer
+    w.write(f"GET {path} HTTP/1.1\r\nHost: bench.web.test\r\n\r\n".encode())
+    head = await r.readuntil(b"\r\n\r\n")
+    n = int(head.lower().split(b"content-length:")[1].split(b"\r\n")[0])
+    await r.readexactly(n)
+    return r, w
+
+
+async def proxy_alone(sites_addr: str, n_conn: int = 100, n_req: int = 500) -> dict[str, Any]:
+    """The proxy without browsers: GETs of the ~25 KB bench page direct and through the proxy, on kept-alive and new
+    connections; wall time per request at the client, CPU of the proxy's thread per request (when it has one)."""
+    up_port = int(sites_addr.rsplit(":", 1)[1])
+    out: dict[str, Any] = {}
+    for variant in ("direct", "idle-thread", "thread", "loop"):
+        child = None
+        port, socks = up_port, False
+        if variant != "direct":
+            child = await asyncio.create_subprocess_exec(sys.executable, __file__, "--proxy-child", variant,
+                                                         str(up_port), stdout=subprocess.PIPE)
+            assert child.stdout is not None
+            port_s, tid_s = (await child.stdout.readline()).split()
+            port, socks = int(port_s), True
+        proc = psutil.Process(child.pid) if child else None
+        tid = int(tid_s) if child else 0
+
+        def proxy_cpu(proc: psutil.Process | None = proc, tid: int = tid) -> float:
+            """CPU seconds of the proxy's own thread (the busy loop's slices are not the proxy's)."""
+            return next((t.user_time + t.system_time for t in proc.threads() if t.id == tid), 0.0) if proc else 0.0
+
+        try:
+            rw = await _http_get(port, "/products", socks)
+            row: dict[str, float] = {}
+            for label, n in (("request", n_req), ("connection", n_conn)):
+                cpu0 = proxy_cpu()
+                t0 = time.perf_counter()
+                for _ in range(n):
+                    if label == "request":
+                        await _http_get(port, "/products", socks, rw)
+                    else:
+                        _, w = await _http_get(port, "/products?close=1", socks)
+                        w.close()
+                row[f"us_per_{label}"] = (time.perf_counter() - t0) / n * 1e6
+                if tid:
+                    row[f"proxy_cpu_us_per_{label}"] = (proxy_cpu() - cpu0) / n * 1e6
+            rw[1].close()
+            out[variant] = row
+            print("proxy alone", variant, row, flush=True)
+        finally:
+            if child:
+                child.kill()
+                await child.wait()
+    return out
+
+
 async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", default="bench/results")
@@ -445,6 +528,7 @@ async def run_guard(sites_addr: str, url: str, ks: list[int], seconds: float) ->
     """The network-guard comparison with the machine's load around it."""
     load0 = os.getloadavg()[0]
     r = await guard_overhead(sites_addr, url, ks, seconds)
+    r["proxy_alone"] = await proxy_alone(sites_addr)
     r["machine"] = {"cpus": os.cpu_count(), "load_avg_1m_at_start": load0, "load_avg_1m_at_end": os.getloadavg()[0]}
     return r
 
@@ -473,6 +557,16 @@ def write_guard_results(out: Path, r: dict[str, Any]) -> None:
                      f"{on['farm_cpu_ms_per_step']:.1f} / {off['farm_cpu_ms_per_step']:.1f} | "
                      f"{on['browser_cpu_ms_per_step']:.1f} / {off['browser_cpu_ms_per_step']:.1f} | "
                      f"{on['errors']} / {off['errors']} |")
+    pa = r["proxy_alone"]
+    lines += ["", "The proxy alone (no browser): GETs of the same page, client wall time per request on a kept-alive "
+              "connection and per new connection, and CPU of the proxy's own thread. *loop*: the proxy on the loop of a "
+              "process kept busy in 2 ms slices (a loaded farm's loop); *thread*: on its own thread and uvloop loop "
+              "(as the farm runs it) beside that busy loop; *idle-thread*: the same, loop not busy.", "",
+              "| path | µs per request | µs per new connection | proxy CPU µs per request | proxy CPU µs per connection |",
+              "| --- | --- | --- | --- | --- |"]
+    for variant, row in pa.items():
+        cpu = [f"{row[k]:.0f}" if k in row else "-" for k in ("proxy_cpu_us_per_request", "proxy_cpu_us_per_connection")]
+        lines.append(f"| {variant} | {row['us_per_request']:.0f} | {row['us_per_connection']:.0f} | {cpu[0]} | {cpu[1]} |")
     kinds = sorted({e for x in r["summary"] for m in ("proxy", "direct") for e in x[m].get("error_kinds", [])})
     if kinds:
         lines += ["", "Errors seen (`last_action_error` or RPC status, both farms): " + "; ".join(kinds)]
@@ -514,4 +608,7 @@ def render_md(r: dict[str, Any]) -> str:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    if sys.argv[1:2] == ["--proxy-child"]:
+        asyncio.run(proxy_child(sys.argv[2], int(sys.argv[3])))
+    else:
+        asyncio.run(main())
