@@ -30,6 +30,7 @@ DNS: dict[str, list[str]] = {
     "rebind-mapped.example": ["::ffff:192.168.1.1"],
     "rebind-ula.example": ["fd12:3456::1"],
     "mixed.example": ["93.184.216.34", "192.168.0.10"],  # one bad answer refuses the name
+    "rebind-own.example": ["93.184.216.99"],  # this machine's public address
     "public.example": ["93.184.216.34", "2606:2800:220:1::1"],
     "trusted.corp": ["10.1.2.3"],
 }
@@ -43,8 +44,12 @@ async def fake_resolve(host: str, port: int) -> list[str]:
     return DNS[host]
 
 
+# The machine's own addresses as the policy sees them (a public one included: a node with a public interface).
+OWN = frozenset({"127.0.0.1", "::1", "10.0.0.5", "198.51.100.7", "2001:db8:1::5", "93.184.216.99"})
+
+
 def policy(allow: tuple[str, ...] = ("*.web.test",)) -> EgressPolicy:
-    return EgressPolicy(UrlGuard(allow_hosts=list(allow)), ("127.0.0.1", 8800), resolve=fake_resolve)
+    return EgressPolicy(UrlGuard(allow_hosts=list(allow)), ("127.0.0.1", 8800), resolve=fake_resolve, own_addrs=OWN)
 
 
 REFUSED = [
@@ -63,6 +68,8 @@ REFUSED = [
     # names that resolve to forbidden addresses (DNS rebinding), or do not resolve
     "rebind-loopback.example", "rebind-metadata.example", "rebind-private.example", "rebind-v6.example",
     "rebind-mapped.example", "rebind-ula.example", "mixed.example", "no-such-name.example", "a" * 64 + ".example",
+    # this machine's own public address, by literal and by name (it would reach the farm's own ports)
+    "93.184.216.99", "rebind-own.example",
 ]
 
 
@@ -110,6 +117,18 @@ async def test_bad_ports_and_empty_hosts_are_refused(port):
         await policy().decide("8.8.8.8", port)
     with pytest.raises(Refused):
         await policy().decide(" ", 80)
+
+
+async def test_own_public_address_is_refused_with_its_reason():
+    with pytest.raises(Refused, match="this machine's"):
+        await policy().decide("93.184.216.99", 9451)  # e.g. the farm's metrics port on a public interface
+    assert (await policy().decide("93.184.216.98", 80)).addrs == ("93.184.216.98",)
+
+
+def test_machine_addrs_lists_this_machines_interfaces():
+    own = egress.machine_addrs()
+    assert "127.0.0.1" in own
+    assert egress.EgressPolicy(UrlGuard(), ("127.0.0.1", 1)).own_addrs == own
 
 
 def test_split_addr():

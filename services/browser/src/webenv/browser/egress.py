@@ -22,9 +22,11 @@ Policy (`EgressPolicy.decide`):
   whatever the port: the farm's own resolver rule, and the only way a browser reaches a loopback address;
 - hosts matching the allowlist (`WEBENV_FARM_ALLOW_HOSTS`, operator-trusted) connect where they resolve;
 - IP literals (any spelling, IPv4-mapped/6to4/NAT64 IPv6 decoded) must be public: loopback, private,
-  link-local (169.254.169.254), CGNAT, multicast, reserved, unspecified, site-local are refused;
+  link-local (169.254.169.254), CGNAT, multicast, reserved, unspecified, site-local are refused, and so are the
+  machine's own interface addresses even when public (they would reach the farm's own ports);
 - other names: local names (`localhost`, `*.localhost`, `*.internal`, metadata) refused by name, then the
-  name is resolved and refused when ANY of its addresses is not public, or when it does not resolve;
+  name is resolved and refused when ANY of its addresses would be refused as a literal, or when it does not
+  resolve;
 - SOCKS commands other than CONNECT (BIND, UDP ASSOCIATE) are refused.
 """
 
@@ -34,15 +36,17 @@ import asyncio
 import concurrent.futures
 import contextlib
 import fnmatch
+import ipaddress
 import logging
 import socket
 import struct
 import threading
 from collections import OrderedDict
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+import psutil
 from webenv.browser import metrics
 from webenv.browser.guard import UrlGuard, canonical_ip, ip_is_public, is_local_name
 
@@ -83,6 +87,18 @@ async def system_resolve(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
+def machine_addrs() -> frozenset[str]:
+    """The addresses of this machine's network interfaces, canonical (IPv4-mapped forms decoded)."""
+    out = set()
+    for addrs in psutil.net_if_addrs().values():
+        for a in addrs:
+            if a.family in (socket.AF_INET, socket.AF_INET6):
+                ip = canonical_ip(a.address)
+                if ip is not None:
+                    out.add(str(ip))
+    return frozenset(out)
+
+
 def split_addr(addr: str) -> tuple[str, int]:
     """`host:port` or `[v6]:port` -> (host, port)."""
     host, _, port = addr.rpartition(":")
@@ -99,6 +115,7 @@ class EgressPolicy:
     sites_addr: tuple[str, int]
     mapped: tuple[str, ...] = ("*.web.test",)
     resolve: Resolver = system_resolve
+    own_addrs: frozenset[str] = field(default_factory=lambda: machine_addrs())
 
     async def decide(self, host: str, port: int) -> Target:
         """The addresses to connect to for a CONNECT to (host, port), or Refused naming the reason."""
@@ -113,17 +130,22 @@ class EgressPolicy:
         if self.guard.host_allowlisted(h):
             return Target((str(ip),) if ip is not None else tuple(await self._lookup(h, port)), port)
         if ip is not None:
-            if not ip_is_public(ip):
-                raise Refused(f"address {ip} is not public")
+            if not self.allowed(ip):
+                raise Refused(f"address {ip} is not public" if not ip_is_public(ip) else f"address {ip} is this machine's")
             return Target((str(ip),), port)
         if is_local_name(h):
             raise Refused(f"host {h!r} is a local name")
         addrs = await self._lookup(h, port)
         for a in addrs:
             ip = canonical_ip(a)
-            if ip is None or not ip_is_public(ip):
-                raise Refused(f"host {h!r} resolves to a non-public address ({a})")
+            if ip is None or not self.allowed(ip):
+                raise Refused(f"host {h!r} resolves to a non-public address or this machine's ({a})")
         return Target(tuple(addrs), port)
+
+    def allowed(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+        """A public address that is not one of this machine's own (a public interface address would reach the
+        farm's own ports)."""
+        return ip_is_public(ip) and str(ip) not in self.own_addrs
 
     async def _lookup(self, host: str, port: int) -> list[str]:
         try:
