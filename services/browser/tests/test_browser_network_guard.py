@@ -343,7 +343,7 @@ async def test_hostile_page_reaches_no_loopback_listener(farm_factory, canaries,
             r = await f.env.Step(_step(sid, text))
             assert "refused by the URL guard" in r.observation.last_action_error, (text, r.observation.last_action_error)
             if "rebind" in text:
-                assert "refused by the network guard: host 'rebind.example' resolves to a non-public address (127.0.0.1)" \
+                assert "refused by the network guard: host 'rebind.example' resolves to 127.0.0.1, which is not public" \
                     in r.observation.last_action_error
             assert urllib.parse.urlsplit(r.observation.url).hostname not in ("127.0.0.1", "::1", "localhost"), text
         await asyncio.sleep(1.5)  # late arrivals: pings, workers, ICE retries

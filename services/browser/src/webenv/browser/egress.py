@@ -130,22 +130,26 @@ class EgressPolicy:
         if self.guard.host_allowlisted(h):
             return Target((str(ip),) if ip is not None else tuple(await self._lookup(h, port)), port)
         if ip is not None:
-            if not self.allowed(ip):
-                raise Refused(f"address {ip} is not public" if not ip_is_public(ip) else f"address {ip} is this machine's")
+            why = self.refusal(ip)
+            if why:
+                raise Refused(f"address {ip} {why}")
             return Target((str(ip),), port)
         if is_local_name(h):
             raise Refused(f"host {h!r} is a local name")
         addrs = await self._lookup(h, port)
         for a in addrs:
             ip = canonical_ip(a)
-            if ip is None or not self.allowed(ip):
-                raise Refused(f"host {h!r} resolves to a non-public address or this machine's ({a})")
+            why = self.refusal(ip) if ip is not None else "is not an address"
+            if why:
+                raise Refused(f"host {h!r} resolves to {a}, which {why}")
         return Target(tuple(addrs), port)
 
-    def allowed(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
-        """A public address that is not one of this machine's own (a public interface address would reach the
-        farm's own ports)."""
-        return ip_is_public(ip) and str(ip) not in self.own_addrs
+    def refusal(self, ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> str:
+        """Why an address may not be reached ('' when it may): not public, or one of this machine's own (a public
+        interface address would reach the farm's own ports)."""
+        if not ip_is_public(ip):
+            return "is not public"
+        return "is this machine's own" if str(ip) in self.own_addrs else ""
 
     async def _lookup(self, host: str, port: int) -> list[str]:
         try:
