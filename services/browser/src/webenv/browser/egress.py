@@ -377,9 +377,10 @@ class EgressProxy:
     in `recent_refusals` for diagnostics.
 
     `start`/`close` serve on the calling loop; the farm uses `start_thread`/`close`, which serve on a loop of
-    the proxy's own thread (uvloop when installed): measured with a loop kept busy the way a loaded farm's is,
-    a proxy on that loop added 34 ms per request and 170 ms per new connection, on its own thread 1.1 ms and
-    8 ms; uvloop costs a third of the default loop's CPU per connection."""
+    the proxy's own thread (uvloop when installed): measured (bench.py --guard-only, "the proxy alone") beside a
+    loop kept busy in 2 ms slices the way a loaded farm's is, a proxy on that loop added 34 ms per request and
+    228 ms per new connection, on its own thread 0.3 ms and 3.8 ms; uvloop took a third of the default loop's
+    CPU per connection."""
 
     def __init__(self, policy: EgressPolicy) -> None:
         self.policy = policy
