@@ -603,7 +603,8 @@ def render_md(r: dict[str, Any]) -> str:
         lines.append(f"{m['sessions']} concurrent sessions: opened {m['opened']} in {m['open_all_s']:.1f} s, "
                      f"one StepStream step each answered {m['answered']} in {m['step_all_s']:.1f} s, errors {m['errors']} "
                      f"{m['error_kinds'] or ''}.")
-    lines += ["", "Targets: " + ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in r["targets"].items()), ""]
+    lines += ["", "Targets: " + ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in r["targets"].items()),
+              "", "The network guard's cost (egress proxy on vs off): browser_guard.md.", ""]
     return "\n".join(lines)
 
 
