@@ -17,6 +17,7 @@ from webenv.v1 import (  # noqa: F401  (importing registers every file in the de
     judge_pb2,
     policy_pb2,
     task_pb2,
+    trainer_pb2,
     worldmodel_pb2,
 )
 
@@ -50,7 +51,7 @@ def test_every_service_follows_the_style():
     assert set(services) == {
         "webenv.v1.EnvironmentService", "webenv.v1.BrowserFarmService", "webenv.v1.TaskService",
         "webenv.v1.PolicyService", "webenv.v1.WorldModelService", "webenv.v1.JudgeService",
-        "webenv.v1.CollectorService",
+        "webenv.v1.CollectorService", "webenv.v1.TrainerService",
     }
     for methods in services.values():
         for name, (_, _, req, resp) in methods.items():
