@@ -35,6 +35,8 @@ def main() -> None:
     import torch
     from webenv.agent import scorer as lib
     from webenv.collector.stack import Stack
+    from webenv.trainer import train_scorer
+    from webenv.trainer.algorithms import select
     from webenv.v1 import (
         collector_pb2,
         collector_pb2_grpc,
@@ -44,9 +46,6 @@ def main() -> None:
         trainer_pb2,
         trainer_pb2_grpc,
     )
-
-    from webenv.trainer import train_scorer
-    from webenv.trainer.algorithms import select
 
     out: dict = {"demos": args.demos, "epochs": args.epochs}
     with tempfile.TemporaryDirectory() as tmp, Stack(Path(tmp), free_ports=True, sites_count=24) as stack:
