@@ -48,6 +48,10 @@ async def test_list_policies(serve_policy, policy_stub):
     assert set(names) == {"oracle", "random", "explore"}  # no model configured: no llm policy
     assert resp.default_policy == "explore"
     assert all(p.description and p.backend == "none" for p in resp.policies)
+    # The oracle says which tasks it can act on, so collectors leave the others out of its runs.
+    assert names["oracle"].needs_solution and not names["random"].needs_solution
+    assert "miniwob/click-test" in names["oracle"].solved_task_ids
+    assert not names["explore"].solved_task_ids
 
 
 @pytest.mark.parametrize("policy", ["random", "explore"])

@@ -45,3 +45,30 @@ async def test_module_serves_and_stops_on_sigterm(tmp_path) -> None:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
+
+
+async def test_bad_task_files_exit_2_with_one_line_per_problem(tmp_path) -> None:
+    """Bad YAML and rubric JSON folders are bad configuration: every problem, one line each, exit 2, no traceback."""
+    ydir, rdir = tmp_path / "yaml", tmp_path / "rubric"
+    ydir.mkdir()
+    rdir.mkdir()
+    (ydir / "a.yaml").write_text("name: a\ndescription: d\nsuccess_criteria:\n  - type: dom_contains\n")
+    (ydir / "b.yaml").write_text("name: b\ndescription: d\nmax_steps: lots\nsuccess_criteria: []\n")
+    (rdir / "c.json").write_text('{"task_id": "c", "website": "ftp://x", "task": "t", "fact_groups": [{"facts": ["f"]}]}')
+    env = {**os.environ, "WEBENV_GRPC_PORT": "0", "WEBENV_HTTP_PORT": "0", "WEBENV_METRICS_PORT": "0",
+           "WEBENV_HOST": "127.0.0.1", "WEBENV_SITES_COUNT": "8", "WEBENV_SITES_MINIWOB": "false",
+           "WEBENV_SITES_YAML_DIRS": f'["{ydir}"]', "WEBENV_SITES_RUBRIC_DIRS": f'["{rdir}"]'}
+    proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "webenv.sites", env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), timeout=120)
+    text = err.decode()
+    assert proc.returncode == 2, text
+    assert "Traceback" not in text
+    lines = text.strip().splitlines()
+    assert lines[0] == "webenv-sites: 4 problem(s) in task files (WEBENV_SITES_YAML_DIRS, WEBENV_SITES_RUBRIC_DIRS):"
+    assert lines[1:] == [
+        f"{ydir / 'a.yaml'}:4: success_criteria[0].selector: required for type dom_contains",
+        f"{ydir / 'b.yaml'}:3: max_steps: must be an integer, got str 'lots'",
+        f"{ydir / 'b.yaml'}:4: success_criteria: must be a non-empty list",
+        f"{rdir / 'c.json'}[0]: website: Value error, must be an http(s) URL, got 'ftp://x'",
+    ], text

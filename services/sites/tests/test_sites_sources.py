@@ -8,6 +8,7 @@ from pathlib import Path
 import httpx
 import pytest
 from webenv.sites import rubricjson, yamltasks
+from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.world import DATA
 from webenv.v1 import common_pb2 as pb
 
@@ -67,18 +68,67 @@ def test_shipped_yaml_and_rubric_examples_load() -> None:
 def test_malformed_yaml_names_file_line_and_field(tmp_path: Path, body: str, line: int, field: str) -> None:
     f = tmp_path / "bad.yaml"
     f.write_text(textwrap.dedent(body))
-    with pytest.raises(yamltasks.YamlTaskError) as info:
+    with pytest.raises(TaskFileError) as info:
         yamltasks.load_file(f)
-    err = info.value
+    [err] = info.value.errors
+    assert isinstance(err, yamltasks.YamlTaskError)
     assert (err.path, err.line, err.field) == (str(f), line, field), str(err)
     assert str(err).startswith(f"{f}:{line}: {field}:")
 
 
-def test_malformed_rubric_json_names_the_field(tmp_path: Path) -> None:
+BAD_DOCS = """\
+name: two words
+description: d
+colour: red
+max_steps: 0
+success_criteria:
+  - type: dom_contains
+    condition: 'x'
+  - type: url_contain
+    value: /a
+---
+name: fine_one
+description: d
+success_criteria:
+  - type: url_contains
+    value: /ok
+---
+description: no name
+success_criteria: []
+"""
+
+
+def test_every_yaml_problem_is_reported_at_once(tmp_path: Path) -> None:
+    """One run of the loader names every bad field of every document and file, one line each."""
+    (tmp_path / "a.yaml").write_text(BAD_DOCS)
+    (tmp_path / "b.yaml").write_text("name: x\ndescription: [unclosed\n")
+    with pytest.raises(TaskFileError) as info:
+        yamltasks.load_dirs([tmp_path, tmp_path / "missing"])
+    lines = str(info.value).splitlines()
+    a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
+    assert lines == [
+        f"{a}:3: colour: unknown field (allowed: category, description, kind, max_steps, name, start_url, "
+        "success_criteria, timeout_seconds)",
+        f"{a}:1: name: must be a non-empty identifier without spaces",
+        f"{a}:4: max_steps: must be > 0",
+        f"{a}:6: success_criteria[0].selector: required for type dom_contains",
+        f"{a}:8: success_criteria[1].type: must be one of url_contains, dom_contains, category_match, got 'url_contain'",
+        f"{a}:17: name: required field is missing",
+        f"{a}:18: success_criteria: must be a non-empty list",
+        f"{b}:3: syntax: expected ',' or ']', but got '<stream end>'",
+        f"{tmp_path / 'missing'}: no such folder",
+    ]
+
+
+def test_malformed_rubric_json_names_every_field(tmp_path: Path) -> None:
     f = tmp_path / "bad.json"
-    f.write_text('[{"task_id": "a", "website": "ftp://x", "task": "t", "fact_groups": [{"facts": ["f"]}]}]')
-    with pytest.raises(rubricjson.RubricError, match=r"bad.json\[0\]: website"):
+    f.write_text('[{"task_id": "a", "website": "ftp://x", "task": "t", "fact_groups": [{"facts": ["f"]}]},'
+                 ' {"task_id": "b c", "website": "http://shop-0001.web.test/", "fact_groups": []}]')
+    with pytest.raises(TaskFileError) as info:
         rubricjson.load_file(f)
+    lines = str(info.value).splitlines()
+    assert lines[0].startswith(f"{f}[0]: website: Value error, must be an http(s) URL"), lines
+    assert [ln.split(": ")[1] for ln in lines[1:]] == ["task_id", "instruction", "fact_groups"], lines
 
 
 async def test_miniwob_pages_served_with_assets(sites_service) -> None:

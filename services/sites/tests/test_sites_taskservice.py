@@ -42,9 +42,9 @@ async def test_list_tasks_filters_by_every_field(task_stub) -> None:
     site = resp.tasks[0].site
     by_site = await task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sites=[site]), page_size=1000))
     assert {t.site for t in by_site.tasks} == {site}
-    ids = [resp.tasks[0].task_id, "synthetic/nope-0000/info-0"]
+    ids = [resp.tasks[0].task_id, resp.tasks[1].task_id]
     by_id = await task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(task_ids=ids)))
-    assert [t.task_id for t in by_id.tasks] == ids[:1]
+    assert sorted(t.task_id for t in by_id.tasks) == sorted(ids)
     mw = await task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[pb.TASK_SOURCE_MINIWOB])))
     assert mw.total_size >= 100 and mw.tasks[0].metadata["miniwob_task"]
 
@@ -58,6 +58,13 @@ async def test_list_tasks_rejects_bad_tokens_and_filters(task_stub) -> None:
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "different filter" in str(e)
     e = await _err(task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(families=["casino"]))))
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT and e.metadata["field"] == "filter.families"
+    # Task ids and sites that do not exist are named, not silently matched by nothing.
+    bad = task_pb2.TaskFilter(task_ids=["synthetic/shop-0000/tx-2", "synthetic/nope-0000/info-0"])
+    e = await _err(task_stub.ListTasks(task_pb2.ListTasksRequest(filter=bad)))
+    assert e.code == grpc.StatusCode.INVALID_ARGUMENT and e.metadata["field"] == "filter.task_ids"
+    assert "1 unknown task ids: 'synthetic/nope-0000/info-0'" in str(e)
+    e = await _err(task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sites=["nowhere.web.test"]))))
+    assert e.code == grpc.StatusCode.INVALID_ARGUMENT and e.metadata["field"] == "filter.sites" and "nowhere" in str(e)
     e = await _err(task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(kinds=[99]))))
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "filter.kinds" in str(e)
     e = await _err(task_stub.ListTasks(task_pb2.ListTasksRequest(page_size=-1)))

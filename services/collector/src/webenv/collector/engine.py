@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 import math
 import time
@@ -27,7 +28,7 @@ from webenv.collector import spec as specs
 from webenv.collector.episode import Context, Episode, EpisodeJob, run_episode, run_lock_step
 from webenv.collector.store import AsyncStore
 from webenv.collector.writer import Writer
-from webenv.v1 import collector_pb2, common_pb2, task_pb2
+from webenv.v1 import collector_pb2, common_pb2, policy_pb2, task_pb2
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +36,7 @@ TERMINAL = {collector_pb2.RUN_STATE_SUCCEEDED, collector_pb2.RUN_STATE_STOPPED, 
 STATE_NAMES = {v: collector_pb2.RunState.Name(v).removeprefix("RUN_STATE_").lower() for v in collector_pb2.RunState.values()}
 STATE_VALUES = {v: k for k, v in STATE_NAMES.items()}
 MAX_SUMMARIES = 50_000
+ERRORS_LOGGED_PER_RUN = 5
 
 
 def _ts(dt: datetime | None) -> timestamp_pb2.Timestamp:
@@ -131,6 +133,7 @@ class Engine:
         self.queue = queue  # webenv.collector.queue.WorkQueue or None
         self.runs: dict[str, RunContext] = {}
         self._requests: dict[str, str] = {}
+        self._errors_logged: dict[str, int] = {}  # run id -> errored episodes logged
         self.on_episode: Callable[[Episode], None] | None = None
 
     # -- starting ----------------------------------------------------------------------------------------------------
@@ -139,15 +142,16 @@ class Engine:
         if request_id and request_id in self._requests:
             return self.runs[self._requests[request_id]].run
         resolved = specs.resolve(spec, self.config.defaults)
-        tasks = await self._tasks(resolved)
+        solvable = await self._solvable(resolved.policy)
+        tasks, skipped = await self._tasks(resolved, solvable)
         planned = sampling.plan(
             tasks, strategy=resolved.sampling, episodes=resolved.episodes, repeats=resolved.repeats, seed=resolved.seed
         )
         if not planned:
             raise errors.FailedPrecondition(
-                "spec.tasks: no task matches the filter and sampling strategy",
+                _no_tasks(resolved, len(tasks), skipped),
                 reason="NO_TASKS",
-                metadata={"field": "spec.tasks", "catalog_matches": str(len(tasks))},
+                metadata={"field": "spec.tasks", "catalog_matches": str(len(tasks) + skipped), "skipped": str(skipped)},
             )
         run_id = "run-" + uuid.uuid4().hex[:12]
         if request_id:
@@ -158,6 +162,9 @@ class Engine:
         ]
         run = collector_pb2.Run(run_id=run_id, spec=resolved, state=collector_pb2.RUN_STATE_PENDING)
         run.counts.planned = len(jobs)
+        run.counts.skipped_tasks = skipped
+        if skipped:
+            log.info("run %s: left out %d matching tasks policy %r has no solution for", run_id, skipped, resolved.policy)
         run.created_at.GetCurrentTime()
         rc = RunContext(run=run, jobs=jobs)
         self.runs[run_id] = rc
@@ -165,9 +172,54 @@ class Engine:
         rc.task = asyncio.create_task(self._execute(rc))
         return run
 
-    async def _tasks(self, spec: collector_pb2.RunSpec) -> list[common_pb2.Task]:
+    async def _solvable(self, policy: str) -> Callable[[common_pb2.Task], bool] | None:
+        """Which tasks ``policy`` can act on (None: any), from the policy service's ListPolicies.
+
+        A policy the service does not offer is refused here, before a run whose every episode would error.
+        """
+        peer = self.ctx.peers.policy()
+        try:
+            resp = await peer.stub.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=10)
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
+                return None  # a policy service without ListPolicies: no planning help, episodes tell
+            raise errors.Unavailable(
+                f"policy service at {peer.address} failed: {exc.code().name}: {exc.details()}",
+                reason="POLICY_UNAVAILABLE",
+            ) from exc
+        info = next((p for p in resp.policies if p.name == policy), None)
+        if info is None:
+            offered = ", ".join(p.name for p in resp.policies)
+            hint = " (the llm policy needs a model: see the policy service's README)" if policy == "llm" else ""
+            raise errors.FailedPrecondition(
+                f"spec.policy: the policy service at {peer.address} does not offer {policy!r}; it offers {offered}{hint}",
+                reason="POLICY_NOT_OFFERED",
+                metadata={"field": "spec.policy", "policy": policy},
+            )
+        if not info.needs_solution:
+            return None
+        solved = set(info.solved_task_ids)
+        return lambda t: bool(len(t.oracle)) or t.task_id in solved
+
+    async def _tasks(
+        self, spec: collector_pb2.RunSpec, solvable: Callable[[common_pb2.Task], bool] | None = None
+    ) -> tuple[list[common_pb2.Task], int]:
+        """The tasks a run draws from, and how many matching ones were left out as unsolvable by its policy."""
         if spec.start_urls:
-            return [specs.url_task(u, i) for i, u in enumerate(spec.start_urls)]
+            return [specs.url_task(u, i) for i, u in enumerate(spec.start_urls)], 0
+        skipped = 0
+
+        def keep(tasks) -> list[common_pb2.Task]:
+            nonlocal skipped
+            if solvable is None:
+                return list(tasks)
+            kept = [t for t in tasks if solvable(t)]
+            skipped += len(tasks) - len(kept)
+            return kept
+
+        if spec.inline_tasks:
+            out = keep(spec.inline_tasks)
+            return (out[: spec.task_limit] if spec.task_limit else out), skipped
         out: list[common_pb2.Task] = []
         token = ""
         stub = self.ctx.peers.tasks()
@@ -187,13 +239,13 @@ class Engine:
                     f"task catalog at {self.ctx.peers.sites_address} failed: {exc.code().name}: {exc.details()}",
                     reason="TASK_CATALOG_UNAVAILABLE",
                 ) from exc
-            out.extend(resp.tasks)
+            out.extend(keep(resp.tasks))
             token = resp.next_page_token
             if not token or (spec.task_limit and len(out) >= spec.task_limit):
                 break
         if spec.task_limit:
             out = out[: spec.task_limit]
-        return out
+        return out, skipped
 
     # -- running -----------------------------------------------------------------------------------------------------
     async def _execute(self, rc: RunContext) -> None:
@@ -216,6 +268,7 @@ class Engine:
                     first = next((e.error for e in rc.summaries if e.error), "")
                     rc.run.state = collector_pb2.RUN_STATE_FAILED
                     rc.run.error = f"all {c.errored} episodes errored; first error: {first}"
+                    log.error("run %s failed: %s", rc.run.run_id, rc.run.error)
                 else:
                     rc.run.state = collector_pb2.RUN_STATE_SUCCEEDED
         except asyncio.CancelledError:
@@ -236,6 +289,10 @@ class Engine:
             rc.run.finished_at.GetCurrentTime()
             with contextlib.suppress(Exception):
                 await self.persist(rc)
+            self._errors_logged.pop(rc.run.run_id, None)
+            if rc.run.counts.errored and rc.run.state != collector_pb2.RUN_STATE_FAILED:
+                log.warning("run %s ended %s with %d errored episodes of %d", rc.run.run_id,
+                            STATE_NAMES[rc.run.state], rc.run.counts.errored, rc.run.counts.finished)
             rc.ended.set()  # watchers end only now, so a finished run is already in the store
             rc.notify()
 
@@ -246,12 +303,26 @@ class Engine:
         """Write an episode durably (store or spool), then count it; ``urgent``: without waiting for a batch."""
         await self.writer.put(ep.rows(version_now()), urgent=urgent)
         outcome = "errored" if ep.error else ("passed" if ep.passed else "failed")
+        if ep.error:
+            self._log_error(ep)
         metrics.EPISODES_FINISHED.labels(outcome).inc()
         metrics.EPISODE_SECONDS.observe(ep.duration)
         if rc is not None:
             rc.record(ep)
         if self.on_episode is not None:
             self.on_episode(ep)
+
+    def _log_error(self, ep: Episode) -> None:
+        """Log an errored episode: the first few of each run in full, then only their count at the run's end."""
+        run_id = ep.job.run_id
+        if len(self._errors_logged) > 10_000:  # runs of other collectors (shared queue) never end here
+            self._errors_logged.clear()
+        n = self._errors_logged[run_id] = self._errors_logged.get(run_id, 0) + 1
+        if n <= ERRORS_LOGGED_PER_RUN:
+            log.warning("run %s: episode %s (task %s) errored: %s", run_id, ep.job.episode_id, ep.job.task.task_id,
+                        ep.error)
+        elif n == ERRORS_LOGGED_PER_RUN + 1:
+            log.warning("run %s: more episodes errored; their errors are stored with them (episodes.error)", run_id)
 
     async def run_job(
         self,
@@ -449,6 +520,21 @@ class Engine:
                 continue
             with contextlib.suppress(Exception):
                 await self.stop_run(run_id)
+
+
+def _no_tasks(spec: collector_pb2.RunSpec, matched: int, skipped: int) -> str:
+    """Why a spec planned no episode, naming what it asked for."""
+    if spec.inline_tasks:
+        asked = f"the {len(spec.inline_tasks)} inline tasks"
+    else:
+        f = json_format.MessageToDict(spec.tasks)
+        asked = "the task filter " + (json.dumps(f, separators=(",", ":")) if f else "(every task)")
+    if not matched and skipped:
+        return (f"spec.tasks: policy {spec.policy!r} has no solution for any of the {skipped} tasks matching {asked} "
+                "(it follows Task.oracle: choose synthetic tasks)")
+    if not matched:
+        return f"spec.tasks: no task matches {asked}"
+    return f"spec.tasks: the {matched} tasks matching {asked} leave nothing to draw with the sampling strategy"
 
 
 def _utc(dt: datetime | None) -> datetime | None:

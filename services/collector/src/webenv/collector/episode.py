@@ -283,7 +283,11 @@ class Episode:
         t = time.monotonic()
         try:
             resp = await self.ctx.peers.judge().Evaluate(
-                judge_pb2.EvaluateRequest(task=self.job.task, trajectory=self.trajectory()),
+                # LLM-judged facts (rubric JSON text facts, real-web tasks) are graded whenever the judge has an
+                # LLM backend; without one they are undecidable and the verdict says so.
+                judge_pb2.EvaluateRequest(
+                    task=self.job.task, trajectory=self.trajectory(), options=judge_pb2.JudgeOptions(allow_llm=True)
+                ),
                 timeout=self.ctx.step_timeout,
             )
         except grpc.aio.AioRpcError as exc:

@@ -22,6 +22,7 @@ KNOWN_POLICIES = ("oracle", "random", "explore", "llm")
 CHECKPOINT_POLICY = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}(@[1-9][0-9]{0,8})?$")
 MAX_EPISODES = 10_000_000
 MAX_CONCURRENCY = 4096
+MAX_INLINE_TASKS = 10_000
 
 
 @dataclass(frozen=True)
@@ -97,6 +98,8 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
         raise _bad(f"{f}.episodes", "a crawl run needs episodes > 0 or repeats > 0")
     if spec.env_address and ":" not in spec.env_address:
         raise _bad(f"{f}.env_address", f"must be host:port, got {spec.env_address!r}")
+    if spec.inline_tasks:
+        _validate_inline(spec, f)
     tf = spec.tasks
     for i, d in enumerate(tf.difficulties):
         if not _enum_ok(common_pb2.Difficulty, d):
@@ -106,6 +109,25 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
             raise _bad(f"{f}.tasks.sources[{i}]", f"unknown source {s}")
     if not _enum_ok(common_pb2.Split, tf.split):
         raise _bad(f"{f}.tasks.split", f"unknown split {tf.split}")
+
+
+def _validate_inline(spec: collector_pb2.RunSpec, f: str) -> None:
+    if len(spec.inline_tasks) > MAX_INLINE_TASKS:
+        raise _bad(f"{f}.inline_tasks", f"at most {MAX_INLINE_TASKS} tasks, got {len(spec.inline_tasks)}")
+    if spec.start_urls:
+        raise _bad(f"{f}.inline_tasks", "give either start_urls or inline_tasks, not both")
+    if spec.tasks.ListFields():
+        raise _bad(f"{f}.tasks", "inline_tasks replace the catalog: leave the task filter empty")
+    seen: set[str] = set()
+    for i, t in enumerate(spec.inline_tasks):
+        if not t.task_id:
+            raise _bad(f"{f}.inline_tasks[{i}].task_id", "required")
+        if t.task_id in seen:
+            raise _bad(f"{f}.inline_tasks[{i}].task_id", f"duplicate task id {t.task_id!r}")
+        seen.add(t.task_id)
+        p = urlparse(t.start_url)
+        if p.scheme not in ("http", "https") or not p.netloc:
+            raise _bad(f"{f}.inline_tasks[{i}].start_url", f"must be an absolute http(s) URL, got {t.start_url!r}")
 
 
 def resolve(spec: collector_pb2.RunSpec, defaults: Defaults) -> collector_pb2.RunSpec:

@@ -141,4 +141,6 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
 
 def _info(p: Policy) -> policy_pb2.PolicyInfo:
     return policy_pb2.PolicyInfo(name=p.name, description=p.description, model=p.model, backend=p.backend,
-                                 version=getattr(p, "version", ""), checkpoint_path=getattr(p, "checkpoint_path", ""))
+                                 version=getattr(p, "version", ""), checkpoint_path=getattr(p, "checkpoint_path", ""),
+                                 needs_solution=getattr(p, "needs_solution", False),
+                                 solved_task_ids=getattr(p, "solved_task_ids", ()))

@@ -14,6 +14,8 @@ from google.protobuf import json_format
 from webenv.runtime import load_settings, run
 from webenv.sites.config import Settings
 from webenv.sites.service import main, world_from
+from webenv.sites.taskfiles import TaskFileError
+from webenv.sites.world import World
 
 app = typer.Typer(help="webenv synthetic web and task catalog. Without a command it serves.", add_completion=False)
 
@@ -47,7 +49,7 @@ def export_tasks(out: Path = typer.Option(..., "--out", help="Output file."),
                  fmt: Format = typer.Option(Format.jsonl, "--format", help="jsonl or yaml."),
                  source: str = typer.Option("", help="Only this source, e.g. SYNTHETIC, MINIWOB, YAML.")) -> None:
     """Write the catalog (the tasks the service would serve with the same settings) to a file."""
-    world = world_from(load_settings(Settings, "webenv-sites"))
+    world = _world()
     tasks = world.tasks.tasks
     if source:
         tasks = [t for t in tasks if _src(t) == source.upper()]
@@ -62,6 +64,15 @@ def export_tasks(out: Path = typer.Option(..., "--out", help="Output file."),
     typer.echo(f"wrote {len(rows)} tasks to {out}")
 
 
+def _world() -> World:
+    """The catalog the service would build; bad task files exit with code 2 and one line per problem."""
+    try:
+        return world_from(load_settings(Settings, "webenv-sites"))
+    except TaskFileError as exc:
+        typer.echo(f"webenv-sites: {len(exc.errors)} problem(s) in task files:\n{exc}", err=True)
+        raise typer.Exit(2) from None
+
+
 def _src(t: object) -> str:
     from webenv.v1 import common_pb2
 
@@ -71,7 +82,7 @@ def _src(t: object) -> str:
 @app.command()
 def stats() -> None:
     """Print the catalog's size, build time and task distribution as JSON."""
-    world = world_from(load_settings(Settings, "webenv-sites"))
+    world = _world()
     typer.echo(json.dumps({"sites": len(world.sites.sites), "tasks": len(world.tasks),
                            "build_seconds": round(world.build_seconds, 2), **world.tasks.stats()}, indent=2))
 

@@ -16,6 +16,7 @@ from urllib.parse import urlsplit
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from webenv.sites.catalog import DOMAIN, split_of
+from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.tasks import difficulty_of
 from webenv.v1 import common_pb2 as pb
 
@@ -98,42 +99,64 @@ def convert(t: TaskIn, where: str) -> pb.Task:
     )
 
 
-def _objects(path: Path) -> list[tuple[str, Any]]:
-    text = path.read_text(encoding="utf-8")
+def _objects(path: Path) -> tuple[list[tuple[str, Any]], list[ValueError]]:
+    """(where, object) of every task in the file, and the problems of lines that are not JSON."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [RubricError(f"{path}: cannot be read: {exc}")]
     try:
         data = json.loads(text)
     except json.JSONDecodeError:
-        out = []
+        out, problems = [], []
         for i, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
                     out.append((f"{path}:{i}", json.loads(line)))
                 except json.JSONDecodeError as exc:
-                    raise RubricError(f"{path}:{i}: not JSON: {exc.msg}") from None
-        return out
+                    problems.append(RubricError(f"{path}:{i}: not JSON: {exc.msg}"))
+        return out, problems
     if isinstance(data, dict) and "tasks" in data:
         data = data["tasks"]
     items = data if isinstance(data, list) else [data]
-    return [(f"{path}[{i}]", obj) for i, obj in enumerate(items)]
+    return [(f"{path}[{i}]", obj) for i, obj in enumerate(items)], []
 
 
 def load_file(path: str | Path) -> list[pb.Task]:
+    """Every task of a file; raises TaskFileError with every problem of every task, one line each."""
     path = Path(path)
     out = []
-    for where, obj in _objects(path):
+    objects, problems = _objects(path)
+    for where, obj in objects:
         try:
             t = TaskIn.model_validate(obj)
         except ValidationError as exc:
-            first = exc.errors()[0]
-            loc = ".".join(str(x) for x in first["loc"])
-            raise RubricError(f"{where}: {loc}: {first['msg']}") from None
-        out.append(convert(t, where))
+            for e in exc.errors():
+                loc = ".".join(str(x) for x in e["loc"]) or "task"
+                problems.append(RubricError(f"{where}: {loc}: {e['msg']}"))
+            continue
+        try:
+            out.append(convert(t, where))
+        except RubricError as exc:
+            problems.append(exc)
+    if problems:
+        raise TaskFileError(problems)
     return out
 
 
 def load_dirs(dirs: list[str | Path]) -> list[pb.Task]:
+    """Every task of every JSON / JSONL file under ``dirs``; TaskFileError lists all problems at once."""
     out: list[pb.Task] = []
+    problems: list[ValueError] = []
     for d in dirs:
+        if not Path(d).is_dir():
+            problems.append(RubricError(f"{d}: no such folder"))
+            continue
         for p in sorted(Path(d).rglob("*.json*")):
-            out.extend(load_file(p))
+            try:
+                out.extend(load_file(p))
+            except TaskFileError as exc:
+                problems.extend(exc.errors)
+    if problems:
+        raise TaskFileError(problems)
     return out

@@ -9,12 +9,14 @@ import asyncio
 import contextlib
 import logging
 import socket
+import sys
 from collections.abc import Iterator
 
 import uvicorn
 from webenv.runtime import Server
 from webenv.sites.config import Settings
 from webenv.sites.servicer import TaskServicer
+from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.world import World, build_world
 from webenv.v1 import task_pb2_grpc
 
@@ -86,5 +88,12 @@ class SitesService:
 
 
 async def main(settings: Settings) -> None:
-    async with SitesService(settings) as svc:
+    try:
+        world = await asyncio.to_thread(world_from, settings)
+    except TaskFileError as exc:
+        # A bad task file is bad configuration: one line per problem, all of them, exit code 2 (no traceback).
+        print(f"webenv-sites: {len(exc.errors)} problem(s) in task files (WEBENV_SITES_YAML_DIRS, "
+              f"WEBENV_SITES_RUBRIC_DIRS):\n{exc}", file=sys.stderr)
+        raise SystemExit(2) from None
+    async with SitesService(settings, world) as svc:
         await svc.server.wait_for_termination()

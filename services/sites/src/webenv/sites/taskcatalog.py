@@ -51,6 +51,11 @@ def decode_token(token: str, f: task_pb2.TaskFilter) -> int:
     return offset
 
 
+def _some(names: list[str], n: int = 5) -> str:
+    """The first few names, quoted (a bounded message however many there are)."""
+    return ", ".join(repr(x[:120]) for x in names[:n]) + (f" and {len(names) - n} more" if len(names) > n else "")
+
+
 class TaskCatalog:
     """All tasks with small per-field indexes for fast filtering."""
 
@@ -84,6 +89,13 @@ class TaskCatalog:
         unknown = [x for x in f.families if x not in self.families]
         if unknown:
             raise BadRequest("filter.families", f"filter.families has unknown families {unknown}; known: {sorted(self.families)}")
+        # Named things that do not exist are a mistake to report, not an empty result to return.
+        unknown = [x for x in f.task_ids if x not in self.by_id]
+        if unknown:
+            raise BadRequest("filter.task_ids", f"filter.task_ids has {len(unknown)} unknown task ids: {_some(unknown)}")
+        unknown = [x for x in f.sites if x not in self.sites]
+        if unknown:
+            raise BadRequest("filter.sites", f"filter.sites has {len(unknown)} unknown sites: {_some(unknown)}")
 
     def select(self, f: task_pb2.TaskFilter) -> list[int]:
         self.validate_filter(f)

@@ -11,6 +11,7 @@ from webenv.sites import miniwob, rubricjson, yamltasks
 from webenv.sites.catalog import SiteCatalog
 from webenv.sites.state import StateStore
 from webenv.sites.taskcatalog import TaskCatalog
+from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.tasks import site_tasks
 from webenv.sites.web import SitesApp
 from webenv.v1 import common_pb2 as pb
@@ -34,13 +35,24 @@ def build_tasks(sites: SiteCatalog, *, yaml_dirs: list[str] = (), rubric_dirs: l
     for site in sites.sites:
         tasks.extend(site_tasks(site))
     ydirs = [*([DATA / "yaml"] if builtin else []), *yaml_dirs]
-    tasks.extend(yamltasks.load_dirs(ydirs))
     rfiles = [DATA / "rubric" / "synthetic_examples.json"] if builtin else []
     if builtin and real_web:
         rfiles.append(DATA / "rubric" / "real_web.json")
-    for f in rfiles:
-        tasks.extend(rubricjson.load_file(f))
-    tasks.extend(rubricjson.load_dirs(list(rubric_dirs)))
+    problems: list[ValueError] = []
+    for load in (lambda: yamltasks.load_dirs(ydirs), *(lambda f=f: rubricjson.load_file(f) for f in rfiles),
+                 lambda: rubricjson.load_dirs(list(rubric_dirs))):
+        try:
+            tasks.extend(load())
+        except TaskFileError as exc:  # every file is read, so one start-up reports every problem
+            problems.extend(exc.errors)
+    where: dict[str, str] = {}
+    for t in tasks:
+        origin = t.metadata.get("yaml_file") or t.metadata.get("rubric_file") or pb.TaskSource.Name(t.source)
+        if t.task_id in where:
+            problems.append(ValueError(f"{origin}: task id {t.task_id!r} is already used by {where[t.task_id]}"))
+        where.setdefault(t.task_id, origin)
+    if problems:
+        raise TaskFileError(problems)
     root = miniwob.html_dir() if with_miniwob else None
     if root is not None:
         tasks.extend(miniwob.miniwob_tasks(root))

@@ -16,17 +16,21 @@ max_steps: 20
 timeout_seconds: 60
 ```
 Files are parsed to PyYAML nodes first so every error names the file, line and field
-(`tasks/x.yaml:7: success_criteria[1].selector: required`), not just "invalid task".
+(`tasks/x.yaml:7: success_criteria[1].selector: required`), not just "invalid task", and every problem of
+every file is collected (`TaskFileError.errors`) so one run of a loader reports them all, one line each.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TypeVar
 from urllib.parse import urlsplit
 
 import yaml
 from webenv.sites.catalog import DOMAIN, split_of
+from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.tasks import difficulty_of
 from webenv.v1 import common_pb2 as pb
 
@@ -36,6 +40,7 @@ CRITERION_FIELDS = {
     "dom_contains": ({"selector"}, {"condition", "text", "any_step"}),
     "category_match": ({"value"}, set()),
 }
+T = TypeVar("T")
 KINDS = {"information": pb.TASK_KIND_INFORMATION, "navigation": pb.TASK_KIND_NAVIGATION,
          "transaction": pb.TASK_KIND_TRANSACTION, "open_ended": pb.TASK_KIND_OPEN_ENDED}
 
@@ -52,11 +57,21 @@ class YamlTaskError(ValueError):
 class _Doc:
     path: Path
     loader: yaml.SafeLoader
+    problems: list[YamlTaskError] = field(default_factory=list)
 
     def err(self, node: yaml.Node, field: str, problem: str) -> YamlTaskError:
         return YamlTaskError(self.path, node.start_mark.line + 1, field, problem)
 
+    def attempt(self, fn: Callable[[], T], default: T) -> T:
+        """``fn()``, or ``default`` with its problem recorded: one bad field does not hide the next."""
+        try:
+            return fn()
+        except YamlTaskError as exc:
+            self.problems.append(exc)
+            return default
+
     def mapping(self, node: yaml.Node, field: str, allowed: set[str]) -> dict[str, tuple[yaml.Node, yaml.Node]]:
+        """The mapping's fields; unknown and duplicate fields are recorded as problems and left out."""
         if not isinstance(node, yaml.MappingNode):
             raise self.err(node, field or "document", "must be a mapping")
         out: dict[str, tuple[yaml.Node, yaml.Node]] = {}
@@ -64,10 +79,11 @@ class _Doc:
             key = self.loader.construct_object(k)
             name = f"{field}.{key}" if field else str(key)
             if key not in allowed:
-                raise self.err(k, name, f"unknown field (allowed: {', '.join(sorted(allowed))})")
-            if key in out:
-                raise self.err(k, name, "duplicate field")
-            out[str(key)] = (k, v)
+                self.problems.append(self.err(k, name, f"unknown field (allowed: {', '.join(sorted(allowed))})"))
+            elif key in out:
+                self.problems.append(self.err(k, name, "duplicate field"))
+            else:
+                out[str(key)] = (k, v)
         return out
 
     def value(self, node: yaml.Node, field: str, typ: type | tuple[type, ...]) -> object:
@@ -87,79 +103,62 @@ def _tname(typ: type | tuple[type, ...]) -> str:
         if len(names) == 1 else " or ".join(names)
 
 
-def _convert(doc: _Doc, root: yaml.Node, index: int) -> pb.Task:
+def _convert(doc: _Doc, root: yaml.Node, index: int) -> pb.Task | None:
+    """The task of one document, or None with every problem found recorded in ``doc.problems``."""
+    before = len(doc.problems)
     top = doc.mapping(root, "", TOP_FIELDS)
     for req in ("name", "description", "success_criteria"):
         if req not in top:
-            raise doc.err(root, req, "required field is missing")
-    name = str(doc.value(top["name"][1], "name", str))
-    if not name.strip() or any(ch.isspace() for ch in name):
-        raise doc.err(top["name"][1], "name", "must be a non-empty identifier without spaces")
-    description = str(doc.value(top["description"][1], "description", str))
-    start_url = ""
-    if "start_url" in top:
-        start_url = str(doc.value(top["start_url"][1], "start_url", str))
-        if urlsplit(start_url).scheme not in ("http", "https") or not urlsplit(start_url).hostname:
-            raise doc.err(top["start_url"][1], "start_url", f"must be an http(s) URL, got {start_url!r}")
-    max_steps = 0
-    if "max_steps" in top:
-        max_steps = int(doc.value(top["max_steps"][1], "max_steps", int))  # type: ignore[arg-type]
-        if max_steps <= 0:
-            raise doc.err(top["max_steps"][1], "max_steps", "must be > 0")
-    timeout = 0.0
-    if "timeout_seconds" in top:
-        timeout = float(doc.value(top["timeout_seconds"][1], "timeout_seconds", (int, float)))  # type: ignore[arg-type]
-        if timeout <= 0:
-            raise doc.err(top["timeout_seconds"][1], "timeout_seconds", "must be > 0")
-    kind = pb.TASK_KIND_NAVIGATION
-    if "kind" in top:
+            doc.problems.append(doc.err(root, req, "required field is missing"))
+
+    def name_of() -> str:
+        name = str(doc.value(top["name"][1], "name", str))
+        if not name.strip() or any(ch.isspace() for ch in name):
+            raise doc.err(top["name"][1], "name", "must be a non-empty identifier without spaces")
+        return name
+
+    def start_url_of() -> str:
+        url = str(doc.value(top["start_url"][1], "start_url", str))
+        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
+            raise doc.err(top["start_url"][1], "start_url", f"must be an http(s) URL, got {url!r}")
+        return url
+
+    def positive(key: str, typ: type | tuple[type, ...]) -> float:
+        v = doc.value(top[key][1], key, typ)
+        if v <= 0:  # type: ignore[operator]
+            raise doc.err(top[key][1], key, "must be > 0")
+        return v  # type: ignore[return-value]
+
+    def kind_of() -> int:
         k = str(doc.value(top["kind"][1], "kind", str))
         if k not in KINDS:
             raise doc.err(top["kind"][1], "kind", f"must be one of {', '.join(KINDS)}, got {k!r}")
-        kind = KINDS[k]
-    category = str(doc.value(top["category"][1], "category", str)) if "category" in top else ""
+        return KINDS[k]
 
-    crit_node = top["success_criteria"][1]
-    if not isinstance(crit_node, yaml.SequenceNode) or not crit_node.value:
-        raise doc.err(crit_node, "success_criteria", "must be a non-empty list")
+    name = doc.attempt(name_of, "") if "name" in top else ""
+    description = doc.attempt(lambda: str(doc.value(top["description"][1], "description", str)), "") \
+        if "description" in top else ""
+    start_url = doc.attempt(start_url_of, "") if "start_url" in top else ""
+    max_steps = int(doc.attempt(lambda: positive("max_steps", int), 0)) if "max_steps" in top else 0
+    timeout = float(doc.attempt(lambda: positive("timeout_seconds", (int, float)), 0)) if "timeout_seconds" in top else 0.0
+    kind = doc.attempt(kind_of, pb.TASK_KIND_NAVIGATION) if "kind" in top else pb.TASK_KIND_NAVIGATION
+    category = doc.attempt(lambda: str(doc.value(top["category"][1], "category", str)), "") if "category" in top else ""
+
     task_id = f"yaml/{name}"
     rubric = pb.Rubric(rubric_id=task_id, version=1)
     group = rubric.groups.add(group_id="success", description=description)
-    for i, node in enumerate(crit_node.value):
-        field = f"success_criteria[{i}]"
-        if not isinstance(node, yaml.MappingNode):
-            raise doc.err(node, field, "must be a mapping with a `type`")
-        keys = {str(doc.loader.construct_object(k)): v for k, v in node.value}
-        if "type" not in keys:
-            raise doc.err(node, f"{field}.type", "required field is missing")
-        ctype = str(doc.value(keys["type"], f"{field}.type", str))
-        if ctype not in CRITERION_FIELDS:
-            raise doc.err(keys["type"], f"{field}.type", f"must be one of {', '.join(CRITERION_FIELDS)}, got {ctype!r}")
-        required, optional = CRITERION_FIELDS[ctype]
-        fields = doc.mapping(node, field, required | optional | {"type"})
-        for r in sorted(required):
-            if r not in fields:
-                raise doc.err(node, f"{field}.{r}", f"required for type {ctype}")
-        get = {k: doc.value(v, f"{field}.{k}", bool if k == "any_step" else str) for k, (_, v) in fields.items() if k != "type"}
-        if ctype == "url_contains":
-            crit = pb.Criterion(url=pb.UrlCriterion(mode=pb.MATCH_MODE_CONTAINS, value=str(get["value"]),
-                                                    any_step=bool(get.get("any_step", False))))
-            desc = f"The URL contains {get['value']}"
-        elif ctype == "dom_contains":
-            cond = str(get.get("condition", ""))
-            if cond:
-                try:
-                    compile(cond, "<condition>", "eval")
-                except SyntaxError as exc:
-                    raise doc.err(fields["condition"][1], f"{field}.condition", f"not a valid expression: {exc.msg}") from None
-            crit = pb.Criterion(page=pb.PageCriterion(css_selector=str(get["selector"]), text=str(get.get("text", "")),
-                                                      condition=cond, step_index=-1, any_step=bool(get.get("any_step", False))))
-            desc = f"An element {get['selector']} exists" + (f" with {cond}" if cond else "")
-        else:
-            crit = pb.Criterion(category=pb.CategoryCriterion(category=str(get["value"])))
-            desc = f"The category is {get['value']}"
-            category = category or str(get["value"])
-        group.facts.add(fact_id=f"success.{i}", description=desc, criterion=crit)
+    crit_node = top["success_criteria"][1] if "success_criteria" in top else None
+    if crit_node is not None and (not isinstance(crit_node, yaml.SequenceNode) or not crit_node.value):
+        doc.problems.append(doc.err(crit_node, "success_criteria", "must be a non-empty list"))
+    elif crit_node is not None:
+        for i, node in enumerate(crit_node.value):
+            fact = doc.attempt(lambda i=i, node=node: _criterion(doc, node, i), None)
+            if fact is not None:
+                crit, desc, cat = fact
+                category = category or cat
+                group.facts.add(fact_id=f"success.{i}", description=desc, criterion=crit)
+    if len(doc.problems) > before:
+        return None
     host = (urlsplit(start_url).hostname or "") if start_url else ""
     family = host.split("-", 1)[0] if host.endswith("." + DOMAIN) and "-" in host else ""
     return pb.Task(
@@ -170,32 +169,98 @@ def _convert(doc: _Doc, root: yaml.Node, index: int) -> pb.Task:
     )
 
 
+def _criterion(doc: _Doc, node: yaml.Node, i: int) -> tuple[pb.Criterion, str, str]:
+    """One success criterion: (criterion, fact description, category it names)."""
+    field = f"success_criteria[{i}]"
+    if not isinstance(node, yaml.MappingNode):
+        raise doc.err(node, field, "must be a mapping with a `type`")
+    keys = {str(doc.loader.construct_object(k)): v for k, v in node.value}
+    if "type" not in keys:
+        raise doc.err(node, f"{field}.type", "required field is missing")
+    ctype = str(doc.value(keys["type"], f"{field}.type", str))
+    if ctype not in CRITERION_FIELDS:
+        raise doc.err(keys["type"], f"{field}.type", f"must be one of {', '.join(CRITERION_FIELDS)}, got {ctype!r}")
+    required, optional = CRITERION_FIELDS[ctype]
+    before = len(doc.problems)
+    fields = doc.mapping(node, field, required | optional | {"type"})
+    for r in sorted(required):
+        if r not in fields:
+            doc.problems.append(doc.err(node, f"{field}.{r}", f"required for type {ctype}"))
+    get = {k: doc.attempt(lambda k=k, v=v: doc.value(v, f"{field}.{k}", bool if k == "any_step" else str), None)
+           for k, (_, v) in fields.items() if k != "type"}
+    if ctype == "dom_contains" and get.get("condition"):
+        try:
+            compile(str(get["condition"]), "<condition>", "eval")
+        except SyntaxError as exc:
+            doc.problems.append(doc.err(fields["condition"][1], f"{field}.condition", f"not a valid expression: {exc.msg}"))
+    if len(doc.problems) > before:
+        return pb.Criterion(), "", ""
+    if ctype == "url_contains":
+        crit = pb.Criterion(url=pb.UrlCriterion(mode=pb.MATCH_MODE_CONTAINS, value=str(get["value"]),
+                                                any_step=bool(get.get("any_step", False))))
+        return crit, f"The URL contains {get['value']}", ""
+    if ctype == "dom_contains":
+        cond = str(get.get("condition") or "")
+        crit = pb.Criterion(page=pb.PageCriterion(css_selector=str(get["selector"]), text=str(get.get("text") or ""),
+                                                  condition=cond, step_index=-1, any_step=bool(get.get("any_step", False))))
+        return crit, f"An element {get['selector']} exists" + (f" with {cond}" if cond else ""), ""
+    crit = pb.Criterion(category=pb.CategoryCriterion(category=str(get["value"])))
+    return crit, f"The category is {get['value']}", str(get["value"])
+
+
 def load_file(path: str | Path) -> list[pb.Task]:
-    """Every task of a YAML file (several documents separated by `---` allowed)."""
+    """Every task of a YAML file (several documents separated by `---` allowed).
+
+    Raises TaskFileError with every problem of every document (a syntax error ends the file's reading).
+    """
     path = Path(path)
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise TaskFileError([YamlTaskError(path, 0, "file", f"cannot be read: {exc}")]) from None
     loader = yaml.SafeLoader(text)
     out: list[pb.Task] = []
+    problems: list[YamlTaskError] = []
     try:
         index = 0
         while loader.check_node():
             node = loader.get_node()
             if node is None:
                 break
-            out.append(_convert(_Doc(path, loader), node, index))
+            doc = _Doc(path, loader)
+            try:
+                task = _convert(doc, node, index)
+            except YamlTaskError as exc:  # the document as a whole is unusable (not a mapping)
+                doc.problems.append(exc)
+                task = None
+            problems.extend(doc.problems)
+            if task is not None:
+                out.append(task)
             index += 1
     except yaml.MarkedYAMLError as exc:
         mark = exc.problem_mark or exc.context_mark
         line = mark.line + 1 if mark else 0
-        raise YamlTaskError(path, line, "syntax", str(exc.problem or exc.context)) from None
+        problems.append(YamlTaskError(path, line, "syntax", str(exc.problem or exc.context)))
     finally:
         loader.dispose()
+    if problems:
+        raise TaskFileError(problems)
     return out
 
 
 def load_dirs(dirs: list[str | Path]) -> list[pb.Task]:
+    """Every task of every YAML file under ``dirs``; TaskFileError lists the problems of all files at once."""
     out: list[pb.Task] = []
+    problems: list[ValueError] = []
     for d in dirs:
+        if not Path(d).is_dir():
+            problems.append(ValueError(f"{d}: no such folder"))
+            continue
         for p in sorted(Path(d).rglob("*.y*ml")):
-            out.extend(load_file(p))
+            try:
+                out.extend(load_file(p))
+            except TaskFileError as exc:
+                problems.extend(exc.errors)
+    if problems:
+        raise TaskFileError(problems)
     return out

@@ -176,6 +176,9 @@ class OraclePolicy:
     description = "follows the task's oracle solution (synthetic web) or a scripted MiniWoB solution"
     backend = "none"
     model = ""
+    needs_solution = True
+    #: Task ids of the scripted MiniWoB++ tasks (the sites service names them miniwob/<name>).
+    solved_task_ids = tuple(f"miniwob/{name}" for name in sorted(MINIWOB_SCRIPTS))
 
     #: How often an oracle action that failed on the page (last_action_error) is tried again.
     MAX_RETRIES = 2
