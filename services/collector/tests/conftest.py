@@ -122,6 +122,7 @@ class Sites(task_pb2_grpc.TaskServiceServicer):
             and (not f.split or t.split == f.split)
             and (not f.families or t.family in f.families)
             and (not f.task_ids or t.task_id in f.task_ids)
+            and (not f.sources or t.source in f.sources)
         ]  # fmt: skip
         size = request.page_size or 100
         start = int(request.page_token or 0)
@@ -232,6 +233,13 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
         text = {"click": 'click("#next")', "noop": "noop()"}.get(kind, f'answer("{action.answer.text}")')
         return policy_pb2.ActResponse(episode_id=req.episode_id, action=action, action_text=text, policy=req.policy or "random")
 
+    async def ListPolicies(self, request, context):  # noqa: N802
+        return policy_pb2.ListPoliciesResponse(policies=[
+            policy_pb2.PolicyInfo(name="oracle", needs_solution=True, solved_task_ids=["scripted/solvable"]),
+            policy_pb2.PolicyInfo(name="random"),
+            policy_pb2.PolicyInfo(name="explore"),
+        ], default_policy="random")
+
     async def ActStream(self, request_iterator, context):  # noqa: N802
         async def handle(item):
             self.requests += 1
@@ -252,12 +260,14 @@ class Judge(judge_pb2_grpc.JudgeServiceServicer):
 
     def __init__(self) -> None:
         self.evaluated = 0
+        self.options: list[judge_pb2.JudgeOptions] = []
 
     async def Evaluate(self, request, context):  # noqa: N802
         self.evaluated += 1
-        goal = request.task.metadata["goal"]
+        goal = request.task.metadata.get("goal", "")  # tasks from task files have none: they never pass
         t = request.trajectory
-        ok = t.final_observation.url.endswith(f"/page/{goal}") and t.final_answer == goal
+        ok = bool(goal) and t.final_observation.url.endswith(f"/page/{goal}") and t.final_answer == goal
+        self.options.append(request.options)
         return judge_pb2.EvaluateResponse(
             verdict=common_pb2.Verdict(
                 passed=ok, score=1.0 if ok else 0.0, rubric_id=request.task.rubric.rubric_id,

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import re
 
 from typer.testing import CliRunner
 from webenv.collector import cli
 from webenv.collector.cli import app
+from webenv.collector.stack import Stack
 from webenv.testing import scrape
-from webenv.v1 import collector_pb2
+from webenv.v1 import collector_pb2, common_pb2
 
 
 def invoke(*args: str):
@@ -24,9 +27,15 @@ async def test_cli_run_runs_export_tasks(collector, world, tmp_path):
     assert "started run-" in r.output and "succeeded" in r.output
     r = await asyncio.to_thread(invoke, "runs", "--collector", addr)
     assert r.exit_code == 0 and "cli-run" in r.output
+    assert "pass rate" in r.output and "100%" in r.output  # the oracle solves every easy page walk
     r = await asyncio.to_thread(invoke, "export", "--format", "transitions", "--dest", str(tmp_path / "t"),
                                 "--collector", addr)
     assert r.exit_code == 0 and "transitions.jsonl" in r.output
+    for level, n in (("task-oriented", 6), ("random-crawl", 0)):
+        r = await asyncio.to_thread(invoke, "export", "--format", "jsonl", "--level", level, "--dest",
+                                    str(tmp_path / level), "--collector", addr)
+        assert r.exit_code == 0 and r.output.startswith(f"{n} episodes"), r.output
+    assert all(o.allow_llm for o in world.judge.options)  # LLM-judged facts are graded when the judge can
     r = await asyncio.to_thread(invoke, "tasks", "--difficulty", "hard", "--sites", world.addr["sites"])
     assert r.exit_code == 0 and "6 tasks match" in r.output
     r = await asyncio.to_thread(invoke, "run", "--repeats", "-1", "--collector", addr)
@@ -51,3 +60,91 @@ async def test_metrics_cover_phases_and_outcomes(stub, watch, collector):
         "grpc_server_handled_total",
     ):
         assert name in text, name
+
+
+async def test_cli_run_whose_every_episode_errored_exits_1_with_the_errors(collector, caplog):
+    """An unreachable environment: the run fails, the command says why and exits 1, the collector logs it."""
+    caplog.set_level(logging.WARNING, logger="webenv.collector.engine")
+    r = await asyncio.to_thread(invoke, "run", "--policy", "random", "--task-limit", "7", "--env", "127.0.0.1:1",
+                                "--collector", collector.address)
+    assert r.exit_code == 1, r.output
+    assert "7 episode(s) errored; first errors:" in r.output and "OpenSession: UNAVAILABLE" in r.output
+    assert "failed: all 7 episodes errored; first error: environment failed" in r.output
+    logged = [rec.getMessage() for rec in caplog.records]
+    assert sum("errored: environment failed" in m for m in logged) == 5  # the first few, then a count
+    assert any("failed: all 7 episodes errored" in m for m in logged)
+
+
+async def test_cli_oracle_runs_only_tasks_it_can_solve(collector, world):
+    world.sites.tasks.extend([
+        common_pb2.Task(task_id="miniwob/unscripted", source=common_pb2.TASK_SOURCE_MINIWOB,
+                        start_url="http://miniwob.web.test/x.html", difficulty=common_pb2.DIFFICULTY_EASY),
+        common_pb2.Task(task_id="scripted/solvable", source=common_pb2.TASK_SOURCE_MINIWOB,
+                        start_url="http://miniwob.web.test/y.html", difficulty=common_pb2.DIFFICULTY_EASY),
+    ])
+    addr = collector.address
+    r = await asyncio.to_thread(invoke, "run", "--policy", "oracle", "--difficulty", "easy", "--horizon", "3",
+                                "--collector", addr)
+    assert r.exit_code == 0, r.output
+    assert "started run-" in r.output and ": 7 episodes" in r.output  # 6 with an oracle + 1 scripted
+    assert "left out 1 matching tasks: policy 'oracle' has no solution for them" in r.output
+    r = await asyncio.to_thread(invoke, "run", "--policy", "oracle", "--task", "miniwob/unscripted", "--collector",
+                                addr)
+    assert r.exit_code == 1 and "FAILED_PRECONDITION" in r.output
+    assert "policy 'oracle' has no solution for any of the 1 tasks matching" in r.output
+    r = await asyncio.to_thread(invoke, "run", "--policy", "llm", "--collector", addr)
+    assert r.exit_code == 1 and "does not offer 'llm'; it offers oracle, random, explore" in r.output
+
+
+YAML_TASK = """\
+name: reach_page_one
+description: Go to the next page
+start_url: http://shop-0000.web.test/page/0
+success_criteria:
+  - type: url_contains
+    value: /page/1
+"""
+
+
+async def test_cli_runs_own_task_file_without_restarting_anything(collector, world, tmp_path):
+    good = tmp_path / "mine.yaml"
+    good.write_text(YAML_TASK)
+    r = await asyncio.to_thread(invoke, "run", "--policy", "random", "--task-file", str(good), "--repeats", "2",
+                                "--obs-format", "axtree", "--finish-fraction", "1", "--collector", collector.address)
+    assert r.exit_code == 0, r.output
+    assert ": 2 episodes" in r.output and "succeeded" in r.output
+    r = await asyncio.to_thread(invoke, "tasks", "--task-file", str(good))
+    assert r.exit_code == 0 and "yaml/reach_page_one" in r.output and "1 tasks match" in r.output
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("name: a b\ndescription: d\nsuccess_criteria:\n  - type: dom_contains\n")
+    r = await asyncio.to_thread(invoke, "run", "--task-file", str(bad), "--task-file", str(good), "--collector",
+                                collector.address)
+    assert r.exit_code == 2 and "Traceback" not in r.output
+    assert r.output.splitlines()[1:] == [
+        f"{bad}:1: name: must be a non-empty identifier without spaces",
+        f"{bad}:4: success_criteria[0].selector: required for type dom_contains",
+    ], r.output
+    r = await asyncio.to_thread(invoke, "run", "--task-file", str(good), "--difficulty", "easy", "--collector",
+                                collector.address)
+    assert r.exit_code == 2 and "leave out the task filter options" in re.sub(r"[│╭╮╰╯─\s]+", " ", r.output)
+
+
+async def test_commands_find_the_stack_webenv_up_records(collector, world, tmp_path, monkeypatch):
+    """`webenv up` writes .webenv/stack.json; commands use it when neither a flag nor WEBENV_*_ADDR is set."""
+    stack = Stack(tmp_path, free_ports=True)
+    stack.procs = {"collector": None, "sites": None}  # the addresses below, as a running `webenv up` records them
+    stack.ports["collector"] = (int(collector.address.rsplit(":", 1)[1]), 0)
+    stack.ports["sites"] = (int(world.addr["sites"].rsplit(":", 1)[1]), 0)
+    path = stack.write_state()
+    monkeypatch.setenv("WEBENV_STACK_FILE", str(path))
+    monkeypatch.delenv("WEBENV_COLLECTOR_ADDR", raising=False)
+    monkeypatch.delenv("WEBENV_SITES_ADDR", raising=False)
+    assert cli.address("collector") == collector.address
+    r = await asyncio.to_thread(invoke, "runs")
+    assert r.exit_code == 0 and "pass rate" in r.output
+    r = await asyncio.to_thread(invoke, "tasks", "--source", "synthetic")
+    assert r.exit_code == 0 and "18 tasks match" in r.output
+    monkeypatch.setenv("WEBENV_COLLECTOR_ADDR", "127.0.0.1:1")  # the environment variable wins over the file
+    assert cli.address("collector") == "127.0.0.1:1"
+    stack.remove_state()
+    assert not path.exists() and cli.address("sites") == "localhost:50055"

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import asyncio
+import json
 from pathlib import Path
 
+import pytest
+from typer.testing import CliRunner
+from webenv.collector.cli import app
 from webenv.collector.replay import axtree_diff, read_trace, replay
 from webenv.v1 import collector_pb2
 
@@ -43,6 +48,34 @@ async def test_replay_reports_divergence(stub, watch, world, tmp_path):
     assert not report.reproduced
     assert not report.steps[0].url_matches and report.steps[0].expected_url.endswith("/page/9")
     assert report.steps[0].axtree_changed_lines > 0
+
+
+async def test_replay_honours_an_edited_action(stub, watch, world, tmp_path):
+    """Editing a step's action_text changes what replays; a bad edit is named by line and nothing runs."""
+    run = (await stub.StartRun(collector_pb2.StartRunRequest(
+        spec=collector_pb2.RunSpec(policy="oracle", seed=1, task_limit=1)))).run
+    await watch(stub, run.run_id)
+    exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
+        run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(tmp_path)))
+    path = Path(exp.paths[0])
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[1])
+    assert first["action_text"] == 'click("#next")' and first["url_after"].endswith("/page/1")
+    first["action_text"] = "noop()"  # the edit: stay on the page instead of clicking next
+    lines[1] = json.dumps(first)
+    path.write_text("\n".join(lines) + "\n")
+    opened = world.env.opened
+    report = await replay(path, world.addr["env"])
+    assert report.steps[0].action_text == "noop()"
+    assert report.steps[0].actual_url.endswith("/page/0") and not report.steps[0].url_matches
+    first["action_text"] = "click(#next"
+    lines[1] = json.dumps(first)
+    path.write_text("\n".join(lines) + "\n")
+    with pytest.raises(ValueError, match=rf"{path}:2: action_text: "):
+        await replay(path, world.addr["env"])
+    assert world.env.opened == opened + 1  # the bad edit opened no session
+    r = await asyncio.to_thread(CliRunner().invoke, app, ["replay", str(path), "--env", world.addr["env"]])
+    assert r.exit_code == 2 and "action_text" in r.output and "Traceback" not in r.output
 
 
 def test_axtree_diff_counts_changed_lines():

@@ -1,7 +1,8 @@
 """The ``webenv`` command: start the local stack, run and watch collections, list, export, replay, browse tasks.
 
-Talks to a collector over gRPC (``--collector``, default WEBENV_COLLECTOR_ADDR or localhost:50056), so the same
-commands drive a local stack or a cluster. ``webenv demo`` is the first command of the README: it starts
+Talks to a collector over gRPC, so the same commands drive a local stack or a cluster. Addresses come from the
+flag (``--collector``), else WEBENV_COLLECTOR_ADDR, else the stack ``webenv up`` runs from this folder (its
+``.webenv/stack.json``), else the default port (localhost:50056). ``webenv demo`` is the first command of the README: it starts
 everything on free ports with embedded storage, runs the oracle and random policies on the synthetic web and
 prints what happened and where the data is.
 """
@@ -22,15 +23,15 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from webenv import errors
-from webenv.collector.stack import SERVICES, Stack
+from webenv.collector.stack import SERVICES, Stack, running_stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
 app = typer.Typer(help="webenv: train and evaluate web agents.", no_args_is_help=True, add_completion=False)
 console = Console()
 
-COLLECTOR = os.environ.get("WEBENV_COLLECTOR_ADDR", "localhost:50056")
-SITES = os.environ.get("WEBENV_SITES_ADDR", "localhost:50055")
-BROWSER = os.environ.get("WEBENV_BROWSER_ADDR", "localhost:50051")
+# Address options default to None: ``address()`` resolves them (flag, WEBENV_*_ADDR, `webenv up`'s state, port).
+COLLECTOR = SITES = BROWSER = None
+DEFAULT_ADDRS = {"collector": "localhost:50056", "sites": "localhost:50055", "browser": "localhost:50051"}
 DIFFICULTIES = {"easy": common_pb2.DIFFICULTY_EASY, "medium": common_pb2.DIFFICULTY_MEDIUM, "hard": common_pb2.DIFFICULTY_HARD}
 SPLITS = {"train": common_pb2.SPLIT_TRAIN, "test": common_pb2.SPLIT_TEST}
 SAMPLING = {
@@ -48,6 +49,17 @@ FORMATS = {
 }
 OBS = {"axtree": common_pb2.OBSERVATION_FORMAT_AXTREE, "html": common_pb2.OBSERVATION_FORMAT_HTML,
        "markdown": common_pb2.OBSERVATION_FORMAT_MARKDOWN}  # fmt: skip
+OBS_ALL = {**OBS, "elements": common_pb2.OBSERVATION_FORMAT_ELEMENTS, "dom": common_pb2.OBSERVATION_FORMAT_DOM,
+           "screenshot": common_pb2.OBSERVATION_FORMAT_SCREENSHOT}  # fmt: skip
+SOURCES = {"synthetic": common_pb2.TASK_SOURCE_SYNTHETIC, "miniwob": common_pb2.TASK_SOURCE_MINIWOB,
+           "yaml": common_pb2.TASK_SOURCE_YAML, "rubric-json": common_pb2.TASK_SOURCE_RUBRIC_JSON,
+           "real-web": common_pb2.TASK_SOURCE_REAL_WEB}  # fmt: skip
+KINDS = {"information": common_pb2.TASK_KIND_INFORMATION, "navigation": common_pb2.TASK_KIND_NAVIGATION,
+         "transaction": common_pb2.TASK_KIND_TRANSACTION, "open-ended": common_pb2.TASK_KIND_OPEN_ENDED}  # fmt: skip
+LEVELS = {"random-crawl": collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL,
+          "exploration": collector_pb2.COLLECTION_LEVEL_EXPLORATION,
+          "task-oriented": collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED}  # fmt: skip
+FIRST_ERRORS = 5  # errored episodes a finished run prints
 
 
 def _choice(value: str | None, table: dict, option: str):
@@ -58,8 +70,46 @@ def _choice(value: str | None, table: dict, option: str):
     return table[value]
 
 
-def _collector(address: str) -> collector_pb2_grpc.CollectorServiceStub:
-    return collector_pb2_grpc.CollectorServiceStub(grpc.insecure_channel(address))
+def address(service: str, given: str | None = None) -> str:
+    """The address of ``service``: ``given``, else WEBENV_<SERVICE>_ADDR, else the running `webenv up`, else default."""
+    if given:
+        return given
+    if os.environ.get(f"WEBENV_{service.upper()}_ADDR"):
+        return os.environ[f"WEBENV_{service.upper()}_ADDR"]
+    state = running_stack()
+    if state is not None and service in state.get("addresses", {}):
+        return state["addresses"][service]
+    return DEFAULT_ADDRS[service]
+
+
+def _collector(addr: str | None) -> collector_pb2_grpc.CollectorServiceStub:
+    return collector_pb2_grpc.CollectorServiceStub(grpc.insecure_channel(address("collector", addr)))
+
+
+def _choices(values: list[str] | None, table: dict, option: str) -> list:
+    return [_choice(v, table, option) for v in values or []]
+
+
+def _task_files(paths: list[Path]) -> list[common_pb2.Task]:
+    """The tasks of one's own task files (YAML or rubric JSON), or exit 2 with every problem, one line each."""
+    try:
+        from webenv.sites.taskfiles import TaskFileError, load
+    except ImportError:  # pragma: no cover - the local stack always has it
+        console.print("[red]error[/red] --task-file needs the webenv-sites package (pip install webenv-sites)")
+        raise typer.Exit(2) from None
+    tasks: list[common_pb2.Task] = []
+    problems: list[str] = []
+    for p in paths:
+        try:
+            tasks.extend(load(p))
+        except TaskFileError as exc:
+            problems.extend(str(e) for e in exc.errors)
+    if problems:
+        console.print(f"[red]error[/red] {len(problems)} problem(s) in task files:", highlight=False)
+        for line in problems:
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+        raise typer.Exit(2)
+    return tasks
 
 
 def _fail(exc: grpc.RpcError) -> typer.Exit:
@@ -72,8 +122,8 @@ def _state(run: collector_pb2.Run) -> str:
     return collector_pb2.RunState.Name(run.state).removeprefix("RUN_STATE_").lower()
 
 
-def watch_run(stub, run_id: str, label: str = "") -> collector_pb2.WatchRunResponse:
-    """Show a run's live progress until it ends; returns the last report."""
+def watch_run(stub, run_id: str, label: str = "", errored: list | None = None) -> collector_pb2.WatchRunResponse:
+    """Show a run's live progress until it ends; returns the last report (``errored`` collects errored episodes)."""
     last = None
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
@@ -82,6 +132,8 @@ def watch_run(stub, run_id: str, label: str = "") -> collector_pb2.WatchRunRespo
         task = progress.add_task(label or run_id, total=None, info="")
         for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run_id)):
             last = resp
+            if errored is not None:
+                errored.extend(e for e in resp.finished if e.error)
             c = resp.run.counts
             progress.update(
                 task, total=c.planned, completed=c.finished,
@@ -92,21 +144,49 @@ def watch_run(stub, run_id: str, label: str = "") -> collector_pb2.WatchRunRespo
 
 
 def run_table(runs: list[collector_pb2.Run]) -> Table:
-    t = Table("run", "name", "state", "policy", "planned", "finished", "passed", "errored", "steps", "created")
+    t = Table("run", "name", "state", "policy", "planned", "finished", "passed", "pass rate", "errored", "steps",
+              "created")
     for r in runs:
         c = r.counts
+        rate = f"{c.passed / c.finished:.0%}" if c.finished else "-"
         t.add_row(r.run_id, r.spec.name, _state(r), r.spec.policy, str(c.planned), str(c.finished), str(c.passed),
-                  str(c.errored), str(c.steps), r.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"))
+                  rate, str(c.errored), str(c.steps), r.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"))
     return t
+
+
+def report_end(run: collector_pb2.Run, errored: list[collector_pb2.EpisodeSummary]) -> None:
+    """Print why episodes errored (the first few, distinct) and exit 1 when the run failed or was stopped."""
+    if errored:
+        console.print(f"[yellow]{run.counts.errored} episode(s) errored[/yellow]; first errors:")
+        seen: set[str] = set()
+        for e in errored:
+            if e.error in seen:
+                continue
+            seen.add(e.error)
+            console.print(f"  {e.episode_id} ({e.task_id}): {e.error[:400]}", markup=False, highlight=False,
+                          soft_wrap=True)
+            if len(seen) == FIRST_ERRORS:
+                break
+        console.print("  (every episode's error is stored with it: webenv export --format jsonl)")
+    if run.state == collector_pb2.RUN_STATE_FAILED:
+        console.print(f"[red]run {run.run_id} failed:[/red] {run.error}", highlight=False, soft_wrap=True)
+        raise typer.Exit(1)
+    if run.state == collector_pb2.RUN_STATE_STOPPED:
+        console.print(f"[yellow]run {run.run_id} was stopped[/yellow]")
+        raise typer.Exit(1)
 
 
 @app.command()
 def up(
     data_dir: Path = typer.Option(Path(".webenv"), help="Data folder (store, spool, blobs, logs)."),
-    sites_count: int = typer.Option(200, help="Synthetic sites to generate."),
+    sites_count: int = typer.Option(1000, help="Synthetic sites to generate (21 tasks each)."),
     free_ports: bool = typer.Option(False, help="Pick free ports instead of the defaults."),
 ) -> None:
-    """Start sites, browser farm, policy, judge and collector; stop them all on Ctrl-C or SIGTERM."""
+    """Start sites, browser farm, policy, judge and collector; stop them all on Ctrl-C or SIGTERM.
+
+    While it runs, DATA_DIR/stack.json records the addresses: the other commands run from the same folder
+    (or with WEBENV_STACK_FILE pointing at it) find the stack without address flags.
+    """
     stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count)
     stopping = False
 
@@ -124,9 +204,11 @@ def up(
                 table.add_row(name, addr, f"http://127.0.0.1:{stack.ports[name][1]}/metrics")
 
             stack.start(on_ready=ready)
+        state = stack.write_state()
         console.print(table)
         console.print(f"websites: http://127.0.0.1:{stack.http_port}  data: {data_dir.resolve()}  "
                       f"logs: {(data_dir / 'logs').resolve()}")
+        console.print(f"addresses in {state} (webenv run/runs/tasks/export/replay read it)")
         console.print("Ctrl-C stops everything.")
         while not stopping:
             dead = stack.dead()
@@ -138,6 +220,7 @@ def up(
         console.print(f"[red]{exc}[/red]")
         raise typer.Exit(1) from None
     finally:
+        stack.remove_state()
         with console.status("stopping..."):
             stack.stop()
     console.print("stopped.")
@@ -148,10 +231,21 @@ def run(
     policy: str = typer.Option("oracle", help="oracle, random, explore or llm."),
     episodes: int = typer.Option(0, help="Episodes (0 = tasks x repeats)."),
     repeats: int = typer.Option(1, help="Episodes per task when --episodes is 0."),
+    task: list[str] = typer.Option(None, "--task", help="Task id (repeatable); unknown ids are named."),
+    task_file: list[Path] = typer.Option(None, help="One's own tasks: a YAML or rubric JSON file (repeatable), "
+                                                     "sent with the run (no service restart)."),
+    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml, rubric-json or real-web (repeatable)."),
+    kind: list[str] = typer.Option(None, help="information, navigation, transaction or open-ended (repeatable)."),
     difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
     split: str = typer.Option(None, help="train or test."),
     family: list[str] = typer.Option(None, help="Site family (repeatable)."),
+    site: list[str] = typer.Option(None, help="Site host, e.g. shop-0001.web.test (repeatable)."),
     start_url: list[str] = typer.Option(None, help="Crawl from these URLs instead of tasks (repeatable)."),
+    obs_format: list[str] = typer.Option(None, help="Observation format: axtree, html, markdown, elements, dom or "
+                                                     "screenshot (repeatable; default axtree + html)."),
+    horizon: int = typer.Option(0, help="Step cap of every episode (0 = 10/20/30 by difficulty)."),
+    finish_fraction: float = typer.Option(0.0, help="End the run once this fraction of episodes is stored "
+                                                    "(straggler cutoff; 0 = all)."),
     sampling: str = typer.Option("uniform", help="uniform, easy-only or hard-biased."),
     mode: str = typer.Option("async", help="async or lock-step (baseline)."),
     concurrency: int = typer.Option(0, help="Episodes in flight (0 = the collector's default)."),
@@ -162,25 +256,46 @@ def run(
     collector: str = typer.Option(COLLECTOR, help="Collector address."),
     detach: bool = typer.Option(False, help="Start and return without watching."),
 ) -> None:
-    """Start a run and show its live progress."""
+    """Start a run and show its live progress; exits 1 when the run fails (every episode errored) or is stopped."""
     spec = collector_pb2.RunSpec(
         name=name, policy=policy, episodes=episodes, repeats=repeats, seed=seed, concurrency=concurrency,
-        task_limit=task_limit, start_urls=start_url or [], env_address=env,
+        task_limit=task_limit, start_urls=start_url or [], env_address=env, finish_fraction=finish_fraction,
         sampling=_choice(sampling, SAMPLING, "--sampling"), mode=_choice(mode, MODES, "--mode"),
+        horizons=collector_pb2.Horizons(easy=horizon, medium=horizon, hard=horizon),
     )
-    spec.tasks.difficulties.extend(_choice(d, DIFFICULTIES, "--difficulty") for d in difficulty or [])
+    spec.observation_spec.formats.extend(_choices(obs_format, OBS_ALL, "--obs-format"))
+    spec.tasks.difficulties.extend(_choices(difficulty, DIFFICULTIES, "--difficulty"))
+    spec.tasks.sources.extend(_choices(source, SOURCES, "--source"))
+    spec.tasks.kinds.extend(_choices(kind, KINDS, "--kind"))
     spec.tasks.families.extend(family or [])
+    spec.tasks.sites.extend(site or [])
+    spec.tasks.task_ids.extend(task or [])
     spec.tasks.split = _choice(split, SPLITS, "--split")
+    if task_file:
+        if spec.tasks.ListFields():
+            raise typer.BadParameter("--task-file runs the file's tasks: leave out the task filter options",
+                                     param_hint="--task-file")
+        spec.inline_tasks.extend(_task_files(task_file))
     stub = _collector(collector)
+    errored: list[collector_pb2.EpisodeSummary] = []
+    r = None
     try:
         r = stub.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec), timeout=60).run
         console.print(f"started [bold]{r.run_id}[/bold]: {r.counts.planned} episodes")
+        if r.counts.skipped_tasks:
+            console.print(f"left out {r.counts.skipped_tasks} matching tasks: policy {r.spec.policy!r} has no "
+                          "solution for them (choose them with --source synthetic, or another policy)")
         if detach:
             return
-        last = watch_run(stub, r.run_id)
+        last = watch_run(stub, r.run_id, errored=errored)
     except grpc.RpcError as exc:
         raise _fail(exc) from None
+    except KeyboardInterrupt:
+        if r is not None:
+            console.print(f"\nstopped watching; {r.run_id} goes on (webenv stop {r.run_id} ends it)")
+        raise typer.Exit(130) from None
     console.print(run_table([last.run]))
+    report_end(last.run, errored)
 
 
 @app.command()
@@ -220,11 +335,13 @@ def export(
     split: str = typer.Option(None, help="train or test."),
     passed: bool = typer.Option(None, "--passed/--failed", help="Only passed or only failed episodes."),
     drop_repeated: bool = typer.Option(False, help="Drop steps flagged as repeated states."),
+    level: str = typer.Option(None, help="Only this collection level: random-crawl, exploration or task-oriented."),
     transition_format: str = typer.Option("axtree", help="axtree, html or markdown (transitions)."),
     collector: str = typer.Option(COLLECTOR),
 ) -> None:
     """Export episodes and steps to files."""
-    flt = collector_pb2.ExportFilter(split=_choice(split, SPLITS, "--split"), drop_repeated=drop_repeated)
+    flt = collector_pb2.ExportFilter(split=_choice(split, SPLITS, "--split"), drop_repeated=drop_repeated,
+                                     level=_choice(level, LEVELS, "--level"))
     if passed is not None:
         flt.passed = passed
     req = collector_pb2.ExportRunRequest(
@@ -246,7 +363,7 @@ def export(
 @app.command()
 def replay(
     trace: Path = typer.Argument(..., help="A trace file (webenv export --format traces)."),
-    env: str = typer.Option(BROWSER, help="Environment address to replay against."),
+    env: str = typer.Option(BROWSER, help="Environment address to replay against (default: the browser farm)."),
     speed: float = typer.Option(0.0, help="Pacing: 1 = recorded speed, 2 = twice as fast, 0 = no waits."),
     as_json: bool = typer.Option(False, "--json", help="Print the report as JSON."),
 ) -> None:
@@ -254,9 +371,12 @@ def replay(
     from webenv.collector.replay import replay as do_replay
 
     try:
-        report = asyncio.run(do_replay(trace, env, speed))
+        report = asyncio.run(do_replay(trace, address("browser", env), speed))
     except grpc.RpcError as exc:
         raise _fail(exc) from None
+    except (OSError, ValueError) as exc:  # an unreadable trace, or an edited action that does not parse
+        console.print(f"[red]error[/red] {exc}", highlight=False, soft_wrap=True)
+        raise typer.Exit(2) from None
     if as_json:
         console.print_json(json.dumps(report.to_dict()))
         return
@@ -273,23 +393,39 @@ def replay(
 @app.command()
 def tasks(
     difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
-    split: str = typer.Option(None),
-    family: list[str] = typer.Option(None),
+    split: str = typer.Option(None, help="train or test."),
+    family: list[str] = typer.Option(None, help="Site family (repeatable)."),
+    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml, rubric-json or real-web (repeatable)."),
+    kind: list[str] = typer.Option(None, help="information, navigation, transaction or open-ended (repeatable)."),
+    site: list[str] = typer.Option(None, help="Site host (repeatable)."),
+    task: list[str] = typer.Option(None, "--task", help="Task id (repeatable)."),
+    task_file: Path = typer.Option(None, help="Check one's own task file (YAML or rubric JSON) and list its tasks."),
     limit: int = typer.Option(20),
     sites: str = typer.Option(SITES, help="TaskService (sites) address."),
 ) -> None:
-    """List tasks of the catalog."""
-    flt = task_pb2.TaskFilter(families=family or [], split=_choice(split, SPLITS, "--split"))
-    flt.difficulties.extend(_choice(d, DIFFICULTIES, "--difficulty") for d in difficulty or [])
-    try:
-        resp = task_pb2_grpc.TaskServiceStub(grpc.insecure_channel(sites)).ListTasks(
-            task_pb2.ListTasksRequest(filter=flt, page_size=limit), timeout=30)
-    except grpc.RpcError as exc:
-        raise _fail(exc) from None
-    t = Table("task", "difficulty", "split", "instruction", title=f"{resp.total_size} tasks match")
-    for task in resp.tasks:
-        t.add_row(task.task_id, common_pb2.Difficulty.Name(task.difficulty).removeprefix("DIFFICULTY_").lower(),
-                  common_pb2.Split.Name(task.split).removeprefix("SPLIT_").lower(), task.instruction[:80])
+    """List tasks of the catalog (or of a task file)."""
+    if task_file is not None:
+        found = _task_files([task_file])
+        total = len(found)
+    else:
+        flt = task_pb2.TaskFilter(families=family or [], split=_choice(split, SPLITS, "--split"), sites=site or [],
+                                  task_ids=task or [])
+        flt.difficulties.extend(_choices(difficulty, DIFFICULTIES, "--difficulty"))
+        flt.sources.extend(_choices(source, SOURCES, "--source"))
+        flt.kinds.extend(_choices(kind, KINDS, "--kind"))
+        try:
+            resp = task_pb2_grpc.TaskServiceStub(grpc.insecure_channel(address("sites", sites))).ListTasks(
+                task_pb2.ListTasksRequest(filter=flt, page_size=limit), timeout=30)
+        except grpc.RpcError as exc:
+            raise _fail(exc) from None
+        found, total = list(resp.tasks), resp.total_size
+    names = {v: k for k, v in SOURCES.items()}
+    kinds = {v: k for k, v in KINDS.items()}
+    t = Table("task", "source", "kind", "difficulty", "split", "instruction", title=f"{total} tasks match")
+    for x in found[:limit]:
+        t.add_row(x.task_id, names.get(x.source, ""), kinds.get(x.kind, ""),
+                  common_pb2.Difficulty.Name(x.difficulty).removeprefix("DIFFICULTY_").lower(),
+                  common_pb2.Split.Name(x.split).removeprefix("SPLIT_").lower(), x.instruction[:80])
     console.print(t)
 
 

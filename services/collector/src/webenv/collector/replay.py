@@ -3,6 +3,10 @@
 The trace's actions are re-executed in a fresh session of the same task; each step reports whether the URL
 after the action matches the recorded one and how much the accessibility tree differs (changed lines of a
 line diff). A speed factor replays with the recorded pacing (1 = real time, 2 = twice as fast, 0 = no waits).
+
+Each step's ``action_text`` (the sdk grammar, e.g. ``click(12)``) is what gets executed, so a trace edited by
+hand replays the edit; ``action_json`` is used only for a step whose text is empty. Every text is parsed
+before the session opens: a bad edit is reported with its line, and nothing runs.
 """
 
 from __future__ import annotations
@@ -16,6 +20,7 @@ from pathlib import Path
 import grpc
 from google.protobuf import json_format
 from webenv import errors
+from webenv.actions import ActionParseError, format_action, parse_action
 from webenv.client import make_channel
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 
@@ -61,20 +66,39 @@ class ReplayReport:
 
 
 def read_trace(path: str | Path) -> tuple[dict, list[dict]]:
-    """(header, steps) of a trace file."""
+    """(header, steps) of a trace file; each step gets ``_line`` (its line in the file) and ``_action``."""
     header: dict = {}
     steps: list[dict] = []
-    for line in Path(path).read_text(encoding="utf-8").splitlines():
+    for n, line in enumerate(Path(path).read_text(encoding="utf-8").splitlines(), 1):
         if not line.strip():
             continue
-        item = json.loads(line)
+        try:
+            item = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{path}:{n}: not JSON: {exc.msg}") from None
         if item.get("kind") == "header":
             header = item
         else:
+            item["_line"] = n
+            item["_action"] = _action(item, f"{path}:{n}")
             steps.append(item)
     if not header:
         raise ValueError(f"{path}: not a trace (no header line)")
     return header, sorted(steps, key=lambda s: s["step_index"])
+
+
+def _action(step: dict, where: str) -> common_pb2.Action:
+    """The action a trace step replays: its (possibly edited) action_text, else its action_json."""
+    text = step.get("action_text", "")
+    if text:
+        try:
+            return parse_action(text)
+        except ActionParseError as exc:
+            raise ValueError(f"{where}: action_text: {exc}") from None
+    try:
+        return json_format.Parse(step.get("action_json") or "{}", common_pb2.Action())
+    except json_format.ParseError as exc:
+        raise ValueError(f"{where}: action_json: {exc}") from None
 
 
 def axtree_diff(expected: str, actual: str) -> int:
@@ -110,19 +134,19 @@ async def replay(path: str | Path, env_address: str, speed: float = 0.0, step_ti
             for i, st in enumerate(steps):
                 if speed > 0 and i > 0:
                     await asyncio.sleep((st.get("policy_seconds", 0) + st.get("env_seconds", 0)) / speed)
-                action = json_format.Parse(st["action_json"], common_pb2.Action())
+                action = st["_action"]
                 expected_next = steps[i + 1]["axtree"] if i + 1 < len(steps) else header.get("final_axtree", "")
                 try:
                     resp = await env.Step(environment_pb2.StepRequest(session_id=sid, action=action, step_index=i))
                     obs = resp.observation
                     report.steps.append(StepDivergence(
-                        i, st["action_text"], st["url_after"], obs.url,
+                        i, format_action(action), st["url_after"], obs.url,
                         axtree_diff(expected_next, obs.axtree) if expected_next else 0,
                         obs.last_action_error,
                     ))
                 except grpc.aio.AioRpcError as exc:
                     err = errors.from_rpc_error(exc)
-                    report.steps.append(StepDivergence(i, st["action_text"], st["url_after"], "", 0, err.message))
+                    report.steps.append(StepDivergence(i, format_action(action), st["url_after"], "", 0, err.message))
         finally:
             try:
                 await env.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid))

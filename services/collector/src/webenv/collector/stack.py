@@ -2,11 +2,13 @@
 
 Each service is ``python -m webenv.<name>`` with WEBENV_* variables; start-up waits for its gRPC health check
 to say SERVING before the next one that depends on it starts, and shutdown sends SIGTERM in reverse order
-(killing what does not exit within the grace period), so Ctrl-C leaves no orphans.
+(killing what does not exit within the grace period), so Ctrl-C leaves no orphans. ``webenv up`` records the addresses in ``<data_dir>/stack.json`` while it runs, and
+the other commands read it (``running_stack``), so a stack on free ports needs no address flags.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import socket
@@ -25,6 +27,25 @@ DEFAULT_PORTS = {
     "sites": (50055, 9455), "collector": (50056, 9456), "trainer": (50057, 9457),
 }  # fmt: skip
 DEFAULT_HTTP_PORT = 8800
+
+
+STATE_FILE = "stack.json"
+
+
+def state_path() -> Path:
+    """Where commands look for the stack `webenv up` runs: WEBENV_STACK_FILE, else .webenv/stack.json here."""
+    return Path(os.environ.get("WEBENV_STACK_FILE") or Path(".webenv") / STATE_FILE)
+
+
+def running_stack(path: Path | None = None) -> dict | None:
+    """The state `webenv up` wrote (addresses by service), or None when there is none or its process is gone."""
+    path = path or state_path()
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+        os.kill(int(state["pid"]), 0)  # a stack whose `webenv up` died is stale
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return state
 
 
 def free_port() -> int:
@@ -125,6 +146,28 @@ class Stack:
                 raise RuntimeError(f"{exc}\n--- {logs / f'{name}.log'} (tail) ---\n{tail}") from None
             if on_ready is not None:
                 on_ready(name, self.address(name))
+
+    def write_state(self) -> Path:
+        """Record where the stack runs (``data_dir/stack.json``) so later commands find it without flags."""
+        path = self.data_dir / STATE_FILE
+        state = {
+            "pid": os.getpid(),
+            "data_dir": str(self.data_dir.resolve()),
+            "addresses": {name: self.address(name) for name in self.procs},
+            "metrics": {name: f"127.0.0.1:{self.ports[name][1]}" for name in self.procs},
+            "http": f"127.0.0.1:{self.http_port}",
+        }
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")
+        os.replace(tmp, path)
+        return path
+
+    def remove_state(self) -> None:
+        """Forget the recorded stack (only if it is this process's)."""
+        path = self.data_dir / STATE_FILE
+        state = running_stack(path)
+        if state is not None and state.get("pid") == os.getpid():
+            path.unlink(missing_ok=True)
 
     def stop(self, grace: float = 15.0) -> None:
         """SIGTERM every service in reverse start order; SIGKILL what is still there after ``grace``."""
