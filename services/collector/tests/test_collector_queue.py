@@ -8,6 +8,7 @@ import os
 import signal
 import subprocess
 import sys
+import time
 import uuid
 
 import grpc
@@ -23,15 +24,16 @@ def spec(**kw) -> collector_pb2.RunSpec:
     return collector_pb2.RunSpec(**base)
 
 
-async def ids_in(collector, run_id: str) -> list[str]:
+async def ran_by(collector, run_id: str) -> dict[str, str]:
+    """Episode id -> the collector that ran it, as this collector's own store has them."""
     rows = await collector.store.call(
         collector.store.store.query,
-        "SELECT episode_id FROM {db}.episodes FINAL WHERE run_id = {r:String}", {"r": run_id},
+        "SELECT episode_id, collector_id FROM {db}.episodes FINAL WHERE run_id = {r:String}", {"r": run_id},
     )
-    return [r["episode_id"] for r in rows]
+    return {r["episode_id"]: r["collector_id"] for r in rows}
 
 
-async def test_two_collectors_share_a_run(make_collector, redis_url, world, watch):
+async def test_two_collectors_share_a_run(make_collector, redis_url, world, watch, tmp_path):
     prefix = f"q{uuid.uuid4().hex[:6]}"
     world.policy.delay = 0.02
     a = await make_collector(redis_url=redis_url, queue_prefix=prefix, queue_workers=4, collector_id="a")
@@ -43,16 +45,32 @@ async def test_two_collectors_share_a_run(make_collector, redis_url, world, watc
     assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED
     planned = run.counts.planned
     assert last.run.counts.finished == last.run.counts.passed == planned
-    ia, ib = await ids_in(a, run.run_id), await ids_in(b, run.run_id)
-    assert ia and ib  # both worked
-    assert not set(ia) & set(ib) and len(ia) + len(ib) == planned
-    # The other collector sees the shared run too.
     ch_b = grpc.aio.insecure_channel(b.address)
     stub_b = collector_pb2_grpc.CollectorServiceStub(ch_b)
+    # Every collector sees the whole run: ListRuns and ExportRun on either one (embedded stores share their rows).
+    for c, st in ((a, stub), (b, stub_b)):
+        listed = {r.run_id: r for r in (await st.ListRuns(collector_pb2.ListRunsRequest())).runs}
+        assert listed[run.run_id].state == collector_pb2.RUN_STATE_SUCCEEDED, c.settings.collector_id
+        assert listed[run.run_id].counts.finished == planned
+        exp = await st.ExportRun(collector_pb2.ExportRunRequest(
+            run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_JSONL,
+            destination=str(tmp_path / f"export-{c.settings.collector_id}")))
+        assert exp.episodes == planned and exp.steps == last.run.counts.steps
+    ra, rb = await ran_by(a, run.run_id), await ran_by(b, run.run_id)
+    assert ra == rb and len(ra) == planned  # the same rows in both stores, each episode once
+    assert set(ra.values()) == {"a", "b"}  # both worked
     got = await stub_b.GetRun(collector_pb2.GetRunRequest(run_id=run.run_id))
     assert got.run.counts.finished == planned and got.run.state == collector_pb2.RUN_STATE_SUCCEEDED
     watched = await watch(stub_b, run.run_id)
     assert watched.run.state == collector_pb2.RUN_STATE_SUCCEEDED and watched.pass_rate == 1.0
+    # Redis keeps only rows some live collector has not copied yet.
+    r = aioredis.from_url(redis_url)
+    assert await r.xlen(f"{prefix}:rows") > 1
+    await a.queue.catch_up()
+    await b.queue.catch_up()
+    await a.queue._heartbeat(time.time())
+    assert await r.xlen(f"{prefix}:rows") <= 1  # the entry both cursors point at
+    await r.aclose()
     await ch.close()
     await ch_b.close()
 
@@ -76,8 +94,11 @@ async def test_shared_run_outlives_its_owner(make_collector, redis_url, world, w
         last = await watch(collector_pb2_grpc.CollectorServiceStub(ch), run.run_id)
     assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED
     assert last.run.counts.finished == run.counts.planned
-    ids = await ids_in(other, run.run_id)
-    assert ids and len(ids) < run.counts.planned + 1
+    ids = await ran_by(other, run.run_id)
+    assert len(ids) == run.counts.planned  # the owner's episodes too: it shared them before it went
+    async with grpc.aio.insecure_channel(other.address) as ch:
+        listed = (await collector_pb2_grpc.CollectorServiceStub(ch).ListRuns(collector_pb2.ListRunsRequest())).runs
+    assert [x.state for x in listed if x.run_id == run.run_id] == [collector_pb2.RUN_STATE_SUCCEEDED]
     await r.aclose()
 
 
@@ -103,7 +124,9 @@ async def test_dead_letter_after_max_deliveries(make_collector, redis_url):
             await asyncio.sleep(0.05)
     dead = await r.xrange(f"{prefix}:dead")
     assert dead[0][1]["reason"] == "max deliveries"
-    assert (await r.hget(f"{prefix}:run:{run_id}:meta", "state")) == "succeeded"
+    async with asyncio.timeout(10):  # the run ends right after the entry moves
+        while (await r.hget(f"{prefix}:run:{run_id}:meta", "state")) != "succeeded":  # noqa: ASYNC110
+            await asyncio.sleep(0.05)
     assert not await r.xpending_range(stream, "collectors", "-", "+", 10)
     assert c.engine is not None
     await r.aclose()
@@ -113,13 +136,14 @@ READ_IDS = """
 import json, sys
 from webenv.collector.store import Store
 s = Store(sys.argv[1], "webenv")
-rows = s.query("SELECT episode_id, count() AS n FROM {db}.episodes FINAL WHERE run_id = {r:String} GROUP BY episode_id", {"r": sys.argv[2]})
-print(json.dumps({r["episode_id"]: r["n"] for r in rows}))
+rows = s.query("SELECT episode_id, collector_id FROM {db}.episodes FINAL WHERE run_id = {r:String}", {"r": sys.argv[2]})
+print(json.dumps({r["episode_id"]: r["collector_id"] for r in rows}))
 """
 
 
-def store_ids(data_dir: str, run_id: str) -> dict[str, int]:
-    """Episode ids in a collector's own chDB folder (read in a subprocess: chDB opens one folder per process)."""
+def store_ids(data_dir: str, run_id: str) -> dict[str, str]:
+    """Episode id -> collector that ran it, in a collector's own chDB folder (read in a subprocess: chDB opens
+    one folder per process)."""
     out = subprocess.run(
         [sys.executable, "-c", READ_IDS, f"chdb://{data_dir}/store", run_id],
         capture_output=True, text=True, timeout=120, check=True,
@@ -176,10 +200,12 @@ async def test_sigkilled_collector_episodes_are_taken_over_exactly_once(world, r
         await asyncio.to_thread(procs["b"].wait, 60)
         ids_a = await asyncio.to_thread(store_ids, dirs["a"], run.run_id)
         ids_b = await asyncio.to_thread(store_ids, dirs["b"], run.run_id)
-        assert ids_a and ids_b
-        assert set(ids_a) | set(ids_b) == {f"{run.run_id}-{i:06d}" for i in range(planned)}
-        assert not set(ids_a) & set(ids_b)  # stored exactly once across the two stores
-        assert all(n == 1 for n in [*ids_a.values(), *ids_b.values()])
+        # The survivor's store has the whole run: its own episodes and those a shared before it died.
+        assert set(ids_b) == {f"{run.run_id}-{i:06d}" for i in range(planned)}
+        by_a = {e for e, who in ids_b.items() if who == "a"}
+        assert by_a and len(by_a) < planned  # both worked
+        # Each episode ran once: what b has as a's is what a stored itself (bar the crash window before SADD).
+        assert by_a <= {e for e, who in ids_a.items() if who == "a"}
         await ch.close()
         await r.aclose()
     finally:

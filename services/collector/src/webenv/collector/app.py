@@ -76,6 +76,9 @@ class Collector:
                 claim_idle_seconds=settings.queue_claim_idle_seconds,
                 max_deliveries=settings.queue_max_deliveries,
                 workers=settings.queue_workers,
+                # An embedded store is this process's alone: share its rows so every collector sees every run.
+                share_rows=settings.resolved_store_url().startswith("chdb://"),
+                peer_timeout_seconds=max(60.0, settings.queue_claim_idle_seconds * 4),
             )
         engine = Engine(EngineConfig(defaults, collector_id, __version__), store, writer, ctx, queue=queue)
         if queue is not None:

@@ -301,7 +301,10 @@ class Engine:
 
     async def store_episode(self, rc: RunContext | None, ep: Episode, urgent: bool = False) -> None:
         """Write an episode durably (store or spool), then count it; ``urgent``: without waiting for a batch."""
-        await self.writer.put(ep.rows(version_now()), urgent=urgent)
+        rows = ep.rows(version_now())
+        await self.writer.put(rows, urgent=urgent)
+        if self.queue is not None:  # a shared run: collectors with their own store copy the rows
+            await self.queue.publish_rows(rows)
         outcome = "errored" if ep.error else ("passed" if ep.passed else "failed")
         if ep.error:
             self._log_error(ep)
@@ -462,7 +465,10 @@ class Engine:
 
     async def persist(self, rc: RunContext) -> None:
         """Write the run's row (durably: store or spool)."""
-        await self.writer.put({"runs": [self.run_row(rc.run)]})
+        batch = {"runs": [self.run_row(rc.run)]}
+        await self.writer.put(batch)
+        if self.queue is not None:
+            await self.queue.publish_rows(batch)
 
     @staticmethod
     def run_from_row(row: dict) -> collector_pb2.Run:

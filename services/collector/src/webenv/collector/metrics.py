@@ -31,3 +31,8 @@ IN_FLIGHT = Gauge("webenv_collector_episodes_in_flight", "Episodes running now."
 RUNS_ACTIVE = Gauge("webenv_collector_runs_active", "Runs running now.")
 EXPORT_SECONDS = Histogram("webenv_collector_export_seconds", "Export wall time.", buckets=_LATENCY)
 EPISODES_READ = Counter("webenv_collector_episodes_read_total", "Stored episodes streamed by ReadEpisodes (training data).")
+ROWS_REPLICATED = Counter(
+    "webenv_collector_rows_replicated_total",
+    "Rows of shared runs copied into this collector's store from other collectors (embedded stores, through Redis).",
+    ["table"],
+)

@@ -10,6 +10,17 @@ Exactly-once storage rests on two things: episode ids are deterministic (run id 
 replaces rows by key. With one shared ClickHouse server a re-run episode replaces its earlier rows. With
 per-process chDB stores, a re-delivered episode is skipped when the done set already has it; the only
 window left for a duplicate is a crash between the store write and the SADD right after it.
+
+Embedded (chDB) stores cannot be shared between processes, so collectors on them also share their rows: each
+one publishes the rows it stores for shared runs (its episodes and, for runs it owns, the run row) to the
+stream ``<prefix>:rows`` (zlib-compressed), and every collector copies the others' rows into its own store. A
+run's episodes are then visible from every collector (ListRuns, GetRun, ExportRun), the one that started it or
+not; reads wait until this collector has caught up with the stream. Chosen over answering reads by asking the
+other collectors (a federated read) because it needs no new RPC, every read path stays a local query, and a
+collector that died leaves its rows behind in the others' stores. The stream is trimmed to the oldest position
+a live collector has read (collectors heartbeat in ``<prefix>:collectors``; one silent for
+``peer_timeout_seconds`` no longer holds rows back), so Redis holds only rows some collector has yet to copy.
+Screenshots stay in the blob folder of the collector that ran the episode.
 """
 
 from __future__ import annotations
@@ -24,6 +35,7 @@ from google.protobuf import json_format
 from webenv.collector import metrics
 from webenv.collector.engine import STATE_NAMES, STATE_VALUES, Engine, RunContext
 from webenv.collector.episode import EpisodeJob, run_episode
+from webenv.collector.spool import pack, unpack
 from webenv.v1 import collector_pb2
 
 log = logging.getLogger(__name__)
@@ -43,8 +55,11 @@ class WorkQueue:
         max_deliveries: int = 3,
         workers: int = 16,
         poll_seconds: float = 0.2,
+        share_rows: bool = False,
+        peer_timeout_seconds: float = 60.0,
     ) -> None:
         self.redis = aioredis.from_url(url, decode_responses=True)
+        self.raw = aioredis.from_url(url)  # bytes: packed rows
         self.consumer = consumer
         self.p = prefix
         self.stream = f"{prefix}:episodes"
@@ -58,6 +73,15 @@ class WorkQueue:
         self._loop: asyncio.Task | None = None
         self._specs: dict[str, collector_pb2.RunSpec] = {}
         self.engine: Engine | None = None
+        # Row sharing between embedded stores (see the module docstring).
+        self.share_rows = share_rows  # publish this collector's rows (its store is its own)
+        self.rows = f"{prefix}:rows"
+        self.cursors = f"{prefix}:rows:cursors"
+        self.alive = f"{prefix}:collectors"
+        self.peer_timeout = peer_timeout_seconds
+        self._cursor = "0-0"
+        self._advanced = asyncio.Event()
+        self._replicator: asyncio.Task | None = None
 
     def _k(self, run_id: str, what: str) -> str:
         return f"{self.p}:run:{run_id}:{what}"
@@ -68,6 +92,9 @@ class WorkQueue:
         self.engine = engine
         with contextlib.suppress(aioredis.ResponseError):  # BUSYGROUP: it exists
             await self.redis.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
+        self._cursor = await self.redis.hget(self.cursors, self.consumer) or "0-0"
+        await self._heartbeat(time.time())
+        self._replicator = asyncio.create_task(self._replicate())
         self._loop = asyncio.create_task(self._work())
 
     async def close(self) -> None:
@@ -79,7 +106,12 @@ class WorkQueue:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
+        if self._replicator is not None:
+            self._replicator.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._replicator
         await self.redis.aclose()
+        await self.raw.aclose()
 
     # -- publishing (the run's owner) --------------------------------------------------------------------------------
     async def run_shared(self, engine: Engine, rc: RunContext) -> None:
@@ -152,6 +184,75 @@ class WorkQueue:
         c.errored = int(counts.get("errored", 0)) + int(counts.get("dead", 0))
         c.steps = int(counts.get("steps", 0))
         return run
+
+    # -- sharing rows (embedded stores) --------------------------------------------------------------------------------
+    async def publish_rows(self, batch: dict[str, list[dict]]) -> None:
+        """Offer rows this collector stored to the others (only when its store is its own)."""
+        if self.share_rows and batch:
+            await self.raw.xadd(self.rows, {"origin": self.consumer, "data": pack(batch)})
+
+    async def catch_up(self, limit_seconds: float = 10.0) -> None:
+        """Wait until every row published so far is in this collector's writer (then a drain makes it readable)."""
+        try:
+            target = (await self.raw.xinfo_stream(self.rows))["last-generated-id"].decode()
+        except aioredis.ResponseError:  # no stream yet: nothing was shared
+            return
+        deadline = time.monotonic() + limit_seconds
+        while _id(self._cursor) < _id(target):
+            self._advanced.clear()
+            left = deadline - time.monotonic()
+            if left <= 0:
+                log.warning("shared rows: %s behind %s after %.0fs; reading what is stored", self._cursor, target,
+                            limit_seconds)
+                return
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._advanced.wait(), left)
+
+    async def _heartbeat(self, now: float) -> None:
+        """Say this collector is alive; forget silent ones; trim rows every live collector has read."""
+        await self.redis.zadd(self.alive, {self.consumer: now})
+        gone = await self.redis.zrangebyscore(self.alive, 0, now - self.peer_timeout)
+        if gone:
+            await self.redis.zrem(self.alive, *gone)
+            await self.redis.hdel(self.cursors, *gone)
+        live = await self.redis.zrange(self.alive, 0, -1)
+        cursors = await self.redis.hgetall(self.cursors)
+        low = min((cursors.get(c, "0-0") for c in live), key=_id, default="0-0")
+        if low != "0-0":
+            await self.redis.xtrim(self.rows, minid=low, approximate=False)
+
+    async def _replicate(self) -> None:
+        """Copy the rows other collectors publish into this collector's store, durably, in stream order."""
+        assert self.engine is not None
+        next_beat = time.time() + 5
+        while True:
+            try:
+                if time.time() >= next_beat:
+                    next_beat = time.time() + 5
+                    await self._heartbeat(time.time())
+                got = await self.raw.xread({self.rows: self._cursor}, count=200, block=1000)
+                batch: dict[str, list[dict]] = {}
+                last = None
+                for _stream, entries in got or []:
+                    for entry_id, fields in entries:
+                        last = entry_id.decode()
+                        if fields[b"origin"].decode() != self.consumer:
+                            for table, rows in unpack(fields[b"data"]).items():
+                                batch.setdefault(table, []).extend(rows)
+                if last is None:
+                    continue
+                if batch:
+                    await self.engine.writer.put(batch)  # durable (store or spool) before the cursor moves
+                    for table, rows in batch.items():
+                        metrics.ROWS_REPLICATED.labels(table).inc(len(rows))
+                self._cursor = last
+                await self.redis.hset(self.cursors, self.consumer, last)
+                self._advanced.set()
+            except asyncio.CancelledError:
+                raise
+            except Exception:  # noqa: BLE001 - Redis or store hiccups must not end the copying
+                log.exception("shared rows: copy loop error")
+                await asyncio.sleep(1.0)
 
     # -- working (every collector) -------------------------------------------------------------------------------------
     async def _spec(self, run_id: str) -> tuple[collector_pb2.RunSpec | None, str, int]:
@@ -261,3 +362,7 @@ class WorkQueue:
             )
 
 
+def _id(entry_id: str) -> tuple[int, int]:
+    """A stream entry id as a sortable pair."""
+    ms, _, seq = entry_id.partition("-")
+    return int(ms), int(seq or 0)

@@ -106,6 +106,8 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         # Live runs first write their rows asynchronously: flush so the page reflects them.
         for rc in list(self.engine.runs.values()):
             await self.engine.persist(rc)
+        if self.engine.queue is not None:
+            await self.engine.queue.catch_up()  # runs other collectors share (embedded stores)
         await self.engine.writer.drain()
         rows = await store.call(
             store.store.list_runs, STATE_NAMES[request.state] if request.state else None, size + 1, offset
@@ -113,6 +115,11 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         runs = []
         for row in rows[:size]:
             live = self.engine.runs.get(row["run_id"])
+            if live is None and self.engine.queue is not None and row["state"] in ("pending", "running"):
+                # A shared run's counts and end live in Redis (its owner may be gone).
+                shared = await self.engine.queue.get_run(row["run_id"])
+                runs.append(shared if shared is not None else Engine.run_from_row(row))
+                continue
             runs.append(live.run if live is not None else Engine.run_from_row(row))
         token = base64.urlsafe_b64encode(f"o:{offset + size}".encode()).decode() if len(rows) > size else ""
         return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
@@ -135,6 +142,8 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         destination = self._destination(request.destination)
         if request.run_id:
             await self.engine.get_run(request.run_id)  # NOT_FOUND for an unknown run
+        if self.engine.queue is not None:
+            await self.engine.queue.catch_up()  # episodes other collectors ran (embedded stores)
         await self.engine.writer.drain()
         store = self.engine.store
         t0 = time.monotonic()

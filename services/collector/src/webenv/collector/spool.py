@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import uuid
+import zlib
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -32,6 +33,18 @@ def _decode(v):
         if "$b" in v:
             return bytes.fromhex(v["$b"])
     return v
+
+
+def pack(batch: Batch) -> bytes:
+    """Rows as compact bytes (zlib-compressed JSON with datetimes and bytes encoded), e.g. for a Redis stream."""
+    data = {table: [{k: _encode(v) for k, v in row.items()} for row in rows] for table, rows in batch.items()}
+    return zlib.compress(json.dumps(data, separators=(",", ":")).encode(), 1)
+
+
+def unpack(data: bytes) -> Batch:
+    """The rows :func:`pack` packed."""
+    return {table: [{k: _decode(v) for k, v in row.items()} for row in rows]
+            for table, rows in json.loads(zlib.decompress(data)).items()}
 
 
 @dataclass
