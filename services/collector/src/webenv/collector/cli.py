@@ -284,7 +284,7 @@ def run(
         console.print(f"started [bold]{r.run_id}[/bold]: {r.counts.planned} episodes")
         if r.counts.skipped_tasks:
             console.print(f"left out {r.counts.skipped_tasks} matching tasks: policy {r.spec.policy!r} has no "
-                          "solution for them (choose them with --source synthetic, or another policy)")
+                          "solution for them (--source synthetic asks for tasks with one)")
         if detach:
             return
         last = watch_run(stub, r.run_id, errored=errored)

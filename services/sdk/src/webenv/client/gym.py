@@ -5,13 +5,24 @@
     obs, reward, terminated, truncated, info = env.step('click(12)')
     env.close()
 
+    # a catalog task graded by the judge: the episode's last step is rewarded 1.0 when its rubric passes
+    env = gymnasium.make("webenv/WebEnv-v0", address="localhost:50051", task=task, judge="localhost:50054")
+
 Observations are dicts with one entry per requested format ("axtree", "html", "markdown": text;
 "elements", "dom": lists of dicts; "screenshot": the encoded image bytes) plus "url" and
 "last_action_error". Actions are text in the sdk's action grammar (`webenv.actions`); text that does
 not parse is sent as `noop()` and the parse error is reported in `info["action_error"]` and in
 `obs["last_action_error"]`, so a policy's bad output costs a step instead of crashing the rollout.
 
-Gymnasium's API is synchronous; the gRPC client runs on an event loop in a background thread.
+Rewards: without a judge, the environment's own (MiniWoB pages reward themselves; synthetic sites do not).
+With ``judge=ADDRESS`` and a task, the episode's end (an answer, the environment's done, or ``max_steps``)
+closes the session with its evidence (site state) and asks JudgeService.Evaluate, as the collector does:
+reward 1.0 when the rubric passes, else 0.0, and the verdict in ``info["verdict"]``.
+
+`gymnasium.utils.env_checker.check_env` passes: the spaces contain what the pages give (any Unicode text,
+element lists, image bytes), and the spec says `nondeterministic=True` (a live page's timing, session ids
+and timings in `info` differ between equal episodes). Gymnasium's API is synchronous; the gRPC clients run on
+an event loop in a background thread.
 """
 
 from __future__ import annotations
@@ -22,16 +33,80 @@ from collections.abc import Coroutine, Iterable
 from typing import Any, TypeVar
 
 import gymnasium
+import numpy as np
 from google.protobuf.json_format import MessageToDict
 from gymnasium import spaces
-from webenv.actions import ActionParseError, parse_action
+from gymnasium.envs.registration import EnvSpec
+from webenv.actions import ActionParseError, format_action, parse_action
+from webenv.client.channel import make_channel
 from webenv.client.environment import EnvironmentClient, observation_spec
-from webenv.v1 import common_pb2, environment_pb2
+from webenv.v1 import common_pb2, environment_pb2, judge_pb2, judge_pb2_grpc
 
-__all__ = ["WebEnv"]
+__all__ = ["ENV_ID", "Bytes", "Records", "UnicodeText", "WebEnv"]
 
+ENV_ID = "webenv/WebEnv-v0"
 T = TypeVar("T")
-_TEXT_CHARS = "".join(chr(c) for c in range(32, 0x3000))
+_SAMPLE_CHARS = "".join(chr(c) for c in range(32, 127))
+
+
+class UnicodeText(spaces.Text):
+    """Any string of at most ``max_length`` characters (Gymnasium's Text checks every character against a
+    charset; pages hold any Unicode character). Samples draw from printable ASCII."""
+
+    def __init__(self, max_length: int, *, min_length: int = 0, seed: int | None = None) -> None:
+        super().__init__(max_length, min_length=min_length, charset=_SAMPLE_CHARS, seed=seed)
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, str) and self.min_length <= len(x) <= self.max_length
+
+    def __repr__(self) -> str:
+        return f"UnicodeText({self.min_length}, {self.max_length})"
+
+
+class Records(spaces.Space[list[dict[str, Any]]]):
+    """A list of JSON-like dicts (interactive elements, DOM nodes: their fields as in the protobuf messages)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(None, None, seed)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def sample(self, mask: Any = None, probability: Any = None) -> list[dict[str, Any]]:
+        return []
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, list) and all(isinstance(r, dict) for r in x)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Records)
+
+    def __repr__(self) -> str:
+        return "Records()"
+
+
+class Bytes(spaces.Space[bytes]):
+    """Encoded bytes (a screenshot as PNG or JPEG, as the observation spec asks)."""
+
+    def __init__(self, seed: int | None = None) -> None:
+        super().__init__(None, np.uint8, seed)
+
+    @property
+    def is_np_flattenable(self) -> bool:
+        return False
+
+    def sample(self, mask: Any = None, probability: Any = None) -> bytes:
+        return b""
+
+    def contains(self, x: Any) -> bool:
+        return isinstance(x, bytes)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Bytes)
+
+    def __repr__(self) -> str:
+        return "Bytes()"
 
 
 class WebEnv(gymnasium.Env[dict[str, Any], str]):
@@ -50,33 +125,52 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
         max_text_chars: int = 100_000,
         timeout: float = 60.0,
         labels: dict[str, str] | None = None,
+        judge: str = "",
         **screenshot: Any,
     ) -> None:
         if bool(start_url) == (task is not None):
             raise ValueError("give exactly one of start_url or task")
+        if judge and task is None:
+            raise ValueError("judge needs a task (its rubric is what the judge grades)")
         self.start_url = start_url
         self.task = task
         self.formats = tuple(formats)
-        self.spec = observation_spec(self.formats, max_text_chars=max_text_chars, **screenshot)
+        # The judge's page criteria read HTML: ask for it when judging even if the caller does not want it.
+        asked = (*self.formats, "html") if judge and "html" not in self.formats else self.formats
+        self.obs_spec = observation_spec(asked, max_text_chars=max_text_chars, **screenshot)
         self.max_steps = max_steps
         self.labels = dict(labels or {})
         self.timeout = timeout
-        text = spaces.Text(max_length=max_text_chars, charset=_TEXT_CHARS)
+        self.judge_address = judge
+        text = UnicodeText(max(max_text_chars, 8192))
         obs_spaces: dict[str, spaces.Space[Any]] = {"url": text, "last_action_error": text}
         for f in self.formats:
-            obs_spaces[f] = text if f in ("axtree", "html", "markdown") else spaces.Sequence(spaces.Dict({}))
+            obs_spaces[f] = text if f in ("axtree", "html", "markdown") else Bytes() if f == "screenshot" else Records()
         self.observation_space = spaces.Dict(obs_spaces)
-        self.action_space = spaces.Text(max_length=4096, charset=_TEXT_CHARS)
+        self.action_space = UnicodeText(4096)
+        # How to make this environment again (gymnasium.make, check_env's close check); pages are live.
+        self.spec = EnvSpec(ENV_ID, entry_point="webenv.client.gym:WebEnv", nondeterministic=True, kwargs=dict(
+            address=address, start_url=start_url, task=task, formats=self.formats, max_steps=max_steps,
+            max_text_chars=max_text_chars, timeout=timeout, labels=labels, judge=judge, **screenshot))
         self.session_id = ""
         self.instruction = ""
         self.steps = 0
+        self._observation: common_pb2.Observation | None = None
+        self._records: list[common_pb2.StepRecord] = []
+        self._answer = ""
+        self._env_kind = common_pb2.ENV_KIND_UNSPECIFIED
         self._loop = asyncio.new_event_loop()
         self._thread = threading.Thread(target=self._loop.run_forever, name="webenv-gym-loop", daemon=True)
         self._thread.start()
         self.client: EnvironmentClient = self._run(self._make_client(address))
+        self._judge: judge_pb2_grpc.JudgeServiceStub | None = self._run(self._make_judge()) if judge else None
 
     async def _make_client(self, address: str) -> EnvironmentClient:
         return EnvironmentClient(address, timeout=self.timeout)
+
+    async def _make_judge(self) -> judge_pb2_grpc.JudgeServiceStub:
+        self._judge_channel = make_channel(self.judge_address, timeout=self.timeout)
+        return judge_pb2_grpc.JudgeServiceStub(self._judge_channel)
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return asyncio.run_coroutine_threadsafe(coro, self._loop).result(self.timeout + 30)
@@ -104,10 +198,14 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
         if self.session_id:
             self._close_session()
         resp: environment_pb2.OpenSessionResponse = self._run(self.client.open(
-            start_url=self.start_url, task=self.task, spec=self.spec, seed=seed or 0, labels=self.labels))
+            start_url=self.start_url, task=self.task, spec=self.obs_spec, seed=seed or 0, labels=self.labels))
         self.session_id = resp.session.session_id
+        self._env_kind = resp.session.env_kind
         self.instruction = resp.instruction
         self.steps = 0
+        self._observation = resp.observation
+        self._records = []
+        self._answer = ""
         return self._obs(resp.observation), {"instruction": resp.instruction, "session_id": self.session_id,
                                              "open_seconds": resp.open_seconds}
 
@@ -122,11 +220,43 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
             act = common_pb2.Action(noop=common_pb2.NoopAction())
         resp: environment_pb2.StepResponse = self._run(self.client.step(self.session_id, act))
         self.steps += 1
-        truncated = resp.truncated or bool(self.max_steps and self.steps >= self.max_steps and not resp.done)
+        answered = act.WhichOneof("kind") == "answer"
+        if answered:
+            self._answer = act.answer.text
+        terminated = bool(resp.done or (answered and self._judge is not None))
+        truncated = resp.truncated or bool(self.max_steps and self.steps >= self.max_steps and not terminated)
+        self._records.append(common_pb2.StepRecord(
+            step_index=resp.step_index, observation=self._observation, action=act, action_text=format_action(act),
+            reward=resp.reward, done=resp.done, last_action_error=parse_error or resp.observation.last_action_error,
+            url_after=resp.observation.url, timings=resp.timings))
+        self._observation = resp.observation
         info = {"session_id": self.session_id, "step_index": resp.step_index, "raw_reward": resp.raw_reward,
                 "reward_reason": resp.reward_reason, "action_error": parse_error,
                 "timings": MessageToDict(resp.timings, preserving_proto_field_name=True)}
-        return self._obs(resp.observation, parse_error), resp.reward, resp.done, truncated, info
+        reward = float(resp.reward)
+        if self._judge is not None and (terminated or truncated):
+            verdict = self._grade()
+            reward = 1.0 if verdict.passed else 0.0
+            info["verdict"] = MessageToDict(verdict, preserving_proto_field_name=True,
+                                            always_print_fields_with_no_presence=True)
+        return self._obs(resp.observation, parse_error), reward, terminated, truncated, info
+
+    def _grade(self) -> common_pb2.Verdict:
+        """End the episode: close the session with its evidence and ask the judge for the verdict."""
+        assert self.task is not None and self._judge is not None
+        sid = self.session_id
+        closed = self._close_session() or environment_pb2.CloseSessionResponse()
+        trajectory = common_pb2.Trajectory(
+            episode_id=sid, task_id=self.task.task_id, steps=self._records, final_observation=self._observation,
+            final_answer=self._answer, site_state_json=closed.site_state_json, env_reward=closed.env_reward,
+            env_kind=self._env_kind, category=self.task.category)
+        request = judge_pb2.EvaluateRequest(task=self.task, trajectory=trajectory,
+                                            options=judge_pb2.JudgeOptions(allow_llm=True))
+        return self._run(self._evaluate(request)).verdict
+
+    async def _evaluate(self, request: judge_pb2.EvaluateRequest) -> judge_pb2.EvaluateResponse:
+        assert self._judge is not None
+        return await self._judge.Evaluate(request, timeout=self.timeout)
 
     def _close_session(self) -> environment_pb2.CloseSessionResponse | None:
         sid, self.session_id = self.session_id, ""
@@ -141,7 +271,13 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
         if self.session_id:
             self._close_session()
         self._run(self.client.aclose())
+        if self._judge is not None:
+            self._run(self._judge_channel.close())
         self._loop.call_soon_threadsafe(self._loop.stop)
         self._thread.join(5)
         self._loop.close()
         super().close()
+
+
+if ENV_ID not in gymnasium.registry:
+    gymnasium.register(ENV_ID, entry_point="webenv.client.gym:WebEnv", nondeterministic=True)
