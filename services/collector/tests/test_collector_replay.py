@@ -50,6 +50,15 @@ async def test_replay_reports_divergence(stub, watch, world, tmp_path):
     assert report.steps[0].axtree_changed_lines > 0
 
 
+def edit_first_action(path: Path, text: str) -> dict:
+    """Set the first step's action_text in a trace file; returns the step as it was."""
+    lines = path.read_text().splitlines()
+    first = json.loads(lines[1])
+    lines[1] = json.dumps({**first, "action_text": text})
+    path.write_text("\n".join(lines) + "\n")
+    return first
+
+
 async def test_replay_honours_an_edited_action(stub, watch, world, tmp_path):
     """Editing a step's action_text changes what replays; a bad edit is named by line and nothing runs."""
     run = (await stub.StartRun(collector_pb2.StartRunRequest(
@@ -58,19 +67,13 @@ async def test_replay_honours_an_edited_action(stub, watch, world, tmp_path):
     exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
         run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(tmp_path)))
     path = Path(exp.paths[0])
-    lines = path.read_text().splitlines()
-    first = json.loads(lines[1])
+    first = edit_first_action(path, "noop()")  # the edit: stay on the page instead of clicking next
     assert first["action_text"] == 'click("#next")' and first["url_after"].endswith("/page/1")
-    first["action_text"] = "noop()"  # the edit: stay on the page instead of clicking next
-    lines[1] = json.dumps(first)
-    path.write_text("\n".join(lines) + "\n")
     opened = world.env.opened
     report = await replay(path, world.addr["env"])
     assert report.steps[0].action_text == "noop()"
     assert report.steps[0].actual_url.endswith("/page/0") and not report.steps[0].url_matches
-    first["action_text"] = "click(#next"
-    lines[1] = json.dumps(first)
-    path.write_text("\n".join(lines) + "\n")
+    edit_first_action(path, "click(#next")
     with pytest.raises(ValueError, match=rf"{path}:2: action_text: "):
         await replay(path, world.addr["env"])
     assert world.env.opened == opened + 1  # the bad edit opened no session

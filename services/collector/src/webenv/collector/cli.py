@@ -31,7 +31,8 @@ console = Console()
 
 # Address options default to None: ``address()`` resolves them (flag, WEBENV_*_ADDR, `webenv up`'s state, port).
 COLLECTOR = SITES = BROWSER = None
-DEFAULT_ADDRS = {"collector": "localhost:50056", "sites": "localhost:50055", "browser": "localhost:50051"}
+DEFAULT_ADDRS = {"collector": "localhost:50056", "sites": "localhost:50055", "browser": "localhost:50051",
+                 "trainer": "localhost:50057", "policy": "localhost:50052"}
 DIFFICULTIES = {"easy": common_pb2.DIFFICULTY_EASY, "medium": common_pb2.DIFFICULTY_MEDIUM, "hard": common_pb2.DIFFICULTY_HARD}
 SPLITS = {"train": common_pb2.SPLIT_TRAIN, "test": common_pb2.SPLIT_TEST}
 SAMPLING = {
@@ -486,8 +487,7 @@ def demo(
     console.print(f"parquet export: {export_dir.resolve()}  logs: {(data_dir / 'logs').resolve()}")
 
 
-TRAINER = os.environ.get("WEBENV_TRAINER_ADDR", "localhost:50057")
-POLICY = os.environ.get("WEBENV_POLICY_ADDR", "localhost:50052")
+TRAINER = POLICY = None  # resolved by address(), as the others
 
 
 @app.command()
@@ -536,6 +536,9 @@ def train(
             local.start(on_ready=lambda n, a: status.update(f"{n} SERVING at {a}"))
         collector, trainer, policy = (local.address(n) for n in ("collector", "trainer", "policy"))
         console.print(f"stack up ({', '.join(SERVICES)}); data in {data_dir.resolve()}")
+    else:
+        collector, trainer, policy = (address(n, v) for n, v in
+                                      (("collector", collector), ("trainer", trainer), ("policy", policy)))
     try:
         loop = Loop(cfg, collector=collector, trainer=trainer, policy=policy, say=console.print)
         result = loop.run_loop()

@@ -187,7 +187,10 @@ class Engine:
                 f"policy service at {peer.address} failed: {exc.code().name}: {exc.details()}",
                 reason="POLICY_UNAVAILABLE",
             ) from exc
-        info = next((p for p in resp.policies if p.name == policy), None)
+        # A checkpoint is served under its family name and as "<name>@<version>" (the current one is listed).
+        family = policy.partition("@")[0]
+        info = next((p for p in resp.policies if policy in (p.name, p.version)), None) or next(
+            (p for p in resp.policies if p.name == family), None)
         if info is None:
             offered = ", ".join(p.name for p in resp.policies)
             hint = " (the llm policy needs a model: see the policy service's README)" if policy == "llm" else ""

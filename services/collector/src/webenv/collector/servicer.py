@@ -164,6 +164,8 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         read.validate(request)
         for run_id in request.run_ids:
             await self.engine.get_run(run_id)  # NOT_FOUND for an unknown run
+        if self.engine.queue is not None:
+            await self.engine.queue.catch_up()  # episodes other collectors ran (embedded stores)
         await self.engine.writer.drain()
         store = self.engine.store
         left = request.limit or None
