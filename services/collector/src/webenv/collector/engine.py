@@ -194,9 +194,9 @@ class Engine:
         if info is None:
             offered = ", ".join(p.name for p in resp.policies)
             hint = " (the llm policy needs a model: see the policy service's README)" if policy == "llm" else ""
-            raise errors.FailedPrecondition(
+            raise errors.InvalidArgument(  # as the policy service answers an unknown policy name
                 f"spec.policy: the policy service at {peer.address} does not offer {policy!r}; it offers {offered}{hint}",
-                reason="POLICY_NOT_OFFERED",
+                reason="UNKNOWN_POLICY",
                 metadata={"field": "spec.policy", "policy": policy},
             )
         if not info.needs_solution:
