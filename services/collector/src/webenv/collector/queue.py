@@ -189,7 +189,9 @@ class WorkQueue:
     async def publish_rows(self, batch: dict[str, list[dict]]) -> None:
         """Offer rows this collector stored to the others (only when its store is its own)."""
         if self.share_rows and batch:
-            await self.raw.xadd(self.rows, {"origin": self.consumer, "data": pack(batch)})
+            # ~8 ms for a 10-step episode (127 KiB of JSON -> 11 KiB): off the event loop
+            data = await asyncio.to_thread(pack, batch)
+            await self.raw.xadd(self.rows, {"origin": self.consumer, "data": data})
 
     async def catch_up(self, limit_seconds: float = 10.0) -> None:
         """Wait until every row published so far is in this collector's writer (then a drain makes it readable)."""
@@ -231,14 +233,14 @@ class WorkQueue:
                     next_beat = time.time() + 5
                     await self._heartbeat(time.time())
                 got = await self.raw.xread({self.rows: self._cursor}, count=200, block=1000)
-                batch: dict[str, list[dict]] = {}
                 last = None
+                packed = []
                 for _stream, entries in got or []:
                     for entry_id, fields in entries:
                         last = entry_id.decode()
                         if fields[b"origin"].decode() != self.consumer:
-                            for table, rows in unpack(fields[b"data"]).items():
-                                batch.setdefault(table, []).extend(rows)
+                            packed.append(fields[b"data"])
+                batch = await asyncio.to_thread(_merge, packed) if packed else {}
                 if last is None:
                     continue
                 if batch:
@@ -366,3 +368,12 @@ def _id(entry_id: str) -> tuple[int, int]:
     """A stream entry id as a sortable pair."""
     ms, _, seq = entry_id.partition("-")
     return int(ms), int(seq or 0)
+
+
+def _merge(packed: list[bytes]) -> dict[str, list[dict]]:
+    """The rows of several packed batches, by table."""
+    out: dict[str, list[dict]] = {}
+    for data in packed:
+        for table, rows in unpack(data).items():
+            out.setdefault(table, []).extend(rows)
+    return out
