@@ -36,13 +36,18 @@ def tamper(path: Path) -> None:
     path.write_text("\n".join(lines) + "\n")
 
 
-async def test_replay_reports_divergence(stub, watch, world, tmp_path):
+async def oracle_trace(stub, watch, dest: Path) -> Path:
+    """The trace of one oracle episode, exported to ``dest``."""
     run = (await stub.StartRun(collector_pb2.StartRunRequest(
         spec=collector_pb2.RunSpec(policy="oracle", seed=1, task_limit=1)))).run
     await watch(stub, run.run_id)
     exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
-        run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(tmp_path)))
-    path = Path(exp.paths[0])
+        run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(dest)))
+    return Path(exp.paths[0])
+
+
+async def test_replay_reports_divergence(stub, watch, world, tmp_path):
+    path = await oracle_trace(stub, watch, tmp_path)
     tamper(path)
     report = await replay(path, world.addr["env"])
     assert not report.reproduced
@@ -61,12 +66,7 @@ def edit_first_action(path: Path, text: str) -> dict:
 
 async def test_replay_honours_an_edited_action(stub, watch, world, tmp_path):
     """Editing a step's action_text changes what replays; a bad edit is named by line and nothing runs."""
-    run = (await stub.StartRun(collector_pb2.StartRunRequest(
-        spec=collector_pb2.RunSpec(policy="oracle", seed=1, task_limit=1)))).run
-    await watch(stub, run.run_id)
-    exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
-        run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(tmp_path)))
-    path = Path(exp.paths[0])
+    path = await oracle_trace(stub, watch, tmp_path)
     first = edit_first_action(path, "noop()")  # the edit: stay on the page instead of clicking next
     assert first["action_text"] == 'click("#next")' and first["url_after"].endswith("/page/1")
     opened = world.env.opened

@@ -16,7 +16,7 @@ from urllib.parse import urlsplit
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 from webenv.sites.catalog import DOMAIN, split_of
-from webenv.sites.taskfiles import TaskFileError
+from webenv.sites.taskfiles import TaskFileError, load_folders
 from webenv.sites.tasks import difficulty_of
 from webenv.v1 import common_pb2 as pb
 
@@ -145,18 +145,5 @@ def load_file(path: str | Path) -> list[pb.Task]:
 
 
 def load_dirs(dirs: list[str | Path]) -> list[pb.Task]:
-    """Every task of every JSON / JSONL file under ``dirs``; TaskFileError lists all problems at once."""
-    out: list[pb.Task] = []
-    problems: list[ValueError] = []
-    for d in dirs:
-        if not Path(d).is_dir():
-            problems.append(RubricError(f"{d}: no such folder"))
-            continue
-        for p in sorted(Path(d).rglob("*.json*")):
-            try:
-                out.extend(load_file(p))
-            except TaskFileError as exc:
-                problems.extend(exc.errors)
-    if problems:
-        raise TaskFileError(problems)
-    return out
+    """Every task of every JSON / JSONL file under ``dirs``; TaskFileError lists the problems of all files at once."""
+    return load_folders(dirs, "*.json*", load_file)

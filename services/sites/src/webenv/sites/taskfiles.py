@@ -8,6 +8,7 @@ by ``webenv run --task-file`` (tasks sent inline with the run, no service restar
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 from webenv.v1 import common_pb2 as pb
@@ -34,3 +35,21 @@ def load(path: str | Path) -> list[pb.Task]:
     if path.suffix in JSON_SUFFIXES:
         return rubricjson.load_file(path)
     raise TaskFileError([ValueError(f"{path}: not a task file (expected {', '.join(YAML_SUFFIXES + JSON_SUFFIXES)})")])
+
+
+def load_folders(dirs: list[str | Path], pattern: str, load_file: Callable[[Path], list[pb.Task]]) -> list[pb.Task]:
+    """Every task of the files matching ``pattern`` under ``dirs``; one TaskFileError with every problem."""
+    out: list[pb.Task] = []
+    problems: list[ValueError] = []
+    for d in dirs:
+        if not Path(d).is_dir():
+            problems.append(ValueError(f"{d}: no such folder"))
+            continue
+        for p in sorted(Path(d).rglob(pattern)):
+            try:
+                out.extend(load_file(p))
+            except TaskFileError as exc:
+                problems.extend(exc.errors)
+    if problems:
+        raise TaskFileError(problems)
+    return out

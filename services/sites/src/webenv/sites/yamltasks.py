@@ -30,7 +30,7 @@ from urllib.parse import urlsplit
 
 import yaml
 from webenv.sites.catalog import DOMAIN, split_of
-from webenv.sites.taskfiles import TaskFileError
+from webenv.sites.taskfiles import TaskFileError, load_folders
 from webenv.sites.tasks import difficulty_of
 from webenv.v1 import common_pb2 as pb
 
@@ -250,17 +250,4 @@ def load_file(path: str | Path) -> list[pb.Task]:
 
 def load_dirs(dirs: list[str | Path]) -> list[pb.Task]:
     """Every task of every YAML file under ``dirs``; TaskFileError lists the problems of all files at once."""
-    out: list[pb.Task] = []
-    problems: list[ValueError] = []
-    for d in dirs:
-        if not Path(d).is_dir():
-            problems.append(ValueError(f"{d}: no such folder"))
-            continue
-        for p in sorted(Path(d).rglob("*.y*ml")):
-            try:
-                out.extend(load_file(p))
-            except TaskFileError as exc:
-                problems.extend(exc.errors)
-    if problems:
-        raise TaskFileError(problems)
-    return out
+    return load_folders(dirs, "*.y*ml", load_file)
