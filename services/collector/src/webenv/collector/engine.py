@@ -470,7 +470,7 @@ class Engine:
         """Write the run's row (durably: store or spool)."""
         batch = {"runs": [self.run_row(rc.run)]}
         await self.writer.put(batch)
-        if self.queue is not None:
+        if self.queue is not None and not rc.ended.is_set():  # an ended run's last row was shared already
             await self.queue.publish_rows(batch)
 
     @staticmethod
