@@ -189,7 +189,7 @@ async def test_sigkilled_collector_episodes_are_taken_over_exactly_once(world, r
                 await asyncio.sleep(0.02)
         procs["a"].send_signal(signal.SIGKILL)  # a dies with episodes in flight
         procs["a"].wait()
-        async with asyncio.timeout(120):
+        async with asyncio.timeout(240):
             while True:
                 got = (await stub.GetRun(collector_pb2.GetRunRequest(run_id=run.run_id))).run
                 if got.state == collector_pb2.RUN_STATE_SUCCEEDED:
