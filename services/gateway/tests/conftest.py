@@ -1,10 +1,10 @@
 """The real platform behind the gateway, once per test session, with auth on everywhere.
 
-``webenv up``'s launcher (collector/stack.py) starts sites, browser farm, policy, judge, collector and the gateway
-as processes on free loopback ports, every one with the same WEBENV_AUTH_TOKEN; a tiny world model (trained here
-in seconds) and the small TrainerService of trainer_peer.py (the real trainer is not on main yet) run beside them.
-Two runs are stored before the tests: the oracle on three easy synthetic tasks, keeping a11y trees, elements and
-JPEG screenshots, and a random policy that fails them.
+``webenv up``'s launcher (collector/stack.py) starts sites, browser farm, policy, judge, collector, trainer and the
+gateway as processes on free loopback ports, every one with the same WEBENV_AUTH_TOKEN; a tiny world model
+(trained here in seconds) runs beside them. Two runs are stored before the tests: the oracle on three easy
+synthetic tasks of train-split sites, keeping a11y trees, elements and JPEG screenshots, and a random policy that
+fails them.
 """
 
 from __future__ import annotations
@@ -25,9 +25,8 @@ from playwright.sync_api import Browser, Page, expect, sync_playwright
 from webenv.collector.stack import Stack, wait_serving
 from webenv.testing import find_chromium, free_port
 
-HERE = Path(__file__).parent
 F = ["OBSERVATION_FORMAT_AXTREE", "OBSERVATION_FORMAT_ELEMENTS", "OBSERVATION_FORMAT_SCREENSHOT"]
-TASKS = {"sources": ["TASK_SOURCE_SYNTHETIC"], "difficulties": ["DIFFICULTY_EASY"]}
+TASKS = {"sources": ["TASK_SOURCE_SYNTHETIC"], "difficulties": ["DIFFICULTY_EASY"], "split": "SPLIT_TRAIN"}
 TRANSITION = {  # one recorded page: the world model's start state and its only training example
     "episode_id": "e0", "step_index": 0, "site": "shop-0000", "split": "train", "format": "axtree",
     "instruction": "Explore", "url": "http://shop-0000.web.test/", "state": '[0] RootWebArea "Shop"\n  [1] link "About"',
@@ -122,8 +121,6 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
     procs: list[Proc] = []
     stack: Stack | None = None
     try:
-        trainer = Proc("trainer", [sys.executable, str(HERE / "trainer_peer.py")], logs, env)
-        procs.append(trainer)
         out, err = train.communicate(timeout=240)
         assert train.returncode == 0, err[-3000:]
         model_dir = json.loads(out.strip().splitlines()[-1])["model_dir"]
@@ -131,11 +128,10 @@ def platform(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Platform]:
                   env | {"WEBENV_WORLDMODEL_MODEL_PATH": model_dir, "WEBENV_WORLDMODEL_START_STATES": str(transitions),
                          "WEBENV_WORLDMODEL_MAX_NEW_TOKENS": "16", "WEBENV_WORLDMODEL_THREADS": "1"})
         procs.append(wm)
-        trainer.wait_serving(60)
         wm.wait_serving(120)
         stack = Stack(root / "stack", free_ports=True, sites_count=16, extra_env={
             "WEBENV_AUTH_TOKEN": token, "WEBENV_LOG_JSON": "false", "WEBENV_WORLDMODEL_ADDR": wm.address,
-            "WEBENV_TRAINER_ADDR": trainer.address, "WEBENV_SESSION_POLL_SECONDS": "0.3",
+            "WEBENV_TRAINER_TORCH_THREADS": "1", "WEBENV_SESSION_POLL_SECONDS": "0.3",
             "WEBENV_FRAME_INTERVAL_SECONDS": "0.3", "WEBENV_MAX_BODY_MB": "4"})
         stack.start(timeout=180)
         p = Platform(stack, token, f"http://127.0.0.1:{stack.gateway_http_port}", procs=procs)
