@@ -129,8 +129,12 @@ def test_training_page_draws_the_learning_curve(page: Page, platform):
                     pass
         checkpoints = c.get("/v1/checkpoints").json()["checkpoints"]
     page.goto("/console/#/training")
-    expect(page.locator("#curve svg polyline").first).to_be_visible()
-    expect(page.locator("#curve svg circle")).to_have_count(len([cp for cp in checkpoints if cp["loss"] > 0]))
+    expect(page.locator("#curve svg polyline").first).to_be_attached()  # a flat line has no height: "hidden"
+    points = page.locator("#curve svg circle")
+    expect(points).to_have_count(len([cp for cp in checkpoints if cp["loss"] > 0]))
+    expect(points.first).to_be_visible()
+    assert {t.split(":")[0] for t in page.locator("#curve svg circle title").all_text_contents()} == {
+        cp["ref"] for cp in checkpoints if cp["loss"] > 0}
     expect(page.locator("#checkpoints tbody tr")).to_have_count(len(checkpoints))
     expect(page.locator("#jobs")).to_contain_text("curve")
 
