@@ -3,8 +3,11 @@
 One upstream watch per run or session, whatever the number of viewers (a topic): ``CollectorService.WatchRun``
 for a run; for a session, the steps made through this gateway's REST ``Step`` (action, timings, observation
 summary and the step's own screenshot when it asked for one) plus a poll of ``GetSession`` (step count, step
-rate, URL, state) and, for viewers who asked for frames, ``BrowserFarmService.CaptureScreenshot`` previews at
-most every ``WEBENV_FRAME_INTERVAL_SECONDS``. That covers what the gateway can know of a session: an agent that
+rate, URL, state) and, for viewers who asked for frames, ``BrowserFarmService.CaptureScreenshot`` previews; frames
+(the steps' own screenshots and previews alike) go out at most every ``WEBENV_FRAME_INTERVAL_SECONDS`` per session,
+so serving viewers costs viewers x frame rate whatever the agents' step rate (measured on 2 cores: 40 viewers of
+full-size frames of every step took an agent's step p50 from 222 to 421-669 ms; at one frame per second, 194 to
+206-209 ms; bench/results/gateway.md). That covers what the gateway can know of a session: an agent that
 steps through the gateway is seen step by step; one that steps the farm directly (the collector's StepStream)
 is seen through its step count, URL and previews, which the farm takes beside the steps (never waiting for
 them, bounded per node).
@@ -293,7 +296,9 @@ class LiveHub:
             "done": resp.done, "truncated": resp.truncated, "timings": to_dict(resp.timings),
             "observation": observation_summary(resp.observation),
         })
-        if resp.observation.screenshot.data:
+        # Screenshots at most one per frame interval, however fast the agent steps: what viewers cost is bounded by
+        # viewers x frame rate, not by the agents' step rate (the poller sends a preview when the agent pauses).
+        if resp.observation.screenshot.data and time.monotonic() - topic.last_frame_at >= self.frame_interval:
             topic.publish_image(resp.observation.screenshot, resp.step_index, "step")
 
     def on_close(self, req: environment_pb2.CloseSessionRequest, resp: environment_pb2.CloseSessionResponse) -> None:
