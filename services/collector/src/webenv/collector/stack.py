@@ -164,6 +164,8 @@ class Stack:
             "metrics": {name: f"127.0.0.1:{self.ports[name][1]}" for name in self.procs},
             "http": f"127.0.0.1:{self.http_port}",
         }
+        if "gateway" in self.procs:
+            state["console"] = f"http://127.0.0.1:{self.gateway_http_port}/"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")
         os.replace(tmp, path)
