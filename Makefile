@@ -5,6 +5,7 @@ PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
 SERVICES := $(sort $(dir $(wildcard services/*/pyproject.toml)))
 PROTOS := $(wildcard protos/webenv/v1/*.proto)
+PROTO_DEPS := $(PROTOS) $(wildcard protos/google/api/*.proto)
 GEN_DIR := services/sdk/src
 STAMP := $(VENV)/.installed
 
@@ -25,11 +26,12 @@ $(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt
 
 protos: $(GEN_DIR)/webenv/v1/.stamp
 
-$(GEN_DIR)/webenv/v1/.stamp: $(PROTOS) $(STAMP)
+$(GEN_DIR)/webenv/v1/.stamp: $(PROTO_DEPS) $(STAMP)
 	@mkdir -p $(GEN_DIR)/webenv/v1
 	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m grpc_tools.protoc -I protos \
 	  --python_out=$(GEN_DIR) --grpc_python_out=$(GEN_DIR) \
 	  --mypy_out=$(GEN_DIR) --mypy_grpc_out=$(GEN_DIR) \
+	  --descriptor_set_out=$(GEN_DIR)/webenv/v1/webenv.binpb --include_imports --include_source_info \
 	  $(PROTOS)
 	@touch $@
 

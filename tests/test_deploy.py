@@ -39,8 +39,10 @@ PORTS = {
     "sites": (50055, 9455),
     "collector": (50056, 9456),
     "trainer": (50057, 9457),
+    "gateway": (50058, 9458),
 }
 SITES_HTTP_PORT = 8800
+GATEWAY_HTTP_PORT = 8080
 SERVICES = sorted(PORTS)
 K8S_VERSIONS = ("1.30", "1.37")  # oldest supported (native gRPC probes GA since 1.27) and newest schema shipped
 
@@ -389,6 +391,8 @@ def test_compose_ports_follow_the_conventions(name):
     assert str(metrics_port) in [str(p) for p in svc.get("expose", [])]
     if name == "sites":
         assert env["WEBENV_HTTP_PORT"] == str(SITES_HTTP_PORT) and SITES_HTTP_PORT in published
+    if name == "gateway":
+        assert env["WEBENV_HTTP_PORT"] == str(GATEWAY_HTTP_PORT) and GATEWAY_HTTP_PORT in published
     dockerfile = ROOT / "services" / name / "Dockerfile"
     if dockerfile.exists():  # the image's own defaults agree too
         image_env = dockerfile_env(name)
@@ -761,6 +765,8 @@ def test_k8s_service_conventions(name):
     assert svc_ports["grpc"] == grpc_port and svc_ports["metrics"] == metrics_port
     if name == "sites":
         assert svc_ports["http"] == SITES_HTTP_PORT
+    if name == "gateway":
+        assert svc_ports["http"] == GATEWAY_HTTP_PORT
     # labels Prometheus' pod discovery keeps (prometheus-k8s.yml)
     labels = wl["spec"]["template"]["metadata"]["labels"]
     assert labels["app.kubernetes.io/part-of"] == "webenv" and labels["app.kubernetes.io/name"] == name

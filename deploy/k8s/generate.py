@@ -110,6 +110,21 @@ SERVICES = [
             "WEBENV_TRAINER_DEVICE": "cpu",  # the GPU component sets cuda
             "WEBENV_TRAINER_MAX_RUNNING_JOBS": "1",
         }),
+    # One replica: a session's steps made through a gateway are streamed by that gateway (scale out with session
+    # affinity at the ingress). Screenshots need the collectors' blob folder on a shared ReadWriteMany volume
+    # mounted at WEBENV_BLOB_DIR (an overlay); without it /v1/blobs answers NOT_FOUND.
+    Svc("gateway", 50058, 9458, "gateway", extra_ports={"http": 8080}, cpu=("250m", "2"), memory=("256Mi", "1Gi"),
+        startup_seconds=60,
+        config={
+            "WEBENV_HTTP_PORT": "8080",
+            "WEBENV_BROWSER_ADDR": "browser:50051",
+            "WEBENV_SITES_ADDR": "sites:50055",
+            "WEBENV_POLICY_ADDR": "policy:50052",
+            "WEBENV_JUDGE_ADDR": "judge:50054",
+            "WEBENV_COLLECTOR_ADDR": "collector:50056",
+            "WEBENV_WORLDMODEL_ADDR": "worldmodel:50053",
+            "WEBENV_TRAINER_ADDR": "trainer:50057",
+        }),
 ]
 
 COMMON_CONFIG = {
@@ -363,6 +378,13 @@ def network_policies() -> list[dict]:
                  {"from": [{"namespaceSelector": {"matchLabels": {"webenv.dev/monitoring": "true"}}}],
                   "ports": metrics_ports},
              ]}},
+        # The gateway's REST API, live streams and console (HTTP 8080) are for clients outside the namespace
+        # (an ingress controller, people): open to any source; its token (Secret webenv-auth) guards /v1/.
+        {"apiVersion": "networking.k8s.io/v1", "kind": "NetworkPolicy", "metadata": meta("gateway-http"),
+         "spec": {
+             "podSelector": {"matchLabels": {"app.kubernetes.io/name": "gateway"}},
+             "policyTypes": ["Ingress"],
+             "ingress": [{"ports": [{"protocol": "TCP", "port": 8080}]}]}},
         # Defence in depth behind the farm's URL guard: browsers reach DNS, the sites service and the public
         # internet on 80/443, never cluster or cloud-metadata addresses. Synthetic web only? Drop the last rule.
         egress_policy("browser", [

@@ -227,3 +227,35 @@ async def test_metrics_are_scraped(env, farm, page_server):
                  "webenv_browser_contexts_pooled", 'webenv_browser_action_errors_total{kind="click"}',
                  "webenv_browser_open_seconds_count", "grpc_server_handled_total"):
         assert name in text, name
+
+
+async def test_capture_screenshot_is_a_preview_not_a_step(env, farm, page_server):
+    """CaptureScreenshot shows the page without acting: no step index taken, refused past the node's limit."""
+    opened = await env.open(page_server.url("basic"))
+    sid = opened.session.session_id
+    await env.step(sid, 'click("#btn")')
+    shot = await farm.admin.CaptureScreenshot(browser_pb2.CaptureScreenshotRequest(
+        session_id=sid, screenshot=common_pb2.ScreenshotSpec(width=320, codec=common_pb2.IMAGE_CODEC_JPEG)))
+    assert shot.screenshot.data[:2] == b"\xff\xd8" and shot.screenshot.width == 320
+    assert shot.session.step_count == 1 and shot.url == page_server.url("basic")
+    default = await farm.admin.CaptureScreenshot(browser_pb2.CaptureScreenshotRequest(session_id=sid))
+    assert default.screenshot.codec == common_pb2.IMAGE_CODEC_JPEG and default.screenshot.width == 1280
+    # The agent's next step still gets index 1: a capture is not a step.
+    nxt = await env.step(sid, "noop()")
+    assert nxt.step_index == 1
+    # Many at once: at most WEBENV_FARM_CAPTURE_CONCURRENCY run, the rest are refused at once, not queued.
+    results = await asyncio.gather(*(farm.admin.CaptureScreenshot(browser_pb2.CaptureScreenshotRequest(
+        session_id=sid)) for _ in range(8)), return_exceptions=True)
+    busy = [r for r in results if isinstance(r, grpc.aio.AioRpcError)]
+    assert busy and all(errors.from_rpc_error(r).reason == "CAPTURE_BUSY" for r in busy)
+    assert all(errors.from_rpc_error(r).retry_after_seconds for r in busy)
+    assert len(results) - len(busy) >= 1
+    for req, field in ((browser_pb2.CaptureScreenshotRequest(session_id=sid, screenshot=common_pb2.ScreenshotSpec(
+            width=-1)), "screenshot"), (browser_pb2.CaptureScreenshotRequest(), "session_id")):
+        with pytest.raises(grpc.aio.AioRpcError) as exc:
+            await farm.admin.CaptureScreenshot(req)
+        assert errors.from_rpc_error(exc.value).metadata["field"] == field
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await farm.admin.CaptureScreenshot(browser_pb2.CaptureScreenshotRequest(session_id="nope"))
+    assert exc.value.code() == grpc.StatusCode.NOT_FOUND
+    await env.close(sid)

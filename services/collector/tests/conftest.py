@@ -45,6 +45,8 @@ def page_obs(site: str, n: int) -> common_pb2.Observation:
         axtree=f'[1] RootWebArea "{site} page {n}"\n[2] link "next"',
         html=f"<main><h1>page {n}</h1><a bid='2' id='next'>next</a></main>",
         markdown=f"# page {n}\n[next](2)",
+        elements=[common_pb2.Element(element_id="2", tag="a", role="link", name="next", visible=True, clickable=True,
+                                     bbox=common_pb2.BoundingBox(x=10, y=20 + n, width=40, height=16))],
         formats=[common_pb2.OBSERVATION_FORMAT_AXTREE],
     )
 
@@ -183,6 +185,7 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
             observation=page_obs(s.site, s.page),
             done=kind == "answer",
             timings=common_pb2.StepTimings(total_seconds=0.001, queue_seconds=0.0001),
+            target_element_id="2" if kind == "click" else "",
         )
 
     async def Step(self, request, context):  # noqa: N802
@@ -231,7 +234,8 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
             action = click_next() if rng.random() < 0.5 else common_pb2.Action(noop=common_pb2.NoopAction())
         kind = action.WhichOneof("kind")
         text = {"click": 'click("#next")', "noop": "noop()"}.get(kind, f'answer("{action.answer.text}")')
-        return policy_pb2.ActResponse(episode_id=req.episode_id, action=action, action_text=text, policy=req.policy or "random")
+        return policy_pb2.ActResponse(episode_id=req.episode_id, action=action, action_text=text,
+                                      policy=req.policy or "random", policy_version=f"{req.policy or 'random'}@1")
 
     async def ListPolicies(self, request, context):  # noqa: N802
         return policy_pb2.ListPoliciesResponse(policies=[

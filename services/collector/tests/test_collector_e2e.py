@@ -84,7 +84,7 @@ async def test_real_stack_oracle_and_random(stack, tmp_path):
 def test_stack_stops_every_service(stack):
     """`webenv up`'s launcher: SIGTERM in reverse order leaves no service running."""
     procs = dict(stack.procs)
-    assert set(procs) == {"sites", "browser", "policy", "judge", "collector", "trainer"}
+    assert set(procs) == {"sites", "browser", "policy", "judge", "collector", "trainer", "gateway"}
     assert not stack.dead()
     stack.stop()
     assert all(p.poll() is not None for p in procs.values())

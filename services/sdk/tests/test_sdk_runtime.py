@@ -128,6 +128,15 @@ async def test_unexpected_exception_is_internal_with_its_type(echo_server):
         assert "RuntimeError: kaboom" in info.value.details()
 
 
+async def test_a_method_the_service_does_not_serve_is_unimplemented(echo_server):
+    """The echo policy has no LoadCheckpoint: the generated base class answers, as UNIMPLEMENTED (not INTERNAL)."""
+    async with make_channel(f"127.0.0.1:{echo_server.port}") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await policy_pb2_grpc.PolicyServiceStub(ch).LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="x@1"))
+        assert info.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        assert isinstance(errors.from_rpc_error(info.value), errors.Unimplemented)
+
+
 async def test_stream_item_error_does_not_end_the_stream(echo_server):
     async with make_channel(f"127.0.0.1:{echo_server.port}") as ch:
         stub = policy_pb2_grpc.PolicyServiceStub(ch)
@@ -157,6 +166,59 @@ async def test_bearer_token_required_when_configured(echo):
         async with make_channel(address, token="s3cret") as ch:
             resp = await policy_pb2_grpc.PolicyServiceStub(ch).ListPolicies(policy_pb2.ListPoliciesRequest())
             assert resp.default_policy == "echo"
+
+
+async def test_every_call_kind_carries_the_token(echo):
+    """Unary, server-streaming, client-streaming and bidi calls through make_channel all send the token."""
+
+    async def one(request: bytes, context) -> bytes:
+        return request
+
+    async def many(request: bytes, context):
+        for b in request:
+            yield bytes([b])
+
+    async def gather(requests, context) -> bytes:
+        return b"".join([r async for r in requests])
+
+    async def echo_each(requests, context):
+        async for r in requests:
+            yield r
+
+    server = echo.build_server(echo.EchoSettings(host="127.0.0.1", auth_token="s3cret"))
+    server.grpc.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Kinds", {
+        "One": grpc.unary_unary_rpc_method_handler(one), "Many": grpc.unary_stream_rpc_method_handler(many),
+        "Gather": grpc.stream_unary_rpc_method_handler(gather),
+        "Each": grpc.stream_stream_rpc_method_handler(echo_each)}),))
+    async with server:
+        await server.set_serving()
+
+        for token, ok in (("s3cret", True), ("wrong", False)):
+
+            async def requests(ok: bool = ok):
+                # A refused call ends while the client may still be writing (then grpc reports the write, not the
+                # status): refused streaming calls send nothing, so the status is what comes back.
+                for b in (b"a", b"b") if ok else ():
+                    yield b
+
+            async with make_channel(f"127.0.0.1:{server.port}", token=token) as ch:
+                calls = (
+                    lambda: ch.unary_unary("/test.Kinds/One")(b"ab"),
+                    lambda: _collect(ch.unary_stream("/test.Kinds/Many")(b"ab")),
+                    lambda: ch.stream_unary("/test.Kinds/Gather")(requests()),
+                    lambda: _collect(ch.stream_stream("/test.Kinds/Each")(requests())),
+                )
+                for call, want in zip(calls, (b"ab", [b"a", b"b"], b"ab", [b"a", b"b"]), strict=True):
+                    if ok:
+                        assert await call() == want
+                    else:
+                        with pytest.raises(grpc.aio.AioRpcError) as info:
+                            await call()
+                        assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, info.value
+
+
+async def _collect(call) -> list:
+    return [item async for item in call]
 
 
 def _spawn(env_extra: dict[str, str]) -> subprocess.Popen[str]:

@@ -43,8 +43,8 @@ class WebenvError(Exception):
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.message!r}, reason={self.reason!r}, metadata={self.metadata!r})"
 
-    def to_status(self) -> grpc.Status:
-        """The rich status (code, message, ErrorInfo and RetryInfo details) for ``context.abort_with_status``."""
+    def status_proto(self) -> status_pb2.Status:
+        """The error as a ``google.rpc.Status`` (code, message, ErrorInfo and RetryInfo details)."""
         detail = status_pb2.Status(code=self.code.value[0], message=self.message)
         info = error_details_pb2.ErrorInfo(reason=self.reason, domain=DOMAIN, metadata=self.metadata)
         detail.details.add().Pack(info)
@@ -52,7 +52,11 @@ class WebenvError(Exception):
             delay = duration_pb2.Duration()
             delay.FromNanoseconds(int(self.retry_after_seconds * 1e9))
             detail.details.add().Pack(error_details_pb2.RetryInfo(retry_delay=delay))
-        return rpc_status.to_status(detail)
+        return detail
+
+    def to_status(self) -> grpc.Status:
+        """The rich status for ``context.abort_with_status``."""
+        return rpc_status.to_status(self.status_proto())
 
     def to_stream_error(self) -> common_pb2.StreamError:
         """This error as one failed item of a multiplexed stream."""
@@ -122,6 +126,13 @@ class PermissionDenied(WebenvError):
     default_reason = "PERMISSION_DENIED"
 
 
+class Unimplemented(WebenvError):
+    """The server does not implement the method (yet)."""
+
+    code = grpc.StatusCode.UNIMPLEMENTED
+    default_reason = "UNIMPLEMENTED"
+
+
 class Internal(WebenvError):
     """A bug or an unexpected failure on the server."""
 
@@ -141,6 +152,7 @@ _BY_CODE: dict[grpc.StatusCode, type[WebenvError]] = {
         DeadlineExceeded,
         Unauthenticated,
         PermissionDenied,
+        Unimplemented,
         Internal,
     )
 }

@@ -45,6 +45,8 @@ class Settings(ServiceSettings):
     farm_queue_open: int = Field(8, ge=1, description="Concurrent opens/navigations.")
     farm_queue_act: int = Field(64, ge=1, description="Concurrent actions.")
     farm_queue_observe: int = Field(64, ge=1, description="Concurrent observations.")
+    farm_capture_concurrency: int = Field(
+        2, ge=0, description="Concurrent CaptureScreenshot previews per node (0 refuses them); more are refused, not queued.")
 
     @field_validator("farm_sites_http_addr")
     @classmethod

@@ -39,7 +39,7 @@ from webenv.browser.actions import NAVIGATION_KINDS, perform, validate
 from webenv.browser.config import Settings
 from webenv.browser.egress import EgressPolicy, EgressProxy, split_addr
 from webenv.browser.guard import BlockedUrl, UrlGuard
-from webenv.browser.observe import ObserveSettings, interrupted_by_navigation, observe
+from webenv.browser.observe import ObserveSettings, interrupted_by_navigation, observe, screenshot
 from webenv.browser.pool import NAV_PENDING_JS, SITES_HOSTS, BrowserHandle, BrowserPool
 from webenv.browser.queues import Queues
 from webenv.browser.session import BrowserSession, Tab
@@ -63,16 +63,20 @@ def validate_spec(spec: common_pb2.ObservationSpec, field: str) -> None:
         if f == common_pb2.OBSERVATION_FORMAT_UNSPECIFIED or f not in common_pb2.ObservationFormat.values():
             raise errors.InvalidArgument(f"{field}.formats: {f} is not a valid observation format",
                                          reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.formats"})
-    s = spec.screenshot
-    if s.width < 0 or s.height < 0 or s.width > 8192 or s.height > 8192:
-        raise errors.InvalidArgument(f"{field}.screenshot: width/height must be within 0..8192",
-                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.screenshot"})
-    if not 0 <= s.quality <= 100:
-        raise errors.InvalidArgument(f"{field}.screenshot.quality: must be within 0..100",
-                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.screenshot.quality"})
+    validate_screenshot_spec(spec.screenshot, f"{field}.screenshot")
     if spec.max_text_chars < 0:
         raise errors.InvalidArgument(f"{field}.max_text_chars: must be >= 0", reason="BAD_OBSERVATION_SPEC",
                                      metadata={"field": f"{field}.max_text_chars"})
+
+
+def validate_screenshot_spec(s: common_pb2.ScreenshotSpec, field: str) -> None:
+    """Reject impossible screenshot sizes and qualities, naming the field."""
+    if s.width < 0 or s.height < 0 or s.width > 8192 or s.height > 8192:
+        raise errors.InvalidArgument(f"{field}: width/height must be within 0..8192",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": field})
+    if not 0 <= s.quality <= 100:
+        raise errors.InvalidArgument(f"{field}.quality: must be within 0..100",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.quality"})
 
 
 class Farm:
@@ -101,6 +105,7 @@ class Farm:
         self.closed: OrderedDict[str, environment_pb2.Session] = OrderedDict()
         self.open_requests: OrderedDict[str, str] = OrderedDict()
         self.opening = 0
+        self.capturing = 0
         self.draining = False
         self._reaper: asyncio.Task[None] | None = None
 
@@ -555,6 +560,39 @@ class Farm:
             queues=[browser_pb2.QueueStats(name=q.name, limit=q.limit, running=q.running, waiting=q.waiting)
                     for q in self.queues.all()],
         )
+
+    async def capture(self, req: browser_pb2.CaptureScreenshotRequest) -> browser_pb2.CaptureScreenshotResponse:
+        """A preview of a session's active tab, beside its steps: no session lock, no step, no lease renewal.
+
+        A capture may land mid-action (the page as it is at that instant) and may fail while a navigation swaps
+        the document (UNAVAILABLE: try the next frame). Bounded per node, refused rather than queued, so viewers
+        never take Chromium time from agents beyond WEBENV_FARM_CAPTURE_CONCURRENCY captures at once.
+        """
+        s = self._get(req.session_id)
+        spec = req.screenshot if req.HasField("screenshot") else common_pb2.ScreenshotSpec(
+            codec=common_pb2.IMAGE_CODEC_JPEG, quality=60)
+        validate_screenshot_spec(spec, "screenshot")
+        if spec.set_of_marks:
+            raise errors.InvalidArgument("screenshot.set_of_marks: not available for previews",
+                                         reason="BAD_OBSERVATION_SPEC", metadata={"field": "screenshot.set_of_marks"})
+        if self.capturing >= self.settings.farm_capture_concurrency:
+            metrics.CAPTURES.labels("busy").inc()
+            raise errors.ResourceExhausted(
+                f"{self.capturing} captures are running on node {self.node} (WEBENV_FARM_CAPTURE_CONCURRENCY)",
+                reason="CAPTURE_BUSY", retry_after_seconds=0.5)
+        self.capturing += 1
+        try:
+            tab = s.tab
+            shot = await asyncio.wait_for(screenshot(tab.page, tab.cdp, spec, {}, None), 5.0)
+        except (PlaywrightError, TimeoutError) as exc:
+            metrics.CAPTURES.labels("failed").inc()
+            raise errors.Unavailable(f"session {s.session_id} could not be captured now (page busy or navigating): "
+                                     f"{str(exc).splitlines()[0][:200] if str(exc) else type(exc).__name__}",
+                                     reason="CAPTURE_FAILED", retry_after_seconds=0.5) from exc
+        finally:
+            self.capturing -= 1
+        metrics.CAPTURES.labels("ok").inc()
+        return browser_pb2.CaptureScreenshotResponse(session=s.to_proto(), screenshot=shot, url=tab.page.url)
 
     def drain(self, req: browser_pb2.DrainRequest) -> browser_pb2.DrainResponse:
         self.draining = req.draining

@@ -31,3 +31,4 @@ EGRESS_CONNECTIONS = Counter(
 )
 SESSIONS_CLOSED = Counter("webenv_browser_sessions_closed_total", "Sessions ended, by final state.", ("state",))
 STEP_TIMEOUTS = Counter("webenv_browser_step_timeouts_total", "Steps past their deadline (page reset).")
+CAPTURES = Counter("webenv_browser_captures_total", "CaptureScreenshot previews, by result (ok, busy, failed).", ("result",))

@@ -100,6 +100,10 @@ class BrowserFarmServicer(browser_pb2_grpc.BrowserFarmServiceServicer):
                           ) -> browser_pb2.GetCapacityResponse:
         return self.farm.capacity()
 
+    async def CaptureScreenshot(self, request: browser_pb2.CaptureScreenshotRequest,
+                                context: grpc.aio.ServicerContext) -> browser_pb2.CaptureScreenshotResponse:
+        return await self.farm.capture(request)
+
     async def Drain(self, request: browser_pb2.DrainRequest, context: grpc.aio.ServicerContext
                     ) -> browser_pb2.DrainResponse:
         return self.farm.drain(request)

@@ -183,7 +183,7 @@ def up(
     sites_count: int = typer.Option(1000, help="Synthetic sites to generate (21 tasks each)."),
     free_ports: bool = typer.Option(False, help="Pick free ports instead of the defaults."),
 ) -> None:
-    """Start sites, browser farm, policy, judge and collector; stop them all on Ctrl-C or SIGTERM.
+    """Start sites, browser farm, policy, judge, collector, trainer and gateway; stop them all on Ctrl-C or SIGTERM.
 
     While it runs, DATA_DIR/stack.json records the addresses: the other commands run from the same folder
     (or with WEBENV_STACK_FILE pointing at it) find the stack without address flags.
@@ -210,6 +210,7 @@ def up(
         console.print(f"websites: http://127.0.0.1:{stack.http_port}  data: {data_dir.resolve()}  "
                       f"logs: {(data_dir / 'logs').resolve()}")
         console.print(f"addresses in {state} (webenv run/runs/tasks/export/replay read it)")
+        console.print(f"console and REST API: http://127.0.0.1:{stack.gateway_http_port}/")
         console.print("Ctrl-C stops everything.")
         while not stopping:
             dead = stack.dead()

@@ -93,6 +93,13 @@ class Context:
     step_timeout: float = 60.0
 
 
+def elements_json(obs: common_pb2.Observation) -> str:
+    """An observation's elements as a JSON array (protobuf JSON mapping), as the store keeps them."""
+    if not obs.elements:
+        return ""
+    return json.dumps([json_format.MessageToDict(e) for e in obs.elements], separators=(",", ":"))
+
+
 def _env_error(what: str, exc: BaseException) -> EnvFailure:
     if isinstance(exc, grpc.aio.AioRpcError):
         return EnvFailure(f"{what}: {exc.code().name}: {exc.details()}")
@@ -371,6 +378,7 @@ class Episode:
                     "observe_seconds": rec.timings.observe_seconds,
                     "version": version,
                     "target_element_id": rec.target_element_id,
+                    "elements_json": elements_json(obs) if common_pb2.OBSERVATION_FORMAT_ELEMENTS in keep else "",
                 }
             )
         final = self.observation or common_pb2.Observation()

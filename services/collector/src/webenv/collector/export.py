@@ -16,7 +16,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from webenv import errors
-from webenv.collector.episode import LEVEL_NAMES, SPLIT_NAMES
+from webenv.collector.read import episode_where
 from webenv.collector.store import Store
 from webenv.v1 import collector_pb2, common_pb2
 
@@ -37,25 +37,9 @@ class ExportResult:
     duration_seconds: float
 
 
-def _where(run_id: str, flt: collector_pb2.ExportFilter) -> tuple[str, dict]:
-    clauses, params = [], {}
-    if run_id:
-        clauses.append("run_id = {run_id:String}")
-        params["run_id"] = run_id
-    if flt.split:
-        clauses.append("split = {split:String}")
-        params["split"] = SPLIT_NAMES[flt.split]
-    if flt.HasField("passed"):
-        clauses.append(f"passed = {int(flt.passed)}")
-    if flt.level:
-        clauses.append("level = {level:String}")
-        params["level"] = LEVEL_NAMES[flt.level]
-    return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
-
-
 def read_tables(store: Store, run_id: str, flt: collector_pb2.ExportFilter) -> tuple[pa.Table, pa.Table]:
     """(episodes, steps) matching the filter, as Arrow tables ordered by run, episode, step."""
-    where, params = _where(run_id, flt)
+    where, params = episode_where([run_id] if run_id else [], flt)
     episodes = store.query_arrow(
         f"SELECT * EXCEPT (version) FROM {{db}}.episodes FINAL{where} ORDER BY run_id, episode_id", params
     )

@@ -11,10 +11,11 @@ from pathlib import Path
 
 import grpc
 from webenv import errors
-from webenv.collector import metrics, read
+from webenv.collector import metrics
 from webenv.collector import spec as specs
 from webenv.collector.engine import STATE_NAMES, TERMINAL, Engine
 from webenv.collector.export import export
+from webenv.collector.read import EpisodeReader, validate
 from webenv.v1 import collector_pb2, collector_pb2_grpc, policy_pb2
 
 MAX_PAGE = 500
@@ -160,20 +161,16 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         return resp
 
     async def ReadEpisodes(self, request, context) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:  # noqa: N802
-        """Stored episodes of the named runs, a run at a time (unknown runs are NOT_FOUND)."""
-        read.validate(request)
-        for run_id in request.run_ids:
+        """Stored episodes of the named runs, a batch at a time (unknown runs are NOT_FOUND)."""
+        validate(request)
+        for run_id in dict.fromkeys(request.run_ids):
             await self.engine.get_run(run_id)  # NOT_FOUND for an unknown run
         if self.engine.queue is not None:
             await self.engine.queue.catch_up()  # episodes other collectors ran (embedded stores)
         await self.engine.writer.drain()
         store = self.engine.store
-        left = request.limit or None
-        for run_id in dict.fromkeys(request.run_ids):
-            for ep in await store.call(read.read_run, store.store, run_id, request.filter):
+        reader = EpisodeReader(store.store, request)
+        for rows in await store.call(reader.rows):
+            for episode in await store.call(reader.batch, rows):
                 metrics.EPISODES_READ.inc()
-                yield collector_pb2.ReadEpisodesResponse(episode=ep)
-                if left is not None:
-                    left -= 1
-                    if not left:
-                        return
+                yield collector_pb2.ReadEpisodesResponse(episode=episode)

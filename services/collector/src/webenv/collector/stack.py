@@ -1,4 +1,4 @@
-"""The local stack as processes: sites, browser farm, policy, judge and collector, started health-gated.
+"""The local stack as processes: sites, browser farm, policy, judge, collector and gateway, started health-gated.
 
 Each service is ``python -m webenv.<name>`` with WEBENV_* variables; start-up waits for its gRPC health check
 to say SERVING before the next one that depends on it starts, and shutdown sends SIGTERM in reverse order
@@ -21,12 +21,13 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-SERVICES = ("sites", "browser", "policy", "judge", "collector", "trainer")
+SERVICES = ("sites", "browser", "policy", "judge", "collector", "trainer", "gateway")
 DEFAULT_PORTS = {
     "browser": (50051, 9451), "policy": (50052, 9452), "judge": (50054, 9454),
-    "sites": (50055, 9455), "collector": (50056, 9456), "trainer": (50057, 9457),
+    "sites": (50055, 9455), "collector": (50056, 9456), "trainer": (50057, 9457), "gateway": (50058, 9458),
 }  # fmt: skip
 DEFAULT_HTTP_PORT = 8800
+DEFAULT_GATEWAY_HTTP_PORT = 8080
 
 
 STATE_FILE = "stack.json"
@@ -84,6 +85,7 @@ class Stack:
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     ports: dict[str, tuple[int, int]] = field(default_factory=dict)
     http_port: int = DEFAULT_HTTP_PORT
+    gateway_http_port: int = DEFAULT_GATEWAY_HTTP_PORT
     python: str = sys.executable
 
     def __post_init__(self) -> None:
@@ -92,6 +94,7 @@ class Stack:
             self.ports[name] = (free_port(), free_port()) if self.free_ports else DEFAULT_PORTS[name]
         if self.free_ports:
             self.http_port = free_port()
+            self.gateway_http_port = free_port()
 
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name][0]}"
@@ -125,6 +128,10 @@ class Stack:
         elif name == "trainer":
             env |= {"WEBENV_TRAINER_CHECKPOINT_DIR": str(self.data_dir / "checkpoints"),
                     "WEBENV_TRAINER_DATA_DIR": str(self.data_dir / "trainer")}
+        elif name == "gateway":  # serves the collector's screenshots (the collector creates the folder first)
+            env |= {"WEBENV_HTTP_PORT": str(self.gateway_http_port), "WEBENV_HTTP_HOST": "127.0.0.1",
+                    "WEBENV_BLOB_DIR": str((self.data_dir / "blobs").resolve()),
+                    "WEBENV_TRAINER_ADDR": self.address("trainer")}
         env |= self.extra_env
         return env
 
@@ -157,6 +164,8 @@ class Stack:
             "metrics": {name: f"127.0.0.1:{self.ports[name][1]}" for name in self.procs},
             "http": f"127.0.0.1:{self.http_port}",
         }
+        if "gateway" in self.procs:
+            state["console"] = f"http://127.0.0.1:{self.gateway_http_port}/"
         tmp = path.with_suffix(".tmp")
         tmp.write_text(json.dumps(state, indent=1), encoding="utf-8")
         os.replace(tmp, path)

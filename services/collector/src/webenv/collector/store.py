@@ -39,7 +39,7 @@ STEP_COLUMNS = [
     "run_id", "episode_id", "step_index", "url", "title", "axtree", "html", "markdown", "screenshot_key",
     "action_text", "action_json", "raw_output", "parse_failed", "reward", "done", "last_action_error",
     "repeated_state", "url_after", "policy_seconds", "env_seconds", "env_queue_seconds", "action_seconds",
-    "observe_seconds", "version", "target_element_id",
+    "observe_seconds", "version", "target_element_id", "elements_json",
 ]  # fmt: skip
 TABLES = {"runs": RUN_COLUMNS, "episodes": EPISODE_COLUMNS, "steps": STEP_COLUMNS}
 # Insert order: steps before their episode row, so an episode row implies its steps are stored.

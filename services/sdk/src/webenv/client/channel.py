@@ -32,14 +32,14 @@ SERVICE_CONFIG = {
 }
 
 
-class _Defaults(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClientInterceptor):
-    """Adds the default deadline (unary calls) and the bearer token (all calls)."""
+class _Defaults:
+    """Adds the default deadline (unary-request calls) and the bearer token (all calls)."""
 
     def __init__(self, timeout: float | None, token: str | None) -> None:
         self._timeout = timeout
         self._auth = (("authorization", f"Bearer {token}"),) if token else ()
 
-    def _details(self, details: grpc.aio.ClientCallDetails, unary: bool) -> grpc.aio.ClientCallDetails:
+    def details(self, details: grpc.aio.ClientCallDetails, unary: bool) -> grpc.aio.ClientCallDetails:
         timeout = details.timeout
         if timeout is None and unary:
             timeout = self._timeout
@@ -48,24 +48,38 @@ class _Defaults(grpc.aio.UnaryUnaryClientInterceptor, grpc.aio.UnaryStreamClient
             metadata = grpc.aio.Metadata(*(tuple(metadata) if metadata else ()), *self._auth)
         return grpc.aio.ClientCallDetails(details.method, timeout, metadata, details.credentials, details.wait_for_ready)
 
+
+# grpc.aio files each interceptor under the first call kind it implements, so one class per kind.
+class _UnaryUnary(grpc.aio.UnaryUnaryClientInterceptor):
+    def __init__(self, defaults: _Defaults) -> None:
+        self._d = defaults
+
     async def intercept_unary_unary(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        return await continuation(self._details(client_call_details, unary=True), request)
+        return await continuation(self._d.details(client_call_details, unary=True), request)
+
+
+class _UnaryStream(grpc.aio.UnaryStreamClientInterceptor):
+    def __init__(self, defaults: _Defaults) -> None:
+        self._d = defaults
 
     async def intercept_unary_stream(self, continuation: Any, client_call_details: Any, request: Any) -> Any:
-        return await continuation(self._details(client_call_details, unary=False), request)
+        return await continuation(self._d.details(client_call_details, unary=False), request)
 
 
-class _StreamAuth(grpc.aio.StreamStreamClientInterceptor, grpc.aio.StreamUnaryClientInterceptor):
-    """Adds the bearer token to client-streaming and bidi calls."""
-
+class _StreamUnary(grpc.aio.StreamUnaryClientInterceptor):
     def __init__(self, defaults: _Defaults) -> None:
-        self._defaults = defaults
-
-    async def intercept_stream_stream(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
-        return await continuation(self._defaults._details(client_call_details, unary=False), request_iterator)
+        self._d = defaults
 
     async def intercept_stream_unary(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
-        return await continuation(self._defaults._details(client_call_details, unary=True), request_iterator)
+        return await continuation(self._d.details(client_call_details, unary=True), request_iterator)
+
+
+class _StreamStream(grpc.aio.StreamStreamClientInterceptor):
+    def __init__(self, defaults: _Defaults) -> None:
+        self._d = defaults
+
+    async def intercept_stream_stream(self, continuation: Any, client_call_details: Any, request_iterator: Any) -> Any:
+        return await continuation(self._d.details(client_call_details, unary=False), request_iterator)
 
 
 def make_channel(
@@ -100,7 +114,7 @@ def make_channel(
         *(options or []),
     ]
     defaults = _Defaults(timeout, token)
-    interceptors = [defaults, _StreamAuth(defaults)]
+    interceptors = [kind(defaults) for kind in (_UnaryUnary, _UnaryStream, _StreamUnary, _StreamStream)]
     if root_certificates is not None:
         creds = grpc.ssl_channel_credentials(root_certificates or None)
         return grpc.aio.secure_channel(address, creds, options=opts, interceptors=interceptors)

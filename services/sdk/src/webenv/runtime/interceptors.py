@@ -90,10 +90,13 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
             received.inc()
             yield item
 
-    def as_domain_error(exc: BaseException) -> errors.WebenvError:
+    def as_domain_error(exc: BaseException, context: grpc.aio.ServicerContext) -> errors.WebenvError:
         """The domain error a failure ends the call with (unexpected ones become INTERNAL, logged)."""
         if isinstance(exc, errors.WebenvError):
             return exc
+        if isinstance(exc, NotImplementedError) and code_of(context) == grpc.StatusCode.UNIMPLEMENTED:
+            # the generated servicer base class: a method of the contract this service does not serve (yet)
+            return errors.Unimplemented(f"{labels[0]}/{labels[1]} is not implemented by this server")
         log.exception("unhandled error in %s/%s", labels[0], labels[1])
         return errors.Internal(f"internal error in {labels[1]}: {type(exc).__name__}: {exc}")
 
@@ -123,7 +126,7 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
             code = code_of(context)
             raise
         except Exception as exc:  # noqa: BLE001 - every failure must end as a status
-            err = as_domain_error(exc)
+            err = as_domain_error(exc, context)
             code = err.code
             await context.abort_with_status(err.to_status())  # raises AbortError
         finally:

@@ -6,14 +6,11 @@ Both share the world's StateStore in one asyncio event loop, so a form POST and 
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
-import socket
 import sys
-from collections.abc import Iterator
 
-import uvicorn
 from webenv.runtime import Server
+from webenv.runtime.http import HttpServer
 from webenv.sites.config import Settings
 from webenv.sites.servicer import TaskServicer
 from webenv.sites.taskfiles import TaskFileError
@@ -21,14 +18,6 @@ from webenv.sites.world import World, build_world
 from webenv.v1 import task_pb2_grpc
 
 log = logging.getLogger("webenv.sites")
-
-
-class _EmbeddedUvicorn(uvicorn.Server):
-    """uvicorn without its own signal handlers: the sdk runtime owns SIGTERM/SIGINT for the whole process."""
-
-    @contextlib.contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
 
 
 def world_from(settings: Settings) -> World:
@@ -45,13 +34,15 @@ class SitesService:
         self.settings = settings
         self.world = world
         self.server = Server("sites", settings)
-        self.http_port = 0
-        self._http: _EmbeddedUvicorn | None = None
-        self._http_task: asyncio.Task[None] | None = None
+        self._http: HttpServer | None = None
 
     @property
     def port(self) -> int:
         return self.server.port
+
+    @property
+    def http_port(self) -> int:
+        return self._http.port if self._http is not None else 0
 
     async def __aenter__(self) -> SitesService:
         if self.world is None:
@@ -60,20 +51,8 @@ class SitesService:
         self.server.add_service(task_pb2_grpc.add_TaskServiceServicer_to_server,
                                 TaskServicer(w.tasks, w.sites, w.store), "webenv.v1.TaskService")
         await self.server.start()
-        sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((self.settings.http_host, self.settings.http_port))
-        sock.set_inheritable(True)
-        self.http_port = sock.getsockname()[1]
-        config = uvicorn.Config(w.app, lifespan="off", access_log=False, log_level="warning", log_config=None,
-                                timeout_keep_alive=30, backlog=2048)
-        self._http = _EmbeddedUvicorn(config)
-        self._http_task = asyncio.create_task(self._http.serve(sockets=[sock]))
-        while not self._http.started:
-            if self._http_task.done():
-                self._http_task.result()
-                raise RuntimeError("HTTP server stopped during start-up")
-            await asyncio.sleep(0.01)
+        self._http = HttpServer(w.app, self.settings.http_host, self.settings.http_port)
+        await self._http.start()
         await self.server.set_serving()
         log.info("sites serving", extra={"grpc_port": self.port, "http_port": self.http_port,
                                           "sites": len(w.sites.sites), "tasks": len(w.tasks)})
@@ -81,10 +60,8 @@ class SitesService:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.server.stop()
-        if self._http is not None and self._http_task is not None:
-            self._http.should_exit = True
-            with contextlib.suppress(Exception):
-                await asyncio.wait_for(self._http_task, timeout=10)
+        if self._http is not None:
+            await self._http.stop()
 
 
 async def main(settings: Settings) -> None:
