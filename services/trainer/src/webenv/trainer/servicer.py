@@ -47,7 +47,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
             snapshot = trainer_pb2.Job()
             snapshot.CopyFrom(job)
             yield trainer_pb2.WatchJobResponse(job=snapshot)
-            if job.state in TERMINAL:
+            if snapshot.state in TERMINAL:  # the snapshot sent, not the live job: its last message is the end
                 return
             async with cond:
                 try:
