@@ -9,7 +9,7 @@ PROTO_DEPS := $(PROTOS) $(wildcard protos/google/api/*.proto)
 GEN_DIR := services/sdk/src
 STAMP := $(VENV)/.installed
 
-.PHONY: install apt venv protos lint test bench learn up demo clean
+.PHONY: install apt venv protos lint test bench learn up demo worldmodel clean
 
 install: apt $(STAMP) protos  ## Debian packages, the venv with every service editable, generated stubs
 
@@ -59,6 +59,9 @@ up: install  ## the whole local stack as processes, until Ctrl-C
 
 demo: install  ## the main job on embedded defaults: stack + a few hundred episodes + summary
 	$(VENV)/bin/webenv demo
+
+worldmodel: install  ## a world model from the platform's own data (collect -> train -> evaluate), served by `make up`
+	$(VENV)/bin/webenv worldmodel build $(if $(PRESET),--preset $(PRESET))
 
 clean:
 	rm -rf $(VENV) $(GEN_DIR)/webenv/v1 .pytest_cache

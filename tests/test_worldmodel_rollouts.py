@@ -1,15 +1,17 @@
 """A collector run against the world model's address stores simulated episodes marked as such (issue 8).
 
-Everything is real and runs as processes on free ports: a tiny world model is trained here with
-`python -m webenv.worldmodel train` on hand-written transitions of two small shops, then served by
-`python -m webenv.worldmodel` (its recorded states are the start states); `python -m webenv.policy` serves the
+Everything is real and runs as processes on free ports: a tiny world model is built here with
+`python -m webenv.worldmodel dataset` and `train` from the TRANSITIONS exports of a tiny two-shop web
+(`webenv.worldmodel.tinyweb`), then served by `python -m webenv.worldmodel` (the model directory's recorded pages
+are the start states); `python -m webenv.policy` serves the
 `random` policy, which reads element ids from the AXTREE text the world model predicts; `python -m
 webenv.collector` stores into embedded chDB in the test's folder, its environment address being the world
 model's port (no judge is needed: goal-less crawl episodes are not judged, so the judge address points at a
 closed port). A random-crawl run is started and watched over a real gRPC channel, then exported as JSONL and
 TRANSITIONS, and every stored step is checked against the world model itself: asking `Predict` for the same
-state, URL, action and history gives exactly the next observation the collector stored (greedy decoding), so
-the observations are the model's predictions and not copies or browser pages.
+state, links, URL, action and history gives exactly the next observation the collector stored — or, where the
+session went back to a URL it had loaded, that page again (a session remembers its pages; Predict is
+stateless) — so the observations are the model's predictions and not copies or browser pages.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from webenv.actions import format_action
 from webenv.testing import free_port, scrape, wait_for_port
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, worldmodel_pb2, worldmodel_pb2_grpc
+from webenv.worldmodel import tinyweb
+from webenv.worldmodel.page import links_from_markdown
 
 MISSING = [n for n in ("worldmodel", "policy", "collector") if importlib.util.find_spec(f"webenv.{n}") is None]
 pytestmark = [
@@ -38,7 +42,6 @@ pytestmark = [
     pytest.mark.timeout(240),
 ]
 
-SITES = {"shop-0000": "train", "shop-0001": "test"}
 START_URLS = ["http://shop-0000.web.test/", "http://shop-0001.web.test/products"]
 EPISODES = 6
 HORIZON = 4  # crawl episodes are medium difficulty: horizons.medium caps them
@@ -54,60 +57,6 @@ rows = client.query(
     " WHERE run_id = {run:String} GROUP BY env_kind", parameters={"run": sys.argv[2]}).result_rows
 print(json.dumps([list(r) for r in rows]))
 """
-
-# --- a tiny synthetic web, written as transitions JSONL (the schema of the collector's TRANSITIONS export) ---------
-PRODUCTS = [("Koi Xenon", "$233"), ("Haven Zephyr", "$41"), ("Ember Canyon", "$67")]
-PATHS = ["/", "/products", "/about", "/product/i0", "/product/i1", "/product/i2"]
-
-
-def _chrome(title: str, site: str) -> list[str]:
-    return [f'[0] RootWebArea "{title}"', "  [1] banner", "    [2] paragraph", f'      StaticText "{site}"',
-            "    [3] navigation", "      [4] list", "        [5] listitem", '          [6] link "Home"',
-            "        [7] listitem", '          [8] link "Products"', "        [9] listitem", '          [10] link "About"',
-            "  [11] main"]
-
-
-def page(site: str, path: str) -> str:
-    """The a11y tree of one page, in the farm's AXTREE text format."""
-    if path == "/":
-        lines = [*_chrome(site, site), f'    [12] heading "Welcome to {site}" level=1', "    [13] list"]
-        for i, (name, price) in enumerate(PRODUCTS):
-            lines += [f"      [{14 + 2 * i}] listitem", f'        [{15 + 2 * i}] link "{name}"', f'        StaticText "{price}"']
-    elif path == "/products":
-        lines = [*_chrome("Products", site), '    [12] heading "Products" level=1', '    [13] searchbox "Search"',
-                 '    [14] button "Go"'] + [f'    [{15 + i}] link "{name}"' for i, (name, _) in enumerate(PRODUCTS)]
-    elif path == "/about":
-        lines = [*_chrome("About", site), '    [12] heading "About" level=1', "    [13] paragraph",
-                 f'      StaticText "{site} sells things"']
-    else:
-        name, price = PRODUCTS[int(path.rsplit("i", 1)[1])]
-        lines = [*_chrome(name, site), f'    [12] heading "{name}" level=1', "    [13] paragraph",
-                 f'      StaticText "Price {price}"', '    [14] button "Add to cart"']
-    return "\n".join(lines)
-
-
-def _links(path: str) -> dict[int, str]:
-    out = {6: "/", 8: "/products", 10: "/about"}
-    if path == "/":
-        out |= {15 + 2 * i: f"/product/i{i}" for i in range(len(PRODUCTS))}
-    elif path == "/products":
-        out |= {15 + i: f"/product/i{i}" for i in range(len(PRODUCTS))}
-    return out
-
-
-def write_transitions(dest: Path) -> Path:
-    """Every link click of every page of both shops (one shop is the held-out split the trainer evaluates on)."""
-    with dest.open("w") as f:
-        for site, split in SITES.items():
-            base = f"http://{site}.web.test"
-            for path in PATHS:
-                for k, (eid, target) in enumerate(sorted(_links(path).items())):
-                    f.write(json.dumps({
-                        "episode_id": f"{site}{path}", "step_index": k, "site": site, "split": split,
-                        "format": "axtree", "instruction": f"Explore {site}", "url": base + path,
-                        "state": page(site, path), "action_text": f"click({eid})", "next_url": base + target,
-                        "next_state": page(site, target), "env_kind": "browser"}) + "\n")
-    return dest
 
 
 # --- processes ------------------------------------------------------------------------------------------------------
@@ -176,14 +125,19 @@ def test_collector_rollouts_against_world_model(tmp_path: Path) -> None:
     t_start = time.monotonic()
     logs = tmp_path / "logs"
     logs.mkdir()
-    transitions = write_transitions(tmp_path / "transitions.jsonl")
+    exports = tinyweb.write_exports(tmp_path / "exports")
+    transitions = tmp_path / "transitions.jsonl"
 
-    # A tiny world model, trained by the service's own CLI (a few seconds on one thread).
+    # A tiny world model, built by the service's own CLI (seconds on one thread).
+    res = subprocess.run([sys.executable, "-m", "webenv.worldmodel", "dataset", "--sites", str(exports["sites"]),
+                          "--out", str(transitions), "--export", "random_crawl", str(exports["axtree"]),
+                          str(exports["markdown"])], env=_env(), capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr[-3000:]
     model_out = tmp_path / "wm"
     res = subprocess.run(
         [sys.executable, "-m", "webenv.worldmodel", "train", "--data", str(transitions), "--out", str(model_out),
-         "--size", "tiny", "--max-len", "1024", "--batch-size", "4", "--lr", "5e-3", "--max-steps", "400",
-         "--eval-every", "400", "--max-minutes", "1.5", "--threads", "1"],
+         "--size", "tiny", "--max-len", "1024", "--batch-size", "4", "--lr", "5e-3", "--max-steps", "60",
+         "--eval-every", "60", "--max-minutes", "1.5", "--threads", "1"],
         env=_env(), capture_output=True, text=True, timeout=150)
     assert res.returncode == 0, res.stderr[-3000:]
     trained = json.loads(res.stdout.strip().splitlines()[-1])
@@ -192,8 +146,7 @@ def test_collector_rollouts_against_world_model(tmp_path: Path) -> None:
 
     procs: list[Proc] = []
     try:
-        wm = Proc("worldmodel", logs, WEBENV_WORLDMODEL_MODEL_PATH=model_dir,
-                  WEBENV_WORLDMODEL_START_STATES=str(transitions), WEBENV_WORLDMODEL_MAX_NEW_TOKENS="160",
+        wm = Proc("worldmodel", logs, WEBENV_WORLDMODEL_MODEL_PATH=model_dir, WEBENV_WORLDMODEL_MAX_NEW_TOKENS="160",
                   WEBENV_WORLDMODEL_THREADS="1")
         policy = Proc("policy", logs, WEBENV_POLICY_BACKEND="none", WEBENV_POLICY_DEFAULT="random")
         procs += [wm, policy]
@@ -245,27 +198,28 @@ def test_collector_rollouts_against_world_model(tmp_path: Path) -> None:
             assert ep["env_address"] == wm.address
             assert ep["level"] == "random_crawl" and ep["policy"] == "random"
             assert ep["error"] == "" and ep["attempts"] == 1, ep["error"]
-            site = ep["site"].removesuffix(".web.test")  # a crawl task's site is the start URL's host
-            assert ep["instruction"] == f"Explore {site}"  # the instruction recorded with the start state
+            site = ep["site"]  # a crawl task's site is the start URL's host
             assert json.loads(ep["site_state_json"])["simulated"] is True  # the world model's CloseSession evidence
             assert 1 <= ep["steps"] <= HORIZON and len(ep["steps_detail"]) == ep["steps"]
             assert [s["step_index"] for s in ep["steps_detail"]] == list(range(ep["steps"]))
             assert ep["steps_detail"][0]["url"] in START_URLS
-            assert ep["steps_detail"][0]["axtree"] == page(site, "/" + ep["steps_detail"][0]["url"].split("/", 3)[3])
-        assert {ep["site"] for ep in episodes} == {f"{s}.web.test" for s in SITES}
+            assert ep["steps_detail"][0]["axtree"] == tinyweb.page(site, "/" + ep["steps_detail"][0]["url"].split("/", 3)[3])[0]
+        assert {ep["site"] for ep in episodes} == set(tinyweb.SITES)
         n_steps = sum(ep["steps"] for ep in episodes)
         assert counts.steps == n_steps
         assert exported_transitions and all(t["env_kind"] == "world_model" for t in exported_transitions)
         assert len(exported_transitions) == n_steps
 
         # The stored observations are the world model's predictions: replaying each step through Predict
-        # (same state, URL, action, history and instruction; greedy) gives exactly what was stored after it.
+        # (same state, links, URL, action, history and instruction; greedy) gives exactly what was stored after it,
+        # unless the session loaded that URL before and recalled its page.
         predicted = navigated = 0
         with grpc.insecure_channel(wm.address) as ch:
             wm_stub = worldmodel_pb2_grpc.WorldModelServiceStub(ch)
             for ep in episodes:
                 history: list[worldmodel_pb2.Transition] = []
                 steps = ep["steps_detail"]
+                loaded = {steps[0]["url"]: steps[0]["axtree"]}
                 for i, st in enumerate(steps):
                     action = json_format.Parse(st["action_json"], common_pb2.Action())
                     after_axtree = steps[i + 1]["axtree"] if i + 1 < len(steps) else ep["final_axtree"]
@@ -278,14 +232,19 @@ def test_collector_rollouts_against_world_model(tmp_path: Path) -> None:
                     else:
                         pred = wm_stub.Predict(worldmodel_pb2.PredictRequest(
                             format=worldmodel_pb2.STATE_FORMAT_AXTREE, state=st["axtree"], url=st["url"], action=action,
-                            history=history, instruction=ep["instruction"]), timeout=60)
-                        assert (pred.next_state, pred.next_url) == (after_axtree, after_url), (
+                            links=links_from_markdown(st["markdown"]), history=history, instruction=ep["instruction"]),
+                            timeout=60)
+                        history_move = kind in ("go_back", "go_forward")  # the session's own back stack decides
+                        recalled = (after_url != st["url"] or history_move) and loaded.get(after_url) == after_axtree
+                        assert (pred.next_state, pred.next_url) == (after_axtree, after_url) or recalled, (
                             f"episode {ep['episode_id']} step {i} {format_action(action)}: stored observation is not "
                             f"the model's prediction\nstored url {after_url}\npredicted url {pred.next_url}")
                         predicted += 1
                         navigated += after_url != st["url"]
+                        if after_url != st["url"]:
+                            loaded.setdefault(after_url, after_axtree)
                     history.append(worldmodel_pb2.Transition(url=st["url"], action_text=format_action(action)))
-                    # MARKDOWN is derived from the predicted a11y tree, so it is there too.
+                    # MARKDOWN is rendered from the predicted a11y tree and links, so it is there too.
                     assert st["markdown"] and st["html"] == ""
         assert predicted > 0, "no step asked the model (every action was a no-change one)"
         assert navigated > 0, "the model never predicted a navigation: it only kept states"

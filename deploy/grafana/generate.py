@@ -276,8 +276,8 @@ def models() -> Board:
     ])
 
     b.row("World model")
-    b.graph("Predictions/s by format and fallbacks", [
-        (f"sum by (format) (rate(webenv_worldmodel_predictions_total[{RATE}]))", "{{format}}"),
+    b.graph("Predictions/s by source (rule, edit, recall, compose, keep) and fallbacks", [
+        (f"sum by (source) (rate(webenv_worldmodel_predictions_total[{RATE}]))", "{{source}}"),
         (f"sum(rate(webenv_worldmodel_fallbacks_total[{RATE}]))", "fallbacks"),
     ])
     b.graph("Prediction latency", [

@@ -3,20 +3,28 @@
 from __future__ import annotations
 
 import pytest
-from webenv.worldmodel.formats import Format, axtree_to_xml, convert, line_f1, parse_line, xml_to_axtree
+from webenv.worldmodel.formats import (
+    Format,
+    axtree_to_markdown,
+    axtree_to_xml,
+    convert,
+    line_f1,
+    parse_line,
+    xml_to_axtree,
+)
 
-TREE = "\n".join([
-    '[0] RootWebArea "Shop & <Co>"',
-    "  [1] banner",
-    '    StaticText "Cart: 0"',
-    "    [3] navigation",
-    '      [6] link "Home" focused',
-    '  [13] main',
-    '    [14] heading "Products" level=1',
-    '    [16] searchbox "Search" value="a \\"quoted\\" term"',
-    '        [99] checkbox "deep jump" checked',
-    "  {not: grammar} line",
-    '  [20] weird-role "x\\ny"',
+TREE = "\n".join([  # the farm's a11y tree: one tab per depth
+    '[1] banner ""',
+    '\tStaticText "Shop & <Co> cart: 0"',
+    '\t[3] navigation ""',
+    '\t\t[6] link "Home" focused',
+    '[13] main ""',
+    '\t[14] heading "Products" level=1',
+    '\t[16] searchbox "Search" value="a \\"quoted\\" term"',
+    '\t\t\t[99] checkbox "deep jump" checked=true',
+    "\t{not: grammar} line",
+    '\t[20] weird-role "x\\ny"',
+    '  [21] link "two-space indent"',
 ])
 
 
@@ -28,15 +36,16 @@ def test_axtree_xml_round_trip() -> None:
 
 
 def test_parse_line_keeps_unknown_lines_raw() -> None:
-    node = parse_line("  {not: grammar} line")
-    assert node.raw == "{not: grammar} line" and node.render() == "  {not: grammar} line"
-    node = parse_line('    [14] heading "Products" level=1')
-    assert (node.node_id, node.role, node.name, node.states) == ("14", "heading", "Products", "level=1")
+    node = parse_line("\t{not: grammar} line")
+    assert node.raw == "{not: grammar} line" and node.render() == "\t{not: grammar} line"
+    node = parse_line('\t\t[14] heading "Products" level=1')
+    assert (node.node_id, node.role, node.name, node.states, node.depth) == ("14", "heading", "Products", "level=1", 2)
 
 
-def test_markdown_is_derived() -> None:
+def test_markdown_is_derived_with_link_targets() -> None:
     md = convert(TREE, Format.AXTREE, Format.MARKDOWN)
-    assert "# Products [14]" in md and "[Home](#6)" in md
+    assert "# [14] Products" in md and "[6:Home]()" in md and "Shop & <Co> cart: 0" in md
+    assert "[6:Home](/)" in axtree_to_markdown(TREE, {"6": "/"})  # the farm's notation when the target is known
 
 
 def test_html_cannot_be_derived() -> None:

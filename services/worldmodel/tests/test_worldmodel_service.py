@@ -33,33 +33,41 @@ async def test_health_serving(wm_channel: grpc.aio.Channel) -> None:
         assert resp.status == health_pb2.HealthCheckResponse.SERVING
 
 
+def _held_out(transitions_file: Path, action: str):  # noqa: ANN202
+    return next(r for r in read_transitions([transitions_file]) if r.split == "test" and r.action_text == action)
+
+
 async def test_predict_and_model_info(wm_channel: grpc.aio.Channel, transitions_file: Path) -> None:
     stub = worldmodel_pb2_grpc.WorldModelServiceStub(wm_channel)
     info = await stub.GetModelInfo(worldmodel_pb2.GetModelInfoRequest())
     assert info.backend == "transformers" and info.parameters > 0
     assert list(info.formats) == [worldmodel_pb2.STATE_FORMAT_AXTREE]
-    r = read_transitions([transitions_file])[0]
-    req = worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_AXTREE, state=r.state, url=r.url,
-                                        action=parse_action(r.action_text), instruction=r.instruction, as_edit=True,
-                                        history=[worldmodel_pb2.Transition(url=r.url, action_text="noop()")],
-                                        max_new_tokens=32)
+    # a product link on the held-out site: its href (given as links) says where it goes; the page is composed
+    r = _held_out(transitions_file, "click(12)")
+    req = worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_AXTREE, state=r.state, url=r.url, links=r.links,
+                                        action=parse_action(r.action_text), instruction=r.instruction,
+                                        history=[worldmodel_pb2.Transition(url=r.url, action_text="noop()")])
     resp = await stub.Predict(req)
-    assert resp.prompt_tokens > 0 and 0 < resp.completion_tokens <= 32 and resp.latency_seconds > 0
-    assert resp.next_url.startswith("http")
-    if resp.fallback:  # a tiny model may emit malformed text: the state is kept, never garbage
-        assert resp.next_state == r.state
+    assert (resp.next_url, resp.next_state, dict(resp.next_links)) == (r.next_url, r.next_state, r.next_links)
+    assert resp.navigated and not resp.fallback and resp.edit == "" and resp.latency_seconds >= 0
+    # typing on the held-out site: an edit of this page
+    r = _held_out(transitions_file, 'fill(3, "Jade")')
+    resp = await stub.Predict(worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_AXTREE, state=r.state,
+                                                            url=r.url, action=parse_action(r.action_text)))
+    assert resp.next_state == r.next_state and not resp.navigated and resp.next_url == r.url
     # XML requests are served by the axtree model through the lossless conversion
     xml = convert(r.state, Format.AXTREE, Format.XML)
     resp = await stub.Predict(worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_XML, state=xml, url=r.url,
                                                             action=parse_action("noop()"), max_new_tokens=16))
     assert resp.next_state.startswith("<page>")
     text = scrape(wm_channel.metrics_port)  # type: ignore[attr-defined]
-    assert "webenv_worldmodel_predictions_total" in text and "webenv_worldmodel_predict_seconds_bucket" in text
+    assert 'webenv_worldmodel_predictions_total{source="compose"}' in text
+    assert "webenv_worldmodel_predict_seconds_bucket" in text
 
 
 async def test_predict_bad_inputs(wm_channel: grpc.aio.Channel) -> None:
     stub = worldmodel_pb2_grpc.WorldModelServiceStub(wm_channel)
-    ok = dict(state="[0] RootWebArea", url="http://a.web.test/", action=parse_action("click(1)"))
+    ok = dict(state='[1] link "A"', url="http://a.web.test/", action=parse_action("click(1)"))
     await _expect(grpc.StatusCode.INVALID_ARGUMENT, stub.Predict(worldmodel_pb2.PredictRequest(**ok)), "FORMAT_UNSPECIFIED")
     await _expect(grpc.StatusCode.INVALID_ARGUMENT, stub.Predict(worldmodel_pb2.PredictRequest(format=42, **ok)), "UNKNOWN_FORMAT")
     err = await _expect(grpc.StatusCode.INVALID_ARGUMENT,
@@ -71,39 +79,36 @@ async def test_predict_bad_inputs(wm_channel: grpc.aio.Channel) -> None:
                         stub.Predict(worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_AXTREE, **big)),
                         "STATE_TOO_LARGE")
     assert "20001 characters" in err.message and err.metadata["field"] == "state"
-    await _expect(grpc.StatusCode.INVALID_ARGUMENT,
-                  stub.Predict(worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_AXTREE, state="x")),
-                  "ACTION_MISSING")
+    err = await _expect(grpc.StatusCode.INVALID_ARGUMENT,
+                        stub.Predict(worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_AXTREE, state="x")),
+                        "BAD_ACTION")
+    assert err.metadata["field"] == "action"
     await _expect(grpc.StatusCode.INVALID_ARGUMENT,
                   stub.Predict(worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_XML, **ok)),
                   "STATE_MALFORMED")
 
 
-async def test_simulated_episode(wm_channel: grpc.aio.Channel, transitions_file: Path) -> None:
+async def test_simulated_episode_on_a_held_out_site(wm_channel: grpc.aio.Channel, transitions_file: Path) -> None:
+    """The search episode of the held-out site, simulated: typing, a form submission, a result, back again."""
     env = environment_pb2_grpc.EnvironmentServiceStub(wm_channel)
-    r = next(x for x in read_transitions([transitions_file]) if x.step_index == 0)
+    ep = [r for r in read_transitions([transitions_file]) if r.episode_id == "shop-0001.web.test-search"]
     spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_MARKDOWN])
     opened = await env.OpenSession(environment_pb2.OpenSessionRequest(
-        request_id="req-1", start_url=r.url, observation_spec=spec, labels={"run": "t"}))
+        request_id="req-1", start_url=ep[0].url, observation_spec=spec, labels={"run": "t"}))
     s = opened.session
     assert s.env_kind == common_pb2.ENV_KIND_WORLD_MODEL and s.state == environment_pb2.SESSION_STATE_OPEN
-    assert opened.observation.axtree == r.state and opened.observation.markdown and opened.instruction == r.instruction
-    again = await env.OpenSession(environment_pb2.OpenSessionRequest(request_id="req-1", start_url=r.url))
+    assert opened.observation.axtree == ep[0].state and "[6:Products](/products)" in opened.observation.markdown
+    again = await env.OpenSession(environment_pb2.OpenSessionRequest(request_id="req-1", start_url=ep[0].url))
     assert again.session.session_id == s.session_id  # AIP-155 idempotency
-
-    step = await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action(r.action_text), step_index=0))
-    assert step.step_index == 0 and step.observation.axtree and not step.done and step.timings.total_seconds > 0
-    retry = await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action(r.action_text), step_index=0))
-    assert retry == step  # answered from cache, not acted twice
-    await _expect(grpc.StatusCode.FAILED_PRECONDITION,
-                  env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action("noop()"), step_index=5)),
-                  "STEP_INDEX_MISMATCH")
+    for i, r in enumerate(ep[:4]):  # the model's own predictions fed back, as in a rollout
+        step = await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action(r.action_text),
+                                                          step_index=i))
+        assert (step.observation.url, step.observation.axtree) == (r.next_url, r.next_state), r.action_text
+        assert step.step_index == i and step.timings.total_seconds > 0 and step.truncated == (i == 3)  # horizon 4
     got = await env.GetSession(environment_pb2.GetSessionRequest(session_id=s.session_id))
-    assert got.session.step_count == 1 and got.session.labels["run"] == "t"
+    assert got.session.step_count == 4 and got.session.labels["run"] == "t"
     renewed = await env.RenewLease(environment_pb2.RenewLeaseRequest(session_id=s.session_id, lease_seconds=600))
     assert renewed.session.lease_expires_at.seconds >= got.session.lease_expires_at.seconds + 290
-    done = await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action('answer("x")'), step_index=-1))
-    assert done.done and not done.truncated
     await _expect(grpc.StatusCode.FAILED_PRECONDITION,
                   env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action("noop()"), step_index=-1)),
                   "EPISODE_DONE")
@@ -114,18 +119,21 @@ async def test_simulated_episode(wm_channel: grpc.aio.Channel, transitions_file:
 async def test_horizon_truncates_and_provided_start_state(wm_channel: grpc.aio.Channel) -> None:
     env = environment_pb2_grpc.EnvironmentServiceStub(wm_channel)
     task = common_pb2.Task(task_id="t1", instruction="Find it", start_url="http://new-0001.web.test/",
-                           metadata={"start_state": '[0] RootWebArea "New"\n  [1] link "Go"'})
+                           metadata={"start_state": '[1] heading "New" level=1\n[2] link "Go"'})
     s = (await env.OpenSession(environment_pb2.OpenSessionRequest(task=task))).session
     assert s.task_id == "t1"
     results = []
     for _ in range(4):  # horizon is 4 in the fixture
-        results.append(await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action("click(1)"), step_index=-1)))
+        results.append(await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action("noop()"), step_index=-1)))
     assert [r.truncated for r in results] == [False, False, False, True]
+    s = (await env.OpenSession(environment_pb2.OpenSessionRequest(task=task))).session
+    done = await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action('answer("x")'), step_index=0))
+    assert done.done and not done.truncated
 
 
 async def test_step_stream(wm_channel: grpc.aio.Channel) -> None:
     env = environment_pb2_grpc.EnvironmentServiceStub(wm_channel)
-    task = common_pb2.Task(start_url="http://s.web.test/", metadata={"start_state": '[0] RootWebArea "S"\n  [1] button "B"'})
+    task = common_pb2.Task(start_url="http://s.web.test/", metadata={"start_state": '[1] heading "S" level=1\n[2] button "B"'})
     ids = [(await env.OpenSession(environment_pb2.OpenSessionRequest(task=task))).session.session_id for _ in range(3)]
 
     async def requests():  # noqa: ANN202
@@ -140,7 +148,7 @@ async def test_step_stream(wm_channel: grpc.aio.Channel) -> None:
     assert set(got) == {"t0", "t1", "t2", "bad", "noaction"}
     assert all(got[f"t{i}"].response.session_id == ids[i] for i in range(3))
     assert got["bad"].error.code == grpc.StatusCode.NOT_FOUND.value[0] and got["bad"].error.reason == "SESSION_NOT_FOUND"
-    assert got["noaction"].error.reason == "ACTION_MISSING"
+    assert got["noaction"].error.reason == "BAD_ACTION"
 
 
 async def test_environment_bad_inputs(wm_channel: grpc.aio.Channel) -> None:
@@ -150,7 +158,7 @@ async def test_environment_bad_inputs(wm_channel: grpc.aio.Channel) -> None:
                   "SESSION_NOT_FOUND")
     await _expect(grpc.StatusCode.NOT_FOUND, env.OpenSession(environment_pb2.OpenSessionRequest(start_url="http://unknown.web.test/")),
                   "START_STATE_UNKNOWN")
-    await _expect(grpc.StatusCode.INVALID_ARGUMENT, env.OpenSession(environment_pb2.OpenSessionRequest()), "START_MISSING")
+    await _expect(grpc.StatusCode.INVALID_ARGUMENT, env.OpenSession(environment_pb2.OpenSessionRequest()), "BAD_START")
     spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_SCREENSHOT])
     err = await _expect(grpc.StatusCode.INVALID_ARGUMENT,
                         env.OpenSession(environment_pb2.OpenSessionRequest(start_url="http://x/", observation_spec=spec)),
@@ -164,11 +172,11 @@ async def test_unsimulable_formats_are_left_out_not_refused(wm_channel: grpc.aio
     """A collector's farm spec (AXTREE + HTML) works against the world model by address alone."""
     env = environment_pb2_grpc.EnvironmentServiceStub(wm_channel)
     task = common_pb2.Task(task_id="t2", start_url="http://new-0002.web.test/",
-                           metadata={"start_state": '[0] RootWebArea "New"\n  [1] link "Go"'})
+                           metadata={"start_state": '[1] heading "New" level=1\n[2] link "Go"'})
     spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
     opened = await env.OpenSession(environment_pb2.OpenSessionRequest(task=task, observation_spec=spec))
     assert list(opened.observation.formats) == [common_pb2.OBSERVATION_FORMAT_AXTREE]
-    assert opened.observation.axtree.startswith("[0] RootWebArea") and opened.observation.html == ""
+    assert opened.observation.axtree.startswith("[1] heading") and opened.observation.html == ""
     step = await env.Step(environment_pb2.StepRequest(session_id=opened.session.session_id,
                                                       action=parse_action("noop()"), step_index=-1))
     assert list(step.observation.formats) == [common_pb2.OBSERVATION_FORMAT_AXTREE]
@@ -176,7 +184,7 @@ async def test_unsimulable_formats_are_left_out_not_refused(wm_channel: grpc.aio
 
 async def test_concurrent_predictions_share_the_backend(wm_channel: grpc.aio.Channel) -> None:
     stub = worldmodel_pb2_grpc.WorldModelServiceStub(wm_channel)
-    req = worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_AXTREE, state='[0] RootWebArea "A"',
-                                        url="http://a.web.test/", action=parse_action("click(0)"), max_new_tokens=8)
+    req = worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_AXTREE, state='[1] button "A"',
+                                        url="http://zzz-0001.web.test/", action=parse_action("click(1)"), max_new_tokens=8)
     resps = await asyncio.gather(*(stub.Predict(req) for _ in range(6)))
     assert len({r.next_state for r in resps}) == 1  # greedy decoding is deterministic

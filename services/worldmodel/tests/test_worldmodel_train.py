@@ -1,4 +1,4 @@
-"""Training a few steps lowers the loss; the checkpoint reloads and resumes."""
+"""Training a few steps lowers the loss; the model directory holds everything served; the checkpoint resumes."""
 
 from __future__ import annotations
 
@@ -17,9 +17,15 @@ def test_loss_goes_down_and_model_reloads(tiny_training: TrainResult) -> None:
     tok = AutoTokenizer.from_pretrained(model_dir)
     model = AutoModelForCausalLM.from_pretrained(model_dir)
     assert sum(p.numel() for p in model.parameters()) == tiny_training.parameters
-    assert tok.decode(tok("  [12] link \"é\"")["input_ids"]) == "  [12] link \"é\""
+    assert tok.decode(tok("\t\t[12] link \"é\"")["input_ids"]) == "\t\t[12] link \"é\""
     meta = json.loads((model_dir / "worldmodel.json").read_text())
-    assert meta["formats"] == ["axtree"] and meta["as_edit"] is True
+    assert meta["formats"] == ["axtree"] and meta["max_lines"] == 24 and meta["config"]["max_steps"] == 40
+    # what serving needs besides the weights: training websites' actions and pages, and where sessions may start
+    for name in ("page_actions.jsonl", "exemplars.jsonl", "start_states.jsonl", "train.json"):
+        assert (model_dir / name).stat().st_size > 0, name
+    sites = {json.loads(line)["site"] for name in ("page_actions.jsonl", "exemplars.jsonl")
+             for line in (model_dir / name).read_text().splitlines()}
+    assert sites == {"shop-0000.web.test"}  # never a held-out website
     assert TransformersBackend(str(model_dir)).info.parameters == tiny_training.parameters
     curve = [json.loads(line) for line in (model_dir.parent / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in curve if "loss" in r][:3] == [1, 2, 3]

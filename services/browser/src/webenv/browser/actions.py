@@ -2,7 +2,8 @@
 
 Two kinds of failure, kept apart on purpose:
 - a malformed action (no kind, no target, empty key, negative wait, bad CSS selector) raises
-  `errors.InvalidArgument` before anything touches the page (`validate`);
+  `errors.InvalidArgument` before anything touches the page (`webenv.envcontract.validate_action`, shared
+  with the world model);
 - a valid action that fails on the page (element gone, hidden, covered, navigation error, URL
   refused by the guard) returns a message that becomes `Observation.last_action_error`; the
   session goes on.
@@ -23,13 +24,13 @@ from playwright.async_api import Page
 from webenv import errors
 from webenv.browser.guard import BlockedUrl
 from webenv.browser.observe import interrupted_by_navigation
+from webenv.envcontract import element_ref as _target
 from webenv.v1 import common_pb2
 
 if TYPE_CHECKING:
     from webenv.browser.session import BrowserSession
 
 FILL_TIMEOUT_MS = 5000
-ELEMENT_KINDS = ("click", "fill", "select", "hover", "scroll_element")
 NAVIGATION_KINDS = ("navigate", "go_back", "go_forward", "new_tab")
 _BUTTONS = {common_pb2.MOUSE_BUTTON_UNSPECIFIED: "left", common_pb2.MOUSE_BUTTON_LEFT: "left",
             common_pb2.MOUSE_BUTTON_MIDDLE: "middle", common_pb2.MOUSE_BUTTON_RIGHT: "right"}
@@ -107,58 +108,6 @@ class ActionOutcome:
 
 def kind_of(action: common_pb2.Action) -> str:
     return action.WhichOneof("kind") or ""
-
-
-def _target(msg: Any, field: str, required: bool = True) -> dict[str, str] | None:
-    if not msg.HasField("target") or not msg.target.WhichOneof("ref"):
-        if required:
-            raise errors.InvalidArgument(f"{field}: element_id or selector is required", reason="BAD_ACTION",
-                                         metadata={"field": field})
-        return None
-    t = msg.target
-    if t.WhichOneof("ref") == "element_id":
-        if not t.element_id.strip():
-            raise errors.InvalidArgument(f"{field}.element_id: empty", reason="BAD_ACTION", metadata={"field": field})
-        return {"id": t.element_id.strip()}
-    if not t.selector.strip():
-        raise errors.InvalidArgument(f"{field}.selector: empty", reason="BAD_ACTION", metadata={"field": field})
-    return {"sel": t.selector}
-
-
-def validate(action: common_pb2.Action, max_wait_ms: int) -> str:
-    """Check an action's shape; returns its kind or raises InvalidArgument naming the bad field."""
-    kind = kind_of(action)
-    if not kind:
-        raise errors.InvalidArgument("action: no action kind is set", reason="BAD_ACTION", metadata={"field": "action"})
-    msg = getattr(action, kind)
-    if kind in ELEMENT_KINDS:
-        _target(msg, f"action.{kind}.target")
-    if kind == "click" and msg.click_count < 0:
-        raise errors.InvalidArgument("action.click.click_count: must be >= 0", reason="BAD_ACTION",
-                                     metadata={"field": "action.click.click_count"})
-    if kind == "select" and not msg.options:
-        raise errors.InvalidArgument("action.select.options: at least one option is required", reason="BAD_ACTION",
-                                     metadata={"field": "action.select.options"})
-    if kind == "press":
-        _target(msg, "action.press.target", required=False)
-        if not msg.key.strip():
-            raise errors.InvalidArgument("action.press.key: a key name is required", reason="BAD_ACTION",
-                                         metadata={"field": "action.press.key"})
-    if kind in ("click_at", "drag"):
-        coords = [msg.x, msg.y] if kind == "click_at" else [msg.from_x, msg.from_y, msg.to_x, msg.to_y]
-        if any(c < 0 or c != c for c in coords):
-            raise errors.InvalidArgument(f"action.{kind}: coordinates must be >= 0", reason="BAD_ACTION",
-                                         metadata={"field": f"action.{kind}"})
-    if kind == "navigate" and not msg.url.strip():
-        raise errors.InvalidArgument("action.navigate.url: a URL is required", reason="BAD_ACTION",
-                                     metadata={"field": "action.navigate.url"})
-    if kind == "switch_tab" and not msg.tab_id.strip():
-        raise errors.InvalidArgument("action.switch_tab.tab_id: a tab id is required", reason="BAD_ACTION",
-                                     metadata={"field": "action.switch_tab.tab_id"})
-    if kind == "wait" and not 0 <= msg.milliseconds <= max_wait_ms:
-        raise errors.InvalidArgument(f"action.wait.milliseconds: must be within 0..{max_wait_ms}",
-                                     reason="BAD_ACTION", metadata={"field": "action.wait.milliseconds"})
-    return kind
 
 
 async def _evaluate(page: Page, arg: list[Any], nav_timeout_ms: int, handle: bool = False) -> Any:

@@ -35,7 +35,7 @@ from collections import OrderedDict
 from playwright.async_api import Error as PlaywrightError
 from webenv import errors
 from webenv.browser import metrics
-from webenv.browser.actions import NAVIGATION_KINDS, perform, validate
+from webenv.browser.actions import NAVIGATION_KINDS, perform
 from webenv.browser.config import Settings
 from webenv.browser.egress import EgressPolicy, EgressProxy, split_addr
 from webenv.browser.guard import BlockedUrl, UrlGuard
@@ -44,6 +44,8 @@ from webenv.browser.pool import NAV_PENDING_JS, SITES_HOSTS, BrowserHandle, Brow
 from webenv.browser.queues import Queues
 from webenv.browser.session import BrowserSession, Tab
 from webenv.browser.tasks import adapter_for
+from webenv.envcontract import is_retry, validate_action, validate_lease, validate_screenshot_spec
+from webenv.envcontract import validate_observation_spec as validate_spec
 from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
 log = logging.getLogger(__name__)
@@ -55,28 +57,6 @@ PAGE_KINDS = frozenset({"click", "click_at", "press", "type", "fill", "select", 
                         "scroll_element"})
 NAV_START_GRACE_S = 2.0  # page said "navigating" but no request came: the navigation was cancelled
 NAV_END_GRACE_S = 1.0  # the request ended but no new document came: 204, download, refused
-
-
-def validate_spec(spec: common_pb2.ObservationSpec, field: str) -> None:
-    """Reject specs that name no real format or ask for impossible sizes."""
-    for f in spec.formats:
-        if f == common_pb2.OBSERVATION_FORMAT_UNSPECIFIED or f not in common_pb2.ObservationFormat.values():
-            raise errors.InvalidArgument(f"{field}.formats: {f} is not a valid observation format",
-                                         reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.formats"})
-    validate_screenshot_spec(spec.screenshot, f"{field}.screenshot")
-    if spec.max_text_chars < 0:
-        raise errors.InvalidArgument(f"{field}.max_text_chars: must be >= 0", reason="BAD_OBSERVATION_SPEC",
-                                     metadata={"field": f"{field}.max_text_chars"})
-
-
-def validate_screenshot_spec(s: common_pb2.ScreenshotSpec, field: str) -> None:
-    """Reject impossible screenshot sizes and qualities, naming the field."""
-    if s.width < 0 or s.height < 0 or s.width > 8192 or s.height > 8192:
-        raise errors.InvalidArgument(f"{field}: width/height must be within 0..8192",
-                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": field})
-    if not 0 <= s.quality <= 100:
-        raise errors.InvalidArgument(f"{field}.quality: must be within 0..100",
-                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.quality"})
 
 
 class Farm:
@@ -191,9 +171,7 @@ class Farm:
             if not (100 <= req.viewport.width <= 8192 and 100 <= req.viewport.height <= 8192):
                 raise errors.InvalidArgument("viewport: width and height must both be within 100..8192",
                                              reason="BAD_VIEWPORT", metadata={"field": "viewport"})
-        if req.lease_seconds < 0 or req.lease_seconds > self.settings.farm_max_lease_seconds:
-            raise errors.InvalidArgument(f"lease_seconds: must be within 0..{self.settings.farm_max_lease_seconds}",
-                                         reason="BAD_LEASE", metadata={"field": "lease_seconds"})
+        validate_lease(req.lease_seconds, self.settings.farm_max_lease_seconds)
         if req.request_id and req.request_id in self.open_requests:
             sid = self.open_requests[req.request_id]
             if sid in self.sessions:
@@ -284,7 +262,7 @@ class Farm:
 
     async def step(self, req: environment_pb2.StepRequest, deadline: float | None = None) -> environment_pb2.StepResponse:
         s = self._get(req.session_id)
-        kind = validate(req.action, self.settings.farm_max_wait_ms)
+        kind = validate_action(req.action, self.settings.farm_max_wait_ms)
         if req.HasField("observation_spec"):
             validate_spec(req.observation_spec, "observation_spec")
         if req.timeout_seconds < 0:
@@ -293,13 +271,9 @@ class Farm:
         async with s.lock:
             if s.session_id not in self.sessions:
                 self._get(req.session_id)  # raises with the final state
-            if req.step_index >= 0 and s.last_response is not None and req.step_index == s.step_count - 1 \
-                    and req.step_index != 0:
+            if is_retry(req.step_index, s.step_count, s.last_response.step_index if s.last_response else None,
+                        s.last_action, req.action):
                 return s.last_response
-            if req.step_index > s.step_count or 0 < req.step_index < s.step_count - 1:
-                raise errors.FailedPrecondition(
-                    f"step_index {req.step_index} does not match the session's next step {s.step_count}",
-                    reason="STEP_INDEX_MISMATCH", metadata={"expected": str(s.step_count)})
             s.renew()
             timeout = req.timeout_seconds or self.settings.farm_step_timeout_seconds
             if deadline is not None:
@@ -326,7 +300,7 @@ class Farm:
                     "its pages were reset", reason="STEP_TIMEOUT",
                     metadata={"session_id": s.session_id, "kind": kind}) from exc
             s.step_count += 1
-            s.last_response = resp
+            s.last_response, s.last_action = resp, req.action
             s.renew()
             return resp
 
@@ -526,9 +500,7 @@ class Farm:
         return self._get(session_id).to_proto()
 
     def renew(self, req: environment_pb2.RenewLeaseRequest) -> environment_pb2.Session:
-        if req.lease_seconds < 0 or req.lease_seconds > self.settings.farm_max_lease_seconds:
-            raise errors.InvalidArgument(f"lease_seconds: must be within 0..{self.settings.farm_max_lease_seconds}",
-                                         reason="BAD_LEASE", metadata={"field": "lease_seconds"})
+        validate_lease(req.lease_seconds, self.settings.farm_max_lease_seconds)
         s = self._get(req.session_id)
         s.renew(req.lease_seconds)
         return s.to_proto()

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator
 
 import grpc
-from webenv import errors
 from webenv.browser.farm import Farm
+from webenv.envcontract import step_stream
 from webenv.v1 import browser_pb2, browser_pb2_grpc, environment_pb2, environment_pb2_grpc
 
 
@@ -33,45 +31,10 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
 
     async def StepStream(self, request_iterator: AsyncIterator[environment_pb2.StepStreamRequest],
                          context: grpc.aio.ServicerContext) -> AsyncIterator[environment_pb2.StepStreamResponse]:
-        """Each request runs as its own task; answers leave in completion order. A failed item
-        becomes a StreamError for its tag and the stream goes on."""
-        out: asyncio.Queue[environment_pb2.StepStreamResponse | None] = asyncio.Queue()
-        tasks: set[asyncio.Task[None]] = set()
-
-        async def run_one(item: environment_pb2.StepStreamRequest) -> None:
-            try:
-                resp = await self.farm.step(item.step)
-                await out.put(environment_pb2.StepStreamResponse(tag=item.tag, response=resp))
-            except errors.WebenvError as exc:
-                await out.put(environment_pb2.StepStreamResponse(tag=item.tag, error=exc.to_stream_error()))
-            except Exception as exc:  # an unexpected failure of one item must not end the stream
-                err = errors.Internal(f"step failed: {type(exc).__name__}: {exc}", reason="STEP_FAILED")
-                await out.put(environment_pb2.StepStreamResponse(tag=item.tag, error=err.to_stream_error()))
-
-        async def reader() -> None:
-            try:
-                async for item in request_iterator:
-                    t = asyncio.create_task(run_one(item))
-                    tasks.add(t)
-                    t.add_done_callback(tasks.discard)
-            finally:
-                if tasks:
-                    await asyncio.gather(*list(tasks), return_exceptions=True)
-                await out.put(None)
-
-        read_task = asyncio.create_task(reader())
-        try:
-            while True:
-                msg = await out.get()
-                if msg is None:
-                    break
-                yield msg
-        finally:
-            read_task.cancel()
-            for t in list(tasks):
-                t.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await read_task
+        """Each request runs as its own task; answers leave in completion order (`webenv.envcontract`, the same
+        semantics as the world model's)."""
+        async for msg in step_stream(request_iterator, self.farm.step):
+            yield msg
 
     async def CloseSession(self, request: environment_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext
                            ) -> environment_pb2.CloseSessionResponse:

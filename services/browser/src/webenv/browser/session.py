@@ -49,6 +49,7 @@ class BrowserSession:
     tabs: dict[str, Tab] = field(default_factory=dict)
     active_tab_id: str = ""
     last_response: environment_pb2.StepResponse | None = None
+    last_action: common_pb2.Action | None = None  # of last_response: a retry must carry the same action
     pending_error: str = ""
     done: bool = False
     env_reward: float = 0.0

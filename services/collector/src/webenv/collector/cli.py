@@ -23,10 +23,12 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from webenv import errors
-from webenv.collector.stack import SERVICES, Stack, running_stack
+from webenv.collector.stack import DEFAULT_WORLDMODEL, Stack, running_stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
 app = typer.Typer(help="webenv: train and evaluate web agents.", no_args_is_help=True, add_completion=False)
+worldmodel_app = typer.Typer(help="The world model: build one from the platform's own data.", no_args_is_help=True)
+app.add_typer(worldmodel_app, name="worldmodel")
 console = Console()
 
 # Address options default to None: ``address()`` resolves them (flag, WEBENV_*_ADDR, `webenv up`'s state, port).
@@ -182,13 +184,20 @@ def up(
     data_dir: Path = typer.Option(Path(".webenv"), help="Data folder (store, spool, blobs, logs)."),
     sites_count: int = typer.Option(1000, help="Synthetic sites to generate (21 tasks each)."),
     free_ports: bool = typer.Option(False, help="Pick free ports instead of the defaults."),
+    worldmodel: Path = typer.Option(None, help="World model directory to serve too (default: the one `webenv "
+                                               "worldmodel build` left in .webenv/worldmodel/model, if any)."),
 ) -> None:
-    """Start sites, browser farm, policy, judge, collector, trainer and gateway; stop them all on Ctrl-C or SIGTERM.
+    """Start sites, browser farm, policy, judge, collector, trainer and gateway (and the world model when there is
+    one); stop them all on Ctrl-C or SIGTERM.
 
     While it runs, DATA_DIR/stack.json records the addresses: the other commands run from the same folder
     (or with WEBENV_STACK_FILE pointing at it) find the stack without address flags.
     """
-    stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count)
+    if worldmodel is None and (DEFAULT_WORLDMODEL / "config.json").exists():
+        worldmodel = DEFAULT_WORLDMODEL
+    if worldmodel is not None and not (worldmodel / "config.json").exists():
+        raise typer.BadParameter(f"{worldmodel} is not a model directory (no config.json)", param_hint="--worldmodel")
+    stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count, worldmodel=str(worldmodel or ""))
     stopping = False
 
     def on_signal(signum, frame):  # noqa: ARG001
@@ -444,7 +453,7 @@ def demo(
     try:
         with console.status("starting sites, browser, policy, judge, collector...") as status:
             stack.start(on_ready=lambda n, a: status.update(f"{n} SERVING at {a}"))
-        console.print(f"stack up ({', '.join(SERVICES)}); data in {data_dir.resolve()}")
+        console.print(f"stack up ({', '.join(stack.services)}); data in {data_dir.resolve()}")
         stub = _collector(stack.address("collector"))
         half = max(episodes // 2, 1)
         specs = {
@@ -536,7 +545,7 @@ def train(
         with console.status("starting the stack...") as status:
             local.start(on_ready=lambda n, a: status.update(f"{n} SERVING at {a}"))
         collector, trainer, policy = (local.address(n) for n in ("collector", "trainer", "policy"))
-        console.print(f"stack up ({', '.join(SERVICES)}); data in {data_dir.resolve()}")
+        console.print(f"stack up ({', '.join(local.services)}); data in {data_dir.resolve()}")
     else:
         collector, trainer, policy = (address(n, v) for n, v in
                                       (("collector", collector), ("trainer", trainer), ("policy", policy)))
@@ -557,6 +566,51 @@ def train(
 
     paths = write_report(result, out, "webenv train " + " ".join(shlex.quote(a) for a in sys.argv[2:]))
     console.print("learning curve: " + ", ".join(str(p) for p in paths))
+
+
+@worldmodel_app.command("build")
+def worldmodel_build(
+    out: Path = typer.Option(DEFAULT_WORLDMODEL.parent, help="Folder for the data, the training run and the model "
+                                                             "(the model lands in OUT/model, where `webenv up` finds it)."),
+    preset: str = typer.Option("standard", help="quick, standard or large (sizes and times: services/worldmodel/README.md); "
+                                                "smoke checks the pipeline in about a minute."),
+    train_minutes: float = typer.Option(None, help="Cap on training time (default: the preset's)."),
+    reasoning_fraction: float = typer.Option(0.0, help="Share of training examples with a reasoning paragraph (WebWorld's "
+                                                        "reasoning injection; the model can then reason or not)."),
+    reuse_data: bool = typer.Option(False, help="Reuse OUT/data from an earlier build instead of collecting again."),
+    seed: int = typer.Option(0),
+) -> None:
+    """collect -> dataset -> train -> evaluate: a world model from the platform's own data, with its model card.
+
+    Starts the local stack (sites, browser farm, policy, judge, collector), runs the three WebWorld collection levels
+    on the sites service's websites (random crawl, exploration, task-oriented oracle episodes), exports TRANSITIONS,
+    trains on the training websites and evaluates on held-out ones (the task catalog's split)."""
+    from webenv.collector.wmbuild import BuildPlan, build
+
+    try:
+        plan = BuildPlan.preset(preset)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--preset") from None
+    plan.seed = seed
+    if train_minutes is not None:
+        if train_minutes <= 0:
+            raise typer.BadParameter("must be > 0", param_hint="--train-minutes")
+        plan.train_minutes = train_minutes
+    if not 0 <= reasoning_fraction <= 1:
+        raise typer.BadParameter("must be within 0..1", param_hint="--reasoning-fraction")
+    t0 = time.monotonic()
+    try:
+        model = build(out, plan, lambda line: console.print(line, highlight=False), watch=watch_run,
+                      reuse_data=reuse_data, reasoning_fraction=reasoning_fraction)
+    except (RuntimeError, grpc.RpcError) as exc:
+        console.print(f"[red]build failed[/red]: {exc}")
+        raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        raise typer.Exit(130) from None
+    console.print(f"model ready in {(time.monotonic() - t0) / 60:.1f} min: {model}")
+    console.print(f"card: {model / 'MODEL_CARD.md'}")
+    console.print("serve it: webenv up (starts it with the stack), or "
+                  f"WEBENV_WORLDMODEL_MODEL_PATH={model} python -m webenv.worldmodel")
 
 
 if __name__ == "__main__":

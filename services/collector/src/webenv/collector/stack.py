@@ -1,4 +1,5 @@
-"""The local stack as processes: sites, browser farm, policy, judge, collector and gateway, started health-gated.
+"""The local stack as processes: sites, browser farm, policy, judge, collector and gateway (and the world model when
+a model directory is given), started health-gated.
 
 Each service is ``python -m webenv.<name>`` with WEBENV_* variables; start-up waits for its gRPC health check
 to say SERVING before the next one that depends on it starts, and shutdown sends SIGTERM in reverse order
@@ -23,9 +24,11 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 SERVICES = ("sites", "browser", "policy", "judge", "collector", "trainer", "gateway")
 DEFAULT_PORTS = {
-    "browser": (50051, 9451), "policy": (50052, 9452), "judge": (50054, 9454),
+    "browser": (50051, 9451), "policy": (50052, 9452), "worldmodel": (50053, 9453), "judge": (50054, 9454),
     "sites": (50055, 9455), "collector": (50056, 9456), "trainer": (50057, 9457), "gateway": (50058, 9458),
 }  # fmt: skip
+#: Where `webenv worldmodel build` leaves its model, and where `webenv up` looks for one.
+DEFAULT_WORLDMODEL = Path(".webenv") / "worldmodel" / "model"
 DEFAULT_HTTP_PORT = 8800
 DEFAULT_GATEWAY_HTTP_PORT = 8080
 
@@ -81,6 +84,7 @@ class Stack:
     data_dir: Path
     free_ports: bool = False
     sites_count: int = 200
+    worldmodel: str = ""  # a model directory: the world model is served too (same EnvironmentService, simulated)
     extra_env: dict[str, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     ports: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -90,11 +94,15 @@ class Stack:
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
-        for name in SERVICES:
+        for name in self.services:
             self.ports[name] = (free_port(), free_port()) if self.free_ports else DEFAULT_PORTS[name]
         if self.free_ports:
             self.http_port = free_port()
             self.gateway_http_port = free_port()
+
+    @property
+    def services(self) -> tuple[str, ...]:
+        return SERVICES + (("worldmodel",) if self.worldmodel else ())
 
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name][0]}"
@@ -132,14 +140,16 @@ class Stack:
             env |= {"WEBENV_HTTP_PORT": str(self.gateway_http_port), "WEBENV_HTTP_HOST": "127.0.0.1",
                     "WEBENV_BLOB_DIR": str((self.data_dir / "blobs").resolve()),
                     "WEBENV_TRAINER_ADDR": self.address("trainer")}
+        elif name == "worldmodel":
+            env |= {"WEBENV_WORLDMODEL_MODEL_PATH": str(Path(self.worldmodel).resolve())}
         env |= self.extra_env
         return env
 
-    def start(self, services: tuple[str, ...] = SERVICES, timeout: float = 120.0, on_ready=None) -> None:
-        """Start ``services`` in order, each health-gated."""
+    def start(self, services: tuple[str, ...] = (), timeout: float = 120.0, on_ready=None) -> None:
+        """Start ``services`` (default: all of this stack's) in order, each health-gated."""
         logs = self.data_dir / "logs"
         logs.mkdir(parents=True, exist_ok=True)
-        for name in services:
+        for name in services or self.services:
             with open(logs / f"{name}.log", "ab") as log:
                 self.procs[name] = subprocess.Popen(
                     [self.python, "-m", f"webenv.{name}"], env=self.env_for(name), stdout=log, stderr=log,

@@ -33,8 +33,17 @@ class ModelInfo:
     formats: list[str]
     parameters: int
     max_context_tokens: int
-    as_edit: bool = True
     history_window: int = 3
+    max_lines: int = 24
+    reasoning: bool = False
+
+
+def model_info(path: str, backend: str, parameters: int, max_context_tokens: int) -> ModelInfo:
+    """ModelInfo from the worldmodel.json training wrote next to the weights (prompt settings, reasoning)."""
+    meta = read_meta(path)
+    return ModelInfo(model=path, backend=backend, formats=meta.get("formats", ["axtree"]), parameters=parameters,
+                     max_context_tokens=max_context_tokens, history_window=meta.get("history_window", 3),
+                     max_lines=meta.get("max_lines", 24), reasoning=bool(meta.get("reasoning_fraction", 0.0)))
 
 
 class Backend(Protocol):
@@ -46,7 +55,7 @@ class Backend(Protocol):
 
 
 def read_meta(path: str) -> dict:
-    """The worldmodel.json written by training (formats, as_edit, history window), or defaults."""
+    """The worldmodel.json written by training (formats, history window, prompt window), or defaults."""
     meta = Path(path) / "worldmodel.json"
     return json.loads(meta.read_text()) if meta.exists() else {}
 
@@ -71,12 +80,8 @@ class TransformersBackend:
 
         max_pos = int(getattr(self.model.config, "max_position_embeddings", 2048))
         self.fast = FastLlama(self.model, max_pos) if device == "cpu" and fast and supported(self.model) else None
-        meta = read_meta(path)
-        self.info = ModelInfo(
-            model=path, backend="transformers", formats=meta.get("formats", ["axtree"]),
-            parameters=sum(p.numel() for p in self.model.parameters()),
-            max_context_tokens=int(getattr(self.model.config, "max_position_embeddings", 2048)),
-            as_edit=meta.get("as_edit", True), history_window=meta.get("history_window", 3))
+        self.info = model_info(path, "transformers", sum(p.numel() for p in self.model.parameters()),
+                               int(getattr(self.model.config, "max_position_embeddings", 2048)))
 
     def generate(self, prompts: list[str], max_new_tokens: int, temperature: float) -> list[Generation]:
         return [self._one(p, max_new_tokens, temperature) for p in prompts]
@@ -188,10 +193,7 @@ class VllmBackend:
         config = AutoConfig.from_pretrained(path)
         context = max_model_len or int(getattr(config, "max_position_embeddings", 2048))
         self.llm = LLM(model=path, gpu_memory_utilization=gpu_memory_utilization, max_model_len=context)
-        meta = read_meta(path)
-        self.info = ModelInfo(model=path, backend="vllm", formats=meta.get("formats", ["axtree"]), parameters=0,
-                              max_context_tokens=context, as_edit=meta.get("as_edit", True),
-                              history_window=meta.get("history_window", 3))
+        self.info = model_info(path, "vllm", 0, context)
 
     def generate(self, prompts: list[str], max_new_tokens: int, temperature: float) -> list[Generation]:
         params = self._sampling(max_tokens=max_new_tokens, temperature=temperature)

@@ -14,22 +14,25 @@ class Settings(ServiceSettings):
 
     grpc_port: int = Field(50053, ge=0, le=65535, description="gRPC port; 0 picks a free port.")
     metrics_port: int = Field(9453, ge=0, le=65535, description="Prometheus /metrics port; 0 picks a free port.")
-    worldmodel_model_path: str = Field("", description="Directory of the trained model (save_pretrained layout).")
+    worldmodel_model_path: str = Field("", description="Model directory written by `webenv worldmodel build` / `train`.")
     worldmodel_backend: Literal["transformers", "vllm"] = Field("transformers", description="transformers (CPU) or vllm (GPU).")
     worldmodel_device: str = Field("cpu", description="torch device for the transformers backend.")
     worldmodel_threads: int = Field(1, ge=0, description="torch threads (0 = torch's default; 1 is fastest for tiny models on shared CPUs).")
     worldmodel_max_state_chars: int = Field(200_000, gt=0, description="Largest state accepted, in characters.")
-    worldmodel_max_new_tokens: int = Field(384, gt=0, le=32768, description="Default cap on generated tokens.")
+    worldmodel_max_new_tokens: int = Field(256, gt=0, le=32768, description="Default cap on generated tokens.")
     worldmodel_max_batch: int = Field(16, gt=0, description="Most predictions sent to the backend in one call.")
-    worldmodel_start_states: str = Field("", description="Comma-separated transitions JSONL files with recorded start states.")
+    worldmodel_start_states: str = Field("", description="Comma-separated start-state or transitions JSONL files, besides the model's own.")
+    worldmodel_reasoning: Literal["auto", "on", "off"] = Field("auto", description="Reason before predicting (auto: when trained with reasoning examples).")
     worldmodel_horizon: int = Field(30, gt=0, description="Steps after which a simulated episode is truncated.")
     worldmodel_lease_seconds: float = Field(300.0, gt=0, description="Idle lease of a simulated session.")
+    worldmodel_max_lease_seconds: float = Field(3600.0, gt=0, description="Longest lease a client may ask for.")
+    worldmodel_max_wait_ms: int = Field(10000, ge=0, description="Cap on a WaitAction (as the farm's).")
     worldmodel_max_sessions: int = Field(1000, gt=0, description="Open simulated sessions at most (then RESOURCE_EXHAUSTED).")
 
     @model_validator(mode="after")
     def _model_present(self) -> Settings:
         if not self.worldmodel_model_path:
-            raise ValueError("WEBENV_WORLDMODEL_MODEL_PATH is required (a directory written by `webenv-worldmodel train`)")
+            raise ValueError("WEBENV_WORLDMODEL_MODEL_PATH is required (a directory written by `webenv worldmodel build`)")
         if self.worldmodel_backend == "transformers" and not (Path(self.worldmodel_model_path) / "config.json").exists():
             raise ValueError(f"WEBENV_WORLDMODEL_MODEL_PATH={self.worldmodel_model_path}: no config.json there")
         for p in filter(None, self.worldmodel_start_states.split(",")):

@@ -1,15 +1,27 @@
-"""Transitions JSONL -> world-model training examples (prompt text, target text), split by website.
+"""Training data: the collector's TRANSITIONS exports -> the world model's transitions -> language-model examples.
 
-A prompt holds the instruction, a window of earlier actions, the current URL, the current state with
-1-based line numbers (so an edit can name lines without the model counting them) and the action. The
-target is the next URL — `=` when unchanged, a path when on the same origin (so it transfers to unseen
-sites), else absolute — followed by either the compact edit of `diff` or the full next state, optionally
-preceded by a reasoning paragraph (WebWorld's chain-of-thought injection, for a fraction of examples).
+`join_exports` pairs the a11y-tree export of a run with its Markdown export (same episode and step) to get each
+page's link targets, and takes every website's split from the task catalog's (`sites.json`, written by
+`webenv worldmodel build` from `TaskService.ListTasks`): crawl episodes carry no task, so the split is the
+site's, never guessed.
+
+The language model learns the part of a transition that is decided on the page itself: whether a page action
+(click, fill, select, press, type) loads a new document, where to, and otherwise how the page changes. Its
+prompt is the URL, the last actions, the numbered a11y tree (link lines carry their href as ` -> /path`; a long
+page is cut to the lines around the element acted on, with its real line numbers) and the action with its
+element's line. Its target opens with a single decision token:
+
+    <nav>/products/P1007                      a new document at that URL (the page itself: compose.py)
+    <same>\\nEDIT\\n@19 1\\n+\\t[16] searchbox "Search" value="cedar", focused      an edit of this page
+
+Navigation actions (navigate, go_back, go_forward) and actions that never change the page are structural and
+need no model (predict.py). Reasoning injection (WebWorld): with `--reasoning-fraction`, that fraction of
+examples asks for `<predict reason>` and the target opens with a `<reasoning>...</reasoning>` paragraph, so one
+model serves with reasoning on or off.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
 import random
 import re
@@ -21,21 +33,28 @@ from urllib.parse import urljoin, urlsplit
 
 from pydantic import BaseModel, ConfigDict
 from webenv.worldmodel import diff
-from webenv.worldmodel.formats import Format, convert
+from webenv.worldmodel.compose import PageView
+from webenv.worldmodel.page import action_kind, links_from_markdown, target_id
 
 PROMPT_END = "<predict>\n"
+PROMPT_END_REASON = "<predict reason>\n"
 REASONING_OPEN, REASONING_CLOSE = "<reasoning>", "</reasoning>"
+NAV, SAME = "<nav>", "<same>"
+#: Actions answered without the model: the page does not change (the farm observes the whole tree, not the viewport).
+NO_CHANGE = frozenset({"wait", "noop", "scroll", "scroll_element", "hover", "answer"})
+#: Actions whose next URL the action itself says (navigate) or the browser history does (back, forward).
+HISTORY = frozenset({"navigate", "go_back", "go_forward"})
 
 
 class TransitionRecord(BaseModel):
-    """One line of the cross-service transitions JSONL."""
+    """One transition: the collector's TRANSITIONS schema plus the link targets of both pages."""
 
     model_config = ConfigDict(extra="ignore")
     episode_id: str
     step_index: int
     site: str
     split: Literal["train", "test"] = "train"
-    format: Format = Format.AXTREE
+    format: Literal["axtree"] = "axtree"
     instruction: str = ""
     url: str
     state: str
@@ -43,22 +62,17 @@ class TransitionRecord(BaseModel):
     next_url: str
     next_state: str
     env_kind: str = "browser"
-
-
-@dataclass
-class Example:
-    """One training/evaluation example and the transition it came from."""
-
-    prompt: str
-    target: str
-    record: TransitionRecord
-    history: list[tuple[str, str]] = field(default_factory=list)
-    state: str = ""
-    next_state: str = ""
+    level: str = ""
+    links: dict[str, str] = {}
+    next_links: dict[str, str] = {}
 
     @property
-    def text(self) -> str:
-        return self.prompt + self.target
+    def page(self) -> PageView:
+        return PageView(self.url, self.state, dict(self.links))
+
+    @property
+    def next_page(self) -> PageView:
+        return PageView(self.next_url, self.next_state, dict(self.next_links))
 
 
 def read_transitions(paths: Iterable[Path | str]) -> list[TransitionRecord]:
@@ -76,39 +90,66 @@ def read_transitions(paths: Iterable[Path | str]) -> list[TransitionRecord]:
     return out
 
 
-def site_split(site: str, test_fraction: float = 0.25) -> str:
-    """Deterministic split by website for records that do not carry one."""
-    h = int(hashlib.sha256(site.encode()).hexdigest()[:8], 16) / 0xFFFFFFFF
-    return "test" if h < test_fraction else "train"
+def jsonl_rows(path: Path | str) -> Iterator[dict]:
+    """The objects of a JSONL file; a bad line raises ValueError naming file and line."""
+    with Path(path).open() as fh:
+        for n, line in enumerate(fh, start=1):
+            if line.strip():
+                try:
+                    yield json.loads(line)
+                except json.JSONDecodeError as exc:
+                    raise ValueError(f"{path}:{n}: not JSON: {exc}") from exc
 
 
-NAV, SAME = "<nav>", "<same>"
+def join_exports(axtree: list[Path | str], markdown: list[Path | str], sites: dict[str, dict[str, str]],
+                 level: str = "") -> list[TransitionRecord]:
+    """Transitions of the a11y-tree exports with link targets from the Markdown exports of the same runs.
+
+    `sites` maps host -> {"split": "train"|"test", ...} as the task catalog splits them; a transition on a site
+    it does not list is an error (its split would be a guess)."""
+    links: dict[tuple[str, int], tuple[dict[str, str], dict[str, str]]] = {}
+    for path in markdown:
+        for r in jsonl_rows(path):
+            if r.get("format") != "markdown":
+                raise ValueError(f"{path}: expected a Markdown TRANSITIONS export, got format {r.get('format')!r}")
+            links[(r["episode_id"], r["step_index"])] = (links_from_markdown(r["state"]), links_from_markdown(r["next_state"]))
+    out: list[TransitionRecord] = []
+    for path in axtree:
+        for r in jsonl_rows(path):
+            if r.get("format") != "axtree":
+                raise ValueError(f"{path}: expected an AXTREE TRANSITIONS export, got format {r.get('format')!r}")
+            host = r["site"]
+            if host not in sites:
+                raise ValueError(f"{path}: site {host!r} is not in the sites file: its split is unknown")
+            got = links.get((r["episode_id"], r["step_index"]))
+            if got is None:
+                raise ValueError(f"{path}: episode {r['episode_id']} step {r['step_index']} has no Markdown export")
+            out.append(TransitionRecord.model_validate(
+                {**r, "split": sites[host]["split"], "level": r.get("level") or level, "links": got[0], "next_links": got[1]}))
+    return out
 
 
+def write_transitions(records: list[TransitionRecord], path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("w") as fh:
+        for r in records:
+            fh.write(r.model_dump_json() + "\n")
+
+
+# --- prompt and target -----------------------------------------------------------------------------------------------
 def encode_url(url: str, next_url: str) -> str:
-    """`<same>` when unchanged; else `<nav>` then path?query when same origin, or the absolute URL.
-
-    Both markers are single tokens opening the target, so "does the page change?" is one greedy decision between
-    two tokens; with a plain `URL =` / `URL /path` line the probability of navigating was split over many path
-    tokens and greedy decoding said "unchanged" far too often."""
-    if next_url == url:
-        return SAME
+    """A path when on the same origin (so it transfers to unseen sites), else the absolute URL."""
     a, b = urlsplit(url), urlsplit(next_url)
     if (a.scheme, a.netloc) == (b.scheme, b.netloc) and b.path.startswith("/"):
-        return NAV + b.path + (f"?{b.query}" if b.query else "") + (f"#{b.fragment}" if b.fragment else "")
-    return NAV + next_url
+        return b.path + (f"?{b.query}" if b.query else "")
+    return next_url
 
 
 def decode_url(url: str, encoded: str) -> str:
-    """Inverse of encode_url."""
-    encoded = encoded.strip().removeprefix(NAV).strip()
-    if encoded in ("", "=", SAME):
+    encoded = encoded.strip()
+    if not encoded:
         return url
     return urljoin(url, encoded) if encoded.startswith("/") else encoded
-
-
-def number_lines(state: str) -> str:
-    return "\n".join(f"{i} {line}" for i, line in enumerate(diff.split_lines(state), start=1))
 
 
 def _path(url: str) -> str:
@@ -116,42 +157,119 @@ def _path(url: str) -> str:
     return (p.path or "/") + (f"?{p.query}" if p.query else "")
 
 
-_ACTION_ID = re.compile(r"^\w+\((\d+)\b")
+def page_lines(page: PageView) -> list[str]:
+    """The state's lines, link lines carrying their href (` -> /path`)."""
+    out = []
+    for line in diff.split_lines(page.state):
+        tid = target_id_of_line(line)
+        href = page.links.get(tid) if tid else None
+        out.append(f"{line} -> {href}" if href else line)
+    return out
 
 
-def target_line(state: str, action_text: str) -> str:
-    """`<n> <line>` of the element an action names by id, so the model need not search the state for it."""
-    m = _ACTION_ID.match(action_text)
+def target_id_of_line(line: str) -> str | None:
+    s = line.lstrip("\t ")
+    if s.startswith("["):
+        end = s.find("]")
+        if end > 1:
+            return s[1:end]
+    return None
+
+
+_SELECTOR = re.compile(r'^\w+\("((?:[^"\\]|\\.)*)"')
+_WORD = re.compile(r"[A-Za-z]+|\d+")
+_ROLE_HINTS = {"search": "searchbox", "btn": "button", "submit": "button", "close": "button", "accept": "button",
+               "link": "link", "item": "link", "page": "link"}
+
+
+def _target_index(lines: list[str], action_text: str) -> int | None:
+    """The line of the element an action names: by id, or for a CSS selector the interactive line sharing most of
+    its words (`#search-q` -> the searchbox, `a.item-link[data-item="P1003"]` -> the link to .../P1003)."""
+    tid = target_id(action_text)
+    if tid is not None:
+        for i, line in enumerate(lines):
+            if target_id_of_line(line) == tid:
+                return i
+        return None
+    m = _SELECTOR.match(action_text)
     if not m:
-        return "-"
-    needles = (f"[{m.group(1)}] ", f'id="{m.group(1)}"')
-    for i, line in enumerate(diff.split_lines(state), start=1):
-        if any(n in line for n in needles):
-            return f"{i} {line.strip()}"
-    return "missing"
+        return None
+    words = {w.lower() for w in _WORD.findall(m.group(1).replace('\\"', '"'))} - {"f", "a", "data", "id"}
+    if not words:
+        return None
+    roles = {_ROLE_HINTS[w] for w in words if w in _ROLE_HINTS}
+    best, best_score = None, 0.0
+    for i, line in enumerate(lines):
+        if target_id_of_line(line) is None:
+            continue
+        text = {w.lower() for w in _WORD.findall(line.split("] ", 1)[-1])}
+        score = len(words & text) + (0.5 if any(f" {r} " in f" {line.split('] ', 1)[-1]} " for r in roles) else 0)
+        if score > best_score:
+            best, best_score = i, score
+    return best
 
 
-def build_prompt(instruction: str, history: list[tuple[str, str]], url: str, state: str, action_text: str,
-                 fmt: Format = Format.AXTREE, as_edit: bool = True) -> str:
-    """The prompt text shared by training and serving. `history` holds (url, action_text), oldest first."""
+def window(lines: list[str], target: int | None, max_lines: int, head: int = 5) -> list[int]:
+    """Which lines to show (indexes, in order): the whole page when short, else its head, any open dialog (a
+    modal swallows clicks outside it) and the lines around the element acted on, up to max_lines."""
+    n = len(lines)
+    if n <= max_lines:
+        return list(range(n))
+    keep = set(range(min(head, n)))
+    for i, line in enumerate(lines):  # dialogs and their subtrees
+        s = line.lstrip("\t")
+        if s.startswith("[") and " dialog " in s:
+            depth = len(line) - len(s)
+            j = i + 1
+            while j < n and len(lines[j]) - len(lines[j].lstrip("\t")) > depth:
+                j += 1
+            keep.update(range(i, min(j, i + 6)))
+    budget = max_lines - len(keep)
+    centre = target if target is not None else head + budget // 2
+    a = max(0, centre - budget // 2)
+    for i in range(a, n):
+        if budget <= 0:
+            break
+        if i not in keep:
+            keep.add(i)
+            budget -= 1
+    return sorted(keep)
+
+
+def build_prompt(instruction: str, history: list[tuple[str, str]], page: PageView, action_text: str,
+                 max_lines: int = 24, reason: bool = False) -> str:
+    """The prompt shared by training and serving. `history` holds (url, action_text), oldest first."""
+    lines = page_lines(page)
+    t = _target_index(lines, action_text)
+    shown: list[str] = []
+    last = -1
+    for i in window(lines, t, max_lines):
+        if i > last + 1:
+            shown.append("...")
+        shown.append(f"{i + 1} {lines[i]}")
+        last = i
+    if last < len(lines) - 1:
+        shown.append("...")
     hist = "\n".join(f"{_path(u)} {a}" for u, a in history) or "-"
-    mode = "edit" if as_edit else "state"
-    return (f"<instruction>\n{instruction or '-'}\n<history>\n{hist}\n<url>\n{url}\n<format>\n{fmt.value} {mode}\n"
-            f"<state>\n{number_lines(state)}\n<action>\n{action_text}\n{target_line(state, action_text)}\n{PROMPT_END}")
+    target = f"{t + 1} {lines[t].strip()}" if t is not None else "-"
+    return (f"<instruction>\n{instruction or '-'}\n<history>\n{hist}\n<url>\n{page.url}\n<state lines={len(lines)}>\n"
+            + "\n".join(shown) + f"\n<action>\n{action_text}\n{target}\n" + (PROMPT_END_REASON if reason else PROMPT_END))
 
 
-def build_target(url: str, next_url: str, state: str, next_state: str, as_edit: bool, reasoning: str = "") -> str:
+def build_target(r: TransitionRecord, reasoning: str = "") -> str:
     head = f"{REASONING_OPEN}{reasoning}{REASONING_CLOSE}\n" if reasoning else ""
-    body = "EDIT\n" + diff.make_edit(state, next_state) if as_edit else "STATE\n" + next_state
-    return f"{head}{encode_url(url, next_url)}\n{body}"
+    if r.next_url != r.url:
+        return f"{head}{NAV}{encode_url(r.url, r.next_url)}"
+    return f"{head}{SAME}\nEDIT\n" + diff.make_edit(r.state, r.next_state)
 
 
 @dataclass
 class ParsedOutput:
-    """A model completion parsed into the next state and URL."""
+    """A completion: either a navigation (next_url; the page comes from compose.py) or an edit of this page."""
 
-    next_state: str
+    navigates: bool
     next_url: str
+    next_state: str
     edit: str = ""
     reasoning: str = ""
     fallback: bool = False
@@ -159,89 +277,131 @@ class ParsedOutput:
     repaired: bool = False
 
 
-def parse_output(text: str, url: str, state: str, repair: bool = False) -> ParsedOutput:
-    """Parse a completion; anything malformed keeps the current state (fallback=True) with the reason.
+def parse_output(text: str, url: str, state: str, repair: bool = True) -> ParsedOutput:
+    """Parse a completion; anything malformed keeps the current page (fallback=True) with the reason.
 
-    With `repair`, an edit that does not apply as a whole is applied leniently (`diff.apply_lenient`) and
-    flagged `repaired` instead of being dropped."""
+    With `repair`, an edit that does not apply as a whole is applied leniently (`diff.apply_lenient`) and flagged
+    `repaired` instead of being dropped."""
     reasoning = ""
     if text.startswith(REASONING_OPEN):
         end = text.find(REASONING_CLOSE)
         if end < 0:
-            return ParsedOutput(state, url, fallback=True, error="reasoning is not closed")
+            return ParsedOutput(False, url, state, fallback=True, error="reasoning is not closed")
         reasoning = text[len(REASONING_OPEN):end]
         text = text[end + len(REASONING_CLOSE):].lstrip("\n")
-    first, _, rest = text.partition("\n")
-    first = first.removeprefix("URL ")
-    if not first.startswith((NAV, SAME, "=")):
-        return ParsedOutput(state, url, reasoning=reasoning, fallback=True, error="output does not start with <nav> or <same>")
-    next_url = decode_url(url, first)
+    if text.startswith(NAV):
+        target = text[len(NAV):].split("\n", 1)[0].strip()
+        if not target:
+            return ParsedOutput(False, url, state, reasoning=reasoning, fallback=True, error="<nav> without a URL")
+        return ParsedOutput(True, decode_url(url, target), state, reasoning=reasoning)
+    if not text.startswith(SAME):
+        return ParsedOutput(False, url, state, reasoning=reasoning, fallback=True, error="output does not start with <nav> or <same>")
+    rest = text[len(SAME):].lstrip("\n")
     kind, _, body = rest.partition("\n")
-    if kind == "EDIT":
-        try:
-            return ParsedOutput(diff.apply(body, state), next_url, edit=body, reasoning=reasoning)
-        except diff.EditError as exc:
-            if not repair:
-                return ParsedOutput(state, next_url, edit=body, reasoning=reasoning, fallback=True, error=str(exc))
-            return ParsedOutput(diff.apply_lenient(body, state), next_url, edit=body, reasoning=reasoning,
-                                repaired=True, error=str(exc))
-    if kind == "STATE":
-        return ParsedOutput(body, next_url, reasoning=reasoning)
-    return ParsedOutput(state, next_url, reasoning=reasoning, fallback=True, error="expected EDIT or STATE")
+    if kind != "EDIT":
+        return ParsedOutput(False, url, state, reasoning=reasoning, fallback=True, error="expected EDIT after <same>")
+    try:
+        return ParsedOutput(False, url, diff.apply(body, state), edit=body, reasoning=reasoning)
+    except diff.EditError as exc:
+        if not repair:
+            return ParsedOutput(False, url, state, edit=body, reasoning=reasoning, fallback=True, error=str(exc))
+        return ParsedOutput(False, url, diff.apply_lenient(body, state), edit=body, reasoning=reasoning, repaired=True,
+                            error=str(exc))
 
 
-Reasoner = Callable[[TransitionRecord, str, str], str]
-"""(record, state, next_state) -> reasoning text; e.g. an LLM backend's explanation of the change."""
+Reasoner = Callable[[TransitionRecord], str]
+"""record -> reasoning text; e.g. an LLM backend's explanation of the change."""
 
 
-def rule_reasoner(record: TransitionRecord, state: str, next_state: str) -> str:
-    """A deterministic stand-in for an LLM explanation: what the action does and how much changes."""
-    hunks = diff.compute(state, next_state)
-    changed = sum(h.delete + len(h.insert) for h in hunks)
-    where = "stays on the page" if record.url == record.next_url else f"navigates to {_path(record.next_url)}"
-    return f"{record.action_text} {where}; {changed} lines change."
+def rule_reasoner(r: TransitionRecord) -> str:
+    """A deterministic stand-in for an LLM explanation: what the element is and what the action does to the page."""
+    lines = page_lines(r.page)
+    t = _target_index(lines, r.action_text)
+    what = lines[t].strip() if t is not None else "the element the selector names"
+    if r.next_url != r.url:
+        effect = f"loads {_path(r.next_url)}" + (" (its link target)" if t is not None and _path(r.next_url) in lines[t] else "")
+    else:
+        changed = sum(h.delete + len(h.insert) for h in diff.compute(r.state, r.next_state))
+        effect = f"stays on the page; {changed} lines change" if changed else "changes nothing"
+    return f"{action_kind(r.action_text)} on {what}: {effect}."
 
 
-def build_examples(records: list[TransitionRecord], fmt: Format = Format.AXTREE, as_edit: bool = True,
-                   history_window: int = 3, reasoning_fraction: float = 0.0, reasoner: Reasoner | None = None,
-                   seed: int = 0) -> list[Example]:
-    """Examples in `fmt` (converted from the recorded format where derivable), history from the episode."""
-    rng = random.Random(seed)
-    by_episode: dict[str, list[TransitionRecord]] = {}
+def is_page_action(action_text: str) -> bool:
+    """Actions the language model decides (the rest are structural, see predict.py)."""
+    kind = action_kind(action_text)
+    return kind not in NO_CHANGE and kind not in HISTORY
+
+
+@dataclass
+class Example:
+    """One language-model example and the transition it came from."""
+
+    prompt: str
+    target: str
+    record: TransitionRecord
+    history: list[tuple[str, str]] = field(default_factory=list)
+
+    @property
+    def text(self) -> str:
+        return self.prompt + self.target
+
+
+def episodes(records: Iterable[TransitionRecord]) -> dict[str, list[TransitionRecord]]:
+    eps: dict[str, list[TransitionRecord]] = {}
     for r in records:
-        by_episode.setdefault(r.episode_id, []).append(r)
+        eps.setdefault(r.episode_id, []).append(r)
+    for v in eps.values():
+        v.sort(key=lambda r: r.step_index)
+    return eps
+
+
+def build_examples(records: list[TransitionRecord], history_window: int = 3, max_lines: int = 24,
+                   reasoning_fraction: float = 0.0, reasoner: Reasoner | None = None, seed: int = 0) -> list[Example]:
+    """Examples of the page actions, history from the episode."""
+    rng = random.Random(seed)
     out: list[Example] = []
-    for eps in by_episode.values():
-        eps.sort(key=lambda r: r.step_index)
+    for eps in episodes(records).values():
         for i, r in enumerate(eps):
-            state, next_state = convert(r.state, r.format, fmt), convert(r.next_state, r.format, fmt)
+            if not is_page_action(r.action_text):
+                continue
             history = [(p.url, p.action_text) for p in eps[max(0, i - history_window):i]]
             reasoning = ""
             if reasoning_fraction > 0 and rng.random() < reasoning_fraction:
-                reasoning = (reasoner or rule_reasoner)(r, state, next_state).replace(REASONING_CLOSE, "")
-            prompt = build_prompt(r.instruction, history, r.url, state, r.action_text, fmt, as_edit)
-            target = build_target(r.url, r.next_url, state, next_state, as_edit, reasoning)
-            out.append(Example(prompt, target, r, history, state, next_state))
+                reasoning = (reasoner or rule_reasoner)(r).replace(REASONING_CLOSE, "")
+            prompt = build_prompt(r.instruction, history, r.page, r.action_text, max_lines, reason=bool(reasoning))
+            out.append(Example(prompt, build_target(r, reasoning), r, history))
     return out
 
 
 def split_examples(examples: list[Example]) -> tuple[list[Example], list[Example]]:
     """(train, test) by the records' website split."""
-    train = [e for e in examples if e.record.split == "train"]
-    test = [e for e in examples if e.record.split == "test"]
-    return train, test
+    return [e for e in examples if e.record.split == "train"], [e for e in examples if e.record.split == "test"]
 
 
-def iter_texts(records: Iterable[TransitionRecord]) -> Iterator[str]:
-    """Texts to train a tokenizer on (prompts and targets in every derivable format)."""
-    for ex in build_examples(list(records)):
+def iter_texts(examples: Iterable[Example]) -> Iterator[str]:
+    """Texts to train a tokenizer on."""
+    for ex in examples:
         yield ex.prompt
         yield ex.target
 
 
-def write_jsonl(examples: list[Example], path: Path) -> None:
-    """Write examples as {"prompt","target","site","split"} lines (for inspection or other trainers)."""
-    with path.open("w") as fh:
-        for e in examples:
-            fh.write(json.dumps({"prompt": e.prompt, "target": e.target, "site": e.record.site,
-                                 "split": e.record.split}) + "\n")
+def main(argv: list[str] | None = None) -> None:
+    """`webenv-worldmodel dataset`: join TRANSITIONS exports into the world model's training data."""
+    import argparse
+    from collections import Counter
+
+    p = argparse.ArgumentParser(prog="webenv-worldmodel dataset", description=main.__doc__.split(":", 1)[1].strip())
+    p.add_argument("--export", nargs=3, action="append", required=True, metavar=("LEVEL", "AXTREE", "MARKDOWN"),
+                   help="one run's collection level and its AXTREE and MARKDOWN TRANSITIONS exports (repeatable)")
+    p.add_argument("--sites", type=Path, required=True, help="JSON host -> {split, family}, as the task catalog splits them")
+    p.add_argument("--out", type=Path, required=True)
+    a = p.parse_args(argv)
+    try:
+        sites = json.loads(a.sites.read_text())
+        records = [r for level, ax, md in a.export for r in join_exports([ax], [md], sites, level)]
+    except (OSError, ValueError, KeyError) as exc:
+        raise SystemExit(f"webenv-worldmodel dataset: {exc}") from None
+    write_transitions(records, a.out)
+    split = Counter(r.split for r in records)
+    print(json.dumps({"transitions": len(records), "train": split["train"], "test": split["test"],
+                      "sites": len({r.site for r in records}), "out": str(a.out)}))

@@ -1,9 +1,9 @@
 """State formats and the conversions between them that can be derived from the a11y tree.
 
-The a11y-tree text used across webenv has one node per line, `[id] role "name" states`, indented two
-spaces per depth. XML (WebWorld's XML rendering) carries exactly the same information, so
-axtree -> XML -> axtree is lossless; Markdown is a lossy, one-way rendering of the tree. HTML cannot be
-derived from the tree: it is only available when the collector recorded it.
+The a11y-tree text of the browser farm has one node per line, `[id] role "name" states`, indented one tab
+per depth (two spaces per depth are read too). XML (WebWorld's XML rendering) carries exactly the same
+information, so axtree -> XML -> axtree is lossless; Markdown is a lossy, one-way rendering of the tree (with
+the links' targets when known, as the farm writes them). HTML cannot be derived from the tree.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ class Format(StrEnum):
     XML = "xml"
 
 
-_LINE = re.compile(r'^(?P<ws> *)(?:\[(?P<id>[^\]\s]+)\] )?(?P<role>[A-Za-z][\w-]*)(?: (?P<name>"(?:[^"\\]|\\.)*"))?(?: (?P<states>.+))?$')
+_LINE = re.compile(r'^(?P<ws>[\t ]*)(?:\[(?P<id>[^\]\s]+)\] )?(?P<role>[A-Za-z][\w-]*)(?: (?P<name>"(?:[^"\\]|\\.)*"))?(?: (?P<states>.+))?$')
 _XML_NAME = re.compile(r"^[A-Za-z_][\w-]*$")
 
 
@@ -32,7 +32,7 @@ _XML_NAME = re.compile(r"^[A-Za-z_][\w-]*$")
 class AxNode:
     """One parsed a11y-tree line; `raw` set when the line does not follow the grammar."""
 
-    ws: int
+    ws: str
     node_id: str | None = None
     role: str = ""
     name: str | None = None
@@ -41,7 +41,7 @@ class AxNode:
 
     def render(self) -> str:
         if self.raw is not None:
-            return " " * self.ws + self.raw
+            return self.ws + self.raw
         parts = []
         if self.node_id is not None:
             parts.append(f"[{self.node_id}]")
@@ -50,13 +50,17 @@ class AxNode:
             parts.append(json.dumps(self.name, ensure_ascii=False))
         if self.states is not None:
             parts.append(self.states)
-        return " " * self.ws + " ".join(parts)
+        return self.ws + " ".join(parts)
+
+    @property
+    def depth(self) -> int:
+        return self.ws.count("\t") + self.ws.count(" ") // 2
 
 
 def parse_line(line: str) -> AxNode:
     """Parse one a11y-tree line; anything that would not render back identically is kept raw."""
     m = _LINE.match(line)
-    ws = len(line) - len(line.lstrip(" "))
+    ws = line[: len(line) - len(line.lstrip("\t "))]
     if m:
         name = None
         ok = True
@@ -68,7 +72,7 @@ def parse_line(line: str) -> AxNode:
         node = AxNode(ws=ws, node_id=m.group("id"), role=m.group("role"), name=name, states=m.group("states"))
         if ok and node.render() == line:
             return node
-    return AxNode(ws=ws, raw=line[ws:])
+    return AxNode(ws=ws, raw=line[len(ws):])
 
 
 def axtree_to_xml(state: str) -> str:
@@ -77,7 +81,7 @@ def axtree_to_xml(state: str) -> str:
     stack: list[tuple[int, ET.Element]] = [(-1, root)]
     for line in state.split("\n"):
         node = parse_line(line)
-        while len(stack) > 1 and stack[-1][0] >= node.ws:
+        while len(stack) > 1 and stack[-1][0] >= node.depth:
             stack.pop()
         parent = stack[-1][1]
         level = len(stack) - 1
@@ -94,9 +98,9 @@ def axtree_to_xml(state: str) -> str:
                 el.set("name", node.name)
             if node.states is not None:
                 el.set("states", node.states)
-        if node.ws != 2 * level:
-            el.set("ws", str(node.ws))
-        stack.append((node.ws, el))
+        if node.ws != "\t" * level:
+            el.set("ws", node.ws)
+        stack.append((node.depth, el))
     ET.indent(root, space="  ")
     return ET.tostring(root, encoding="unicode")
 
@@ -107,7 +111,7 @@ def xml_to_axtree(text: str) -> str:
     lines: list[str] = []
 
     def walk(el: ET.Element, level: int) -> None:
-        ws = int(el.get("ws", 2 * level))
+        ws = el.get("ws", "\t" * level)
         if el.tag == "text":
             lines.append(AxNode(ws=ws, raw=el.get("value", "")).render())
         else:
@@ -121,11 +125,13 @@ def xml_to_axtree(text: str) -> str:
     return "\n".join(lines)
 
 
-_MD_ROLES_SKIP = {"navigation", "main", "banner", "contentinfo", "list", "form", "group", "table", "row", "generic"}
+_MD_INPUTS = {"textbox", "searchbox", "combobox", "checkbox", "radio", "spinbutton", "slider", "switch", "listbox"}
 
 
-def axtree_to_markdown(state: str) -> str:
-    """Render the tree as Markdown with element ids (lossy: roles and nesting are simplified)."""
+def axtree_to_markdown(state: str, links: dict[str, str] | None = None) -> str:
+    """Render the tree as Markdown with element ids, in the farm's notation (`[id:name](href)` for a link, `[id:button
+    name]`, `# [id] heading`); lossy: nesting and roles without a notation are dropped."""
+    links = links or {}
     out: list[str] = []
     for line in state.split("\n"):
         node = parse_line(line)
@@ -133,22 +139,21 @@ def axtree_to_markdown(state: str) -> str:
             out.append(node.raw)
             continue
         name = node.name or ""
-        ref = f" [{node.node_id}]" if node.node_id else ""
-        states = node.states or ""
-        if node.role == "heading":
-            m = re.search(r"level=(\d)", states)
-            out.append("#" * int(m.group(1) if m else 2) + " " + name + ref)
-        elif node.role == "link":
-            out.append(f"[{name}](#{node.node_id or ''})")
-        elif node.role in ("button", "textbox", "checkbox", "combobox", "searchbox"):
-            out.append(f"<{node.role}{ref}> {name} {states}".rstrip())
-        elif node.role == "listitem":
-            out.append(f"- {name}".rstrip() if name else "-")
-        elif node.role in _MD_ROLES_SKIP and not name:
-            continue
-        elif name:
+        states = ", ".join(x for x in (node.states or "").split(", ") if x and x != "focused")
+        if node.role == "StaticText":
             out.append(name)
-    return "\n".join(out)
+        elif node.role == "heading":
+            m = re.search(r"level=(\d)", states)
+            out.append("#" * int(m.group(1) if m else 2) + f" [{node.node_id}] {name}")
+        elif node.role == "link":
+            out.append(f"[{node.node_id}:{name}]({links.get(node.node_id or '', '')})")
+        elif node.role == "button":
+            out.append(f"[{node.node_id}:button {name}]")
+        elif node.role in _MD_INPUTS:
+            out.append(f"[{node.node_id}:{node.role}" + (f" {name}" if name else "") + (f" {states}" if states else "") + "]")
+        elif node.role == "listitem":
+            out.append("-")
+    return "\n".join(x for x in out if x)
 
 
 def convert(state: str, src: Format, dst: Format) -> str:

@@ -1,81 +1,317 @@
-"""Prediction: request -> prompt -> backend completion -> next state, URL and reasoning.
+"""Prediction: the whole world model behind one call — rules, analogy, the language model, recall, composition.
 
-Shared by the Predict RPC, the simulated environment and the evaluation, so all three measure the same
-thing. A malformed completion (no URL line, an edit that does not apply) keeps the current state and URL
-and sets `fallback`; the simulation goes on instead of failing.
+One step of a simulated browser is decided in this order (each part is measured in evaluate.py):
+1. **rules** — actions that never change what the farm observes (wait, scroll, hover, noop, answer) keep the
+   page; `navigate(url)` goes to its URL and `go_back`/`go_forward` to the session's history, as a browser does;
+2. **analogy** — for an action on the page (click, fill, select, press, type), the training websites' same
+   action decides: no change, an edit placed at the element acted on, or a new document at a URL template bound
+   to this page (analogy.PageActions);
+3. **the language model** — for a page action analogy has no exemplar for, it decides between an edit of this
+   page (`<same>` + edit) and a new document at a URL (`<nav>/path`);
+4. **the page of a new document** — recalled when this session has been there (compose.PageMemory), otherwise
+   composed by analogy with a training transition of the same kind (compose.Exemplars).
+Shared by the Predict RPC, the simulated environment and the evaluation, so all three measure the same thing.
+A malformed completion keeps the current page and sets `fallback`; the simulation goes on instead of failing.
 """
 
 from __future__ import annotations
 
+import json
 import time
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from webenv.worldmodel import metrics
+from webenv.worldmodel.analogy import PageActions, apply_outcome, context, fill_template
 from webenv.worldmodel.backends import Backend
-from webenv.worldmodel.dataset import build_prompt, parse_output
-from webenv.worldmodel.formats import Format
+from webenv.worldmodel.compose import Exemplars, PageMemory, PageView, compose, refresh_chrome
+from webenv.worldmodel.dataset import (
+    HISTORY,
+    NO_CHANGE,
+    TransitionRecord,
+    build_prompt,
+    is_page_action,
+    jsonl_rows,
+    parse_output,
+    read_transitions,
+)
+from webenv.worldmodel.page import action_kind
+
+EXEMPLARS_FILE = "exemplars.jsonl"
+PAGE_ACTIONS_FILE = "page_actions.jsonl"
+START_STATES_FILE = "start_states.jsonl"
+#: Who decides page actions: analogy with the language model as fallback (served), or either alone (evaluation).
+MODES = ("analogy+lm", "analogy", "lm")
 
 
 @dataclass
 class Query:
-    """One prediction request in service-neutral form."""
+    """One prediction request in service-neutral form. `memory` is the session's (None for a stateless Predict)."""
 
-    state: str
-    url: str
+    page: PageView
     action_text: str
-    format: Format = Format.AXTREE
     history: list[tuple[str, str]] = field(default_factory=list)
     instruction: str = ""
-    as_edit: bool = True
+    memory: PageMemory | None = None
     max_new_tokens: int = 0
     temperature: float = 0.0
+    reason: bool | None = None
 
 
 @dataclass
 class Prediction:
-    """The predicted next state and how it was obtained."""
+    """The predicted next page and how it was obtained: `source` says where the page came from (rule, edit,
+    recall, compose, keep), `decided_by` who decided the action's effect (rule, analogy, lm)."""
 
-    next_state: str
-    next_url: str
-    edit: str
-    reasoning: str
-    prompt_tokens: int
-    completion_tokens: int
-    latency_seconds: float
-    fallback: bool
+    page: PageView
+    source: str
+    navigated: bool = False
+    decided_by: str = "rule"
+    edit: str = ""
+    reasoning: str = ""
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    latency_seconds: float = 0.0
+    fallback: bool = False
     error: str = ""
     repaired: bool = False
 
+    @property
+    def next_state(self) -> str:
+        return self.page.state
+
+    @property
+    def next_url(self) -> str:
+        return self.page.url
+
+
+def history_target(q: Query) -> str:
+    """Where go_back / go_forward lead: the session's history, else the request's (the last other URL)."""
+    kind = action_kind(q.action_text)
+    if q.memory is not None:
+        return (q.memory.back_url() if kind == "go_back" else q.memory.forward_url()) or q.page.url
+    if kind == "go_back":
+        return next((u for u, _ in reversed(q.history) if u != q.page.url), q.page.url)
+    return q.page.url
+
+
+def _navigate_url(action_text: str) -> str:
+    inner = action_text[action_text.find("(") + 1: action_text.rfind(")")]
+    try:
+        return json.loads(inner)
+    except json.JSONDecodeError:
+        return inner.strip("\"'")
+
 
 class Predictor:
-    """Builds prompts the way training did and parses completions."""
+    """Builds prompts the way training did, parses completions and supplies the pages of new documents."""
 
-    def __init__(self, backend: Backend, default_max_new_tokens: int = 384, repair: bool = True) -> None:
+    def __init__(self, backend: Backend | None, exemplars: Exemplars | None = None,
+                 page_actions: PageActions | None = None, default_max_new_tokens: int = 256, repair: bool = True,
+                 reason: bool = False, mode: str = "analogy+lm") -> None:
+        if mode not in MODES:
+            raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
+        if backend is None and mode != "analogy":
+            raise ValueError(f"mode {mode!r} needs a language model")
         self.backend = backend
+        self.exemplars = exemplars or Exemplars()
+        self.page_actions = page_actions or PageActions()
         self.repair = repair
+        self.reason = reason
+        self.mode = mode
         self.default_max_new_tokens = default_max_new_tokens
 
+    def new_page(self, q: Query, url: str) -> tuple[PageView, str]:
+        """The page of a new document at `url`: recalled, composed, or (nothing to go by) the current one."""
+        seen = q.memory.recall(url) if q.memory is not None else (q.page if url == q.page.url else None)
+        if seen is not None:
+            return refresh_chrome(PageView(url, seen.state, seen.links), q.page), "recall"
+        ex = self.exemplars.best(q.page, q.action_text, url)
+        if ex is None:
+            return PageView(url, q.page.state, q.page.links), "keep"
+        return compose(q.page, q.action_text, url, ex), "compose"
+
     def predict_many(self, queries: list[Query]) -> list[Prediction]:
-        if not queries:
-            return []
-        window = self.backend.info.history_window
-        prompts = [build_prompt(q.instruction, q.history[-window:] if window else [], q.url, q.state, q.action_text,
-                                q.format, q.as_edit) for q in queries]
+        out: list[Prediction | None] = [None] * len(queries)
+        lm: list[int] = []
+        for i, q in enumerate(queries):
+            kind = action_kind(q.action_text)
+            t0 = time.perf_counter()
+            if kind in NO_CHANGE:
+                out[i] = Prediction(q.page, "rule", latency_seconds=time.perf_counter() - t0)
+            elif kind in HISTORY:
+                restored = None
+                if q.memory is not None and kind != "navigate":  # back/forward restore the page as it was left
+                    restored = q.memory.back_page() if kind == "go_back" else q.memory.forward_page()
+                if restored is not None:
+                    page, source = restored, "recall"
+                else:
+                    url = _navigate_url(q.action_text) if kind == "navigate" else history_target(q)
+                    page, source = self.new_page(q, url)
+                out[i] = Prediction(page, source, navigated=True, latency_seconds=time.perf_counter() - t0)
+            elif self.mode != "lm" and (p := self._analogy(q)) is not None:
+                p.latency_seconds = time.perf_counter() - t0
+                out[i] = p
+            elif self.mode == "analogy":
+                out[i] = Prediction(q.page, "keep", decided_by="analogy", latency_seconds=time.perf_counter() - t0)
+            else:
+                lm.append(i)
+        if lm:
+            self._language_model([queries[i] for i in lm], lm, out)
+        for p in out:
+            assert p is not None
+            metrics.observe_prediction(p.latency_seconds, p.completion_tokens, p.fallback, p.source)
+        return out  # type: ignore[return-value]
+
+    def _analogy(self, q: Query) -> Prediction | None:
+        """The effect of a page action by analogy, or None when no training action matches (or it cannot be
+        re-bound here: a URL variable this page lacks, an edit that does not fit)."""
+        ctx = context(q.page, q.action_text)
+        o, _, _ = self.page_actions.predict(ctx)
+        if o is None:
+            return None
+        if o.kind == "none":
+            return Prediction(q.page, "keep", decided_by="analogy")
+        if o.kind == "nav":
+            url = fill_template(o.url_template, ctx)
+            if url is None:
+                return None
+            page, source = self.new_page(q, url)
+            return Prediction(page, source, navigated=True, decided_by="analogy")
+        state = apply_outcome(o, ctx)
+        if state is None:
+            return None
+        return Prediction(PageView(q.page.url, state, q.page.links), "edit", decided_by="analogy")
+
+    def _language_model(self, queries: list[Query], where: list[int], out: list[Prediction | None]) -> None:
+        assert self.backend is not None
+        info = self.backend.info
+        window = info.history_window
+        prompts = [build_prompt(q.instruction, q.history[-window:] if window else [], q.page, q.action_text,
+                                info.max_lines, self.reason if q.reason is None else q.reason) for q in queries]
         max_new = max(q.max_new_tokens or self.default_max_new_tokens for q in queries)
-        temperature = queries[0].temperature
         t0 = time.perf_counter()
-        gens = self.backend.generate(prompts, max_new, temperature)
-        total = time.perf_counter() - t0
-        out = []
-        for q, g in zip(queries, gens, strict=True):
-            parsed = parse_output(g.text, q.url, q.state, repair=self.repair)
-            out.append(Prediction(parsed.next_state, parsed.next_url, parsed.edit, parsed.reasoning, g.prompt_tokens,
-                                  g.completion_tokens, g.seconds, parsed.fallback, parsed.error, parsed.repaired))
+        gens = self.backend.generate(prompts, max_new, queries[0].temperature)
+        metrics.GENERATE_SECONDS.observe(time.perf_counter() - t0)
+        for i, q, g in zip(where, queries, gens, strict=True):
+            t1 = time.perf_counter()
+            parsed = parse_output(g.text, q.page.url, q.page.state, repair=self.repair)
+            if parsed.navigates:
+                page, source = self.new_page(q, parsed.next_url)
+            else:
+                page, source = PageView(q.page.url, parsed.next_state, q.page.links), ("keep" if parsed.fallback else "edit")
             if parsed.repaired:
                 metrics.REPAIRED.inc()
-            metrics.observe_prediction(g.seconds, g.completion_tokens, parsed.fallback, q.format.value)
-        metrics.GENERATE_SECONDS.observe(total)
-        return out
+            out[i] = Prediction(page, source, parsed.navigates, "lm", parsed.edit, parsed.reasoning, g.prompt_tokens,
+                                g.completion_tokens, g.seconds + time.perf_counter() - t1, parsed.fallback,
+                                parsed.error, parsed.repaired)
 
     def predict(self, query: Query) -> Prediction:
         return self.predict_many([query])[0]
+
+
+def advance(memory: PageMemory, query: Query, pred: Prediction) -> None:
+    """Tell the session's memory what the step did (a new document, or a move in the history)."""
+    kind = action_kind(query.action_text)
+    if kind == "go_back" and pred.navigated:
+        memory.go_back()
+    elif kind == "go_forward" and pred.navigated:
+        memory.go_forward()
+    elif pred.navigated:
+        memory.navigated(pred.page)
+    else:
+        memory.changed(pred.page)
+
+
+# --- what the model directory holds besides the language model ----------------------------------------------------
+def save_exemplars(records: list[TransitionRecord], path: Path, max_per_key: int = 12, seed: int = 0) -> int:
+    """Write the training transitions that loaded a new document (a bounded sample per kind); returns how many."""
+    ex = Exemplars(max_per_key, seed)
+    chosen: dict[int, TransitionRecord] = {}
+    for r in records:
+        if r.split == "train" and r.next_url != r.url:
+            ex.add(r.site, r.url, r.state, r.action_text, r.next_url, r.next_state, r.next_links, tag=id(r))
+            chosen[id(r)] = r
+    keep = {e.tag for bucket in ex.index.values() for e in bucket}
+    with path.open("w") as fh:
+        for tag in keep:
+            fh.write(chosen[tag].model_dump_json() + "\n")
+    return len(keep)
+
+
+def save_page_actions(records: list[TransitionRecord], path: Path, per_behaviour: int = 3) -> int:
+    """Write the training websites' page actions analogy matches against: at most `per_behaviour` per site family,
+    action kind, description and outcome (more of the same adds no vote that changes a winner's kind)."""
+    from webenv.worldmodel.analogy import outcome_of
+    from webenv.worldmodel.page import family_of
+
+    seen: dict[tuple, int] = {}
+    n = 0
+    with path.open("w") as fh:
+        for r in records:
+            if r.split != "train" or not is_page_action(r.action_text):
+                continue
+            ctx = context(r.page, r.action_text)
+            key = (family_of(r.site), ctx.kind, tuple(sorted(ctx.features.items())),
+                   outcome_of(ctx, r.next_url, r.next_state).signature)
+            seen[key] = seen.get(key, 0) + 1
+            if seen[key] <= per_behaviour:
+                fh.write(r.model_dump_json(include={"site", "url", "state", "links", "action_text", "next_url",
+                                                    "next_state", "episode_id", "step_index"}) + "\n")
+                n += 1
+    return n
+
+
+def load_page_actions(path: Path) -> PageActions:
+    pa = PageActions()
+    if path.exists():
+        with path.open() as fh:
+            for line in fh:
+                d = json.loads(line)
+                pa.add(d["site"], PageView(d["url"], d["state"], d.get("links") or {}), d["action_text"],
+                       d["next_url"], d["next_state"])
+    return pa
+
+
+def load_exemplars(path: Path) -> Exemplars:
+    ex = Exemplars(max_per_key=10**6)
+    if path.exists():
+        for r in read_transitions([path]):
+            ex.add(r.site, r.url, r.state, r.action_text, r.next_url, r.next_state, r.next_links)
+    return ex
+
+
+def save_start_states(records: list[TransitionRecord], path: Path) -> int:
+    """The first page recorded at each start URL (where simulated sessions can open), with its links."""
+    seen: dict[str, TransitionRecord] = {}
+    for r in sorted(records, key=lambda r: r.step_index):
+        if r.step_index == 0:
+            seen.setdefault(r.url, r)
+    with path.open("w") as fh:
+        for r in seen.values():
+            fh.write(json.dumps({"url": r.url, "state": r.state, "links": r.links, "instruction": r.instruction,
+                                 "site": r.site}) + "\n")
+    return len(seen)
+
+
+def load_start_states(paths: list[Path | str]) -> dict[str, tuple[PageView, str]]:
+    """url -> (page, instruction) from start-state files (the model directory's, or transitions JSONL)."""
+    out: dict[str, tuple[PageView, str]] = {}
+    for path in paths:
+        for n, d in enumerate(jsonl_rows(path), start=1):
+            if "url" not in d or "state" not in d:
+                raise ValueError(f"{path}:{n}: not a start state: needs url and state")
+            out.setdefault(d["url"], (PageView(d["url"], d["state"], d.get("links") or {}), d.get("instruction", "")))
+    return out
+
+
+def load_world_model(backend: str, path: str, device: str = "cpu", threads: int = 0, max_new_tokens: int = 256,
+                     reason: bool | None = None, mode: str = "analogy+lm") -> Predictor:
+    """The served world model of a model directory: its language model on `backend`, its page actions and
+    exemplars; reasoning on when the model was trained with reasoning examples (unless `reason` says otherwise)."""
+    from webenv.worldmodel.backends import load_backend
+
+    lm = load_backend(backend, path, device, threads) if mode != "analogy" else None
+    trained_with = bool(lm and lm.info.reasoning)
+    return Predictor(lm, load_exemplars(Path(path) / EXEMPLARS_FILE), load_page_actions(Path(path) / PAGE_ACTIONS_FILE),
+                     max_new_tokens, reason=trained_with if reason is None else reason, mode=mode)

@@ -5,9 +5,11 @@ from __future__ import annotations
 import grpc
 from webenv import errors
 from webenv.actions import format_action
+from webenv.envcontract import validate_action
 from webenv.v1 import worldmodel_pb2, worldmodel_pb2_grpc
 from webenv.worldmodel.backends import ModelInfo
 from webenv.worldmodel.batcher import Batcher
+from webenv.worldmodel.compose import PageView
 from webenv.worldmodel.formats import Format, convert
 from webenv.worldmodel.predict import Query
 
@@ -47,9 +49,10 @@ def check_format(value: int, info: ModelInfo) -> tuple[Format, Format]:
 class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
     """Predicts next states with the loaded backend."""
 
-    def __init__(self, batcher: Batcher | None, max_state_chars: int) -> None:
+    def __init__(self, batcher: Batcher | None, max_state_chars: int, max_wait_ms: int = 10_000) -> None:
         self._batcher = batcher  # None while the model loads (the port binds first)
         self.max_state_chars = max_state_chars
+        self.max_wait_ms = max_wait_ms
 
     @property
     def batcher(self) -> Batcher:
@@ -65,8 +68,7 @@ class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
             raise errors.InvalidArgument(
                 f"state: {len(request.state)} characters exceeds the limit of {self.max_state_chars}",
                 reason="STATE_TOO_LARGE", metadata={"field": "state", "limit": str(self.max_state_chars)})
-        if not request.HasField("action") or request.action.WhichOneof("kind") is None:
-            raise errors.InvalidArgument("action: must be set", reason="ACTION_MISSING", metadata={"field": "action"})
+        validate_action(request.action, self.max_wait_ms)
         if request.max_new_tokens < 0 or request.temperature < 0:
             raise errors.InvalidArgument("max_new_tokens and temperature must not be negative", reason="BAD_SAMPLING",
                                          metadata={"field": "max_new_tokens" if request.max_new_tokens < 0 else "temperature"})
@@ -76,14 +78,15 @@ class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
             raise errors.InvalidArgument(f"state: not valid {fmt.value}: {exc}", reason="STATE_MALFORMED",
                                          metadata={"field": "state"}) from exc
         pred = await self.batcher.predict(Query(
-            state=state, url=request.url, action_text=format_action(request.action), format=model_fmt,
+            PageView(request.url, state, dict(request.links)), format_action(request.action),
             history=[(t.url, t.action_text) for t in request.history], instruction=request.instruction,
-            as_edit=self.info.as_edit, max_new_tokens=request.max_new_tokens, temperature=request.temperature))
+            max_new_tokens=request.max_new_tokens, temperature=request.temperature))
         next_state = convert(pred.next_state, model_fmt, fmt) if fmt != model_fmt else pred.next_state
         return worldmodel_pb2.PredictResponse(
-            next_state=next_state, next_url=pred.next_url, edit=pred.edit if request.as_edit else "",
-            reasoning=pred.reasoning, prompt_tokens=pred.prompt_tokens, completion_tokens=pred.completion_tokens,
-            latency_seconds=pred.latency_seconds, fallback=pred.fallback)
+            next_state=next_state, next_url=pred.next_url, edit=pred.edit, reasoning=pred.reasoning,
+            prompt_tokens=pred.prompt_tokens, completion_tokens=pred.completion_tokens,
+            latency_seconds=pred.latency_seconds, fallback=pred.fallback, next_links=pred.page.links,
+            navigated=pred.navigated)
 
     async def GetModelInfo(self, request: worldmodel_pb2.GetModelInfoRequest, context: grpc.aio.ServicerContext) -> worldmodel_pb2.GetModelInfoResponse:  # noqa: N802
         info = self.info

@@ -1,10 +1,15 @@
 """EnvironmentService backed by the world model: simulated sessions through the farm's own contract.
 
-A session starts from a task's start state — given in `task.metadata["start_state"]` (axtree text), or a
-state recorded for its start URL in the transitions files of WEBENV_WORLDMODEL_START_STATES — and every Step
-asks the model for the next a11y tree and URL. `answer(...)` ends the episode (done), the horizon truncates
-it. Sessions are marked ENV_KIND_WORLD_MODEL, so a collector pointed at this address stores simulated
-episodes as such. Observations carry AXTREE (and MARKDOWN, derived from it); other formats are refused.
+A session starts from a recorded page — the model directory's start states (the first page of every collected
+episode), the files of WEBENV_WORLDMODEL_START_STATES, or `task.metadata["start_state"]` (a11y-tree text) — and
+every Step asks the world model for the next page; the session keeps the pages its documents loaded and its
+history (compose.PageMemory), as a browser tab does. `answer(...)` ends the episode (done), the horizon
+truncates it. Sessions are marked ENV_KIND_WORLD_MODEL, so a collector pointed at this address stores simulated
+episodes as such. Observations carry AXTREE and MARKDOWN (rendered from the tree with the links' targets);
+other formats are left out.
+
+Requests are checked by the same rules as the farm's (`webenv.envcontract`): malformed actions and observation
+specs, leases, repeated step indexes, unknown and ended sessions get the same answers from both.
 """
 
 from __future__ import annotations
@@ -15,31 +20,30 @@ import socket
 import time
 import uuid
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from webenv import errors
 from webenv.actions import format_action
+from webenv.envcontract import (
+    is_retry,
+    require_session_id,
+    session_ended,
+    session_not_found,
+    step_stream,
+    validate_action,
+    validate_lease,
+    validate_observation_spec,
+)
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from webenv.worldmodel import metrics
 from webenv.worldmodel.batcher import Batcher
-from webenv.worldmodel.dataset import read_transitions
-from webenv.worldmodel.formats import Format, axtree_to_markdown, parse_line
-from webenv.worldmodel.predict import Query
+from webenv.worldmodel.compose import PageMemory, PageView
+from webenv.worldmodel.formats import axtree_to_markdown
+from webenv.worldmodel.predict import Query, advance
 from webenv.worldmodel.servicer import ready
 
 _SUPPORTED = {common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_MARKDOWN}
-_NO_CHANGE = {"wait", "noop", "scroll", "hover"}
-
-
-def load_start_states(paths: list[str]) -> dict[str, tuple[str, str]]:
-    """url -> (state, instruction) from transitions files: the first state recorded at each URL."""
-    out: dict[str, tuple[str, str]] = {}
-    for r in sorted(read_transitions([Path(p) for p in paths]), key=lambda r: r.step_index):
-        if r.format == Format.AXTREE:
-            out.setdefault(r.url, (r.state, r.instruction))
-    return out
 
 
 def _ts(t: float) -> Timestamp:
@@ -49,8 +53,12 @@ def _ts(t: float) -> Timestamp:
 
 
 def _title(state: str) -> str:
-    first = parse_line(state.split("\n", 1)[0])
-    return first.name or "" if first.role == "RootWebArea" else ""
+    """The page's title as the tree shows it: its first level-1 heading."""
+    for line in state.split("\n"):
+        s = line.strip()
+        if " heading " in s and "level=1" in s:
+            return s.split('"', 1)[1].rsplit('"', 1)[0] if '"' in s else ""
+    return ""
 
 
 @dataclass
@@ -58,8 +66,7 @@ class SimSession:
     """One simulated session."""
 
     session_id: str
-    url: str
-    state: str
+    page: PageView
     instruction: str
     task_id: str
     horizon: int
@@ -71,20 +78,25 @@ class SimSession:
     status: int = environment_pb2.SESSION_STATE_OPEN
     step_count: int = 0
     done: bool = False
+    memory: PageMemory = field(default_factory=PageMemory)
     history: list[tuple[str, str]] = field(default_factory=list)
     last: environment_pb2.StepResponse | None = None
+    last_action: common_pb2.Action | None = None  # of `last`: a retry must carry the same action
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
 
 
 class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
     """Sessions whose observations come from the world model."""
 
-    def __init__(self, batcher: Batcher | None, start_states: dict[str, tuple[str, str]] | None = None, horizon: int = 30,
-                 lease_seconds: float = 300.0, max_sessions: int = 1000, max_state_chars: int = 200_000) -> None:
+    def __init__(self, batcher: Batcher | None, start_states: dict[str, tuple[PageView, str]] | None = None,
+                 horizon: int = 30, lease_seconds: float = 300.0, max_sessions: int = 1000,
+                 max_state_chars: int = 200_000, max_lease_seconds: float = 3600.0, max_wait_ms: int = 10_000) -> None:
         self._batcher = batcher  # None while the model loads
         self.start_states = start_states or {}
         self.horizon = horizon
         self.lease_seconds = lease_seconds
+        self.max_lease_seconds = max_lease_seconds
+        self.max_wait_ms = max_wait_ms
         self.max_sessions = max_sessions
         self.max_state_chars = max_state_chars
         self.sessions: dict[str, SimSession] = {}
@@ -104,36 +116,35 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                 metrics.SIM_SESSIONS_OPEN.dec()
 
     def _get(self, session_id: str) -> SimSession:
+        require_session_id(session_id)
         self._expire()
         s = self.sessions.get(session_id)
         if s is None:
-            raise errors.NotFound(f"session_id: no session {session_id!r}", reason="SESSION_NOT_FOUND",
-                                  metadata={"session_id": session_id})
+            raise session_not_found(session_id, f"world model {self.node}")
         return s
 
     def _open(self, session_id: str) -> SimSession:
         s = self._get(session_id)
         if s.status != environment_pb2.SESSION_STATE_OPEN:
-            name = environment_pb2.SessionState.Name(s.status)
-            raise errors.FailedPrecondition(f"session {session_id} is {name}", reason="SESSION_NOT_OPEN",
-                                            metadata={"session_id": session_id, "state": name})
+            raise session_ended(session_id, environment_pb2.SessionState.Name(s.status))
         return s
 
     def _session_pb(self, s: SimSession) -> environment_pb2.Session:
         return environment_pb2.Session(
             session_id=s.session_id, state=s.status, task_id=s.task_id, env_kind=common_pb2.ENV_KIND_WORLD_MODEL,
-            step_count=s.step_count, tabs=[common_pb2.Tab(tab_id="0", url=s.url, title=_title(s.state), active=True)],
+            step_count=s.step_count,
+            tabs=[common_pb2.Tab(tab_id="0", url=s.page.url, title=_title(s.page.state), active=True)],
             created_at=_ts(s.created), lease_expires_at=_ts(s.lease_expires), node=self.node, labels=s.labels)
 
-    def _observation(self, s: SimSession, formats: list[int], error: str = "") -> common_pb2.Observation:
-        title = _title(s.state)
-        obs = common_pb2.Observation(url=s.url, title=title, active_tab_id="0", last_action_error=error,
-                                     tabs=[common_pb2.Tab(tab_id="0", url=s.url, title=title, active=True)])
+    def _observation(self, s: SimSession, formats: list[int]) -> common_pb2.Observation:
+        title = _title(s.page.state)
+        obs = common_pb2.Observation(url=s.page.url, title=title, active_tab_id="0",
+                                     tabs=[common_pb2.Tab(tab_id="0", url=s.page.url, title=title, active=True)])
         for f in formats:
             if f == common_pb2.OBSERVATION_FORMAT_AXTREE:
-                obs.axtree = s.state
+                obs.axtree = s.page.state
             elif f == common_pb2.OBSERVATION_FORMAT_MARKDOWN:
-                obs.markdown = axtree_to_markdown(s.state)
+                obs.markdown = axtree_to_markdown(s.page.state, s.page.links)
             obs.formats.append(f)
         return obs
 
@@ -145,40 +156,41 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         than failing the call: a collector that asks the farm for AXTREE + HTML must be able to switch to the
         world model by address alone. Only a request none of whose formats can be simulated is refused.
         """
+        validate_observation_spec(spec, "observation_spec")
         formats = list(spec.formats) or default
         kept = [f for f in formats if f in _SUPPORTED]
         if not kept:
-            bad = [common_pb2.ObservationFormat.Name(f) if f in common_pb2.ObservationFormat.values() else str(f)
-                   for f in formats]
+            bad = ", ".join(common_pb2.ObservationFormat.Name(f) for f in formats)
             raise errors.InvalidArgument(
-                f"observation_spec.formats: {', '.join(bad)} cannot be simulated (AXTREE and MARKDOWN can)",
+                f"observation_spec.formats: {bad} cannot be simulated (AXTREE and MARKDOWN can)",
                 reason="FORMAT_NOT_SUPPORTED", metadata={"field": "observation_spec.formats"})
         return kept
 
     # --- RPCs -------------------------------------------------------------------------------------------
     async def OpenSession(self, request: environment_pb2.OpenSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.OpenSessionResponse:  # noqa: N802
         t0 = time.perf_counter()
+        which = request.WhichOneof("start")
+        if which is None:
+            raise errors.InvalidArgument("start_url or task is required", reason="BAD_START", metadata={"field": "start"})
+        formats = self._formats(request.observation_spec, [common_pb2.OBSERVATION_FORMAT_AXTREE])
+        validate_lease(request.lease_seconds, self.max_lease_seconds)
         if request.request_id and request.request_id in self._by_request:
             s = self.sessions[self._by_request[request.request_id]]
             return environment_pb2.OpenSessionResponse(session=self._session_pb(s), observation=self._observation(s, s.formats),
                                                        instruction=s.instruction)
-        formats = self._formats(request.observation_spec, [common_pb2.OBSERVATION_FORMAT_AXTREE])
-        which = request.WhichOneof("start")
         task = request.task if which == "task" else None
         url = task.start_url if task is not None else request.start_url
-        if which is None:
-            raise errors.InvalidArgument("start: set start_url or task", reason="START_MISSING", metadata={"field": "start"})
         instruction = task.instruction if task is not None else ""
         if task is not None and task.metadata.get("start_state"):
-            state = task.metadata["start_state"]
+            page = PageView(url, task.metadata["start_state"])
         elif url in self.start_states:
-            state, recorded_instruction = self.start_states[url]
+            page, recorded_instruction = self.start_states[url]
             instruction = instruction or recorded_instruction
         else:
             raise errors.NotFound(f"start: no recorded start state for {url!r} (give task.metadata['start_state'])",
                                   reason="START_STATE_UNKNOWN", metadata={"url": url})
-        if len(state) > self.max_state_chars:
-            raise errors.InvalidArgument(f"start_state: {len(state)} characters exceeds the limit of {self.max_state_chars}",
+        if len(page.state) > self.max_state_chars:
+            raise errors.InvalidArgument(f"start_state: {len(page.state)} characters exceeds the limit of {self.max_state_chars}",
                                          reason="STATE_TOO_LARGE", metadata={"field": "task.metadata.start_state"})
         self._expire()
         open_now = sum(1 for x in self.sessions.values() if x.status == environment_pb2.SESSION_STATE_OPEN)
@@ -186,10 +198,11 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
             raise errors.ResourceExhausted(f"{open_now} simulated sessions are open (limit {self.max_sessions})",
                                            reason="TOO_MANY_SESSIONS", retry_after_seconds=1.0)
         lease = request.lease_seconds or self.lease_seconds
-        s = SimSession(session_id=uuid.uuid4().hex, url=url, state=state, instruction=instruction,
+        s = SimSession(session_id=uuid.uuid4().hex, page=page, instruction=instruction,
                        task_id=task.task_id if task is not None else "",
                        horizon=(task.max_steps if task is not None and task.max_steps else self.horizon),
                        lease_seconds=lease, labels=dict(request.labels), formats=formats)
+        s.memory.navigated(page)
         s.lease_expires = time.time() + lease
         self.sessions[s.session_id] = s
         if request.request_id:
@@ -205,92 +218,60 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
     async def _step(self, request: environment_pb2.StepRequest) -> environment_pb2.StepResponse:
         t0 = time.perf_counter()
         s = self._open(request.session_id)
-        if not request.HasField("action") or request.action.WhichOneof("kind") is None:
-            raise errors.InvalidArgument("action: must be set", reason="ACTION_MISSING", metadata={"field": "action"})
-        formats = self._formats(request.observation_spec, s.formats)
+        validate_action(request.action, self.max_wait_ms)
+        if request.timeout_seconds < 0:
+            raise errors.InvalidArgument("timeout_seconds: must be >= 0", reason="BAD_TIMEOUT",
+                                         metadata={"field": "timeout_seconds"})
+        formats = self._formats(request.observation_spec, s.formats) if request.HasField("observation_spec") else s.formats
         async with s.lock:
-            if request.step_index >= 0 and s.last is not None and request.step_index == s.last.step_index:
-                return s.last  # a retried step: answered from cache, not acted twice
-            if request.step_index >= 0 and request.step_index != s.step_count:
-                raise errors.FailedPrecondition(
-                    f"step_index: expected {s.step_count}, got {request.step_index}", reason="STEP_INDEX_MISMATCH",
-                    metadata={"expected": str(s.step_count)})
+            if is_retry(request.step_index, s.step_count, s.last.step_index if s.last is not None else None,
+                        s.last_action, request.action):
+                return s.last  # type: ignore[return-value]  # a retried step: answered from cache, not acted twice
             if s.done:
                 raise errors.FailedPrecondition("the episode has ended", reason="EPISODE_DONE",
                                                 metadata={"session_id": s.session_id})
             kind = request.action.WhichOneof("kind")
             action_text = format_action(request.action)
-            done = kind == "answer"
-            predict_s = 0.0
-            if not done and kind not in _NO_CHANGE:
-                pred = await self.batcher.predict(Query(state=s.state, url=s.url, action_text=action_text,
-                                                        history=list(s.history), instruction=s.instruction,
-                                                        as_edit=self.batcher.predictor.backend.info.as_edit))
-                predict_s = pred.latency_seconds
-                s.history.append((s.url, action_text))
-                s.state, s.url = pred.next_state, pred.next_url
-            else:
-                s.history.append((s.url, action_text))
+            query = Query(s.page, action_text, history=list(s.history), instruction=s.instruction, memory=s.memory)
+            pred = await self.batcher.predict(query)
+            advance(s.memory, query, pred)
+            s.history.append((s.page.url, action_text))
+            s.page = pred.page
             index = s.step_count
             s.step_count += 1
+            done = kind == "answer"
             truncated = not done and s.step_count >= s.horizon
             s.done = done or truncated
             s.lease_expires = time.time() + s.lease_seconds
             total = time.perf_counter() - t0
             resp = environment_pb2.StepResponse(
                 session_id=s.session_id, step_index=index, observation=self._observation(s, formats), done=done,
-                truncated=truncated, timings=common_pb2.StepTimings(action_seconds=predict_s, total_seconds=total,
-                                                                    queue_seconds=max(0.0, total - predict_s)))
-            s.last = resp
+                truncated=truncated, timings=common_pb2.StepTimings(
+                    action_seconds=pred.latency_seconds, total_seconds=total,
+                    queue_seconds=max(0.0, total - pred.latency_seconds)))
+            s.last, s.last_action = resp, request.action
         metrics.SIM_STEPS.inc()
         metrics.SIM_STEP_SECONDS.observe(total)
         return resp
 
     async def StepStream(self, request_iterator, context: grpc.aio.ServicerContext):  # noqa: ANN001, ANN201, N802
-        out: asyncio.Queue[environment_pb2.StepStreamResponse | None] = asyncio.Queue()
-        pending: set[asyncio.Task[None]] = set()
-
-        async def one(item: environment_pb2.StepStreamRequest) -> None:
-            try:
-                await out.put(environment_pb2.StepStreamResponse(tag=item.tag, response=await self._step(item.step)))
-            except errors.WebenvError as exc:
-                await out.put(environment_pb2.StepStreamResponse(tag=item.tag, error=exc.to_stream_error()))
-            except Exception as exc:  # noqa: BLE001 (one item's failure must not end the stream)
-                await out.put(environment_pb2.StepStreamResponse(tag=item.tag, error=errors.Internal(str(exc)).to_stream_error()))
-
-        async def reader() -> None:
-            async for item in request_iterator:
-                t = asyncio.create_task(one(item))
-                pending.add(t)
-                t.add_done_callback(pending.discard)
-            while pending:
-                await asyncio.gather(*list(pending))
-            await out.put(None)
-
-        read = asyncio.create_task(reader())
-        try:
-            while (resp := await out.get()) is not None:
-                yield resp
-        finally:
-            read.cancel()
-            for t in list(pending):
-                t.cancel()
+        """Each item runs as its own task and answers leave in completion order (`webenv.envcontract`, as the
+        farm's); concurrent items share backend calls (the batcher)."""
+        async for msg in step_stream(request_iterator, self._step):
+            yield msg
 
     async def CloseSession(self, request: environment_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.CloseSessionResponse:  # noqa: N802
-        s = self._get(request.session_id)
-        if s.status == environment_pb2.SESSION_STATE_OPEN:
-            s.status = environment_pb2.SESSION_STATE_CLOSED
-            metrics.SIM_SESSIONS_OPEN.dec()
-        evidence = json.dumps({"simulated": True, "url": s.url, "steps": s.step_count}) if request.capture_evidence else ""
+        s = self._open(request.session_id)
+        s.status = environment_pb2.SESSION_STATE_CLOSED
+        metrics.SIM_SESSIONS_OPEN.dec()
+        evidence = json.dumps({"simulated": True, "url": s.page.url, "steps": s.step_count}) if request.capture_evidence else ""
         return environment_pb2.CloseSessionResponse(session=self._session_pb(s), site_state_json=evidence)
 
     async def GetSession(self, request: environment_pb2.GetSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.GetSessionResponse:  # noqa: N802
         return environment_pb2.GetSessionResponse(session=self._session_pb(self._get(request.session_id)))
 
     async def RenewLease(self, request: environment_pb2.RenewLeaseRequest, context: grpc.aio.ServicerContext) -> environment_pb2.RenewLeaseResponse:  # noqa: N802
-        if request.lease_seconds < 0:
-            raise errors.InvalidArgument("lease_seconds: must not be negative", reason="BAD_LEASE",
-                                         metadata={"field": "lease_seconds"})
+        validate_lease(request.lease_seconds, self.max_lease_seconds)
         s = self._open(request.session_id)
         if request.lease_seconds:
             s.lease_seconds = request.lease_seconds

@@ -13,7 +13,7 @@ from transformers import PreTrainedTokenizerFast
 
 SPECIAL = {"pad_token": "<pad>", "bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
 # Markers of the prompt/target layout, kept whole so the model sees them as single symbols.
-MARKERS = ["<instruction>", "<history>", "<url>", "<format>", "<state>", "<action>", "<predict>",
+MARKERS = ["<instruction>", "<history>", "<url>", "<action>", "<predict>", "<predict reason>",
            "<reasoning>", "</reasoning>", "<nav>", "<same>"]
 
 

@@ -1,9 +1,12 @@
-"""`webenv-worldmodel train`: train the world model on transitions JSONL.
+"""`webenv-worldmodel train`: train the world model on its transitions (`webenv-worldmodel dataset`).
 
-From scratch on CPU (a byte-level BPE tokenizer trained on the data + a tiny Llama), or fine-tuning a
-local model directory (`--init /models/qwen`, e.g. on a GPU). Loss is computed on the target only (the
-next URL and edit), not the prompt. Writes into `--out`:
-  model/               the final model + tokenizer (save_pretrained) and worldmodel.json (how it was trained)
+The language model is trained from scratch on CPU (a byte-level BPE tokenizer trained on the data + a tiny
+Llama), or fine-tuned from a local model directory (`--init /models/qwen`, e.g. on a GPU). Loss is computed on
+the target only (the decision, the URL or the edit), not the prompt. The rest of the world model needs no
+gradient: the training websites' transitions that loaded a new document are kept as exemplars (compose.py).
+Writes into `--out`:
+  model/               the served directory: the language model + tokenizer (save_pretrained), worldmodel.json
+                       (how it was trained), exemplars.jsonl, start_states.jsonl
   checkpoint/          latest checkpoint: model, tokenizer, optimizer.pt, trainer.json (for --resume)
   metrics.jsonl        one line per logged step: step, elapsed_s, loss, eval_loss (the loss curve)
 Training stops at --max-steps or --max-minutes, whichever comes first.
@@ -22,10 +25,16 @@ from pathlib import Path
 import torch
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer, PreTrainedTokenizerBase
-from webenv.worldmodel.augment import Renamer
 from webenv.worldmodel.dataset import Example, build_examples, iter_texts, read_transitions, split_examples
-from webenv.worldmodel.formats import Format
 from webenv.worldmodel.model import TinySize, build_model, parameter_count
+from webenv.worldmodel.predict import (
+    EXEMPLARS_FILE,
+    PAGE_ACTIONS_FILE,
+    START_STATES_FILE,
+    save_exemplars,
+    save_page_actions,
+    save_start_states,
+)
 from webenv.worldmodel.tokenizer import train_tokenizer
 
 META_FILE = "worldmodel.json"
@@ -38,9 +47,8 @@ class TrainConfig:
     data: list[str]
     out: str
     init: str = ""
-    format: str = "axtree"
-    as_edit: bool = True
     history_window: int = 3
+    max_lines: int = 24
     reasoning_fraction: float = 0.0
     size: str = "small"
     vocab_size: int = 4096
@@ -56,7 +64,6 @@ class TrainConfig:
     resume: bool = False
     device: str = "auto"
     threads: int = 1
-    augment_names: bool = False
     decision_weight: float = 5.0
 
 
@@ -75,14 +82,12 @@ class TrainResult:
     initial_eval_loss: float = float("nan")
 
 
-def _tokenize(examples: list[Example], tok: PreTrainedTokenizerBase, max_len: int, renamer: Renamer | None = None,
-              rng: random.Random | None = None) -> tuple[list[tuple[list[int], int]], int]:
-    """(ids, prompt_length) per example (renamed when a renamer is given); too long ones are skipped and counted."""
+def _tokenize(examples: list[Example], tok: PreTrainedTokenizerBase, max_len: int) -> tuple[list[tuple[list[int], int]], int]:
+    """(ids, prompt_length) per example; too long ones are skipped and counted."""
     out, skipped = [], 0
     for e in examples:
-        prompt, target = (e.prompt, e.target) if renamer is None else renamer.apply([e.prompt, e.target], rng or random.Random())
-        p = tok(prompt, add_special_tokens=False)["input_ids"]
-        t = tok(target, add_special_tokens=False)["input_ids"]
+        p = tok(e.prompt, add_special_tokens=False)["input_ids"]
+        t = tok(e.target, add_special_tokens=False)["input_ids"]
         ids = [tok.bos_token_id, *p, *t, tok.eos_token_id]
         if len(ids) > max_len:
             skipped += 1
@@ -154,8 +159,9 @@ def _save(model, tok, path: Path, cfg: TrainConfig) -> None:  # noqa: ANN001
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tok.save_pretrained(path)
-    (path / META_FILE).write_text(json.dumps({"formats": [cfg.format], "as_edit": cfg.as_edit,
-                                              "history_window": cfg.history_window, "max_len": cfg.max_len}))
+    (path / META_FILE).write_text(json.dumps({"formats": ["axtree"], "history_window": cfg.history_window,
+                                              "max_lines": cfg.max_lines, "max_len": cfg.max_len,
+                                              "reasoning_fraction": cfg.reasoning_fraction, "config": asdict(cfg)}))
 
 
 def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
@@ -170,8 +176,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     out = Path(cfg.out)
     ckpt = out / "checkpoint"
     records = read_transitions(cfg.data)
-    fmt = Format(cfg.format)
-    examples = build_examples(records, fmt, cfg.as_edit, cfg.history_window, cfg.reasoning_fraction, seed=cfg.seed)
+    examples = build_examples(records, cfg.history_window, cfg.max_lines, cfg.reasoning_fraction, seed=cfg.seed)
     train_ex, test_ex = split_examples(examples)
     if not train_ex:
         raise ValueError("no training examples: every transition is in the test split")
@@ -186,16 +191,10 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
             tok.pad_token = tok.eos_token
         model = AutoModelForCausalLM.from_pretrained(cfg.init, torch_dtype=torch.bfloat16 if device == "cuda" else torch.float32)
     else:
-        tok = train_tokenizer(iter_texts([e.record for e in train_ex]), cfg.vocab_size)
+        tok = train_tokenizer(iter_texts(train_ex), cfg.vocab_size)
         model = build_model(tok, TinySize.tiny() if cfg.size == "tiny" else TinySize(max_positions=max(cfg.max_len, 512)))
     model.to(device).train()
-    renamer = None
-    if cfg.augment_names:
-        from webenv.worldmodel.sitegen import WORDS
-
-        renamer = Renamer(list(WORDS))
     train_data, skipped = _tokenize(train_ex, tok, cfg.max_len)
-    kept = [e for e in train_ex if _tokenize([e], tok, cfg.max_len)[0]]  # aligned with train_data
     eval_data, _ = _tokenize(test_ex[: cfg.eval_examples] if test_ex else train_ex[: cfg.eval_examples], tok, cfg.max_len)
     opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr, weight_decay=0.01)
     if cfg.resume and (ckpt / "optimizer.pt").exists():
@@ -218,14 +217,12 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     if step == 0:
         initial_eval = evaluate_loss(model, eval_data, tok.pad_token_id, device)
         metrics.write(json.dumps({"step": 0, "elapsed_s": 0.0, "eval_loss": round(initial_eval, 4)}) + "\n")
-    bar = tqdm(total=cfg.max_steps, initial=step, disable=not progress, desc="train", unit="step")
+    bar = tqdm(total=cfg.max_steps, initial=step, disable=None if progress else True, desc="train", unit="step")  # None: a terminal only
     while step < cfg.max_steps and (time.monotonic() - started) < cfg.max_minutes * 60:
         if not batches:
             batches = _batches(list(zip(train_data, range(len(train_data)), strict=True)), cfg.batch_size, rng)
         chosen = batches.pop()
         items = [x for x, _ in chosen]
-        if renamer is not None:  # fresh names for every use of an example
-            items = _tokenize([kept[i] for _, i in chosen], tok, cfg.max_len, renamer, rng)[0] or items
         b = _batch(items, tok.pad_token_id, device, cfg.decision_weight)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, time.monotonic() - started)
@@ -254,12 +251,17 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     metrics.write(json.dumps({"step": step, "elapsed_s": round(elapsed, 2), "eval_loss": round(eval_loss, 4), "final": True}) + "\n")
     metrics.close()
     _save(model, tok, out / "model", cfg)
+    save_exemplars(records, out / "model" / EXEMPLARS_FILE, seed=cfg.seed)
+    save_page_actions(records, out / "model" / PAGE_ACTIONS_FILE)
+    save_start_states(records, out / "model" / START_STATES_FILE)
     _save(model, tok, ckpt, cfg)
     torch.save(opt.state_dict(), ckpt / "optimizer.pt")
     (ckpt / "trainer.json").write_text(json.dumps({"step": step, "elapsed_s": elapsed}))
-    return TrainResult(steps=step, first_loss=first_loss, last_loss=last_loss, eval_loss=eval_loss, elapsed_s=elapsed,
-                       parameters=parameter_count(model), skipped_too_long=skipped, model_dir=str(out / "model"),
-                       initial_eval_loss=initial_eval)
+    result = TrainResult(steps=step, first_loss=first_loss, last_loss=last_loss, eval_loss=eval_loss, elapsed_s=elapsed,
+                         parameters=parameter_count(model), skipped_too_long=skipped, model_dir=str(out / "model"),
+                         initial_eval_loss=initial_eval)
+    (out / "model" / "train.json").write_text(json.dumps(asdict(result), indent=1))
+    return result
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -267,9 +269,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--data", nargs="+", required=True, help="transitions JSONL file(s)")
     p.add_argument("--out", required=True)
     p.add_argument("--init", default="", help="local model directory to fine-tune (default: from scratch)")
-    p.add_argument("--format", default="axtree", choices=[f.value for f in Format])
-    p.add_argument("--full-state", action="store_true", help="predict the full next state instead of an edit")
-    p.add_argument("--reasoning-fraction", type=float, default=0.0)
+    p.add_argument("--reasoning-fraction", type=float, default=0.0,
+                   help="fraction of examples with a reasoning paragraph before the prediction (WebWorld's injection)")
+    p.add_argument("--max-lines", type=int, default=24, help="page lines shown in a prompt (around the element acted on)")
     p.add_argument("--size", default="small", choices=["tiny", "small"])
     p.add_argument("--max-len", type=int, default=1024)
     p.add_argument("--batch-size", type=int, default=8)
@@ -281,12 +283,9 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--resume", action="store_true")
     p.add_argument("--device", default="auto")
     p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 = torch's default)")
-    p.add_argument("--augment-names", action="store_true",
-                   help="rename the site generator's words per example (entity randomisation, see augment.py)")
     a = p.parse_args(argv)
-    cfg = TrainConfig(data=a.data, out=a.out, init=a.init, format=a.format, as_edit=not a.full_state,
+    cfg = TrainConfig(data=a.data, out=a.out, init=a.init, max_lines=a.max_lines,
                       reasoning_fraction=a.reasoning_fraction, size=a.size, max_len=a.max_len,
                       batch_size=a.batch_size, lr=a.lr, max_steps=a.max_steps, max_minutes=a.max_minutes,
-                      eval_every=a.eval_every, seed=a.seed, resume=a.resume, device=a.device,
-                      threads=a.threads, augment_names=a.augment_names)
+                      eval_every=a.eval_every, seed=a.seed, resume=a.resume, device=a.device, threads=a.threads)
     print(json.dumps(asdict(train(cfg))))

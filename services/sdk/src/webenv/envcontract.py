@@ -1,0 +1,188 @@
+"""Rules of the EnvironmentService contract that every implementation applies in the same code.
+
+The browser farm and the world model serve one contract, and a client switches between them by address, so
+they must answer the same requests the same way: which actions and observation specs are malformed
+(INVALID_ARGUMENT naming the field), what a repeated `step_index` means, which leases are valid. Keeping these
+rules here — not in each service — is what makes them the same; `tests/test_environment_conformance.py` checks
+both implementations over real gRPC channels.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
+
+from webenv import errors
+from webenv.v1 import common_pb2, environment_pb2
+
+#: Action kinds that name an element (`target` is required).
+ELEMENT_KINDS = ("click", "fill", "select", "hover", "scroll_element")
+
+
+def element_ref(msg: Any, field: str, required: bool = True) -> dict[str, str] | None:
+    """{"id": ...} or {"sel": ...} of an action's ElementTarget; INVALID_ARGUMENT naming `field` when missing/empty."""
+    if not msg.HasField("target") or not msg.target.WhichOneof("ref"):
+        if required:
+            raise errors.InvalidArgument(f"{field}: element_id or selector is required", reason="BAD_ACTION",
+                                         metadata={"field": field})
+        return None
+    t = msg.target
+    if t.WhichOneof("ref") == "element_id":
+        if not t.element_id.strip():
+            raise errors.InvalidArgument(f"{field}.element_id: empty", reason="BAD_ACTION", metadata={"field": field})
+        return {"id": t.element_id.strip()}
+    if not t.selector.strip():
+        raise errors.InvalidArgument(f"{field}.selector: empty", reason="BAD_ACTION", metadata={"field": field})
+    return {"sel": t.selector}
+
+
+def validate_action(action: common_pb2.Action, max_wait_ms: int) -> str:
+    """Check an action's shape before anything acts on it; returns its kind or raises INVALID_ARGUMENT
+    (reason BAD_ACTION) naming the bad field."""
+    kind = action.WhichOneof("kind") or ""
+    if not kind:
+        raise errors.InvalidArgument("action: no action kind is set", reason="BAD_ACTION", metadata={"field": "action"})
+    msg = getattr(action, kind)
+    if kind in ELEMENT_KINDS:
+        element_ref(msg, f"action.{kind}.target")
+    if kind == "click" and msg.click_count < 0:
+        raise errors.InvalidArgument("action.click.click_count: must be >= 0", reason="BAD_ACTION",
+                                     metadata={"field": "action.click.click_count"})
+    if kind == "select" and not msg.options:
+        raise errors.InvalidArgument("action.select.options: at least one option is required", reason="BAD_ACTION",
+                                     metadata={"field": "action.select.options"})
+    if kind == "press":
+        element_ref(msg, "action.press.target", required=False)
+        if not msg.key.strip():
+            raise errors.InvalidArgument("action.press.key: a key name is required", reason="BAD_ACTION",
+                                         metadata={"field": "action.press.key"})
+    if kind in ("click_at", "drag"):
+        coords = [msg.x, msg.y] if kind == "click_at" else [msg.from_x, msg.from_y, msg.to_x, msg.to_y]
+        if any(c < 0 or c != c for c in coords):
+            raise errors.InvalidArgument(f"action.{kind}: coordinates must be >= 0", reason="BAD_ACTION",
+                                         metadata={"field": f"action.{kind}"})
+    if kind == "navigate" and not msg.url.strip():
+        raise errors.InvalidArgument("action.navigate.url: a URL is required", reason="BAD_ACTION",
+                                     metadata={"field": "action.navigate.url"})
+    if kind == "switch_tab" and not msg.tab_id.strip():
+        raise errors.InvalidArgument("action.switch_tab.tab_id: a tab id is required", reason="BAD_ACTION",
+                                     metadata={"field": "action.switch_tab.tab_id"})
+    if kind == "wait" and not 0 <= msg.milliseconds <= max_wait_ms:
+        raise errors.InvalidArgument(f"action.wait.milliseconds: must be within 0..{max_wait_ms}",
+                                     reason="BAD_ACTION", metadata={"field": "action.wait.milliseconds"})
+    return kind
+
+
+def validate_observation_spec(spec: common_pb2.ObservationSpec, field: str) -> None:
+    """Reject specs that name no real format or ask for impossible sizes (INVALID_ARGUMENT BAD_OBSERVATION_SPEC).
+
+    A real format an implementation cannot produce is not an error: it is left out of the observation."""
+    for f in spec.formats:
+        if f == common_pb2.OBSERVATION_FORMAT_UNSPECIFIED or f not in common_pb2.ObservationFormat.values():
+            raise errors.InvalidArgument(f"{field}.formats: {f} is not a valid observation format",
+                                         reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.formats"})
+    validate_screenshot_spec(spec.screenshot, f"{field}.screenshot")
+    if spec.max_text_chars < 0:
+        raise errors.InvalidArgument(f"{field}.max_text_chars: must be >= 0", reason="BAD_OBSERVATION_SPEC",
+                                     metadata={"field": f"{field}.max_text_chars"})
+
+
+def validate_screenshot_spec(s: common_pb2.ScreenshotSpec, field: str) -> None:
+    """Reject impossible screenshot sizes and qualities, naming the field."""
+    if s.width < 0 or s.height < 0 or s.width > 8192 or s.height > 8192:
+        raise errors.InvalidArgument(f"{field}: width/height must be within 0..8192",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": field})
+    if not 0 <= s.quality <= 100:
+        raise errors.InvalidArgument(f"{field}.quality: must be within 0..100",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.quality"})
+
+
+def validate_lease(seconds: float, max_seconds: float) -> None:
+    """A requested lease (OpenSession, RenewLease): 0 means the default; INVALID_ARGUMENT BAD_LEASE outside 0..max."""
+    if not 0 <= seconds <= max_seconds:
+        raise errors.InvalidArgument(f"lease_seconds: must be within 0..{max_seconds:g}", reason="BAD_LEASE",
+                                     metadata={"field": "lease_seconds"})
+
+
+def is_retry(step_index: int, step_count: int, last_index: int | None, last_action: common_pb2.Action | None,
+             action: common_pb2.Action) -> bool:
+    """What a Step's `step_index` asks, given the session's steps so far and its last answered step (index, action).
+
+    * negative: no check, act;
+    * the next index (`step_count`): act (False);
+    * the index of the last step answered (step 0 included) with the same action: a retry — answer it from the
+      cache, never act twice (True);
+    * anything else — that index with another action (a client that never sets `step_index` sends 0 every time),
+      an index behind the last step or ahead of the next: FAILED_PRECONDITION STEP_INDEX_MISMATCH, expected index
+      in the metadata.
+    """
+    if step_index < 0 or step_index == step_count:
+        return False
+    if last_index is not None and step_index == last_index:
+        if last_action == action:
+            return True
+        why = f"step_index: step {step_index} was taken with another action (send {step_count} for a new step, -1 for no check)"
+    else:
+        why = f"step_index: {step_index} does not match the session's next step {step_count}"
+    raise errors.FailedPrecondition(why, reason="STEP_INDEX_MISMATCH",
+                                    metadata={"field": "step_index", "expected": str(step_count)})
+
+
+def require_session_id(session_id: str) -> None:
+    if not session_id:
+        raise errors.InvalidArgument("session_id: required", reason="BAD_SESSION_ID", metadata={"field": "session_id"})
+
+
+def session_not_found(session_id: str, where: str) -> errors.NotFound:
+    return errors.NotFound(f"session {session_id} does not exist on {where}", reason="SESSION_NOT_FOUND",
+                           metadata={"session_id": session_id})
+
+
+def session_ended(session_id: str, state_name: str) -> errors.FailedPrecondition:
+    """The error for acting on a session that is no longer open (state_name e.g. SESSION_STATE_CLOSED)."""
+    return errors.FailedPrecondition(f"session {session_id} is no longer open ({state_name})",
+                                     reason="SESSION_" + state_name.removeprefix("SESSION_STATE_"),
+                                     metadata={"session_id": session_id, "state": state_name})
+
+
+async def step_stream(requests: AsyncIterator[environment_pb2.StepStreamRequest],
+                      step: Callable[[environment_pb2.StepRequest], Awaitable[environment_pb2.StepResponse]],
+                      ) -> AsyncIterator[environment_pb2.StepStreamResponse]:
+    """StepStream's semantics: every item runs as its own task and its answer leaves as soon as it is ready
+    (completion order, matched by `tag`); a failed item becomes a StreamError for its tag and the stream goes on;
+    the stream ends once the client has half-closed and every item is answered."""
+    out: asyncio.Queue[environment_pb2.StepStreamResponse | None] = asyncio.Queue()
+    tasks: set[asyncio.Task[None]] = set()
+
+    async def one(item: environment_pb2.StepStreamRequest) -> None:
+        try:
+            await out.put(environment_pb2.StepStreamResponse(tag=item.tag, response=await step(item.step)))
+        except errors.WebenvError as exc:
+            await out.put(environment_pb2.StepStreamResponse(tag=item.tag, error=exc.to_stream_error()))
+        except Exception as exc:  # noqa: BLE001 - an unexpected failure of one item must not end the stream
+            err = errors.Internal(f"step failed: {type(exc).__name__}: {exc}", reason="STEP_FAILED")
+            await out.put(environment_pb2.StepStreamResponse(tag=item.tag, error=err.to_stream_error()))
+
+    async def reader() -> None:
+        try:
+            async for item in requests:
+                t = asyncio.create_task(one(item))
+                tasks.add(t)
+                t.add_done_callback(tasks.discard)
+        finally:
+            if tasks:
+                await asyncio.gather(*list(tasks), return_exceptions=True)
+            await out.put(None)
+
+    read_task = asyncio.create_task(reader())
+    try:
+        while (msg := await out.get()) is not None:
+            yield msg
+    finally:
+        read_task.cancel()
+        for t in list(tasks):
+            t.cancel()
+        with contextlib.suppress(asyncio.CancelledError, Exception):
+            await read_task

@@ -1,0 +1,31 @@
+"""The EnvironmentService rules both implementations apply (the wire behaviour: tests/test_environment_conformance.py)."""
+
+from __future__ import annotations
+
+import pytest
+from webenv import errors
+from webenv.actions import parse_action
+from webenv.envcontract import is_retry, validate_action, validate_lease
+
+
+def test_step_index_rules() -> None:
+    click, noop = parse_action("click(3)"), parse_action("noop()")
+    assert is_retry(-1, 5, 4, click, noop) is False  # no check
+    assert is_retry(5, 5, 4, click, noop) is False  # the next step
+    assert is_retry(4, 5, 4, click, click) is True  # the last step again: from cache
+    assert is_retry(0, 1, 0, click, click) is True  # step 0 too
+    for index, last_action in ((0, noop), (3, click), (9, click)):  # another action / behind / ahead
+        with pytest.raises(errors.FailedPrecondition) as info:
+            is_retry(index, 1 if index == 0 else 5, 0 if index == 0 else 4, last_action, click)
+        assert info.value.reason == "STEP_INDEX_MISMATCH" and info.value.metadata["field"] == "step_index"
+
+
+def test_actions_and_leases_are_checked_naming_the_field() -> None:
+    assert validate_action(parse_action('fill(3, "x")'), 1000) == "fill"
+    with pytest.raises(errors.InvalidArgument) as info:
+        validate_action(parse_action("wait(5000)"), 1000)
+    assert info.value.metadata["field"] == "action.wait.milliseconds"
+    validate_lease(0, 60)
+    with pytest.raises(errors.InvalidArgument) as info:
+        validate_lease(61, 60)
+    assert (info.value.reason, info.value.metadata["field"]) == ("BAD_LEASE", "lease_seconds")

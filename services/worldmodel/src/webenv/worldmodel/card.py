@@ -1,0 +1,78 @@
+"""`webenv-worldmodel card --model DIR`: the model card of a model directory (MODEL_CARD.md).
+
+A served model must say what it learned from, how it was trained and how well it did on websites it never saw,
+so every directory `webenv worldmodel build` leaves has one, written from the files next to the weights:
+`build.json` (the collection: runs, websites, split, time), `worldmodel.json` (the training config), the
+training's `metrics.jsonl` (loss curve) and `eval.json` (held-out fidelity, rollouts).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+from webenv.worldmodel.evaluate import to_markdown
+
+CARD_FILE = "MODEL_CARD.md"
+
+
+def _read(path: Path) -> dict:
+    return json.loads(path.read_text()) if path.exists() else {}
+
+
+def card(model: Path) -> str:
+    meta, build, ev = _read(model / "worldmodel.json"), _read(model / "build.json"), _read(model / "eval.json")
+    cfg = meta.get("config", {})
+    out = [f"# World model card: `{model}`", ""]
+    out += ["## Data", ""]
+    if build:
+        c = build["collect"]
+        plan = c.get("plan", {})
+        out.append(f"Collected by `webenv worldmodel build` with the browser farm on the sites service's websites: "
+                   f"{c['sites'] - c['test_sites']} training and {c['test_sites']} held-out websites, split as the task "
+                   f"catalog splits them (sites count {plan.get('sites_count')}, seed {plan.get('seed')}).")
+        out += ["", "| level | policy | episodes | steps | errored | seconds |", "| --- | --- | --- | --- | --- | --- |"]
+        for level, r in c["runs"].items():
+            out.append(f"| {level} | {r['policy']} | {r['episodes']} | {r['steps']} | {r['errored']} | {r['seconds']} |")
+        t = build.get("timings", {})
+        if t:
+            out += ["", "Build time: " + ", ".join(f"{k.removesuffix('_s')} {v / 60:.1f} min" for k, v in t.items()) + "."]
+    else:
+        out.append(f"Trained on {', '.join(cfg.get('data', [])) or 'unrecorded data'} (no build record).")
+    out += ["", "## Model", ""]
+    counts = {name: sum(1 for _ in (model / name).open()) if (model / name).exists() else 0
+              for name in ("page_actions.jsonl", "exemplars.jsonl", "start_states.jsonl")}
+    out.append("Rules for actions that never change the page and for history navigation; page actions decided by analogy "
+               f"with the training websites' actions ({counts['page_actions.jsonl']:,} in `page_actions.jsonl`); new "
+               "documents recalled from the session or composed from training exemplars "
+               f"({counts['exemplars.jsonl']:,} in `exemplars.jsonl`); a tiny Llama (from scratch, byte-level BPE) for "
+               "page actions no training action matches. Simulated sessions may open at "
+               f"{counts['start_states.jsonl']:,} recorded start pages. See services/worldmodel/README.md.")
+    if cfg:
+        keys = ("size", "vocab_size", "max_len", "max_lines", "history_window", "batch_size", "lr", "max_steps",
+                "max_minutes", "reasoning_fraction", "decision_weight", "seed", "init")
+        out += ["", "| setting | value |", "| --- | --- |"] + [f"| {k} | {cfg.get(k)!r} |" for k in keys if k in cfg]
+    train = _read(model / "train.json")
+    if train:
+        out += ["", f"Language model: trained {train['steps']} steps in {train['elapsed_s'] / 60:.1f} min "
+                    f"({train['parameters']:,} parameters); held-out loss per target token {train['initial_eval_loss']:.3f} "
+                    f"-> {train['eval_loss']:.3f}."]
+    out += ["", "## Evaluation (held-out websites only)", ""]
+    if ev:
+        out.append(to_markdown(ev))
+        if (model / "rollouts.png").exists():
+            out.append("![line F1 by horizon](rollouts.png)")
+    else:
+        out.append("Not evaluated: run `python -m webenv.worldmodel evaluate --model DIR --data ... --out DIR/eval.json`.")
+    return "\n".join(out) + "\n"
+
+
+def main(argv: list[str] | None = None) -> None:
+    p = argparse.ArgumentParser(prog="webenv-worldmodel card", description=__doc__.split("\n")[0])
+    p.add_argument("--model", type=Path, required=True)
+    a = p.parse_args(argv)
+    if not (a.model / "config.json").exists():
+        raise SystemExit(f"webenv-worldmodel card: {a.model} is not a model directory (no config.json)")
+    (a.model / CARD_FILE).write_text(card(a.model))
+    print(a.model / CARD_FILE)

@@ -1,0 +1,350 @@
+"""The next page after a navigation: recalled when this session has seen it, else composed by analogy.
+
+A tiny language model on two CPU cores cannot write a 40-150 line page in the few tens of milliseconds a
+simulated step may take, and on a website it has never seen it could not know that page's words anyway. What
+it can know is what the rest of the world model supplies here:
+
+* **Recall** (`PageMemory`): a page this session has already been on is that page again — a browser's back
+  button and a site's navigation bar bring an agent back to the same few pages over and over. The recalled page
+  gets the current page's chrome (banner, sidebar, footer), which carries the live cart count and login state.
+* **Analogy** (`Exemplars`): otherwise, a training transition of the same kind — same site family, same kind of
+  source page, same kind of element acted on, same kind of target page — says what such a page looks like. Its
+  next page is transplanted: the main region from the exemplar, the chrome from the current page; words are
+  carried over by aligning the exemplar's source page with the current page line by line (same shapes: depth,
+  role, states), so the exemplar's clicked product name becomes the clicked product name here, its price this
+  price, its site's wording this site's wording; element ids are shifted to where this site's document numbers
+  them. Only training websites are ever exemplars.
+"""
+
+from __future__ import annotations
+
+import difflib
+import random
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from webenv.worldmodel.page import (
+    Node,
+    family_of,
+    first_id,
+    page_kind,
+    parse,
+    parse_line,
+    regions,
+    resolve,
+    shift_ids,
+    target_id,
+)
+
+
+@dataclass
+class PageView:
+    """A page: URL, tree text and link targets (element id -> href as written in the page)."""
+
+    url: str
+    state: str
+    links: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass
+class PageMemory:
+    """What one session has seen: each URL's page as it was when a document loaded there, and the history — each
+    entry as the page was last seen, since back and forward restore a page as it was left (typed values, focus),
+    while loading a URL again gives it as it loads."""
+
+    pages: dict[str, PageView] = field(default_factory=dict)
+    history: list[PageView] = field(default_factory=list)
+    position: int = -1
+
+    def navigated(self, page: PageView) -> None:
+        """A new document loaded (a link, a form, navigate(url), or the session's start)."""
+        self.pages.setdefault(page.url, page)
+        self.history = [*self.history[: self.position + 1], page]
+        self.position = len(self.history) - 1
+
+    def changed(self, page: PageView) -> None:
+        """The current document changed in place."""
+        if 0 <= self.position < len(self.history):
+            self.history[self.position] = page
+
+    def back_page(self) -> PageView | None:
+        return self.history[self.position - 1] if self.position > 0 else None
+
+    def forward_page(self) -> PageView | None:
+        return self.history[self.position + 1] if 0 <= self.position < len(self.history) - 1 else None
+
+    def back_url(self) -> str | None:
+        page = self.back_page()
+        return page.url if page else None
+
+    def forward_url(self) -> str | None:
+        page = self.forward_page()
+        return page.url if page else None
+
+    def go_back(self) -> None:
+        self.position = max(0, self.position - 1)
+
+    def go_forward(self) -> None:
+        self.position = min(len(self.history) - 1, self.position + 1)
+
+    def recall(self, url: str) -> PageView | None:
+        return self.pages.get(url)
+
+
+_FIELD_ROLES = frozenset({"searchbox", "textbox", "combobox", "spinbutton", "checkbox", "radio", "switch", "slider",
+                          "listbox"})
+
+
+def _loaded_states(live: Node, loaded: Node) -> str:
+    """A live chrome line as a freshly loaded document shows it: fields as loaded, no focus."""
+    if live.role in _FIELD_ROLES or "focused" in live.states or "focused" in loaded.states:
+        if live.line.strip() == loaded.line.strip():
+            return live.line
+        head = live.line[: len(live.line) - len(live.line.lstrip("\t "))]
+        body = f"[{live.node_id}] {live.role} {_q(live.name)}" if live.node_id else f"{live.role} {_q(live.name)}"
+        states = loaded.states if live.role in _FIELD_ROLES else ", ".join(
+            x for x in live.states.split(", ") if x and x != "focused") if live.states else ""
+        if "focused" in loaded.states and "focused" not in states:
+            states = ", ".join(x for x in ("focused", states) if x)
+        return head + body + (f" {states}" if states else "")
+    return live.line
+
+
+def merge_chrome(live: list[Node], loaded: list[Node]) -> list[str] | None:
+    """The live chrome (cart count, login) with what a new document resets (field values, focus) as `loaded` has
+    it; None when the two are not the same region line for line."""
+    if [(n.depth, n.role) for n in live] != [(n.depth, n.role) for n in loaded]:
+        return None
+    return [_loaded_states(a, b) for a, b in zip(live, loaded, strict=True)]
+
+
+def refresh_chrome(page: PageView, current: PageView) -> PageView:
+    """`page` with its non-main regions replaced by the current page's same-role regions of the same shape.
+
+    The chrome is what changes with the session (cart count, logged in or not) while the main region is what the
+    URL says; the current page has the freshest chrome."""
+    pn, cn = parse(page.state), parse(current.state)
+    cur_regions = {r.role: r for r in regions(cn)}
+    out: list[str] = []
+    for r in regions(pn):
+        c = cur_regions.get(r.role)
+        merged = merge_chrome(cn[c.start:c.end], pn[r.start:r.end]) if r.role not in ("main", "") and c is not None else None
+        if merged is not None:
+            a, b = first_id(pn, r.start, r.end), first_id(cn, c.start, c.end)
+            # the same region sits at other ids when the main region before it differs in size
+            out += shift_ids(merged, (a - b) if a is not None and b is not None else 0)
+        else:
+            out += [n.line for n in pn[r.start:r.end]]
+    return PageView(page.url, "\n".join(out), page.links)
+
+
+@dataclass
+class Exemplar:
+    """A training transition that loaded a new document."""
+
+    site: str
+    url: str
+    source: list[Node]
+    action_text: str
+    target_role: str
+    target_name: str
+    next_url: str
+    next_nodes: list[Node]
+    next_links: dict[str, str]
+    source_shapes: list[str]
+    tag: object = None
+
+
+def _target(nodes: list[Node], action_text: str) -> Node | None:
+    tid = target_id(action_text)
+    if tid is None:
+        return None
+    return next((n for n in nodes if n.node_id == tid), None)
+
+
+def _key_levels(family: str, src_kind: str, kind: str, role: str, tgt_kind: str) -> list[tuple]:
+    """Lookup keys from the most specific to the least."""
+    return [(family, src_kind, kind, role, tgt_kind), (family, kind, role, tgt_kind), (family, tgt_kind), ("*", tgt_kind)]
+
+
+class Exemplars:
+    """Training transitions that loaded a new document, indexed by what they did."""
+
+    def __init__(self, max_per_key: int = 12, seed: int = 0) -> None:
+        self.index: dict[tuple, list[Exemplar]] = defaultdict(list)
+        self.max_per_key = max_per_key
+        self._rng = random.Random(seed)
+        self._seen: dict[tuple, int] = defaultdict(int)
+
+    def __len__(self) -> int:
+        return sum(len(v) for k, v in self.index.items() if len(k) == 5)
+
+    def add(self, site: str, url: str, state: str, action_text: str, next_url: str, next_state: str,
+            next_links: dict[str, str], tag: object = None) -> None:
+        src = parse(state)
+        t = _target(src, action_text)
+        ex = Exemplar(site, url, src, action_text, t.role if t else "", t.name if t else "", next_url, parse(next_state),
+                      next_links, [n.shape for n in src], tag)
+        kind = action_text.split("(", 1)[0]
+        for key in _key_levels(family_of(site), page_kind(url), kind, ex.target_role, page_kind(next_url)):
+            self._reservoir(key, ex)
+
+    def _reservoir(self, key: tuple, ex: Exemplar) -> None:
+        """Keep at most max_per_key per key, a uniform sample (reservoir sampling), so memory stays bounded."""
+        self._seen[key] += 1
+        bucket = self.index[key]
+        if len(bucket) < self.max_per_key:
+            bucket.append(ex)
+        else:
+            j = self._rng.randrange(self._seen[key])
+            if j < self.max_per_key:
+                bucket[j] = ex
+
+    def best(self, current: PageView, action_text: str, next_url: str) -> Exemplar | None:
+        """The exemplar whose source page is most like the current page, at the most specific key that has one."""
+        cur = parse(current.state)
+        t = _target(cur, action_text)
+        kind = action_text.split("(", 1)[0]
+        shapes = [n.shape for n in cur]
+        for key in _key_levels(family_of(current.url), page_kind(current.url), kind, t.role if t else "",
+                               page_kind(next_url)):
+            bucket = self.index.get(key)
+            if bucket:
+                def score(e: Exemplar) -> float:
+                    return difflib.SequenceMatcher(None, e.source_shapes, shapes, autojunk=False).ratio()
+                return max(bucket, key=score)
+        return None
+
+
+def _target_index(nodes: list[Node], action_text: str) -> int | None:
+    tid = target_id(action_text)
+    return next((i for i, n in enumerate(nodes) if n.node_id == tid), None) if tid is not None else None
+
+
+class WordMap(dict):
+    """Words of one page -> words of another; `typed` holds those that came from field values (what someone
+    typed), which are replaced even inside longer text (a results heading quotes the query)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.typed: set[str] = set()
+
+
+def _pair(x: Node, y: Node, out: WordMap) -> None:
+    if x.name and y.name and x.name != y.name:
+        out.setdefault(x.name, y.name)
+    for sx, sy in zip(_values(x.states), _values(y.states), strict=False):
+        if sx and sy and sx != sy:
+            out.setdefault(sx, sy)
+            out.typed.add(sx)
+
+
+def word_map_lines(source: list[Node], current: list[Node], ti: int | None, ci: int | None,
+                   reach: int = 4) -> WordMap:
+    """Source-page words -> current-page words, from lines of the same shape aligned between the two pages.
+
+    Lines around the element acted on (`ti`, `ci`) are paired by their offset from it first (the clicked item's
+    price, not the first item's), then the rest of the page by a sequence alignment of shapes."""
+    out = WordMap()
+    if ti is not None and ci is not None:
+        for k in range(-reach, reach + 1):
+            a, b = ti + k, ci + k
+            if 0 <= a < len(source) and 0 <= b < len(current) and source[a].shape == current[b].shape:
+                _pair(source[a], current[b], out)
+    sm = difflib.SequenceMatcher(None, [n.shape for n in source], [n.shape for n in current], autojunk=False)
+    for a, b, size in sm.get_matching_blocks():
+        for k in range(size):
+            _pair(source[a + k], current[b + k], out)
+    return out
+
+
+def word_map(ex: Exemplar, current: list[Node], action_text: str) -> WordMap:
+    """Exemplar words -> current words (see word_map_lines)."""
+    return word_map_lines(ex.source, current, _target_index(ex.source, ex.action_text), _target_index(current, action_text))
+
+
+def _values(states: str) -> list[str]:
+    return [s.split("=", 1)[1].strip('"') for s in states.split(", ") if "=" in s] if states else []
+
+
+def _map_line(line: str, words: dict[str, str], long_words: list[str]) -> str:
+    node = _quoted(line)
+    if node is None:
+        return line
+    name = node
+    if name in words:
+        return line.replace(_q(name), _q(words[name]), 1)
+    new = name
+    for w in long_words:
+        if w in new:
+            new = new.replace(w, words[w])
+    return line if new == name else line.replace(_q(name), _q(new), 1)
+
+
+def _quoted(line: str) -> str | None:
+    n = parse_line(line)
+    return n.name if n.name else None
+
+
+def _q(s: str) -> str:
+    import json
+
+    return json.dumps(s, ensure_ascii=False)
+
+
+def _carry(nodes: list[Node], start: int, end: int, shift: int, links: dict[str, str], out: list[str],
+           out_links: dict[str, str], rename=None, lines: list[str] | None = None) -> None:  # noqa: ANN001
+    """Append lines [start, end) with ids moved by shift (and words renamed), and the targets of their links."""
+    for k, n in enumerate(nodes[start:end]):
+        line = lines[k] if lines is not None else n.line
+        line = rename(line) if rename else line
+        out += shift_ids([line], shift)
+        if n.node_id and n.node_id in links and n.node_id.isdigit():
+            out_links[str(int(n.node_id) + shift)] = links[n.node_id]
+
+
+def _distinctive(word: str) -> bool:
+    """Worth replacing inside longer names: long enough, or a number/price, so it cannot be an ordinary word."""
+    return len(word) >= 6 or (len(word) >= 3 and any(c.isdigit() for c in word))
+
+
+def compose(current: PageView, action_text: str, next_url: str, ex: Exemplar) -> PageView:
+    """The next page by analogy with `ex` (see the module docstring)."""
+    cur = parse(current.state)
+    words = word_map(ex, cur, action_text)
+    long_words = sorted((w for w in words if _distinctive(w) or w in words.typed), key=len, reverse=True)
+    nxt = ex.next_nodes
+    nxt_regions = regions(nxt)
+    cur_by_role = {r.role: r for r in regions(cur)}
+    # Ids: the main region starts where this site's main starts; what follows it moves by the size difference.
+    cur_main = cur_by_role.get("main")
+    ex_main = next((r for r in nxt_regions if r.role == "main"), None)
+    main_shift = after_shift = 0
+    if cur_main is not None and ex_main is not None:
+        a, b = first_id(cur, cur_main.start, cur_main.end), first_id(nxt, ex_main.start, ex_main.end)
+        main_shift = (a - b) if a is not None and b is not None else 0
+        cur_after = first_id(cur, cur_main.end, len(cur))
+        ex_after = first_id(nxt, ex_main.end, len(nxt))
+        if cur_after is not None and ex_after is not None:
+            after_shift = ex_after + main_shift - cur_after
+    out: list[str] = []
+    links: dict[str, str] = {}
+    past_main = False
+    for r in nxt_regions:
+        c = cur_by_role.get(r.role)
+        if r.role == "main" or c is None:  # the page's own content: the exemplar's, in this site's words
+            _carry(nxt, r.start, r.end, main_shift, ex.next_links, out, links,
+                   lambda line: _map_line(line, words, long_words))
+        else:  # this site's chrome, from the current page, with its fields as the new document loads them
+            loaded = [parse_line(_map_line(n.line, words, long_words)) for n in nxt[r.start:r.end]]
+            _carry(cur, c.start, c.end, after_shift if past_main else 0, current.links, out, links,
+                   lines=merge_chrome(cur[c.start:c.end], loaded))
+        past_main = past_main or r.role == "main"
+    return PageView(next_url, "\n".join(out), links)
+
+
+def navigation_target(current: PageView, action_text: str) -> str:
+    """Where a click on a link goes, when the page says (the href of the element the action names)."""
+    tid = target_id(action_text)
+    href = current.links.get(tid or "")
+    return resolve(current.url, href) if href else ""
