@@ -64,8 +64,8 @@ async def test_two_collectors_share_a_run(make_collector, redis_url, world, watc
     watched = await watch(stub_b, run.run_id)
     assert watched.run.state == collector_pb2.RUN_STATE_SUCCEEDED and watched.pass_rate == 1.0
     # Redis keeps only rows some live collector has not copied yet.
+    # (how many rows are still held at this moment depends on how far the collectors already copied: not asserted)
     r = aioredis.from_url(redis_url)
-    assert await r.xlen(f"{prefix}:rows") > 1
     await a.queue.catch_up()
     await b.queue.catch_up()
     await a.queue._heartbeat(time.time())
