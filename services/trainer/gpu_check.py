@@ -54,9 +54,10 @@ def dump_from_store(store_url: str, run_name: str, path: Path) -> int:
 class Manager:
     """The slice of the trainer's JobManager that train_causal_lm uses."""
 
-    def __init__(self, root: Path, device: str, max_tokens: int) -> None:
+    def __init__(self, root: Path, device: str, max_tokens: int, checkpointing: bool = False) -> None:
         self.root = root
-        self.settings = SimpleNamespace(trainer_device=device, trainer_max_lm_tokens=max_tokens)
+        self.settings = SimpleNamespace(trainer_device=device, trainer_max_lm_tokens=max_tokens,
+                                        trainer_gradient_checkpointing=checkpointing)
         self.last: dict = {}
 
     def resume_path(self, job_id: str) -> Path:
@@ -76,6 +77,7 @@ def main() -> None:
     ap.add_argument("--steps", type=int, default=60)
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=2048)
+    ap.add_argument("--gradient-checkpointing", action="store_true")
     ap.add_argument("--dump-from-store", nargs=2, metavar=("STORE_URL", "RUN_NAME"))
     a = ap.parse_args()
     if a.dump_from_store:
@@ -113,7 +115,7 @@ def main() -> None:
     job.spec.name, job.spec.base_model_path = "gpu", str(base)
     job.spec.hyper.MergeFrom(trainer_pb2.Hyperparameters(max_steps=a.steps, epochs=1000, batch_size=a.batch,
                                                          learning_rate=3e-4, seed=0))
-    mgr = Manager(a.out, device, a.max_tokens)
+    mgr = Manager(a.out, device, a.max_tokens, a.gradient_checkpointing)
     staging = a.out / "checkpoint"
     staging.mkdir(exist_ok=True)
     losses = []
@@ -151,7 +153,7 @@ def main() -> None:
     out = {
         "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu", "torch": torch.__version__,
         "parameters": params, "episodes": len(episodes), "examples": len(selected.steps), "steps": report.step,
-        "batch_size": a.batch, "train_seconds": round(train_s, 1), "tokens_per_second": round(mgr.last.get("tokens_per_second", 0)),
+        "batch_size": a.batch, "gradient_checkpointing": a.gradient_checkpointing, "train_seconds": round(train_s, 1), "tokens_per_second": round(mgr.last.get("tokens_per_second", 0)),
         "examples_per_second": round(report.examples_per_second, 1), "loss_first": losses[0] if losses else None,
         "loss_last": report.loss, "peak_gpu_gib": round(torch.cuda.max_memory_allocated() / 2**30, 1) if device == "cuda" else 0,
         "serving": served,

@@ -25,3 +25,5 @@ class Settings(ServiceSettings):
     trainer_max_jobs_kept: int = Field(1000, ge=1, description="finished job records kept (oldest dropped)")
     trainer_read_timeout_seconds: float = Field(600.0, gt=0, description="deadline of one ReadEpisodes stream")
     trainer_max_lm_tokens: int = Field(1024, ge=64, le=131072, description="causal LM: tokens per example at most")
+    trainer_gradient_checkpointing: bool = Field(
+        False, description="causal LM: recompute activations in the backward pass (about 1/3 slower, far less memory)")

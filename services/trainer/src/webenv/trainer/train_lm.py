@@ -65,6 +65,9 @@ def train_causal_lm(manager, job, selected, staging: Path, stop) -> Report:
     if tok.pad_token is None:
         tok.pad_token = tok.eos_token
     model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True).to(device)
+    if getattr(manager.settings, "trainer_gradient_checkpointing", False):
+        model.gradient_checkpointing_enable()
+        model.config.use_cache = False
     limit = min(manager.settings.trainer_max_lm_tokens,
                 getattr(model.config, "max_position_embeddings", manager.settings.trainer_max_lm_tokens))
     torch.manual_seed(h.seed)
