@@ -17,15 +17,9 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
+from webenv.runtime.ports import free_port
 
 CHROMIUM_CANDIDATES = ("/usr/lib/chromium/chromium", "/usr/bin/chromium", "/usr/bin/chromium-browser")
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def wait_for_port(port: int, host: str = "127.0.0.1", timeout: float = 20.0) -> None:

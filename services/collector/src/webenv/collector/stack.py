@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -21,6 +20,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from webenv.runtime.ports import free_port
 
 SERVICES = ("sites", "browser", "policy", "judge", "collector", "trainer", "gateway")
 DEFAULT_PORTS = {
@@ -52,15 +52,18 @@ def running_stack(path: Path | None = None) -> dict | None:
     return state
 
 
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+#: The gRPC service each process of the stack serves, asked for by name in its health check: a health answer for
+#: "" would also come from another service that holds the port (the process we started then failed to bind).
+HEALTH_NAMES = {
+    "sites": "webenv.v1.TaskService", "browser": "webenv.v1.EnvironmentService", "policy": "webenv.v1.PolicyService",
+    "judge": "webenv.v1.JudgeService", "collector": "webenv.v1.CollectorService", "trainer": "webenv.v1.TrainerService",
+    "worldmodel": "webenv.v1.EnvironmentService", "gateway": "",
+}  # fmt: skip
 
 
 def wait_serving(address: str, timeout: float, proc: subprocess.Popen | None = None, name: str = "") -> None:
-    """Block until ``address`` answers grpc.health.v1 Check with SERVING (or raise RuntimeError)."""
+    """Block until ``address`` answers grpc.health.v1 Check with SERVING (or raise RuntimeError); for a process of
+    the stack (``name``), SERVING for its own service, and only while ``proc`` still runs."""
     deadline = time.monotonic() + timeout
     with grpc.insecure_channel(address) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
@@ -68,8 +71,8 @@ def wait_serving(address: str, timeout: float, proc: subprocess.Popen | None = N
             if proc is not None and proc.poll() is not None:
                 raise RuntimeError(f"{name or address} exited with code {proc.returncode} during start-up")
             try:
-                resp = stub.Check(health_pb2.HealthCheckRequest(), timeout=1.0)
-                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                resp = stub.Check(health_pb2.HealthCheckRequest(service=HEALTH_NAMES.get(name, "")), timeout=1.0)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING and (proc is None or proc.poll() is None):
                     return
             except grpc.RpcError:
                 pass
