@@ -354,8 +354,8 @@ async def make_collector(world, tmp_path, chdb_url):
         return c
 
     yield make
-    for c in started:
-        await c.close()
+    for c in started:  # bounded: a shutdown that hangs fails this test instead of stalling the whole run
+        await asyncio.wait_for(c.close(), 60)
 
 
 @pytest.fixture
