@@ -148,3 +148,16 @@ async def test_commands_find_the_stack_webenv_up_records(collector, world, tmp_p
     assert cli.address("collector") == "127.0.0.1:1"
     stack.remove_state()
     assert not path.exists() and cli.address("sites") == "localhost:50055"
+
+
+def test_dyna_needs_a_world_model_with_start_pages(tmp_path):
+    """`webenv train --dyna` refuses, before starting anything, a folder that is no model or records no start page."""
+    def said(res) -> str:  # the error box's text, unwrapped
+        return " ".join(res.output.replace("│", " ").split())
+
+    res = invoke("train", "--dyna", "--worldmodel", str(tmp_path / "none"), "--sim-env", "127.0.0.1:1")
+    assert res.exit_code == 2 and "no config.json" in said(res) and "--worldmodel" in said(res)
+    (tmp_path / "model").mkdir()
+    (tmp_path / "model" / "config.json").write_text("{}")
+    res = invoke("train", "--dyna", "--worldmodel", str(tmp_path / "model"), "--sim-env", "127.0.0.1:1")
+    assert res.exit_code == 2 and "records no start pages" in said(res)

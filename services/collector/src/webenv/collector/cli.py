@@ -16,6 +16,7 @@ import signal
 import time
 from datetime import datetime
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import grpc
 import typer
@@ -525,6 +526,10 @@ def train(
     collector: str = typer.Option(COLLECTOR),
     trainer: str = typer.Option(TRAINER),
     policy: str = typer.Option(POLICY),
+    dyna: bool = typer.Option(False, help="Instead of the iterations: --collect rollouts in the world model vs in real "
+                                           "browsers from the BC checkpoint, each trained on; report bench/results/dyna.md."),
+    worldmodel: Path = typer.Option(DEFAULT_WORLDMODEL, help="(--dyna --stack) the world model the stack serves."),
+    sim_env: str = typer.Option("", help="(--dyna without --stack) the world model's address."),
 ) -> None:
     """The learning loop: oracle demos -> BC warm start -> N x (collect -> judge -> train -> load -> evaluate)."""
     from webenv.collector.learn import Loop, LoopConfig, write_report
@@ -537,18 +542,34 @@ def train(
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
                      sampling=sampling, concurrency=concurrency,
                      baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
-                     out_dir=str(out))
+                     out_dir=str(out), dyna=dyna)
+    if dyna:
+        if not (worldmodel / "config.json").exists():
+            raise typer.BadParameter(f"{worldmodel} is not a model directory (no config.json): `make worldmodel` "
+                                     "builds one", param_hint="--worldmodel")
+        starts = worldmodel / "start_states.jsonl"  # the model directory's recorded start pages (JSONL, "url")
+        hosts = {urlsplit(json.loads(line).get("url", "")).hostname
+                 for line in starts.read_text(encoding="utf-8").splitlines() if line.strip()} if starts.exists() else set()
+        cfg.sim_sites = tuple(sorted(h for h in hosts if h))
+        if not cfg.sim_sites:
+            raise typer.BadParameter(f"{worldmodel} records no start pages", param_hint="--worldmodel")
     local = None
     if stack:
         data_dir = data_dir or Path(".webenv") / f"train-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
-        local = Stack(data_dir, free_ports=True, sites_count=sites_count)
+        local = Stack(data_dir, free_ports=True, sites_count=sites_count, worldmodel=str(worldmodel) if dyna else "")
         with console.status("starting the stack...") as status:
             local.start(on_ready=lambda n, a: status.update(f"{n} SERVING at {a}"))
         collector, trainer, policy = (local.address(n) for n in ("collector", "trainer", "policy"))
+        if dyna:
+            cfg.sim_env = local.address("worldmodel")
         console.print(f"stack up ({', '.join(local.services)}); data in {data_dir.resolve()}")
     else:
         collector, trainer, policy = (address(n, v) for n, v in
                                       (("collector", collector), ("trainer", trainer), ("policy", policy)))
+        if dyna:
+            if not sim_env:
+                raise typer.BadParameter("the world model's address (or --stack)", param_hint="--sim-env")
+            cfg.sim_env = sim_env
     try:
         loop = Loop(cfg, collector=collector, trainer=trainer, policy=policy, say=console.print)
         result = loop.run_loop()

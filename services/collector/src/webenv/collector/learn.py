@@ -64,6 +64,11 @@ class LoopConfig:
     horizons: tuple[int, int, int] = (12, 16, 20)  # step caps by difficulty (WebGym's horizon caps)
     seed: int = 1
     out_dir: str = "bench/results"
+    # Dyna (`webenv train --dyna`): instead of the RL iterations, one step from the BC checkpoint with the same
+    # budget of rollouts collected in the world model at `sim_env` vs in real browsers, on the sites it knows.
+    dyna: bool = False
+    sim_env: str = ""
+    sim_sites: tuple[str, ...] = ()
 
 
 @dataclass
@@ -121,9 +126,9 @@ class Loop:
 
     # -- collector ------------------------------------------------------------------------------------------------
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
-            kinds: tuple[int, ...] = ()) -> collector_pb2.Run:
+            kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = ()) -> collector_pb2.Run:
         spec = collector_pb2.RunSpec(
-            name=f"{self.cfg.name}/{label}", policy=policy, episodes=episodes, seed=seed,
+            name=f"{self.cfg.name}/{label}", policy=policy, episodes=episodes, seed=seed, env_address=env_address,
             concurrency=self.cfg.concurrency, level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
             sampling=collector_pb2.SamplingStrategy.Value(f"SAMPLING_STRATEGY_{self.cfg.sampling.upper().replace('-', '_')}"),
             act_options=policy_pb2.ActOptions(temperature=temperature),
@@ -133,6 +138,7 @@ class Loop:
         spec.tasks.split = split
         spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
         spec.tasks.kinds.extend(kinds)
+        spec.tasks.sites.extend(sites)
         # the judge reads HTML (page criteria); the policy and the trainer read the AXTREE, the one format kept
         spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
         spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
@@ -230,6 +236,8 @@ class Loop:
     # -- the loop -------------------------------------------------------------------------------------------------
     def run_loop(self) -> dict:
         cfg = self.cfg
+        if cfg.dyna:
+            return self.run_dyna()
         t_start = time.monotonic()
         for base in cfg.baselines:
             self.say(f"baseline {base}")
@@ -268,19 +276,57 @@ class Loop:
             finally:
                 self.cfg.name = saved
             self.evaluate(ref.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-reference-test")
-        total = time.monotonic() - t_start
-        return {"config": asdict(cfg), "wall_seconds": round(total, 1), "timing": asdict(self.timing),
-                "runs": self.runs, "checkpoints": self.checkpoints,
+        return self.result(t_start)
+
+    def result(self, t_start: float) -> dict:
+        return {"config": asdict(self.cfg), "wall_seconds": round(time.monotonic() - t_start, 1),
+                "timing": asdict(self.timing), "runs": self.runs, "checkpoints": self.checkpoints,
                 "evaluations": [asdict(e) | {"rate": e.rate, "ci95": e.interval()} for e in self.evals]}
+
+    def run_dyna(self) -> dict:
+        """World-model rollouts as training data (Dyna), against the same budget of real ones.
+
+        BC warm start on oracle demonstrations, then two arms from that checkpoint: `collect` episodes with the BC
+        policy in real browsers, or in the world model (the collector's run with env_address = the world model),
+        both on train-split tasks of the websites the world model has start pages for; each arm trains WebGym's
+        filtered BC on demonstrations + its judged rollouts; every checkpoint is evaluated in real browsers on the
+        test-split websites (never in the simulator, never on the training websites).
+        """
+        cfg = self.cfg
+        t_start = time.monotonic()
+        self.say(f"warm start: {cfg.demo_episodes} oracle demonstrations on train sites")
+        t0 = time.monotonic()
+        demos = self.run("demos", policy="oracle", split=common_pb2.SPLIT_TRAIN, episodes=cfg.demo_episodes,
+                         seed=cfg.seed * 31)
+        self.timing.demos += time.monotonic() - t0
+        bc = self.train("bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
+        self.evaluate(bc.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-bc-test")
+        algorithm = (trainer_pb2.TRAINING_ALGORITHM_POLICY_GRADIENT if cfg.algorithm == "policy_gradient"
+                     else trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC)
+        for arm, env in (("real", ""), ("sim", cfg.sim_env)):
+            self.say(f"arm {arm}: {cfg.collect_episodes} rollouts with {bc.ref} "
+                     f"{'in the world model' if env else 'in real browsers'} on {len(cfg.sim_sites)} websites")
+            t0 = time.monotonic()
+            run = self.run(f"collect-{arm}", policy=bc.ref, split=common_pb2.SPLIT_TRAIN,
+                           episodes=cfg.collect_episodes, seed=cfg.seed * 1000 + 1, temperature=cfg.temperature,
+                           env_address=env, sites=cfg.sim_sites)
+            self.timing.collect += time.monotonic() - t0
+            cp = self.train(f"dyna-{arm}", algorithm, [demos.run_id, run.run_id], bc.ref, cfg.rl_epochs)
+            self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{arm}-test")
+        return self.result(t_start)
 
 
 def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
-    """learning.md (tables), learning.json (everything) and learning.png (success by iteration)."""
+    """learning.md (tables), learning.json (everything) and learning.png (success by iteration); for a Dyna run
+    dyna.md and dyna.json (the arms' table; no plot)."""
     out_dir.mkdir(parents=True, exist_ok=True)
     evals = result["evaluations"]
-    (out_dir / "learning.json").write_text(json.dumps(result, indent=1))
-    lines = ["# Learning loop: success on unseen (test-split) websites", "",
-             f"Command: `{command}`", "",
+    dyna = bool(result["config"].get("dyna"))
+    stem = "dyna" if dyna else "learning"
+    (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    title = ("# Dyna: world-model rollouts vs the same budget of real rollouts, success on unseen websites" if dyna
+             else "# Learning loop: success on unseen (test-split) websites")
+    lines = [title, "", f"Command: `{command}`", "",
              f"Wall time {result['wall_seconds']:.0f} s: " + ", ".join(
                  f"{k} {v:.0f} s ({v / max(result['wall_seconds'], 1e-9):.0%})" for k, v in result["timing"].items()), "",
              "| policy | split | success | 95% CI | episodes | run |", "| --- | --- | --- | --- | --- | --- |"]
@@ -305,8 +351,10 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
     for c in result["checkpoints"]:
         lines.append(f"| {c['ref']} | {c['parent'] or '-'} | {c['label']} | {c['episodes']} | {c['examples']} | "
                      f"{c['steps']} | {c['loss']} | {c['validation_accuracy']:.1%} | {c['examples_per_second']} |")
-    (out_dir / "learning.md").write_text("\n".join(lines) + "\n")
-    paths = [out_dir / "learning.md", out_dir / "learning.json"]
+    (out_dir / f"{stem}.md").write_text("\n".join(lines) + "\n")
+    paths = [out_dir / f"{stem}.md", out_dir / f"{stem}.json"]
+    if dyna:
+        return paths
     try:
         paths.append(plot(result, out_dir / "learning.png"))
     except ImportError:  # matplotlib is a dependency of the collector; a stripped install still gets the tables
