@@ -16,8 +16,11 @@ from dataclasses import dataclass, field
 
 import grpc
 import pytest
+from webenv import errors
 from webenv.collector.app import Collector
 from webenv.collector.config import Settings
+from webenv.envcontract import STEP_STREAM_MAX_INFLIGHT
+from webenv.streams import serve_in_completion_order
 from webenv.v1 import (
     collector_pb2_grpc,
     common_pb2,
@@ -49,33 +52,6 @@ def page_obs(site: str, n: int) -> common_pb2.Observation:
                                      bbox=common_pb2.BoundingBox(x=10, y=20 + n, width=40, height=16))],
         formats=[common_pb2.OBSERVATION_FORMAT_AXTREE],
     )
-
-
-async def in_completion_order(request_iterator, handle):
-    """Serve a bidi stream as the real services do: every item handled concurrently, answers as they finish."""
-    out: asyncio.Queue = asyncio.Queue()
-    pending: set[asyncio.Task] = set()
-
-    async def answer(item):
-        await out.put(await handle(item))
-
-    async def reader():
-        async for item in request_iterator:
-            t = asyncio.create_task(answer(item))
-            pending.add(t)
-            t.add_done_callback(pending.discard)
-        await asyncio.gather(*pending)
-        await out.put(None)
-
-    rt = asyncio.create_task(reader())
-    try:
-        while True:
-            item = await out.get()
-            if item is None:
-                return
-            yield item
-    finally:
-        rt.cancel()
 
 
 def click_next() -> common_pb2.Action:
@@ -192,18 +168,16 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         return await self._step(request)
 
     async def StepStream(self, request_iterator, context):  # noqa: N802
-        async def handle(item):
+        async def answer(item):
             if self.fail_steps:
-                return environment_pb2.StepStreamResponse(
-                    tag=item.tag, error=common_pb2.StreamError(code=14, message=f"{self.name} is down", reason="NODE_DOWN"))
+                raise errors.Unavailable(f"{self.name} is down", reason="NODE_DOWN")
             try:
-                resp = await self._step(item.step)
+                return await self._step(item.step)
             except KeyError:
-                return environment_pb2.StepStreamResponse(
-                    tag=item.tag, error=common_pb2.StreamError(code=5, message="no such session", reason="NO_SESSION"))
-            return environment_pb2.StepStreamResponse(tag=item.tag, response=resp)
+                raise errors.NotFound("no such session", reason="NO_SESSION") from None
 
-        async for response in in_completion_order(request_iterator, handle):
+        async for response in serve_in_completion_order(request_iterator, answer, environment_pb2.StepStreamResponse,
+                                                        max_inflight=STEP_STREAM_MAX_INFLIGHT):
             yield response
 
     async def CloseSession(self, request, context):  # noqa: N802
@@ -245,7 +219,7 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
         ], default_policy="random")
 
     async def ActStream(self, request_iterator, context):  # noqa: N802
-        async def handle(item):
+        async def answer(item):
             self.requests += 1
             req = item.request
             d = self.slow_tasks.get(req.task.task_id, self.delay)
@@ -253,9 +227,10 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
                 d = self.delay_fn(req)
             if d:
                 await asyncio.sleep(d)
-            return policy_pb2.ActStreamResponse(tag=item.tag, response=self.choose(req))
+            return self.choose(req)
 
-        async for response in in_completion_order(request_iterator, handle):
+        async for response in serve_in_completion_order(request_iterator, answer, policy_pb2.ActStreamResponse,
+                                                        max_inflight=512):
             yield response
 
 

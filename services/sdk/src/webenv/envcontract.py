@@ -9,12 +9,11 @@ both implementations over real gRPC channels.
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from webenv import errors
+from webenv.streams import serve_in_completion_order
 from webenv.v1 import common_pb2, environment_pb2
 
 #: Action kinds that name an element (`target` is required).
@@ -147,42 +146,20 @@ def session_ended(session_id: str, state_name: str) -> errors.FailedPrecondition
                                      metadata={"session_id": session_id, "state": state_name})
 
 
-async def step_stream(requests: AsyncIterator[environment_pb2.StepStreamRequest],
-                      step: Callable[[environment_pb2.StepRequest], Awaitable[environment_pb2.StepResponse]],
-                      ) -> AsyncIterator[environment_pb2.StepStreamResponse]:
-    """StepStream's semantics: every item runs as its own task and its answer leaves as soon as it is ready
-    (completion order, matched by `tag`); a failed item becomes a StreamError for its tag and the stream goes on;
-    the stream ends once the client has half-closed and every item is answered."""
-    out: asyncio.Queue[environment_pb2.StepStreamResponse | None] = asyncio.Queue()
-    tasks: set[asyncio.Task[None]] = set()
+#: Unanswered items per StepStream (`webenv.streams`): above any node's open sessions (the farm's default is 64, the
+#: world model's 1000), so only a client sending many steps per session at once waits for its items to be read.
+STEP_STREAM_MAX_INFLIGHT = 1024
 
-    async def one(item: environment_pb2.StepStreamRequest) -> None:
-        try:
-            await out.put(environment_pb2.StepStreamResponse(tag=item.tag, response=await step(item.step)))
-        except errors.WebenvError as exc:
-            await out.put(environment_pb2.StepStreamResponse(tag=item.tag, error=exc.to_stream_error()))
-        except Exception as exc:  # noqa: BLE001 - an unexpected failure of one item must not end the stream
-            err = errors.Internal(f"step failed: {type(exc).__name__}: {exc}", reason="STEP_FAILED")
-            await out.put(environment_pb2.StepStreamResponse(tag=item.tag, error=err.to_stream_error()))
 
-    async def reader() -> None:
-        try:
-            async for item in requests:
-                t = asyncio.create_task(one(item))
-                tasks.add(t)
-                t.add_done_callback(tasks.discard)
-        finally:
-            if tasks:
-                await asyncio.gather(*list(tasks), return_exceptions=True)
-            await out.put(None)
+def step_stream(requests: AsyncIterator[environment_pb2.StepStreamRequest],
+                step: Callable[[environment_pb2.StepRequest], Awaitable[environment_pb2.StepResponse]],
+                max_inflight: int = STEP_STREAM_MAX_INFLIGHT) -> AsyncIterator[environment_pb2.StepStreamResponse]:
+    """StepStream's semantics, the same for every implementation: each item is ``step(item.step)`` in its own task,
+    answered in completion order by `tag`; a failed item becomes a StreamError for its tag and the stream goes on
+    (`webenv.streams.serve_in_completion_order`)."""
 
-    read_task = asyncio.create_task(reader())
-    try:
-        while (msg := await out.get()) is not None:
-            yield msg
-    finally:
-        read_task.cancel()
-        for t in list(tasks):
-            t.cancel()
-        with contextlib.suppress(asyncio.CancelledError, Exception):
-            await read_task
+    async def answer(item: environment_pb2.StepStreamRequest) -> environment_pb2.StepResponse:
+        return await step(item.step)
+
+    return serve_in_completion_order(requests, answer, environment_pb2.StepStreamResponse,
+                                     max_inflight=max_inflight, what="step")

@@ -18,7 +18,6 @@ from google.protobuf import json_format
 from webenv import errors
 from webenv.collector import metrics, repetition
 from webenv.collector.blobs import BlobStore
-from webenv.collector.mux import StreamBroken
 from webenv.collector.peers import Peers
 from webenv.v1 import (
     collector_pb2,
@@ -180,7 +179,7 @@ class Episode:
         t = time.monotonic()
         try:
             resp = await self.ctx.peers.policy().acts.request(req, deadline=self.ctx.step_timeout)
-        except (errors.WebenvError, StreamBroken, TimeoutError) as exc:
+        except (errors.WebenvError, TimeoutError) as exc:  # a broken stream is webenv.streams.StreamBroken
             raise PeerFailure(f"policy: {exc}") from exc
         dt = time.monotonic() - t
         metrics.STEP_PHASE.labels("policy").observe(dt)
@@ -207,7 +206,7 @@ class Episode:
             resp = await env.steps.request(req, deadline=self.ctx.step_timeout + 5)
         except errors.InvalidArgument as exc:  # the policy's action was malformed: a failed step, not a failed env
             last_error = exc.message
-        except (errors.WebenvError, StreamBroken, TimeoutError) as exc:
+        except (errors.WebenvError, TimeoutError) as exc:  # a broken stream is webenv.streams.StreamBroken
             raise _env_error("Step", exc) from exc
         dt = time.monotonic() - t
         metrics.STEP_PHASE.labels("environment").observe(dt)

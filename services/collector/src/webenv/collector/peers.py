@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 
 import grpc
 from webenv.client import make_channel
-from webenv.collector.mux import Multiplexer
+from webenv.streams import Multiplexer
 from webenv.v1 import (
     environment_pb2,
     environment_pb2_grpc,

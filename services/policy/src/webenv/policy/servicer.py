@@ -3,22 +3,18 @@ and ListPolicies."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
-import logging
 import time
 from collections.abc import AsyncIterator
 
 import grpc
 from webenv import errors
 from webenv.actions import format_action
+from webenv.streams import serve_in_completion_order
 from webenv.v1 import policy_pb2, policy_pb2_grpc
 
 from . import metrics
 from .policies import Decision, Policy
 from .policies.checkpoint import CheckpointPolicies
-
-log = logging.getLogger("webenv.policy")
 
 
 class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
@@ -71,51 +67,19 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
 
     async def ActStream(self, request_iterator: AsyncIterator[policy_pb2.ActStreamRequest],
                         context: grpc.aio.ServicerContext) -> AsyncIterator[policy_pb2.ActStreamResponse]:
-        """Each item runs as its own task; answers are yielded as they complete, each matched by tag."""
-        out: asyncio.Queue[policy_pb2.ActStreamResponse | None] = asyncio.Queue()
-        slots = asyncio.Semaphore(self.stream_max_inflight)
-        tasks: set[asyncio.Task] = set()
+        """Each item runs as its own task; answers are yielded as they complete, each matched by tag
+        (`webenv.streams`, at most `stream_max_inflight` unanswered)."""
 
-        async def answer(item: policy_pb2.ActStreamRequest) -> None:
-            try:
-                if not item.HasField("request"):
-                    raise errors.InvalidArgument("ActStreamRequest.request is required", reason="MISSING_REQUEST",
-                                                 metadata={"field": "request"})
-                response = await self.act(item.request)
-                await out.put(policy_pb2.ActStreamResponse(tag=item.tag, response=response))
-            except errors.WebenvError as err:
-                metrics.STREAM_ERRORS.labels(err.reason).inc()
-                await out.put(policy_pb2.ActStreamResponse(tag=item.tag, error=err.to_stream_error()))
-            except Exception as exc:  # a bug in one item must not end the other episodes' stream
-                log.exception("ActStream item %s failed", item.tag)
-                err = errors.Internal(f"policy failed: {exc}", reason="POLICY_FAILED")
-                metrics.STREAM_ERRORS.labels(err.reason).inc()
-                await out.put(policy_pb2.ActStreamResponse(tag=item.tag, error=err.to_stream_error()))
-            finally:
-                slots.release()
+        async def answer(item: policy_pb2.ActStreamRequest) -> policy_pb2.ActResponse:
+            if not item.HasField("request"):
+                raise errors.InvalidArgument("ActStreamRequest.request is required", reason="MISSING_REQUEST",
+                                             metadata={"field": "request"})
+            return await self.act(item.request)
 
-        async def read() -> None:
-            try:
-                async for item in request_iterator:
-                    await slots.acquire()
-                    task = asyncio.create_task(answer(item))
-                    tasks.add(task)
-                    task.add_done_callback(tasks.discard)
-                if tasks:
-                    await asyncio.gather(*list(tasks), return_exceptions=True)
-            finally:
-                await out.put(None)
-
-        reader = asyncio.create_task(read())
-        try:
-            while (response := await out.get()) is not None:
-                yield response
-        finally:
-            reader.cancel()
-            for task in list(tasks):
-                task.cancel()
-            with contextlib.suppress(asyncio.CancelledError, Exception):
-                await reader
+        async for response in serve_in_completion_order(
+                request_iterator, answer, policy_pb2.ActStreamResponse, max_inflight=self.stream_max_inflight,
+                what="policy", on_error=lambda err: metrics.STREAM_ERRORS.labels(err.reason).inc()):
+            yield response
 
     async def ListPolicies(self, request: policy_pb2.ListPoliciesRequest,
                            context: grpc.aio.ServicerContext) -> policy_pb2.ListPoliciesResponse:

@@ -13,15 +13,14 @@ tracks each session's step index so a retried step is answered from the server's
 
 from __future__ import annotations
 
-import asyncio
-import itertools
-from collections.abc import AsyncIterator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import grpc
 from webenv import errors
 from webenv.actions import parse_action
 from webenv.client.channel import make_channel
+from webenv.streams import Multiplexer
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 
 __all__ = ["EnvironmentClient", "StepStream", "observation_spec"]
@@ -162,63 +161,28 @@ class EnvironmentClient:
 
 
 class StepStream:
-    """Multiplexes steps of many sessions on one bidi StepStream; answers are matched by tag, so each
-    `step()` returns as soon as its own answer arrives (completion order)."""
+    """Multiplexes steps of many sessions on one bidi StepStream (`webenv.streams.Multiplexer`); answers are matched
+    by tag, so each `step()` returns as soon as its own answer arrives (completion order). A step still waiting
+    when the stream ends or fails raises `webenv.streams.StreamBroken` (a WebenvError)."""
 
     def __init__(self, client: EnvironmentClient) -> None:
         self.client = client
-        self._out: asyncio.Queue[environment_pb2.StepStreamRequest | None] = asyncio.Queue()
-        self._pending: dict[str, asyncio.Future[environment_pb2.StepResponse]] = {}
-        self._tags = itertools.count()
-        self._call: Any = None
-        self._reader: asyncio.Task[None] | None = None
+        self._mux = Multiplexer("StepStream", client.stub.StepStream,
+                                lambda tag, step: environment_pb2.StepStreamRequest(tag=tag, step=step))
 
     async def __aenter__(self) -> StepStream:
-        self._call = self.client.stub.StepStream(self._requests())
-        self._reader = asyncio.create_task(self._read())
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._out.put(None)
-        if self._reader is not None:
-            try:
-                await asyncio.wait_for(asyncio.shield(self._reader), 30)
-            except TimeoutError:
-                self._call.cancel()
-                self._reader.cancel()
-
-    async def _requests(self) -> AsyncIterator[environment_pb2.StepStreamRequest]:
-        while (item := await self._out.get()) is not None:
-            yield item
-
-    async def _read(self) -> None:
-        try:
-            async for msg in self._call:
-                fut = self._pending.pop(msg.tag, None)
-                if fut is None or fut.done():
-                    continue
-                if msg.WhichOneof("result") == "error":
-                    fut.set_exception(errors.from_stream_error(msg.error))
-                else:
-                    fut.set_result(msg.response)
-        except grpc.aio.AioRpcError as exc:
-            err = errors.from_rpc_error(exc)
-            for fut in self._pending.values():
-                if not fut.done():
-                    fut.set_exception(err)
-            self._pending.clear()
+        await self._mux.close(grace=30)
 
     async def step(self, session_id: str, action: str | common_pb2.Action, *,
                    spec: common_pb2.ObservationSpec | None = None, timeout_seconds: float = 0.0
                    ) -> environment_pb2.StepResponse:
         """Send one step on the stream and wait for its answer."""
-        tag = str(next(self._tags))
         req = self.client.step_request(session_id, action, spec, timeout_seconds)
-        fut: asyncio.Future[environment_pb2.StepResponse] = asyncio.get_running_loop().create_future()
-        self._pending[tag] = fut
-        await self._out.put(environment_pb2.StepStreamRequest(tag=tag, step=req))
         try:
-            resp = await fut
+            resp = await self._mux.request(req)
         except errors.DeadlineExceeded:
             self.client._advance(session_id, req.step_index)
             raise
