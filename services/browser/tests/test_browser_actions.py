@@ -185,3 +185,10 @@ async def test_tabs(env, page_server, eid):
     r = await env.step(sid, "switch_tab(7)")
     assert "does not exist" in r.observation.last_action_error
     await env.close(sid)
+
+
+def test_the_farm_performs_every_kind_the_sdk_knows():
+    from webenv.actions import ACTION_KINDS
+    from webenv.browser.actions import PERFORM
+
+    assert set(PERFORM) == set(ACTION_KINDS)

@@ -92,3 +92,12 @@ def test_format_rejects_actions_without_kind_or_target():
         format_action(pb.Action())
     with pytest.raises(ValueError):
         format_action(pb.Action(click=pb.ClickAction()))
+
+
+def test_the_kind_table_has_one_row_per_oneof_field_in_order():
+    from webenv.actions import ACTION_KINDS
+
+    assert list(ACTION_KINDS) == [f.name for f in pb.Action.DESCRIPTOR.oneofs_by_name["kind"].fields]
+    assert {k for k, row in ACTION_KINDS.items() if row.target == "required"} == {
+        "click", "fill", "select", "hover", "scroll_element"}
+    assert {k for k, row in ACTION_KINDS.items() if row.navigates} == {"navigate", "go_back", "go_forward", "new_tab"}

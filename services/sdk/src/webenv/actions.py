@@ -21,11 +21,14 @@ from __future__ import annotations
 import json
 import math
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
+from google.protobuf.message import Message
 from webenv.v1 import common_pb2 as pb
 
-__all__ = ["ACTION_NAMES", "ActionParseError", "format_action", "parse_action"]
+__all__ = ["ACTION_KINDS", "ACTION_NAMES", "ActionKind", "ActionParseError", "format_action", "parse_action"]
 
 _BARE = re.compile(r"[A-Za-z0-9_\-]+")
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -34,11 +37,6 @@ _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _BUTTONS = {"left": pb.MOUSE_BUTTON_LEFT, "middle": pb.MOUSE_BUTTON_MIDDLE, "right": pb.MOUSE_BUTTON_RIGHT}
 _BUTTON_NAMES = {v: k for k, v in _BUTTONS.items()}
 
-#: Action names of the grammar, in the order of the Action oneof.
-ACTION_NAMES = (
-    "click", "fill", "select", "hover", "press", "scroll_element", "click_at", "type", "scroll", "drag",
-    "goto", "go_back", "go_forward", "new_tab", "switch_tab", "close_tab", "wait", "answer", "noop",
-)
 
 
 class ActionParseError(ValueError):
@@ -168,129 +166,68 @@ class _Parser:
         raise self.error("unterminated string", start)
 
 
-def _arity(name: str, args: list[_Arg], low: int, high: int, text: str) -> None:
-    if not low <= len(args) <= high:
-        want = str(low) if low == high else f"{low} to {high}"
-        raise ActionParseError(f"{name}() takes {want} arguments, got {len(args)}", text, len(text) - 1)
+class _Args:
+    """The parsed arguments of one call, read by a kind's parser; every accessor names the argument it wanted."""
 
+    def __init__(self, name: str, args: list[_Arg], kwargs: dict[str, _Arg], pos: list[int], text: str) -> None:
+        self.name, self.args, self.kwargs, self.pos, self.text = name, args, kwargs, pos, text
 
-def parse_action(text: str) -> pb.Action:
-    """Parse one action in the text grammar into an ``Action``; raise ActionParseError on malformed text."""
-    p = _Parser(text)
-    name, args, kwargs, pos = p.call()
+    def __len__(self) -> int:
+        return len(self.args)
 
-    def target(k: int) -> pb.ElementTarget:
-        a = args[k]
+    def arity(self, low: int, high: int) -> None:
+        if not low <= len(self.args) <= high:
+            want = str(low) if low == high else f"{low} to {high}"
+            raise ActionParseError(f"{self.name}() takes {want} arguments, got {len(self.args)}", self.text,
+                                   len(self.text) - 1)
+
+    def target(self, k: int) -> pb.ElementTarget:
+        a = self.args[k]
         if isinstance(a, _Str):
             if not a.value.strip():
-                raise ActionParseError("empty CSS selector", text, pos[k])
+                raise ActionParseError("empty CSS selector", self.text, self.pos[k])
             return pb.ElementTarget(selector=a.value)
         if isinstance(a, _Bare):
             return pb.ElementTarget(element_id=a.value)
         return pb.ElementTarget(element_id=a.raw)
 
-    def string(k: int, what: str) -> str:
-        a = args[k]
+    def string(self, k: int, what: str) -> str:
+        a = self.args[k]
         if not isinstance(a, _Str):
-            raise ActionParseError(f"{name}(): {what} must be a quoted string", text, pos[k])
+            raise ActionParseError(f"{self.name}(): {what} must be a quoted string", self.text, self.pos[k])
         return a.value
 
-    def number(k: int, what: str) -> float:
-        a = args[k]
+    def number(self, k: int, what: str) -> float:
+        a = self.args[k]
         if not isinstance(a, _Num) or not math.isfinite(a.value):
-            raise ActionParseError(f"{name}(): {what} must be a number", text, pos[k])
+            raise ActionParseError(f"{self.name}(): {what} must be a number", self.text, self.pos[k])
         return a.value
 
-    def ident(k: int) -> str:
-        a = args[k]
+    def ident(self, k: int) -> str:
+        a = self.args[k]
         return a.value if isinstance(a, (_Str, _Bare)) else a.raw
 
-    def button() -> int:
-        b = kwargs.pop("button", None)
+    def button(self) -> int:
+        b = self.kwargs.pop("button", None)
         if b is None:
             return pb.MOUSE_BUTTON_UNSPECIFIED
         label = b.value if isinstance(b, (_Str, _Bare)) else ""
         if label not in _BUTTONS:
-            raise ActionParseError(f"{name}(): button must be one of left, middle, right", text, 0)
+            raise ActionParseError(f"{self.name}(): button must be one of left, middle, right", self.text, 0)
         return _BUTTONS[label]
 
-    a = pb.Action()
-    if name == "click":
-        _arity(name, args, 1, 1, text)
-        btn = button()
-        count = kwargs.pop("count", None)
+    def click_count(self) -> int:
+        count = self.kwargs.pop("count", None)
         clicks = count.value if isinstance(count, _Num) else (None if count is None else -1.0)
         if clicks is not None and (clicks < 1 or clicks != int(clicks) or clicks > 3):
-            raise ActionParseError("click(): count must be 1, 2 or 3", text, 0)
-        a.click.CopyFrom(pb.ClickAction(target=target(0), button=btn, click_count=int(clicks or 0)))
-    elif name == "fill":
-        _arity(name, args, 2, 2, text)
-        a.fill.CopyFrom(pb.FillAction(target=target(0), text=string(1, "text")))
-    elif name == "select":
-        if len(args) < 2:
-            _arity(name, args, 2, 2, text)
-        a.select.CopyFrom(pb.SelectAction(target=target(0), options=[string(k, "option") for k in range(1, len(args))]))
-    elif name == "hover":
-        _arity(name, args, 1, 1, text)
-        a.hover.CopyFrom(pb.HoverAction(target=target(0)))
-    elif name == "press":
-        _arity(name, args, 1, 2, text)
-        if len(args) == 1:
-            a.press.CopyFrom(pb.PressAction(key=string(0, "key")))
-        else:
-            a.press.CopyFrom(pb.PressAction(target=target(0), key=string(1, "key")))
-    elif name == "scroll_element":
-        _arity(name, args, 3, 3, text)
-        a.scroll_element.CopyFrom(pb.ScrollElementAction(target=target(0), dx=number(1, "dx"), dy=number(2, "dy")))
-    elif name == "click_at":
-        _arity(name, args, 2, 2, text)
-        btn = button()
-        a.click_at.CopyFrom(pb.ClickAtAction(x=number(0, "x"), y=number(1, "y"), button=btn))
-    elif name == "type":
-        _arity(name, args, 1, 1, text)
-        a.type.CopyFrom(pb.TypeAction(text=string(0, "text")))
-    elif name == "scroll":
-        _arity(name, args, 2, 2, text)
-        a.scroll.CopyFrom(pb.ScrollAction(dx=number(0, "dx"), dy=number(1, "dy")))
-    elif name == "drag":
-        _arity(name, args, 4, 4, text)
-        a.drag.CopyFrom(pb.DragAction(from_x=number(0, "from_x"), from_y=number(1, "from_y"),
-                                      to_x=number(2, "to_x"), to_y=number(3, "to_y")))
-    elif name == "goto":
-        _arity(name, args, 1, 1, text)
-        a.navigate.CopyFrom(pb.NavigateAction(url=string(0, "url")))
-    elif name == "go_back":
-        _arity(name, args, 0, 0, text)
-        a.go_back.SetInParent()
-    elif name == "go_forward":
-        _arity(name, args, 0, 0, text)
-        a.go_forward.SetInParent()
-    elif name == "new_tab":
-        _arity(name, args, 0, 1, text)
-        a.new_tab.CopyFrom(pb.NewTabAction(url=string(0, "url") if args else ""))
-    elif name == "switch_tab":
-        _arity(name, args, 1, 1, text)
-        a.switch_tab.CopyFrom(pb.SwitchTabAction(tab_id=ident(0)))
-    elif name == "close_tab":
-        _arity(name, args, 0, 1, text)
-        a.close_tab.CopyFrom(pb.CloseTabAction(tab_id=ident(0) if args else ""))
-    elif name == "wait":
-        _arity(name, args, 1, 1, text)
-        ms = number(0, "milliseconds")
+            raise ActionParseError("click(): count must be 1, 2 or 3", self.text, 0)
+        return int(clicks or 0)
+
+    def milliseconds(self) -> int:
+        ms = self.number(0, "milliseconds")
         if ms < 0 or ms != int(ms) or ms > 2**31 - 1:
-            raise ActionParseError("wait(): milliseconds must be a non-negative integer", text, pos[0])
-        a.wait.CopyFrom(pb.WaitAction(milliseconds=int(ms)))
-    elif name == "answer":
-        _arity(name, args, 1, 1, text)
-        a.answer.CopyFrom(pb.AnswerAction(text=string(0, "text")))
-    elif name == "noop":
-        _arity(name, args, 0, 0, text)
-        a.noop.SetInParent()
-    else:
-        raise ActionParseError(f"unknown action {name!r} (known: {', '.join(ACTION_NAMES)})", text, 0)
-    if kwargs:
-        raise ActionParseError(f"{name}(): unknown argument {next(iter(kwargs))!r}", text, 0)
-    return a
+            raise ActionParseError("wait(): milliseconds must be a non-negative integer", self.text, self.pos[0])
+        return int(ms)
 
 
 def _num_text(x: float) -> str:
@@ -318,48 +255,116 @@ def _button(b: int) -> str:
     return f', button="{_BUTTON_NAMES[b]}"' if b in _BUTTON_NAMES else ""
 
 
+def _has_target(m: Any) -> bool:
+    return m.HasField("target") and bool(m.target.WhichOneof("ref"))
+
+
+@dataclass(frozen=True)
+class ActionKind:
+    """Everything webenv knows about one kind of action, in one row of :data:`ACTION_KINDS`."""
+
+    field: str  #: the Action oneof field
+    name: str  #: the grammar's name (``goto`` for ``navigate``)
+    arity: tuple[int, int | None]  #: positional arguments in the grammar, at least and at most (None: no limit)
+    parse: Callable[[_Args], Message]  #: the kind's message from its parsed arguments
+    format: Callable[[Any], str]  #: the canonical text of the kind's message
+    target: str = ""  #: "required" or "optional" when the action names an element (ElementTarget), else ""
+    navigates: bool = False  #: moves or opens a document itself (goto, back, forward, new tab)
+    may_navigate: bool = False  #: acts on the page, which can start a navigation of the active tab
+    next_frame: bool = False  #: its effects arrive with the next rendered frame (scroll events, rAF-driven UIs)
+
+
+_n = _num_text
+_KINDS = (
+    ActionKind("click", "click", (1, 1), target="required", may_navigate=True,
+               parse=lambda a: pb.ClickAction(button=a.button(), click_count=a.click_count(), target=a.target(0)),
+               format=lambda m: f"click({_target(m.target)}{_button(m.button)}"
+                                f"{f', count={m.click_count}' if m.click_count > 1 else ''})"),
+    ActionKind("fill", "fill", (2, 2), target="required", may_navigate=True,
+               parse=lambda a: pb.FillAction(target=a.target(0), text=a.string(1, "text")),
+               format=lambda m: f"fill({_target(m.target)}, {_q(m.text)})"),
+    ActionKind("select", "select", (2, None), target="required", may_navigate=True,
+               parse=lambda a: pb.SelectAction(target=a.target(0),
+                                               options=[a.string(k, "option") for k in range(1, len(a))]),
+               format=lambda m: f"select({_target(m.target)}, {', '.join(_q(o) for o in m.options)})"),
+    ActionKind("hover", "hover", (1, 1), target="required", may_navigate=True, next_frame=True,
+               parse=lambda a: pb.HoverAction(target=a.target(0)),
+               format=lambda m: f"hover({_target(m.target)})"),
+    ActionKind("press", "press", (1, 2), target="optional", may_navigate=True,
+               parse=lambda a: (pb.PressAction(key=a.string(0, "key")) if len(a) == 1
+                                else pb.PressAction(target=a.target(0), key=a.string(1, "key"))),
+               format=lambda m: (f"press({_target(m.target)}, {_q(m.key)})" if _has_target(m)
+                                 else f"press({_q(m.key)})")),
+    ActionKind("scroll_element", "scroll_element", (3, 3), target="required", may_navigate=True, next_frame=True,
+               parse=lambda a: pb.ScrollElementAction(target=a.target(0), dx=a.number(1, "dx"), dy=a.number(2, "dy")),
+               format=lambda m: f"scroll_element({_target(m.target)}, {_n(m.dx)}, {_n(m.dy)})"),
+    ActionKind("click_at", "click_at", (2, 2), may_navigate=True,
+               parse=lambda a: pb.ClickAtAction(button=a.button(), x=a.number(0, "x"), y=a.number(1, "y")),
+               format=lambda m: f"click_at({_n(m.x)}, {_n(m.y)}{_button(m.button)})"),
+    ActionKind("type", "type", (1, 1), may_navigate=True,
+               parse=lambda a: pb.TypeAction(text=a.string(0, "text")),
+               format=lambda m: f"type({_q(m.text)})"),
+    ActionKind("scroll", "scroll", (2, 2), may_navigate=True, next_frame=True,
+               parse=lambda a: pb.ScrollAction(dx=a.number(0, "dx"), dy=a.number(1, "dy")),
+               format=lambda m: f"scroll({_n(m.dx)}, {_n(m.dy)})"),
+    ActionKind("drag", "drag", (4, 4), may_navigate=True, next_frame=True,
+               parse=lambda a: pb.DragAction(from_x=a.number(0, "from_x"), from_y=a.number(1, "from_y"),
+                                             to_x=a.number(2, "to_x"), to_y=a.number(3, "to_y")),
+               format=lambda m: f"drag({_n(m.from_x)}, {_n(m.from_y)}, {_n(m.to_x)}, {_n(m.to_y)})"),
+    ActionKind("navigate", "goto", (1, 1), navigates=True,
+               parse=lambda a: pb.NavigateAction(url=a.string(0, "url")),
+               format=lambda m: f"goto({_q(m.url)})"),
+    ActionKind("go_back", "go_back", (0, 0), navigates=True,
+               parse=lambda a: pb.GoBackAction(), format=lambda m: "go_back()"),
+    ActionKind("go_forward", "go_forward", (0, 0), navigates=True,
+               parse=lambda a: pb.GoForwardAction(), format=lambda m: "go_forward()"),
+    ActionKind("new_tab", "new_tab", (0, 1), navigates=True,
+               parse=lambda a: pb.NewTabAction(url=a.string(0, "url") if len(a) else ""),
+               format=lambda m: f"new_tab({_q(m.url)})" if m.url else "new_tab()"),
+    ActionKind("switch_tab", "switch_tab", (1, 1),
+               parse=lambda a: pb.SwitchTabAction(tab_id=a.ident(0)),
+               format=lambda m: f"switch_tab({_ident(m.tab_id)})"),
+    ActionKind("close_tab", "close_tab", (0, 1),
+               parse=lambda a: pb.CloseTabAction(tab_id=a.ident(0) if len(a) else ""),
+               format=lambda m: f"close_tab({_ident(m.tab_id)})" if m.tab_id else "close_tab()"),
+    ActionKind("wait", "wait", (1, 1), next_frame=True,
+               parse=lambda a: pb.WaitAction(milliseconds=a.milliseconds()),
+               format=lambda m: f"wait({m.milliseconds})"),
+    ActionKind("answer", "answer", (1, 1),
+               parse=lambda a: pb.AnswerAction(text=a.string(0, "text")),
+               format=lambda m: f"answer({_q(m.text)})"),
+    ActionKind("noop", "noop", (0, 0), parse=lambda a: pb.NoopAction(), format=lambda m: "noop()"),
+)
+
+#: One row per kind of action, by its Action oneof field, in the order of the oneof.
+ACTION_KINDS: dict[str, ActionKind] = {k.field: k for k in _KINDS}
+_BY_NAME: dict[str, ActionKind] = {k.name: k for k in _KINDS}
+
+#: Action names of the grammar, in the order of the Action oneof.
+ACTION_NAMES = tuple(k.name for k in _KINDS)
+
+
+def parse_action(text: str) -> pb.Action:
+    """Parse one action in the text grammar into an ``Action``; raise ActionParseError on malformed text."""
+    name, args, kwargs, pos = _Parser(text).call()
+    kind = _BY_NAME.get(name)
+    if kind is None:
+        raise ActionParseError(f"unknown action {name!r} (known: {', '.join(ACTION_NAMES)})", text, 0)
+    parsed = _Args(name, args, kwargs, pos, text)
+    low, high = kind.arity
+    if len(args) < low or (high is not None and len(args) > high):
+        parsed.arity(low, low if high is None else high)
+    a = pb.Action()
+    getattr(a, kind.field).CopyFrom(kind.parse(parsed))
+    getattr(a, kind.field).SetInParent()
+    if parsed.kwargs:
+        raise ActionParseError(f"{name}(): unknown argument {next(iter(parsed.kwargs))!r}", text, 0)
+    return a
+
+
 def format_action(action: pb.Action) -> str:
     """The canonical text of an action; ValueError for an action with no kind or no element target."""
     kind = action.WhichOneof("kind")
     if kind is None:
         raise ValueError("action has no kind set")
-    a = getattr(action, kind)
-    n = _num_text
-    if kind == "click":
-        count = f", count={a.click_count}" if a.click_count > 1 else ""
-        return f"click({_target(a.target)}{_button(a.button)}{count})"
-    if kind == "fill":
-        return f"fill({_target(a.target)}, {_q(a.text)})"
-    if kind == "select":
-        return f"select({_target(a.target)}, {', '.join(_q(o) for o in a.options)})"
-    if kind == "hover":
-        return f"hover({_target(a.target)})"
-    if kind == "press":
-        if a.HasField("target") and a.target.WhichOneof("ref"):
-            return f"press({_target(a.target)}, {_q(a.key)})"
-        return f"press({_q(a.key)})"
-    if kind == "scroll_element":
-        return f"scroll_element({_target(a.target)}, {n(a.dx)}, {n(a.dy)})"
-    if kind == "click_at":
-        return f"click_at({n(a.x)}, {n(a.y)}{_button(a.button)})"
-    if kind == "type":
-        return f"type({_q(a.text)})"
-    if kind == "scroll":
-        return f"scroll({n(a.dx)}, {n(a.dy)})"
-    if kind == "drag":
-        return f"drag({n(a.from_x)}, {n(a.from_y)}, {n(a.to_x)}, {n(a.to_y)})"
-    if kind == "navigate":
-        return f"goto({_q(a.url)})"
-    if kind in ("go_back", "go_forward", "noop"):
-        return f"{kind}()"
-    if kind == "new_tab":
-        return f"new_tab({_q(a.url)})" if a.url else "new_tab()"
-    if kind == "switch_tab":
-        return f"switch_tab({_ident(a.tab_id)})"
-    if kind == "close_tab":
-        return f"close_tab({_ident(a.tab_id)})" if a.tab_id else "close_tab()"
-    if kind == "wait":
-        return f"wait({a.milliseconds})"
-    if kind == "answer":
-        return f"answer({_q(a.text)})"
-    raise ValueError(f"unknown action kind {kind!r}")  # pragma: no cover - the oneof is exhaustive above
+    return ACTION_KINDS[kind].format(getattr(action, kind))

@@ -13,11 +13,9 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
 from webenv import errors
+from webenv.actions import ACTION_KINDS
 from webenv.streams import serve_in_completion_order
 from webenv.v1 import common_pb2, environment_pb2
-
-#: Action kinds that name an element (`target` is required).
-ELEMENT_KINDS = ("click", "fill", "select", "hover", "scroll_element")
 
 
 def element_ref(msg: Any, field: str, required: bool = True) -> dict[str, str] | None:
@@ -44,19 +42,17 @@ def validate_action(action: common_pb2.Action, max_wait_ms: int) -> str:
     if not kind:
         raise errors.InvalidArgument("action: no action kind is set", reason="BAD_ACTION", metadata={"field": "action"})
     msg = getattr(action, kind)
-    if kind in ELEMENT_KINDS:
-        element_ref(msg, f"action.{kind}.target")
+    if ACTION_KINDS[kind].target:
+        element_ref(msg, f"action.{kind}.target", required=ACTION_KINDS[kind].target == "required")
     if kind == "click" and msg.click_count < 0:
         raise errors.InvalidArgument("action.click.click_count: must be >= 0", reason="BAD_ACTION",
                                      metadata={"field": "action.click.click_count"})
     if kind == "select" and not msg.options:
         raise errors.InvalidArgument("action.select.options: at least one option is required", reason="BAD_ACTION",
                                      metadata={"field": "action.select.options"})
-    if kind == "press":
-        element_ref(msg, "action.press.target", required=False)
-        if not msg.key.strip():
-            raise errors.InvalidArgument("action.press.key: a key name is required", reason="BAD_ACTION",
-                                         metadata={"field": "action.press.key"})
+    if kind == "press" and not msg.key.strip():
+        raise errors.InvalidArgument("action.press.key: a key name is required", reason="BAD_ACTION",
+                                     metadata={"field": "action.press.key"})
     if kind in ("click_at", "drag"):
         coords = [msg.x, msg.y] if kind == "click_at" else [msg.from_x, msg.from_y, msg.to_x, msg.to_y]
         if any(c < 0 or c != c for c in coords):

@@ -16,6 +16,7 @@ Playwright's `click()` actionability checks, with the same "is it really clickab
 from __future__ import annotations
 
 import asyncio
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -31,7 +32,6 @@ if TYPE_CHECKING:
     from webenv.browser.session import BrowserSession
 
 FILL_TIMEOUT_MS = 5000
-NAVIGATION_KINDS = ("navigate", "go_back", "go_forward", "new_tab")
 _BUTTONS = {common_pb2.MOUSE_BUTTON_UNSPECIFIED: "left", common_pb2.MOUSE_BUTTON_LEFT: "left",
             common_pb2.MOUSE_BUTTON_MIDDLE: "middle", common_pb2.MOUSE_BUTTON_RIGHT: "right"}
 
@@ -106,10 +106,6 @@ class ActionOutcome:
     target_element_id: str = ""  # the element the target resolved to (StepResponse.target_element_id)
 
 
-def kind_of(action: common_pb2.Action) -> str:
-    return action.WhichOneof("kind") or ""
-
-
 async def _evaluate(page: Page, arg: list[Any], nav_timeout_ms: int, handle: bool = False) -> Any:
     """RESOLVE_JS in the active document; when a navigation destroys the document under the call, wait for
     the new document's DOMContentLoaded and resolve once more there."""
@@ -166,103 +162,170 @@ async def _handle(page: Page, ref: dict[str, str], nav_timeout_ms: int = 10000) 
     return el
 
 
+@dataclass
+class _Step:
+    """One action being performed: its kind, the navigation timeout and the element its target resolved to."""
+
+    kind: str
+    nav_timeout_ms: int
+    resolved: str = ""
+
+
+async def _at_point(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    """click, hover: resolve the element to its centre point, then trusted mouse events there."""
+    page = session.page
+    ref = _target(msg, f"action.{step.kind}.target")
+    assert ref is not None
+    res = await _resolve(page, ref, nav_timeout_ms=step.nav_timeout_ms)
+    err = _point_error(ref, res, step.kind)
+    if err:
+        return ActionOutcome(error=err)
+    step.resolved = ref.get("id") or res.get("eid", "")
+    if step.kind == "click":
+        await page.mouse.click(res["x"], res["y"], button=_BUTTONS[msg.button],  # type: ignore[arg-type]
+                               click_count=msg.click_count or 1)
+    else:
+        await page.mouse.move(res["x"], res["y"])
+    return ActionOutcome(target_element_id=step.resolved)
+
+
+async def _on_element(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    """fill, select, scroll_element: act on the element's handle."""
+    ref = _target(msg, f"action.{step.kind}.target")
+    assert ref is not None
+    el = await _handle(session.page, ref, step.nav_timeout_ms)
+    if el is None:
+        return ActionOutcome(error=f"{_describe(ref)} not found on the page")
+    step.resolved = ref.get("id") or (await el.get_attribute("data-webenv-id") or "")
+    if step.kind == "fill":
+        # Playwright waits for the element to be editable; 2 s failed real fills on a loaded 2-core
+        # machine (dozens of Chromium processes), 5 s did not. Non-text elements fail at once.
+        await el.fill(msg.text, timeout=FILL_TIMEOUT_MS)
+    elif step.kind == "select":
+        err = await el.evaluate(SELECT_JS, list(msg.options))
+        if err:
+            return ActionOutcome(error=f"{_describe(ref)}: {err}")
+    else:
+        await el.evaluate("(el, [dx, dy]) => el.scrollBy(dx, dy)", [msg.dx, msg.dy])
+    return ActionOutcome(target_element_id=step.resolved)
+
+
+async def _press(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    ref = _target(msg, "action.press.target", required=False)
+    if ref is not None:
+        el = await _handle(session.page, ref, step.nav_timeout_ms)
+        if el is None:
+            return ActionOutcome(error=f"{_describe(ref)} not found on the page")
+        await el.focus()
+    try:
+        await session.page.keyboard.press(msg.key)
+    except PlaywrightError as exc:
+        if "Unknown key" in str(exc):
+            raise errors.InvalidArgument(f"action.press.key: unknown key {msg.key!r}", reason="BAD_ACTION",
+                                         metadata={"field": "action.press.key"}) from exc
+        raise
+    return ActionOutcome()
+
+
+async def _click_at(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    page = session.page
+    vp = page.viewport_size or {"width": 1 << 30, "height": 1 << 30}
+    if msg.x >= vp["width"] or msg.y >= vp["height"]:
+        return ActionOutcome(error=f"point ({msg.x}, {msg.y}) is outside the viewport")
+    await page.mouse.click(msg.x, msg.y, button=_BUTTONS[msg.button])  # type: ignore[arg-type]
+    return ActionOutcome()
+
+
+async def _type(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    await session.page.keyboard.type(msg.text)
+    return ActionOutcome()
+
+
+async def _scroll(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    page = session.page
+    vp = page.viewport_size or {"width": 1280, "height": 720}
+    await page.mouse.move(vp["width"] / 2, vp["height"] / 2)
+    await page.mouse.wheel(msg.dx, msg.dy)
+    return ActionOutcome()
+
+
+async def _drag(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    mouse = session.page.mouse
+    await mouse.move(msg.from_x, msg.from_y)
+    await mouse.down()
+    await mouse.move(msg.to_x, msg.to_y, steps=5)
+    await mouse.up()
+    return ActionOutcome()
+
+
+async def _navigate(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    return ActionOutcome(error=await goto(session, session.page, msg.url, step.nav_timeout_ms))
+
+
+async def _history(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    """go_back, go_forward."""
+    page = session.page
+    fn = page.go_back if step.kind == "go_back" else page.go_forward
+    resp = await fn(wait_until="domcontentloaded", timeout=step.nav_timeout_ms)
+    if resp is None and page.url in ("about:blank", ""):
+        return ActionOutcome(error=f"{step.kind}: no history entry")
+    return ActionOutcome()
+
+
+async def _new_tab(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    tab = await session.new_tab()
+    if msg.url:
+        return ActionOutcome(error=await goto(session, tab.page, msg.url, step.nav_timeout_ms))
+    return ActionOutcome()
+
+
+async def _switch_tab(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    if not session.switch_tab(msg.tab_id):
+        return ActionOutcome(error=f"tab {msg.tab_id!r} does not exist (open: {', '.join(session.tabs)})")
+    return ActionOutcome()
+
+
+async def _close_tab(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    tab_id = msg.tab_id or session.active_tab_id
+    if tab_id not in session.tabs:
+        return ActionOutcome(error=f"tab {tab_id!r} does not exist")
+    await session.close_tab(tab_id)
+    return ActionOutcome()
+
+
+async def _wait(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    await asyncio.sleep(msg.milliseconds / 1000)
+    return ActionOutcome()
+
+
+async def _answer(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    return ActionOutcome(done=True, answer=msg.text)
+
+
+async def _noop(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    return ActionOutcome()
+
+
+#: How the farm performs each kind of action (what a kind is — its target, whether it navigates — is the sdk's
+#: `webenv.actions.ACTION_KINDS`; this table must name the same kinds).
+PERFORM: dict[str, Callable[[BrowserSession, Any, _Step], Awaitable[ActionOutcome]]] = {
+    "click": _at_point, "fill": _on_element, "select": _on_element, "hover": _at_point, "press": _press,
+    "scroll_element": _on_element, "click_at": _click_at, "type": _type, "scroll": _scroll, "drag": _drag,
+    "navigate": _navigate, "go_back": _history, "go_forward": _history, "new_tab": _new_tab,
+    "switch_tab": _switch_tab, "close_tab": _close_tab, "wait": _wait, "answer": _answer, "noop": _noop,
+}
+
+
 async def perform(session: BrowserSession, action: common_pb2.Action, kind: str, *, nav_timeout_ms: int) -> ActionOutcome:
     """Run one validated action in the session's active tab."""
-    page = session.page
-    msg = getattr(action, kind)
-    resolved = ""
+    step = _Step(kind, nav_timeout_ms)
     try:
-        if kind in ("click", "hover"):
-            ref = _target(msg, f"action.{kind}.target")
-            assert ref is not None
-            res = await _resolve(page, ref, nav_timeout_ms=nav_timeout_ms)
-            err = _point_error(ref, res, kind)
-            if err:
-                return ActionOutcome(error=err)
-            resolved = ref.get("id") or res.get("eid", "")
-            if kind == "click":
-                await page.mouse.click(res["x"], res["y"], button=_BUTTONS[msg.button],  # type: ignore[arg-type]
-                                       click_count=msg.click_count or 1)
-            else:
-                await page.mouse.move(res["x"], res["y"])
-        elif kind in ("fill", "select", "scroll_element"):
-            ref = _target(msg, f"action.{kind}.target")
-            assert ref is not None
-            el = await _handle(page, ref, nav_timeout_ms)
-            if el is None:
-                return ActionOutcome(error=f"{_describe(ref)} not found on the page")
-            resolved = ref.get("id") or (await el.get_attribute("data-webenv-id") or "")
-            if kind == "fill":
-                # Playwright waits for the element to be editable; 2 s failed real fills on a loaded 2-core
-                # machine (dozens of Chromium processes), 5 s did not. Non-text elements fail at once.
-                await el.fill(msg.text, timeout=FILL_TIMEOUT_MS)
-            elif kind == "select":
-                err = await el.evaluate(SELECT_JS, list(msg.options))
-                if err:
-                    return ActionOutcome(error=f"{_describe(ref)}: {err}")
-            else:
-                await el.evaluate("(el, [dx, dy]) => el.scrollBy(dx, dy)", [msg.dx, msg.dy])
-        elif kind == "press":
-            ref = _target(msg, "action.press.target", required=False)
-            if ref is not None:
-                el = await _handle(page, ref, nav_timeout_ms)
-                if el is None:
-                    return ActionOutcome(error=f"{_describe(ref)} not found on the page")
-                await el.focus()
-            try:
-                await page.keyboard.press(msg.key)
-            except PlaywrightError as exc:
-                if "Unknown key" in str(exc):
-                    raise errors.InvalidArgument(f"action.press.key: unknown key {msg.key!r}", reason="BAD_ACTION",
-                                                 metadata={"field": "action.press.key"}) from exc
-                raise
-        elif kind == "click_at":
-            vp = page.viewport_size or {"width": 1 << 30, "height": 1 << 30}
-            if msg.x >= vp["width"] or msg.y >= vp["height"]:
-                return ActionOutcome(error=f"point ({msg.x}, {msg.y}) is outside the viewport")
-            await page.mouse.click(msg.x, msg.y, button=_BUTTONS[msg.button])  # type: ignore[arg-type]
-        elif kind == "type":
-            await page.keyboard.type(msg.text)
-        elif kind == "scroll":
-            vp = page.viewport_size or {"width": 1280, "height": 720}
-            await page.mouse.move(vp["width"] / 2, vp["height"] / 2)
-            await page.mouse.wheel(msg.dx, msg.dy)
-        elif kind == "drag":
-            await page.mouse.move(msg.from_x, msg.from_y)
-            await page.mouse.down()
-            await page.mouse.move(msg.to_x, msg.to_y, steps=5)
-            await page.mouse.up()
-        elif kind == "navigate":
-            return ActionOutcome(error=await goto(session, page, msg.url, nav_timeout_ms))
-        elif kind in ("go_back", "go_forward"):
-            fn = page.go_back if kind == "go_back" else page.go_forward
-            resp = await fn(wait_until="domcontentloaded", timeout=nav_timeout_ms)
-            if resp is None and page.url in ("about:blank", ""):
-                return ActionOutcome(error=f"{kind}: no history entry")
-        elif kind == "new_tab":
-            tab = await session.new_tab()
-            if msg.url:
-                return ActionOutcome(error=await goto(session, tab.page, msg.url, nav_timeout_ms))
-        elif kind == "switch_tab":
-            if not session.switch_tab(msg.tab_id):
-                return ActionOutcome(error=f"tab {msg.tab_id!r} does not exist (open: {', '.join(session.tabs)})")
-        elif kind == "close_tab":
-            tab_id = msg.tab_id or session.active_tab_id
-            if tab_id not in session.tabs:
-                return ActionOutcome(error=f"tab {tab_id!r} does not exist")
-            await session.close_tab(tab_id)
-        elif kind == "wait":
-            await asyncio.sleep(msg.milliseconds / 1000)
-        elif kind == "answer":
-            return ActionOutcome(done=True, answer=msg.text)
-        elif kind == "noop":
-            pass
+        return await PERFORM[kind](session, getattr(action, kind), step)
     except errors.WebenvError:
         raise
     except PlaywrightError as exc:
         text = str(exc).split("\n")[0]
-        return ActionOutcome(error=f"{kind} failed: {text[:300]}", target_element_id=resolved)
-    return ActionOutcome(target_element_id=resolved)
+        return ActionOutcome(error=f"{kind} failed: {text[:300]}", target_element_id=step.resolved)
 
 
 async def goto(session: BrowserSession, page: Page, url: str, nav_timeout_ms: int) -> str:

@@ -34,8 +34,9 @@ from collections import OrderedDict
 
 from playwright.async_api import Error as PlaywrightError
 from webenv import errors
+from webenv.actions import ACTION_KINDS
 from webenv.browser import metrics
-from webenv.browser.actions import NAVIGATION_KINDS, perform
+from webenv.browser.actions import perform
 from webenv.browser.config import Settings
 from webenv.browser.egress import EgressPolicy, EgressProxy, split_addr
 from webenv.browser.guard import BlockedUrl, UrlGuard
@@ -50,11 +51,6 @@ from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
 log = logging.getLogger(__name__)
 _CLOSED_KEEP = 2000
-# Actions whose effects arrive with the next rendered frame (scroll events, wheel, rAF-driven UIs).
-FRAME_KINDS = frozenset({"scroll", "scroll_element", "drag", "hover", "wait"})
-# Actions on the page that can start a navigation of the active tab (checked in the page right after).
-PAGE_KINDS = frozenset({"click", "click_at", "press", "type", "fill", "select", "hover", "drag", "scroll",
-                        "scroll_element"})
 NAV_START_GRACE_S = 2.0  # page said "navigating" but no request came: the navigation was cancelled
 NAV_END_GRACE_S = 1.0  # the request ended but no new document came: 204, download, refused
 
@@ -414,7 +410,8 @@ class Farm:
     async def _step(self, s: BrowserSession, req: environment_pb2.StepRequest, kind: str, t0: float
                     ) -> environment_pb2.StepResponse:
         spec = req.observation_spec if req.HasField("observation_spec") else s.spec
-        queue = self.queues.open if kind in NAVIGATION_KINDS else self.queues.act
+        what = ACTION_KINDS[kind]  # navigates, may start a navigation, shows in the next frame
+        queue = self.queues.open if what.navigates else self.queues.act
         st = s.slot.state
         blocked_before = len(st.blocked)
         async with queue.slot() as waited_act:
@@ -428,10 +425,10 @@ class Farm:
             outcome = await perform(s, req.action, kind, nav_timeout_ms=self.settings.farm_nav_timeout_ms)
             ts = time.perf_counter()
             action_s = ts - ta
-            started = kind in PAGE_KINDS and await self._nav_started(s, tab)
+            started = what.may_navigate and await self._nav_started(s, tab)
             await s.ensure_tab()
             # navigate/go_back/go_forward/new_tab waited for their own DOMContentLoaded already
-            await self._settle(s, nav_before, started, None if kind in NAVIGATION_KINDS else tab, loads_before)
+            await self._settle(s, nav_before, started, None if what.navigates else tab, loads_before)
             settle_s = time.perf_counter() - ts
         metrics.ACTIONS.labels(kind).inc()
         error = outcome.error
@@ -455,7 +452,7 @@ class Farm:
                 st.nav_pages.clear()
                 tab = s.tab
                 loads_seen = tab.loads
-                obs, raw = await self._observe(s, spec, frame_wait=kind in FRAME_KINDS)
+                obs, raw = await self._observe(s, spec, frame_wait=what.next_frame)
                 if raw.get("popups") and await self._adopt_popup(s):
                     settle_s += await self._settle(s, -1)
                     continue

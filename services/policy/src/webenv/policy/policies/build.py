@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from webenv.actions import ACTION_KINDS
 from webenv.v1 import common_pb2
 
 Action = common_pb2.Action
@@ -56,7 +57,7 @@ def noop() -> Action:
 def target_id(action: Action) -> str | None:
     """Element id an element action targets (None for other actions or selector targets)."""
     kind = action.WhichOneof("kind")
-    if kind in ("click", "fill", "select", "hover", "press", "scroll_element"):
+    if kind and ACTION_KINDS[kind].target:
         target = getattr(action, kind).target
         if target.WhichOneof("ref") == "element_id":
             return target.element_id
