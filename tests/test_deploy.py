@@ -46,8 +46,7 @@ GATEWAY_HTTP_PORT = 8080
 SERVICES = sorted(PORTS)
 K8S_VERSIONS = ("1.30", "1.37")  # oldest supported (native gRPC probes GA since 1.27) and newest schema shipped
 
-PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(PROMTOOL is None, reason="promtool not installed (Debian package `prometheus`)")
+PROMTOOL = shutil.which("promtool") or "promtool"  # Debian package `prometheus` (deploy/apt-packages.txt)
 
 
 # --- helpers ---------------------------------------------------------------------------------------------------
@@ -76,10 +75,7 @@ def settings_fields(service: str) -> set[str]:
     """Field names of the service's settings class (WEBENV_<FIELD>), from the real pydantic model."""
     from webenv.runtime.config import ServiceSettings
 
-    try:
-        module = importlib.import_module(f"webenv.{service}.config")
-    except ImportError as exc:  # pragma: no cover - a service not installed in this venv
-        pytest.skip(f"webenv.{service}.config not importable: {exc}")
+    module = importlib.import_module(f"webenv.{service}.config")  # every service is installed: none may be missing
     classes = [c for c in vars(module).values()
                if isinstance(c, type) and issubclass(c, ServiceSettings) and c is not ServiceSettings]
     assert classes, f"no ServiceSettings subclass in webenv.{service}.config"
@@ -111,7 +107,6 @@ def validate_settings(service: str, env: dict[str, str], monkeypatch, tmp_path: 
     from pydantic import ValidationError
     from webenv.runtime.config import ServiceSettings, describe_validation_error
 
-    settings_fields(service)  # skips when the service is not installed
     module = importlib.import_module(f"webenv.{service}.config")
     classes = [c for c in vars(module).values()
                if isinstance(c, type) and issubclass(c, ServiceSettings) and c is not ServiceSettings]
@@ -179,10 +174,7 @@ def metric_labels() -> dict[str, frozenset[str]]:
             continue
         service = path.relative_to(ROOT / "services").parts[0]
         module = ".".join(path.relative_to(ROOT / "services" / service / "src").with_suffix("").parts)
-        try:
-            importlib.import_module(module)
-        except ImportError as exc:  # pragma: no cover - a service not installed in this venv
-            pytest.skip(f"cannot import {module} to read its metrics' labels: {exc}")
+        importlib.import_module(module)
     out: dict[str, frozenset[str]] = {}
     for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001 - the only way to list label names
         name, kind = getattr(collector, "_name", None), getattr(collector, "_type", None)
@@ -361,17 +353,13 @@ def test_compose_builds_every_service_with_a_dockerfile():
 
 @pytest.mark.parametrize("name", SERVICES)
 def test_compose_dockerfile_exists(name):
-    if not (ROOT / "services" / name / "Dockerfile").exists():
-        pytest.skip(f"services/{name}/Dockerfile not written yet (its owner's); docker-compose.yml already builds it")
+    assert (ROOT / "services" / name / "Dockerfile").is_file(), f"docker-compose.yml builds services/{name}/Dockerfile"
 
 
 @pytest.mark.parametrize("name", SERVICES)
 def test_dockerfile_fits_the_deploy_contract(name):
     """What compose and the manifests rely on: uid 10001, exec-form entrypoint (SIGTERM reaches Python)."""
-    path = ROOT / "services" / name / "Dockerfile"
-    if not path.exists():
-        pytest.skip(f"services/{name}/Dockerfile not written yet")
-    text = path.read_text()
+    text = (ROOT / "services" / name / "Dockerfile").read_text()
     assert re.search(r"^USER (10001|webenv)\s*$", text, re.M), f"{name}: run as the non-root user 10001"
     assert "10001" in text
     assert re.search(rf'^ENTRYPOINT \["python", "-m", "webenv\.{name}"', text, re.M), f"{name}: exec-form ENTRYPOINT"
@@ -536,14 +524,12 @@ def test_prometheus_scrapes_every_service():
     assert k8s["global"]["scrape_interval"] == "15s"
 
 
-@needs_promtool
 def test_promtool_check_config():
     run = subprocess.run([PROMTOOL, "check", "config", "prometheus.yml"], cwd=DEPLOY / "prometheus",
                          capture_output=True, text=True, timeout=30)
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-@needs_promtool
 def test_promtool_check_config_kubernetes():
     run = subprocess.run([PROMTOOL, "check", "config", "prometheus-k8s.yml"], cwd=DEPLOY / "prometheus",
                          capture_output=True, text=True, timeout=30)
@@ -552,7 +538,6 @@ def test_promtool_check_config_kubernetes():
     assert run.returncode == 0, run.stdout + run.stderr
 
 
-@needs_promtool
 def test_promtool_check_and_unit_test_rules():
     prom = DEPLOY / "prometheus"
     run = subprocess.run([PROMTOOL, "check", "rules", "alerts.yml"], cwd=prom, capture_output=True, text=True,
@@ -656,7 +641,6 @@ def test_dashboard_queries_use_exported_metrics():
         assert metric in rollouts
 
 
-@needs_promtool
 def test_dashboard_queries_parse_as_promql(tmp_path):
     rules = []
     for board in dashboards().values():
@@ -703,9 +687,8 @@ def workload(name: str) -> dict:
 @pytest.fixture
 def kv(monkeypatch):
     """kubernetes_validate with its schema files read once (validate() re-reads and re-parses them per call)."""
-    kv = pytest.importorskip(
-        "kubernetes_validate",
-        reason="kubernetes-validate is not installed (pip install kubernetes-validate; offline Kubernetes schemas)")
+    import kubernetes_validate as kv  # requirements-dev.txt: offline Kubernetes schemas
+
     monkeypatch.setattr(kv.utils, "schema_contents", functools.cache(kv.utils.schema_contents))
     return kv
 

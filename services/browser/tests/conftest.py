@@ -14,11 +14,10 @@ from pathlib import Path
 
 import grpc
 import pytest
-from webenv.actions import parse_action
 from webenv.browser.__main__ import serving
 from webenv.browser.config import Settings
-from webenv.client import make_channel
-from webenv.v1 import browser_pb2_grpc, common_pb2, environment_pb2, environment_pb2_grpc
+from webenv.client import EnvironmentClient, make_channel
+from webenv.v1 import browser_pb2_grpc, common_pb2, environment_pb2_grpc
 
 PAGES: dict[str, str] = {
     "basic": """<!doctype html><html><head><title>Basic page</title></head><body>
@@ -210,45 +209,11 @@ async def farm(page_server: PageServer, chromium_path: str) -> AsyncIterator[Far
         yield handle
 
 
-class EnvHelper:
-    """Small client over the stubs: actions as text (the sdk grammar), step indexes tracked."""
-
-    def __init__(self, handle: FarmHandle) -> None:
-        self.h = handle
-        self.steps: dict[str, int] = {}
-
-    async def open(self, url: str, *formats: int, **kw: object) -> environment_pb2.OpenSessionResponse:
-        spec = common_pb2.ObservationSpec(formats=list(formats) or [common_pb2.OBSERVATION_FORMAT_AXTREE])
-        req = environment_pb2.OpenSessionRequest(start_url=url, observation_spec=spec, **kw)  # type: ignore[arg-type]
-        resp = await self.h.env.OpenSession(req)
-        self.steps[resp.session.session_id] = 0
-        return resp
-
-    async def step(self, sid: str, action: str | common_pb2.Action, *formats: int,
-                   timeout_s: float = 0.0, spec: common_pb2.ObservationSpec | None = None) -> environment_pb2.StepResponse:
-        act = parse_action(action) if isinstance(action, str) else action
-        req = environment_pb2.StepRequest(session_id=sid, action=act, step_index=self.steps.get(sid, 0),
-                                          timeout_seconds=timeout_s)
-        if spec is not None:
-            req.observation_spec.CopyFrom(spec)
-        elif formats:
-            req.observation_spec.CopyFrom(common_pb2.ObservationSpec(formats=list(formats)))
-        try:
-            resp = await self.h.env.Step(req)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED:
-                self.steps[sid] = self.steps.get(sid, 0) + 1  # a timed-out step still counts
-            raise
-        self.steps[sid] = self.steps.get(sid, 0) + 1
-        return resp
-
-    async def close(self, sid: str, evidence: bool = False) -> environment_pb2.CloseSessionResponse:
-        return await self.h.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid, capture_evidence=evidence))
-
-
 @pytest.fixture
-def env(farm: FarmHandle) -> EnvHelper:
-    return EnvHelper(farm)
+async def env(farm: FarmHandle) -> AsyncIterator[EnvironmentClient]:
+    """The sdk's EnvironmentClient on the farm's channel: actions as text, step indexes tracked."""
+    async with EnvironmentClient(farm.channel) as client:
+        yield client
 
 
 def element_id(obs: common_pb2.Observation, text: str) -> str:

@@ -13,7 +13,7 @@ F = common_pb2.ObservationFormat
 
 async def _click_then_act(env, page_server, click: str, ms: int, path: str, heading: str) -> None:
     """`click` is a selector to click, or a whole action (e.g. a press of Enter in a form field)."""
-    o = await env.open(page_server.url("navrace"))
+    o = await env.open(start_url=page_server.url("navrace"))
     sid = o.session.session_id
     try:
         if ms:
@@ -55,7 +55,7 @@ async def test_navigation_race_under_load(env, page_server):
 
 
 async def test_prevented_submit_does_not_wait(env, page_server):
-    o = await env.open(page_server.url("navrace"))
+    o = await env.open(start_url=page_server.url("navrace"))
     sid = o.session.session_id
     r = await env.step(sid, 'click("#js-btn")')
     assert 'StaticText "stayed"' in r.observation.axtree and "/pages/navrace" in r.observation.url

@@ -17,8 +17,7 @@ async def ensure_node_modules() -> None:
     if (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
         return
     npm = shutil.which("npm")
-    if npm is None:
-        pytest.skip("npm is not installed: the Node.js client test needs node and npm")
+    assert npm, "npm is not installed: run `make install` (Debian packages nodejs, npm)"
     proc = await asyncio.create_subprocess_exec(npm, "install", "--no-audit", "--no-fund", cwd=NODE_DIR,
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await proc.communicate()
@@ -30,8 +29,7 @@ async def ensure_node_modules() -> None:
 
 
 async def test_node_client_opens_and_steps(farm, page_server):
-    if shutil.which("node") is None:
-        pytest.skip("node is not installed")
+    assert shutil.which("node"), "node is not installed: run `make install` (Debian package nodejs)"
     await ensure_node_modules()
     proc = await asyncio.create_subprocess_exec(
         "node", str(NODE_DIR / "client.js"), farm.address, page_server.url("basic"), str(PROTOS),

@@ -5,9 +5,9 @@ from __future__ import annotations
 import http.server
 import threading
 
-import grpc
 import pytest
 from webenv import errors
+from webenv.client import observation_spec
 from webenv.v1 import common_pb2
 
 F = common_pb2.ObservationFormat
@@ -16,14 +16,13 @@ F = common_pb2.ObservationFormat
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "http://127.0.0.2:1/", "http://169.254.169.254/latest/meta-data/",
                                  "view-source:http://pages.web.test/pages/basic"])
 async def test_open_refuses_blocked_start_url(env, url):
-    with pytest.raises(grpc.aio.AioRpcError) as exc:
-        await env.open(url)
-    assert exc.value.code() == grpc.StatusCode.PERMISSION_DENIED
-    assert errors.from_rpc_error(exc.value).reason == "URL_BLOCKED"
+    with pytest.raises(errors.PermissionDenied) as exc:
+        await env.open(start_url=url)
+    assert exc.value.reason == "URL_BLOCKED"
 
 
 async def test_navigation_refusals_keep_the_session(env, page_server):
-    o = await env.open(page_server.url("basic"))
+    o = await env.open(start_url=page_server.url("basic"))
     sid = o.session.session_id
     for url in ("file:///etc/passwd", f"http://127.0.0.2:{page_server.port}/pages/basic",
                 "http://169.254.169.254/latest/meta-data/", "http://2130706433/", "javascript:alert(1)"):
@@ -56,10 +55,11 @@ def private_server():
 
 
 async def test_redirect_to_private_address_is_refused(env, page_server, private_server):
-    o = await env.open(page_server.url("basic"))
+    o = await env.open(start_url=page_server.url("basic"))
     sid = o.session.session_id
     target = f"http://127.0.0.2:{private_server}/secret"
-    r = await env.step(sid, f'goto("http://pages.web.test/redirect?to={target}")', F.OBSERVATION_FORMAT_HTML)
+    r = await env.step(sid, f'goto("http://pages.web.test/redirect?to={target}")',
+                       spec=observation_spec([F.OBSERVATION_FORMAT_HTML]))
     assert "refused by the URL guard" in r.observation.last_action_error
     assert "127.0.0.2" not in r.observation.url
     assert "internal secret" not in r.observation.html  # nothing of the private page is observed
@@ -67,7 +67,7 @@ async def test_redirect_to_private_address_is_refused(env, page_server, private_
 
 
 async def test_subresource_to_private_address_is_blocked(env, page_server, farm):
-    o = await env.open(page_server.url("basic"))
+    o = await env.open(start_url=page_server.url("basic"))
     sid = o.session.session_id
     before = farm.farm.sessions[sid].slot.state.blocked[:]
     await env.step(sid, 'goto("http://pages.web.test/redirect?to=/pages/basic")')
@@ -81,8 +81,8 @@ async def test_subresource_to_private_address_is_blocked(env, page_server, farm)
 
 
 async def test_cookies_are_isolated_between_sessions(env, page_server):
-    a = await env.open(page_server.url("cookie"))
-    b = await env.open(page_server.url("cookie"))
+    a = await env.open(start_url=page_server.url("cookie"))
+    b = await env.open(start_url=page_server.url("cookie"))
     r = await env.step(a.session.session_id, 'click("#set")')
     assert '"set"' in r.observation.axtree
     r = await env.step(a.session.session_id, 'goto("http://pages.web.test/echo-cookie")')

@@ -13,7 +13,6 @@ async def test_open_step_close(farm, page_server):
     opened = await farm.env.OpenSession(environment_pb2.OpenSessionRequest(
         start_url=page_server.url("basic"), observation_spec=spec))
     obs = opened.observation
-    print(obs.axtree[:2000])
     assert "Welcome" in obs.axtree
     assert obs.screenshot.data[:4] == b"\x89PNG"
     btn = next(e for e in obs.elements if e.name == "Press me")
@@ -23,6 +22,5 @@ async def test_open_step_close(farm, page_server):
         action=common_pb2.Action(click=common_pb2.ClickAction(target=common_pb2.ElementTarget(element_id=btn.element_id)))))
     assert r.observation.last_action_error == ""
     assert "clicked 1" in r.observation.axtree
-    print(r.timings)
     closed = await farm.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid))
     assert closed.session.state == environment_pb2.SESSION_STATE_CLOSED

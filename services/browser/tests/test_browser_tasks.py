@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import re
@@ -23,10 +22,9 @@ def miniwob_task(name: str) -> common_pb2.Task:
 
 @pytest.mark.parametrize("seed", [1, 7])
 async def test_miniwob_click_test(env, farm, seed):
-    r = await farm.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task("click-test"), seed=seed))
+    r = await env.open(task=miniwob_task("click-test"), seed=seed)
     assert r.instruction == "Click the button."
     sid = r.session.session_id
-    env.steps[sid] = 0
     step = await env.step(sid, 'click("#subbtn")')
     assert step.done and step.raw_reward == 1.0 and 0 < step.reward <= 1.0
     closed = await env.close(sid)
@@ -34,9 +32,8 @@ async def test_miniwob_click_test(env, farm, seed):
 
 
 async def test_miniwob_enter_text(env, farm):
-    r = await farm.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task("enter-text"), seed=3))
+    r = await env.open(task=miniwob_task("enter-text"), seed=3)
     sid = r.session.session_id
-    env.steps[sid] = 0
     m = re.search(r'"(.+)"', r.instruction)
     assert m, r.instruction
     first = await env.step(sid, f'fill("#tt", {json.dumps(m.group(1))})')
@@ -47,9 +44,8 @@ async def test_miniwob_enter_text(env, farm):
 
 
 async def test_miniwob_wrong_answer_gets_negative_reward(env, farm):
-    r = await farm.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task("enter-text"), seed=4))
+    r = await env.open(task=miniwob_task("enter-text"), seed=4)
     sid = r.session.session_id
-    env.steps[sid] = 0
     await env.step(sid, 'fill("#tt", "definitely wrong")')
     step = await env.step(sid, 'click("#subbtn")')
     assert step.done and step.raw_reward == -1.0
@@ -106,9 +102,7 @@ def start_sites(http_port: int, grpc_port: int, cwd: object) -> subprocess.Popen
 
 async def test_against_the_sites_service(farm_factory, tmp_path):
     """The real sites service as a subprocess: a MiniWoB page and a synthetic task from its catalog."""
-    # Only whether it is installed: the farm meets the sites service over gRPC and HTTP, never by import.
-    if importlib.util.find_spec("webenv.sites") is None:
-        pytest.skip("webenv-sites is not installed in this environment")
+    # The farm meets the sites service over gRPC and HTTP, never by import (`make install` installs it).
     http_port, grpc_port = free_port(), free_port()
     proc = start_sites(http_port, grpc_port, tmp_path)
     try:

@@ -1,14 +1,13 @@
 """End to end: the oracle policy solves tasks through the real browser farm on the real synthetic web.
 
-The sites service and the browser farm run as subprocesses (`python -m webenv.sites`, `python -m
-webenv.browser`), the policy server in-process; every hop is a real gRPC channel and Chromium acts.
+The sites service, the browser farm and the policy run as subprocesses (`python -m webenv.sites`, `python -m
+webenv.browser`, `python -m webenv.policy`); every hop is a real gRPC channel and Chromium acts.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import importlib.util
 import os
 import subprocess
 import sys
@@ -20,14 +19,8 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from webenv.client import make_channel
 from webenv.client.environment import EnvironmentClient
-from webenv.testing import find_chromium, free_port
-from webenv.v1 import common_pb2, policy_pb2, task_pb2, task_pb2_grpc
-
-MISSING = [name for name in ("webenv.browser", "webenv.sites") if importlib.util.find_spec(name) is None]
-pytestmark = [
-    pytest.mark.skipif(bool(MISSING), reason=f"services not installed: {', '.join(MISSING)}"),
-    pytest.mark.skipif(find_chromium() is None, reason="Chromium is not installed"),
-]
+from webenv.testing import free_port
+from webenv.v1 import common_pb2, policy_pb2, policy_pb2_grpc, task_pb2, task_pb2_grpc
 
 
 def tail(path: Path) -> str:
@@ -52,13 +45,22 @@ async def _serving(port: int, service: str, proc: subprocess.Popen, log: Path, l
         await channel.close()
 
 
+@contextlib.asynccontextmanager
+async def policy_stub(address: str):
+    channel = make_channel(address)
+    try:
+        yield policy_pb2_grpc.PolicyServiceStub(channel)
+    finally:
+        await channel.close()
+
+
 @pytest.fixture(scope="module")
-async def web(tmp_path_factory):
-    """(sites gRPC address, farm gRPC address) of freshly started services."""
+async def web(tmp_path_factory, chromium_path):
+    """(sites gRPC address, farm gRPC address, policy gRPC address) of freshly started services."""
     tmp = tmp_path_factory.mktemp("e2e")
     base = {k: v for k, v in os.environ.items() if not k.startswith("WEBENV_")}
     base.update(WEBENV_HOST="127.0.0.1", WEBENV_LOG_JSON="false", WEBENV_GRACE_SECONDS="1")
-    sites_port, http_port, farm_port = free_port(), free_port(), free_port()
+    sites_port, http_port, farm_port, policy_port = free_port(), free_port(), free_port(), free_port()
     procs = []
     try:
         sites_log = tmp / "sites.log"
@@ -71,10 +73,16 @@ async def web(tmp_path_factory):
             [sys.executable, "-m", "webenv.browser"], stdout=farm_log.open("w"), stderr=subprocess.STDOUT,
             env={**base, "WEBENV_GRPC_PORT": str(farm_port), "WEBENV_METRICS_PORT": "0",
                  "WEBENV_FARM_SITES_HTTP_ADDR": f"127.0.0.1:{http_port}", "WEBENV_SITES_ADDR": f"127.0.0.1:{sites_port}",
-                 "WEBENV_FARM_WARM_CONTEXTS": "1", "WEBENV_FARM_MAX_SESSIONS": "8"}))
+                 "WEBENV_FARM_WARM_CONTEXTS": "1", "WEBENV_FARM_MAX_SESSIONS": "8",
+                 "WEBENV_FARM_CHROMIUM_PATH": chromium_path}))
+        policy_log = tmp / "policy.log"
+        procs.append(policy := subprocess.Popen(  # noqa: ASYNC220 (a long-running service, not awaited)
+            [sys.executable, "-m", "webenv.policy"], stdout=policy_log.open("w"), stderr=subprocess.STDOUT,
+            env={**base, "WEBENV_GRPC_PORT": str(policy_port), "WEBENV_METRICS_PORT": "0"}))
         await _serving(sites_port, "webenv.v1.TaskService", sites, sites_log)
         await _serving(farm_port, "webenv.v1.EnvironmentService", farm, farm_log)
-        yield f"127.0.0.1:{sites_port}", f"127.0.0.1:{farm_port}"
+        await _serving(policy_port, "webenv.v1.PolicyService", policy, policy_log)
+        yield f"127.0.0.1:{sites_port}", f"127.0.0.1:{farm_port}", f"127.0.0.1:{policy_port}"
     finally:
         for p in procs:
             p.terminate()
@@ -111,8 +119,8 @@ async def run_oracle(stub, env: EnvironmentClient, task: common_pb2.Task, max_st
     return history, last, closed
 
 
-async def test_oracle_solves_synthetic_tasks(web, serve_policy, policy_stub):
-    sites_addr, farm_addr = web
+async def test_oracle_solves_synthetic_tasks(web):
+    sites_addr, farm_addr, policy_addr = web
     channel = make_channel(sites_addr)
     tasks = task_pb2_grpc.TaskServiceStub(channel)
     chosen = []
@@ -121,7 +129,7 @@ async def test_oracle_solves_synthetic_tasks(web, serve_policy, policy_stub):
             filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC], kinds=[kind]), page_size=50))
         chosen.append(min(listed.tasks, key=lambda t: len(t.oracle)))
     await channel.close()
-    async with serve_policy() as (server, _), policy_stub(server) as stub, EnvironmentClient(farm_addr) as env:
+    async with policy_stub(policy_addr) as stub, EnvironmentClient(farm_addr) as env:
         for task in chosen:
             history, last, closed = await run_oracle(stub, env, task, max_steps=len(task.oracle) + 3)
             assert last.done, f"{task.task_id}: not done after {[h.action_text for h in history]}"
@@ -137,7 +145,7 @@ async def test_oracle_solves_synthetic_tasks(web, serve_policy, policy_stub):
                 assert closed.site_state_json and closed.site_state_json != "{}"
 
 
-async def test_oracle_solves_scripted_miniwob_tasks(web, serve_policy, policy_stub):
+async def test_oracle_solves_scripted_miniwob_tasks(web):
     """Every MiniWoB task the oracle has a script for, solved in the real page (reward > 0).
 
     Three seeds per task, at least two solved: MiniWoB's clock (10 s per episode) keeps running while a
@@ -145,14 +153,14 @@ async def test_oracle_solves_scripted_miniwob_tasks(web, serve_policy, policy_st
     """
     from webenv.policy.policies.oracle import MINIWOB_SCRIPTS
 
-    sites_addr, farm_addr = web
+    sites_addr, farm_addr, policy_addr = web
     channel = make_channel(sites_addr)
     stub_tasks = task_pb2_grpc.TaskServiceStub(channel)
     tasks = [(await stub_tasks.GetTask(task_pb2.GetTaskRequest(task_id=f"miniwob/{name}"))).task
              for name in sorted(MINIWOB_SCRIPTS)]
     await channel.close()
     unsolved, failures = {}, []
-    async with serve_policy() as (server, _), policy_stub(server) as stub, EnvironmentClient(farm_addr) as env:
+    async with policy_stub(policy_addr) as stub, EnvironmentClient(farm_addr) as env:
         for task in tasks:
             for seed in (1, 2, 3):
                 task.seed = seed
@@ -168,15 +176,15 @@ async def test_oracle_solves_scripted_miniwob_tasks(web, serve_policy, policy_st
     assert all(n <= 1 for n in unsolved.values()), failures
 
 @pytest.mark.parametrize("policy", ["random", "explore"])
-async def test_crawlers_act_validly_on_real_pages(web, serve_policy, policy_stub, policy):
+async def test_crawlers_act_validly_on_real_pages(web, policy):
     """Every action of random/explore on a real synthetic site is accepted by the farm (never BAD_ACTION)."""
-    sites_addr, farm_addr = web
+    sites_addr, farm_addr, policy_addr = web
     channel = make_channel(sites_addr)
     listed = await task_pb2_grpc.TaskServiceStub(channel).ListTasks(task_pb2.ListTasksRequest(
         filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC], families=["shop"]), page_size=1))
     await channel.close()
     start_url = listed.tasks[0].start_url
-    async with serve_policy() as (server, _), policy_stub(server) as stub, EnvironmentClient(farm_addr) as env:
+    async with policy_stub(policy_addr) as stub, EnvironmentClient(farm_addr) as env:
         opened = await env.open(start_url=start_url, formats=("axtree", "elements", "dom"))
         sid, obs = opened.session.session_id, opened.observation
         urls, kinds = {obs.url}, []

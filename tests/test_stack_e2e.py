@@ -8,7 +8,6 @@ not), and a recorded oracle trace must replay with the same URLs.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 
 import grpc
@@ -16,19 +15,13 @@ import pyarrow.parquet as pq
 import pytest
 from webenv.collector.replay import replay
 from webenv.collector.stack import Stack
-from webenv.testing import find_chromium
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
-MISSING = [n for n in ("sites", "browser", "policy", "judge") if importlib.util.find_spec(f"webenv.{n}") is None]
-pytestmark = [
-    pytest.mark.skipif(bool(MISSING), reason=f"services not installed: {', '.join(MISSING)}"),
-    pytest.mark.skipif(find_chromium() is None, reason="Chromium is not installed"),
-    pytest.mark.timeout(420),
-]
+pytestmark = pytest.mark.timeout(420)
 
 
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
+def stack(tmp_path_factory, chromium_path):  # chromium_path: fails at once where Chromium is missing
     s = Stack(tmp_path_factory.mktemp("stack"), free_ports=True, sites_count=16)
     s.start(timeout=120)
     yield s

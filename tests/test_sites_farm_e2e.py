@@ -2,8 +2,8 @@
 
 The farm runs as a subprocess (`python -m webenv.browser`) wired to this test session's sites service:
 it resets the site state at open, sets the `site_session` cookie, resolves the oracle's selectors and
-returns the site state at close; the real judge (also a subprocess) then grades the trajectory. Skipped
-when the browser service is not installed; the judge part when the judge is not.
+returns the site state at close; the real judge (also a subprocess) then grades the trajectory, and the sites
+tests' own rubric reading (services/sites/tests/rubriceval.py) agrees.
 """
 
 from __future__ import annotations
@@ -14,21 +14,34 @@ import json
 import os
 import sys
 from collections.abc import AsyncIterator
+from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from webenv.sites.config import Settings
 from webenv.sites.families import FAMILIES
+from webenv.sites.service import SitesService
 from webenv.testing import free_port
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import environment_pb2, environment_pb2_grpc, judge_pb2, judge_pb2_grpc
 
-from .rubriceval import Evidence, failing_facts
+_RUBRICEVAL = Path(__file__).resolve().parents[1] / "services" / "sites" / "tests" / "rubriceval.py"
+_spec = importlib.util.spec_from_file_location("sites_rubriceval", _RUBRICEVAL)
+assert _spec and _spec.loader
+rubriceval = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = rubriceval  # dataclasses look their module up while the class is built
+_spec.loader.exec_module(rubriceval)
+Evidence, failing_facts = rubriceval.Evidence, rubriceval.failing_facts
 
-# Judge and farm run as subprocesses; the judge part is skipped when webenv-judge is absent.
 
-pytestmark = pytest.mark.skipif(importlib.util.find_spec("webenv.browser") is None,
-                                reason="browser farm (webenv-browser) not installed")
+@pytest.fixture(scope="module")
+async def sites_service() -> AsyncIterator[SitesService]:
+    """The sites service in-process (gRPC + HTTP on free ports), a small web: every family, both splits."""
+    svc = SitesService(Settings(host="127.0.0.1", grpc_port=0, metrics_port=0, http_port=0, http_host="127.0.0.1",
+                                sites_count=32, log_json=False))
+    async with svc:
+        yield svc
 
 
 async def _serve(module: str, env: dict[str, str], port: int, log) -> AsyncIterator[grpc.aio.Channel]:  # type: ignore[no-untyped-def]
@@ -62,11 +75,8 @@ async def _serve(module: str, env: dict[str, str], port: int, log) -> AsyncItera
 
 
 @pytest.fixture(scope="module")
-async def judge(tmp_path_factory) -> AsyncIterator[judge_pb2_grpc.JudgeServiceStub | None]:
-    """The real judge when installed (deterministic criteria only), else None."""
-    if importlib.util.find_spec("webenv.judge") is None:
-        yield None
-        return
+async def judge(tmp_path_factory) -> AsyncIterator[judge_pb2_grpc.JudgeServiceStub]:
+    """The real judge (deterministic criteria only)."""
     port = free_port()
     env = {"WEBENV_GRPC_PORT": str(port), "WEBENV_METRICS_PORT": "0", "WEBENV_HOST": "127.0.0.1",
            "WEBENV_JUDGE_LLM_BACKEND": "none", "WEBENV_LOG_LEVEL": "WARNING"}
@@ -119,17 +129,17 @@ async def test_oracles_through_the_farm(sites_service, farm, judge) -> None:
                  for g in task.rubric.groups for f in g.facts if f.criterion.HasField("page")}
         ev = Evidence(answer=answer, urls=urls, page_texts=texts, site_state=state)
         assert failing_facts(task, ev) == [], (task.task_id, task.instruction, urls)
-        if judge is not None:  # the real judge agrees, and fails a wrong answer / an untouched site
-            traj.final_observation.CopyFrom(obs)
-            traj.final_answer, traj.site_state_json = answer, closed.site_state_json
-            verdict = (await judge.Evaluate(judge_pb2.EvaluateRequest(task=task, trajectory=traj), timeout=60)).verdict
-            assert verdict.passed, (task.task_id, [(r.fact_id, r.reason) for r in verdict.results if r.outcome != 1])
-            wrong = pb.Trajectory()
-            wrong.CopyFrom(traj)
-            wrong.final_answer = "I could not find it"
-            wrong.site_state_json = json.dumps({"site": task.site, "auth": {"logged_in": False, "user": None},
-                                                "cart": {"items": []}, "orders": []})
-            wrong.final_observation.CopyFrom(opened.observation)
-            del wrong.steps[:]
-            verdict = (await judge.Evaluate(judge_pb2.EvaluateRequest(task=task, trajectory=wrong), timeout=60)).verdict
-            assert not verdict.passed, task.task_id
+        # the real judge agrees, and fails a wrong answer / an untouched site
+        traj.final_observation.CopyFrom(obs)
+        traj.final_answer, traj.site_state_json = answer, closed.site_state_json
+        verdict = (await judge.Evaluate(judge_pb2.EvaluateRequest(task=task, trajectory=traj), timeout=60)).verdict
+        assert verdict.passed, (task.task_id, [(r.fact_id, r.reason) for r in verdict.results if r.outcome != 1])
+        wrong = pb.Trajectory()
+        wrong.CopyFrom(traj)
+        wrong.final_answer = "I could not find it"
+        wrong.site_state_json = json.dumps({"site": task.site, "auth": {"logged_in": False, "user": None},
+                                            "cart": {"items": []}, "orders": []})
+        wrong.final_observation.CopyFrom(opened.observation)
+        del wrong.steps[:]
+        verdict = (await judge.Evaluate(judge_pb2.EvaluateRequest(task=task, trajectory=wrong), timeout=60)).verdict
+        assert not verdict.passed, task.task_id

@@ -1,0 +1,45 @@
+"""The house's one structural rule: services meet only through the sdk and the generated stubs.
+
+A service package (`webenv.browser`, `webenv.collector`, ...) imports no other service's package, and the sdk
+imports none: what two services share lives in the sdk, and what they say to each other goes over the contract
+(`protos/webenv/v1`). The imports are read from the code by `tools/imports.py` (ast only: nothing is imported),
+which also prints the whole graph: `python tools/imports.py`.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+_TOOL = Path(__file__).resolve().parents[1] / "tools" / "imports.py"
+_spec = importlib.util.spec_from_file_location("webenv_tools_imports", _TOOL)
+assert _spec and _spec.loader
+imports = importlib.util.module_from_spec(_spec)
+sys.modules[_spec.name] = imports  # dataclasses look their module up while the class is built
+_spec.loader.exec_module(imports)
+
+#: The one crossing left, named so that no other joins it unseen: the collector's CLI reads one's own task
+#: files (`webenv run --task-file`) with the sites service's loaders, which lean on the sites' catalog.
+KNOWN = {("webenv.collector.cli", "webenv.sites.taskfiles")}
+
+
+def test_no_service_imports_another_services_package() -> None:
+    mods = imports.modules()
+    services = imports.service_packages()
+    assert {"webenv.browser", "webenv.collector", "webenv.policy", "webenv.sites"} <= set(services)
+    crossing = set()
+    for mod in mods.values():
+        home = imports.package_of(mod.name)
+        for imp in mod.imports:
+            there = imports.package_of(imp)
+            if there in services and there != home:
+                crossing.add((mod.name, imp))
+    assert crossing == KNOWN, f"imports across packages (the sdk included) that only the sdk may serve: {crossing - KNOWN}"
+
+
+def test_the_reader_sees_relative_and_lazy_imports() -> None:
+    mods = imports.modules()
+    assert "webenv.policy.metrics" in mods["webenv.policy.servicer"].imports  # `from . import metrics`
+    assert "webenv.sites.taskfiles" in mods["webenv.collector.cli"].imports  # inside a function
+    assert "webenv.streams" in mods["webenv.envcontract"].imports
