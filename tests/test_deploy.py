@@ -451,8 +451,7 @@ def test_compose_validates_with_docker_compose():
     if cmd is None and shutil.which("docker"):
         probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
         cmd = ["docker", "compose"] if probe.returncode == 0 else None
-    if cmd is None:
-        pytest.skip("neither docker-compose nor the docker compose plugin is installed")
+    assert cmd, "neither docker-compose nor the docker compose plugin is installed: run `make install`"
     run = subprocess.run([*cmd, "-f", str(COMPOSE_FILE), "--profile", "worldmodel", "config", "-q"], cwd=ROOT,
                          capture_output=True, text=True, timeout=60)
     assert run.returncode == 0, run.stderr
