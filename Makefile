@@ -9,7 +9,7 @@ PROTO_DEPS := $(PROTOS) $(wildcard protos/google/api/*.proto)
 GEN_DIR := services/sdk/src
 STAMP := $(VENV)/.installed
 
-.PHONY: install install-vllm apt venv protos lint test test-vllm bench learn up demo worldmodel clean
+.PHONY: install install-vllm apt venv protos lock lint test test-vllm bench learn up demo worldmodel clean
 
 install: apt $(STAMP) protos  ## Debian packages, the venv with every service editable, generated stubs
 
@@ -17,10 +17,10 @@ install: apt $(STAMP) protos  ## Debian packages, the venv with every service ed
 apt:
 	@bash deploy/scripts/apt-install.sh $(wildcard services/*/apt-packages.txt deploy/apt-packages.txt)
 
-$(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt
+$(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt requirements.lock
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -r requirements-dev.txt $(foreach s,$(SERVICES),-e $(s))
+	$(PIP) install -q -c requirements.lock -r requirements-dev.txt $(foreach s,$(SERVICES),-e $(s))
 	@touch $(STAMP)
 
 protos: $(GEN_DIR)/webenv/v1/.stamp
@@ -37,6 +37,13 @@ $(GEN_DIR)/webenv/v1/.stamp: $(PROTO_DEPS) $(STAMP)
 # The vLLM CPU backend's own venv (.webenv/venv-vllm, ~4 GB of downloads): only for `make test-vllm` and `make bench`.
 install-vllm: install
 	bash services/policy/install-vllm.sh $(VENV)
+
+# The exact versions `make install` installs (a constraints file: what the pyproject files and requirements-dev.txt
+# ask for, resolved once). After changing a dependency: pip install it, `make lock`, commit requirements.lock;
+# tests/test_lock.py fails while the lock and the declarations disagree.
+lock:
+	@{ echo "# pip freeze of \`make install\` (services editable, not listed); regenerate with \`make lock\`."; \
+	  $(PIP) freeze --exclude-editable --all | grep -vxE '(pip|setuptools|wheel)==.*' | LC_ALL=C sort -f; } > requirements.lock
 
 lint: protos
 	$(VENV)/bin/ruff check services tests bench deploy

@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
+from webenv.client import EnvironmentClient
 from webenv.v1 import common_pb2
 
 F = common_pb2.ObservationFormat
@@ -72,7 +73,7 @@ def laggy_network_events(monkeypatch):
     lag = 0.25
     watch, done = pool.BrowserPool._request_watch, pool.ContextState.done
 
-    def late_watch(self, state):  # noqa: ANN001, ANN202
+    def late_watch(self, state):
         fn = watch(self, state)
         return lambda req: asyncio.get_running_loop().call_later(lag, fn, req)
 
@@ -82,10 +83,7 @@ def laggy_network_events(monkeypatch):
 
 
 async def test_navigation_with_late_network_events(laggy_network_events, farm_factory, page_server):
-    from .conftest import EnvHelper
-
-    async with farm_factory() as f:
-        env = EnvHelper(f)
+    async with farm_factory() as f, EnvironmentClient(f.channel) as env:
         for _ in range(2):
             await _click_then_act(env, page_server, "#search-btn", 300, "/slow/results?ms=", "Slow results shoes")
             await _click_then_act(env, page_server, "#slow-link", 0, "/slow/target", "Slow target")
