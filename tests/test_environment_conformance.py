@@ -43,7 +43,7 @@ class _Pages(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args: object) -> None:
         return
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = PAGE.encode()
         self.send_response(200)
         self.send_header("Content-Type", "text/html; charset=utf-8")
@@ -116,7 +116,7 @@ async def env(request: pytest.FixtureRequest, page_server: str, tiny_world_model
             yield Env(request.param, environment_pb2_grpc.EnvironmentServiceStub(channel), kind)
 
 
-async def _error(call) -> errors.WebenvError:  # noqa: ANN001
+async def _error(call) -> errors.WebenvError:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await call
     return errors.from_rpc_error(info.value)

@@ -62,7 +62,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     disable_nagle_algorithm = True  # headers and body are two writes: without it, 40 ms of delayed ACK each
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         body = PAGE if self.path.startswith("/products") else b"not found"
         self.send_response(200 if body is PAGE else 404)
         self.send_header("Content-Type", "text/html")

@@ -76,7 +76,7 @@ class Sites(task_pb2_grpc.TaskServiceServicer):
     def __init__(self, tasks):
         self.tasks = tasks
 
-    async def ListTasks(self, request, context):  # noqa: N802
+    async def ListTasks(self, request, context):
         return task_pb2.ListTasksResponse(tasks=self.tasks, total_size=len(self.tasks))
 
 
@@ -85,14 +85,14 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         self.rng = random.Random(seed)
         self.s: dict[str, list] = {}
 
-    async def OpenSession(self, request, context):  # noqa: N802
+    async def OpenSession(self, request, context):
         sid = uuid.uuid4().hex
         site = request.task.site
         self.s[sid] = [site, 0]
         await asyncio.sleep(self.rng.uniform(0.005, 0.02))
         return environment_pb2.OpenSessionResponse(session=environment_pb2.Session(session_id=sid), observation=obs(site, 0))
 
-    async def StepStream(self, request_iterator, context):  # noqa: N802
+    async def StepStream(self, request_iterator, context):
         q: asyncio.Queue = asyncio.Queue()
 
         async def one(item):
@@ -106,7 +106,7 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
 
         async def read():
             async for item in request_iterator:
-                asyncio.create_task(one(item))  # noqa: RUF006
+                asyncio.create_task(one(item))
 
         task = asyncio.create_task(read())
         try:
@@ -115,7 +115,7 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         finally:
             task.cancel()
 
-    async def CloseSession(self, request, context):  # noqa: N802
+    async def CloseSession(self, request, context):
         self.s.pop(request.session_id, None)
         return environment_pb2.CloseSessionResponse()
 
@@ -128,7 +128,7 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
         rng = random.Random(f"{req.episode_id.split('-')[-1]}|{req.step_index}|{req.seed}")  # str seeds are stable across processes
         return min(max(rng.lognormvariate(-2.4, 0.9), 0.02), 0.8)
 
-    async def ActStream(self, request_iterator, context):  # noqa: N802
+    async def ActStream(self, request_iterator, context):
         q: asyncio.Queue = asyncio.Queue()
 
         async def one(item):
@@ -141,7 +141,7 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
 
         async def read():
             async for item in request_iterator:
-                asyncio.create_task(one(item))  # noqa: RUF006
+                asyncio.create_task(one(item))
 
         task = asyncio.create_task(read())
         try:
@@ -152,7 +152,7 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
 
 
 class Judge(judge_pb2_grpc.JudgeServiceServicer):
-    async def Evaluate(self, request, context):  # noqa: N802
+    async def Evaluate(self, request, context):
         ok = request.trajectory.final_answer == request.task.metadata["goal"]
         return judge_pb2.EvaluateResponse(verdict=common_pb2.Verdict(passed=ok, score=float(ok)))
 

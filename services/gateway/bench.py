@@ -56,7 +56,7 @@ class CannedEnv(environment_pb2_grpc.EnvironmentServiceServicer):
         self.resp = environment_pb2.StepResponse(session_id="s", observation=obs,
                                                  timings=common_pb2.StepTimings(total_seconds=0.001))
 
-    async def Step(self, request, context):  # noqa: N802
+    async def Step(self, request, context):
         return self.resp
 
 
@@ -173,7 +173,7 @@ class Viewers:
                     await asyncio.sleep(3600)
                 async for _ in conn:
                     n += 1
-        except Exception:  # noqa: BLE001 - a viewer ending with its run or session is expected
+        except Exception:
             pass
         finally:
             if not stalled:

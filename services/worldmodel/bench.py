@@ -118,7 +118,7 @@ async def _stream_batch(stub: environment_pb2_grpc.EnvironmentServiceStub, chose
         return environment_pb2.StepStreamRequest(tag=str(k), step=environment_pb2.StepRequest(
             session_id=sids[k], action=action, step_index=next_step[k], observation_spec=AXTREE))
 
-    async def requests():  # noqa: ANN202
+    async def requests():
         for k in range(len(chosen)):
             yield request(k)
         while (item := await queue.get()) is not None:

@@ -105,7 +105,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
                 "Next</button><span id=\"res\"></span></body></html>")
         return self._send(200, body.encode())
 
-    def do_POST(self) -> None:  # noqa: N802
+    def do_POST(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         n = int(self.headers.get("Content-Length") or 0)
         q = urllib.parse.parse_qs(url.query)
@@ -114,7 +114,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return self._slow(url.path.removeprefix("/slow/"), q)
         return self._send(404, b"not found")
 
-    def do_GET(self) -> None:  # noqa: N802
+    def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         q = urllib.parse.parse_qs(url.query)
         if url.path.startswith("/pages/"):
@@ -197,7 +197,7 @@ async def start_farm(settings: Settings) -> AsyncIterator[FarmHandle]:
 
 
 @pytest.fixture(scope="session")
-def farm_factory(page_server: PageServer, chromium_path: str):  # noqa: ANN201
+def farm_factory(page_server: PageServer, chromium_path: str):
     """Start a private farm with overridden settings: `async with farm_factory(farm_max_sessions=2) as f:`."""
     return lambda **over: start_farm(farm_settings(page_server, chromium_path, **over))
 
@@ -225,5 +225,5 @@ def element_id(obs: common_pb2.Observation, text: str) -> str:
 
 
 @pytest.fixture
-def eid():  # noqa: ANN201
+def eid():
     return element_id

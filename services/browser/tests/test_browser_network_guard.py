@@ -312,7 +312,7 @@ async def test_hostile_page_reaches_no_loopback_listener(farm_factory, canaries,
         st = f.farm.sessions[sid].slot.state
         egress = f.farm.egress
 
-        async def refused_after(what: str, act) -> None:  # noqa: ANN001
+        async def refused_after(what: str, act) -> None:
             before = len(st.blocked) + egress.refusals
             await act()
             deadline = time.monotonic() + 5

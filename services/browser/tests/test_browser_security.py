@@ -36,7 +36,7 @@ async def test_navigation_refusals_keep_the_session(env, page_server):
 def private_server():
     """A server on 127.0.0.2 holding a 'secret' page: reachable from the machine, refused to sessions."""
     class H(http.server.BaseHTTPRequestHandler):
-        def do_GET(self):  # noqa: N802
+        def do_GET(self):
             body = b"<html><body><pre>internal secret</pre></body></html>"
             self.send_response(200)
             self.send_header("Content-Type", "text/html")

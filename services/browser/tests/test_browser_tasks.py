@@ -58,11 +58,11 @@ class SiteState(task_pb2_grpc.TaskServiceServicer):
     def __init__(self) -> None:
         self.resets: list[tuple[str, str]] = []
 
-    async def ResetSiteState(self, request, context):  # noqa: N802
+    async def ResetSiteState(self, request, context):
         self.resets.append((request.site_session, request.site))
         return task_pb2.ResetSiteStateResponse(site_session=request.site_session)
 
-    async def GetSiteState(self, request, context):  # noqa: N802
+    async def GetSiteState(self, request, context):
         return task_pb2.GetSiteStateResponse(state_json=json.dumps({"site_session": request.site_session,
                                                                     "site": request.site}))
 

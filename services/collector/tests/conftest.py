@@ -92,7 +92,7 @@ class Sites(task_pb2_grpc.TaskServiceServicer):
     def __init__(self, tasks: list[common_pb2.Task]) -> None:
         self.tasks = tasks
 
-    async def ListTasks(self, request, context):  # noqa: N802
+    async def ListTasks(self, request, context):
         f = request.filter
         out = [
             t for t in self.tasks
@@ -129,7 +129,7 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         self.closed = 0
         self.steps_taken = 0
 
-    async def OpenSession(self, request, context):  # noqa: N802
+    async def OpenSession(self, request, context):
         sid = uuid.uuid4().hex[:10]
         url = request.task.start_url if request.HasField("task") else request.start_url
         site = url.split("/")[2]
@@ -164,10 +164,10 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
             target_element_id="2" if kind == "click" else "",
         )
 
-    async def Step(self, request, context):  # noqa: N802
+    async def Step(self, request, context):
         return await self._step(request)
 
-    async def StepStream(self, request_iterator, context):  # noqa: N802
+    async def StepStream(self, request_iterator, context):
         async def answer(item):
             if self.fail_steps:
                 raise errors.Unavailable(f"{self.name} is down", reason="NODE_DOWN")
@@ -180,7 +180,7 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
                                                         max_inflight=STEP_STREAM_MAX_INFLIGHT):
             yield response
 
-    async def CloseSession(self, request, context):  # noqa: N802
+    async def CloseSession(self, request, context):
         s = self.sessions.pop(request.session_id, None)
         self.closed += 1
         state = f'{{"page": {s.page}}}' if s and request.capture_evidence else ""
@@ -211,14 +211,14 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
         return policy_pb2.ActResponse(episode_id=req.episode_id, action=action, action_text=text,
                                       policy=req.policy or "random", policy_version=f"{req.policy or 'random'}@1")
 
-    async def ListPolicies(self, request, context):  # noqa: N802
+    async def ListPolicies(self, request, context):
         return policy_pb2.ListPoliciesResponse(policies=[
             policy_pb2.PolicyInfo(name="oracle", needs_solution=True, solved_task_ids=["scripted/solvable"]),
             policy_pb2.PolicyInfo(name="random"),
             policy_pb2.PolicyInfo(name="explore"),
         ], default_policy="random")
 
-    async def ActStream(self, request_iterator, context):  # noqa: N802
+    async def ActStream(self, request_iterator, context):
         async def answer(item):
             self.requests += 1
             req = item.request
@@ -241,7 +241,7 @@ class Judge(judge_pb2_grpc.JudgeServiceServicer):
         self.evaluated = 0
         self.options: list[judge_pb2.JudgeOptions] = []
 
-    async def Evaluate(self, request, context):  # noqa: N802
+    async def Evaluate(self, request, context):
         self.evaluated += 1
         goal = request.task.metadata.get("goal", "")  # tasks from task files have none: they never pass
         t = request.trajectory

@@ -64,7 +64,7 @@ def _handler(state: FakeOpenAI) -> type[BaseHTTPRequestHandler]:
         def log_message(self, *args: object) -> None:
             return None
 
-        def do_POST(self) -> None:  # noqa: N802
+        def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
             state.requests.append({"path": self.path, **body})
             if state.mode == "slow":

@@ -112,7 +112,7 @@ async def test_llm_facts_undecidable_without_backend(stub: judge_pb2_grpc.JudgeS
         assert not resp.verdict.passed
 
 
-async def test_metrics_are_served(stub: judge_pb2_grpc.JudgeServiceStub, judge_server: Server, scrape) -> None:  # noqa: ANN001
+async def test_metrics_are_served(stub: judge_pb2_grpc.JudgeServiceStub, judge_server: Server, scrape) -> None:
     ep = shop_episode(seed=5, steps=2)
     await stub.Evaluate(judge_pb2.EvaluateRequest(task=task_for(ep), trajectory=ep.trajectory))
     with pytest.raises(grpc.aio.AioRpcError):

@@ -35,7 +35,7 @@ class ChatServer:
             def log_message(self, *args):  # quiet
                 pass
 
-            def do_POST(self):  # noqa: N802
+            def do_POST(self):
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 outer.bodies.append(body)
                 outer.headers.append(dict(self.headers))

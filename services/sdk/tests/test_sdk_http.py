@@ -25,7 +25,7 @@ async def test_accepted_connections_have_tcp_nodelay():
         writer.write(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n")
         await writer.drain()
         assert (await reader.readuntil(b"ok")).startswith(b"HTTP/1.1 200")
-        conns = server._server.server_state.connections  # noqa: SLF001 - the accepted connection's socket
+        conns = server._server.server_state.connections
         assert conns
         for proto in conns:
             sock = proto.transport.get_extra_info("socket")

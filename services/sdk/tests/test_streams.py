@@ -24,7 +24,7 @@ class _Env(environment_pb2_grpc.EnvironmentServiceServicer):
     def __init__(self, stream: Callable[[AsyncIterator[environment_pb2.StepStreamRequest]], AsyncIterator]) -> None:
         self._stream = stream
 
-    async def StepStream(self, request_iterator, context):  # noqa: N802
+    async def StepStream(self, request_iterator, context):
         async for msg in self._stream(request_iterator):
             yield msg
 

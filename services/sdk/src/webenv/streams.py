@@ -66,7 +66,7 @@ async def serve_in_completion_order(
             msg = response_type(tag=item.tag, response=await answer(item))
         except errors.WebenvError as err:
             msg = _failed(item, err)
-        except Exception as exc:  # noqa: BLE001 - an unexpected failure of one item must not end the stream
+        except Exception as exc:
             log.exception("%s %s of a stream failed", what, item.tag)
             msg = _failed(item, errors.Internal(f"{what} failed: {type(exc).__name__}: {exc}",
                                                 reason=f"{what.upper()}_FAILED"))
@@ -166,7 +166,7 @@ class Multiplexer:
             broken = StreamBroken(f"{self.name} stream failed: {e.code().name}: {e.details()}", e.code())
         except asyncio.CancelledError:
             broken = StreamBroken(f"{self.name} stream closed")
-        except Exception as e:  # noqa: BLE001 - whatever ended the stream, its waiters get an answer
+        except Exception as e:
             broken = StreamBroken(f"{self.name} stream failed: {type(e).__name__}: {e}")
         # Fail only what was waiting on this stream; later requests open a new one.
         s.broken = broken

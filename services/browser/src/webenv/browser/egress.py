@@ -428,7 +428,7 @@ class EgressProxy:
             asyncio.set_event_loop(loop)
             try:
                 started.set_result(loop.run_until_complete(self.start(host, port)))
-            except BaseException as exc:  # noqa: BLE001 - handed to the starter
+            except BaseException as exc:
                 started.set_exception(exc)
                 loop.close()
                 return

@@ -184,17 +184,6 @@ class BrowserHandle:
                 return int(proc.pid)
         return None
 
-    def pids(self) -> list[int]:
-        """All processes of this browser (main, renderers, utilities)."""
-        out = []
-        main = self.pid()
-        if main is None:
-            return out
-        with contextlib.suppress(psutil.Error):
-            p = psutil.Process(main)
-            out = [main] + [c.pid for c in p.children(recursive=True)]
-        return out
-
 
 @dataclass
 class Slot:

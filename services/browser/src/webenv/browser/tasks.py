@@ -1,6 +1,6 @@
 """Task adapters: task-specific setup at open, env-side reward after each step, evidence at close.
 
-- `UrlAdapter`: a bare start URL (also YAML/rubric/real-web tasks: they are judged elsewhere).
+- `TaskAdapter` (the base): a bare start URL (also YAML/rubric/real-web tasks: they are judged elsewhere).
 - `MiniWobAdapter`: the MiniWoB++ page protocol (machine-facts.md): open the task page, wait for
   `#sync-task-cover` (the page's `window.onload` runs `core.startEpisode()`, which creates the click
   canvas and the cover: resetting before it fails in `core.canvasClear`, and an onload that comes
@@ -79,9 +79,6 @@ class TaskAdapter:
 
     async def close(self) -> None:
         return None
-
-
-UrlAdapter = TaskAdapter
 
 
 class MiniWobAdapter(TaskAdapter):

@@ -310,7 +310,7 @@ class Episode:
             await self.ctx.peers.env(self.env_address).stub.CloseSession(
                 environment_pb2.CloseSessionRequest(session_id=sid), timeout=5
             )
-        except Exception:  # noqa: BLE001 - the session expires by lease anyway
+        except Exception:
             pass
 
     # -- results -----------------------------------------------------------------------------------------------------

@@ -15,7 +15,6 @@ from urllib.parse import urlparse
 from webenv import errors
 from webenv.v1 import collector_pb2, common_pb2
 
-DEFAULT_HORIZONS = {common_pb2.DIFFICULTY_EASY: 10, common_pb2.DIFFICULTY_MEDIUM: 20, common_pb2.DIFFICULTY_HARD: 30}
 DEFAULT_FORMATS = (common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML)
 KNOWN_POLICIES = ("oracle", "random", "explore", "llm")
 #: A trained checkpoint served by the policy service (PolicyService.LoadCheckpoint).

@@ -288,7 +288,7 @@ class LiveHub:
             return
         try:
             action_text = format_action(req.action)
-        except Exception:  # noqa: BLE001 - an action the grammar cannot print is still shown as JSON
+        except Exception:
             action_text = ""
         topic.publish({
             "type": "step", "sessionId": resp.session_id, "stepIndex": resp.step_index, "actionText": action_text,

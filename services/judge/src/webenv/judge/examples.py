@@ -143,7 +143,7 @@ def fact(fid: str, desc: str, **criterion: Any) -> common_pb2.Fact:
 
 def ten_fact_rubric(target: Product) -> common_pb2.Rubric:
     """The benchmark's 10-fact rubric for a shop episode (every deterministic criterion kind)."""
-    C = common_pb2  # noqa: N806
+    C = common_pb2
     g1 = C.FactGroup(group_id="found", description=f"The agent found {target.name}", facts=[
         fact("f1", "A product page was visited", url=C.UrlCriterion(mode=C.MATCH_MODE_CONTAINS,
                                                                      value="/products/", any_step=True)),

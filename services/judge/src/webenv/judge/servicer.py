@@ -27,7 +27,7 @@ class JudgeServicer(judge_pb2_grpc.JudgeServiceServicer):
         self.judge = judge
         self.max_regex_chars = max_regex_chars
 
-    async def Evaluate(  # noqa: N802 (gRPC method name)
+    async def Evaluate(
         self, request: judge_pb2.EvaluateRequest, context: grpc.aio.ServicerContext
     ) -> judge_pb2.EvaluateResponse:
         if not request.HasField("task") or not request.task.HasField("rubric"):
@@ -45,7 +45,7 @@ class JudgeServicer(judge_pb2_grpc.JudgeServiceServicer):
             raise invalid_rubric(exc) from None
         return judge_pb2.EvaluateResponse(verdict=ev.verdict, latency_seconds=ev.latency_seconds, cached=ev.cached)
 
-    async def ValidateRubric(  # noqa: N802 (gRPC method name)
+    async def ValidateRubric(
         self, request: judge_pb2.ValidateRubricRequest, context: grpc.aio.ServicerContext
     ) -> judge_pb2.ValidateRubricResponse:
         problems = validate_rubric(request.rubric, self.max_regex_chars)

@@ -9,7 +9,6 @@ from pydantic import Field, field_validator, model_validator
 from webenv.runtime import ServiceSettings
 
 POLICY_NAMES = ("oracle", "random", "explore", "llm")
-PROMPT_FORMATS = ("axtree", "markdown", "html", "elements")
 
 #: Default action mix of the random (level-1 crawling) policy: relative weights.
 DEFAULT_RANDOM_MIX = "click=0.55,fill=0.15,select=0.05,scroll=0.1,back=0.06,navigate=0.04,press=0.05"

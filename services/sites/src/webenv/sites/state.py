@@ -87,9 +87,6 @@ class StateStore:
             return json.dumps(self.get(session, host, factory), sort_keys=True)
         return json.dumps(self._sessions[session], sort_keys=True)
 
-    def session_count(self) -> int:
-        return len(self._sessions)
-
     # --- snapshot / fork ------------------------------------------------------------------------
     def _remember(self, request_id: str, value: str) -> None:
         if request_id:

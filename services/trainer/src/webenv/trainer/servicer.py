@@ -37,10 +37,10 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         self.jobs = jobs
         self.watch_interval = watch_interval
 
-    async def StartJob(self, request, context):  # noqa: N802
+    async def StartJob(self, request, context):
         return trainer_pb2.StartJobResponse(job=self.jobs.submit(request))
 
-    async def WatchJob(self, request, context) -> AsyncIterator[trainer_pb2.WatchJobResponse]:  # noqa: N802
+    async def WatchJob(self, request, context) -> AsyncIterator[trainer_pb2.WatchJobResponse]:
         job = self.jobs.get(request.job_id)
         cond = self.jobs.condition(job.job_id)
         while True:
@@ -57,18 +57,18 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
                 except TimeoutError:
                     pass
 
-    async def StopJob(self, request, context):  # noqa: N802
+    async def StopJob(self, request, context):
         return trainer_pb2.StopJobResponse(job=await self.jobs.stop(request.job_id))
 
-    async def GetJob(self, request, context):  # noqa: N802
+    async def GetJob(self, request, context):
         return trainer_pb2.GetJobResponse(job=self.jobs.get(request.job_id))
 
-    async def ListJobs(self, request, context):  # noqa: N802
+    async def ListJobs(self, request, context):
         jobs = sorted(self.jobs.jobs.values(), key=job_sort_key, reverse=True)
         page, nxt = _page(request, jobs)
         return trainer_pb2.ListJobsResponse(jobs=page, next_page_token=nxt)
 
-    async def ListCheckpoints(self, request, context):  # noqa: N802
+    async def ListCheckpoints(self, request, context):
         if request.name and not checkpoints.NAME.match(request.name):
             raise errors.InvalidArgument("name: lower-case letters, digits, '-', '_'", reason="BAD_CHECKPOINT_REF",
                                          metadata={"field": "name"})
@@ -76,6 +76,6 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         page, nxt = _page(request, items)
         return trainer_pb2.ListCheckpointsResponse(checkpoints=page, next_page_token=nxt)
 
-    async def GetCheckpoint(self, request, context):  # noqa: N802
+    async def GetCheckpoint(self, request, context):
         folder = checkpoints.resolve(Path(self.jobs.root), request.ref)
         return trainer_pb2.GetCheckpointResponse(checkpoint=checkpoints.read_meta(folder))

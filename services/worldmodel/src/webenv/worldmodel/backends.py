@@ -97,7 +97,7 @@ class TransformersBackend:
             new = self._decode(ids, max_new_tokens, temperature)
         return Generation(self.tok.decode(new, skip_special_tokens=False), len(ids), len(new), time.perf_counter() - t0)
 
-    def _step(self, tokens: list[int], all_logits: bool = False):  # noqa: ANN202
+    def _step(self, tokens: list[int], all_logits: bool = False):
         """Append tokens to the decoding cache; logits of the last one (or all). Fast path or transformers."""
         if self.fast is not None:
             out = self.fast.forward(tokens, all_logits)

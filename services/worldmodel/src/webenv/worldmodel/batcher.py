@@ -35,7 +35,7 @@ class Batcher:
                 items.append(self._queue.get_nowait())
             try:
                 preds = await asyncio.to_thread(self.predictor.predict_many, [q for q, _ in items])
-            except Exception as exc:  # noqa: BLE001 (every waiter gets the backend's failure)
+            except Exception as exc:
                 for _, fut in items:
                     if not fut.done():
                         fut.set_exception(exc)

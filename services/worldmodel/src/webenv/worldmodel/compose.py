@@ -293,7 +293,7 @@ def _q(s: str) -> str:
 
 
 def _carry(nodes: list[Node], start: int, end: int, shift: int, links: dict[str, str], out: list[str],
-           out_links: dict[str, str], rename=None, lines: list[str] | None = None) -> None:  # noqa: ANN001
+           out_links: dict[str, str], rename=None, lines: list[str] | None = None) -> None:
     """Append lines [start, end) with ids moved by shift (and words renamed), and the targets of their links."""
     for k, n in enumerate(nodes[start:end]):
         line = lines[k] if lines is not None else n.line

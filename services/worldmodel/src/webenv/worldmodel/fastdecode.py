@@ -12,10 +12,10 @@ from __future__ import annotations
 import math
 
 import torch
-import torch.nn.functional as F  # noqa: N812
+import torch.nn.functional as F
 
 
-def supported(model) -> bool:  # noqa: ANN001
+def supported(model) -> bool:
     cfg = model.config
     rope = getattr(cfg, "rope_parameters", None) or getattr(cfg, "rope_scaling", None) or {}
     return (getattr(cfg, "model_type", "") == "llama" and rope.get("rope_type", "default") == "default"
@@ -23,7 +23,7 @@ def supported(model) -> bool:  # noqa: ANN001
             and getattr(cfg, "hidden_act", "silu") == "silu")
 
 
-def _rope_theta(cfg) -> float:  # noqa: ANN001
+def _rope_theta(cfg) -> float:
     params = getattr(cfg, "rope_parameters", None) or {}
     return float(params.get("rope_theta", getattr(cfg, "rope_theta", 10000.0)))
 
@@ -31,7 +31,7 @@ def _rope_theta(cfg) -> float:  # noqa: ANN001
 class FastLlama:
     """Incremental decoding with a static cache; `forward(tokens)` appends them and returns their logits."""
 
-    def __init__(self, model, max_len: int) -> None:  # noqa: ANN001
+    def __init__(self, model, max_len: int) -> None:
         cfg = model.config
         self.m = model.model
         self.head = model.get_output_embeddings()

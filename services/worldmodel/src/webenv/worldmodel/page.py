@@ -101,10 +101,6 @@ def regions(nodes: list[Node]) -> list[Region]:
     return out
 
 
-def max_id(nodes: list[Node]) -> int:
-    return max((int(n.node_id) for n in nodes if n.node_id and n.node_id.isdigit()), default=0)
-
-
 def first_id(nodes: list[Node], start: int, end: int) -> int | None:
     for n in nodes[start:end]:
         if n.node_id and n.node_id.isdigit():

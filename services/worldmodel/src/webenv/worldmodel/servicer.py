@@ -62,7 +62,7 @@ class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
     def info(self) -> ModelInfo:
         return self.batcher.predictor.backend.info
 
-    async def Predict(self, request: worldmodel_pb2.PredictRequest, context: grpc.aio.ServicerContext) -> worldmodel_pb2.PredictResponse:  # noqa: N802
+    async def Predict(self, request: worldmodel_pb2.PredictRequest, context: grpc.aio.ServicerContext) -> worldmodel_pb2.PredictResponse:
         fmt, model_fmt = check_format(request.format, self.info)
         if len(request.state) > self.max_state_chars:
             raise errors.InvalidArgument(
@@ -74,7 +74,7 @@ class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
                                          metadata={"field": "max_new_tokens" if request.max_new_tokens < 0 else "temperature"})
         try:
             state = convert(request.state, fmt, model_fmt)
-        except Exception as exc:  # noqa: BLE001 (malformed XML and the like)
+        except Exception as exc:
             raise errors.InvalidArgument(f"state: not valid {fmt.value}: {exc}", reason="STATE_MALFORMED",
                                          metadata={"field": "state"}) from exc
         pred = await self.batcher.predict(Query(
@@ -88,7 +88,7 @@ class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
             latency_seconds=pred.latency_seconds, fallback=pred.fallback, next_links=pred.page.links,
             navigated=pred.navigated)
 
-    async def GetModelInfo(self, request: worldmodel_pb2.GetModelInfoRequest, context: grpc.aio.ServicerContext) -> worldmodel_pb2.GetModelInfoResponse:  # noqa: N802
+    async def GetModelInfo(self, request: worldmodel_pb2.GetModelInfoRequest, context: grpc.aio.ServicerContext) -> worldmodel_pb2.GetModelInfoResponse:
         info = self.info
         return worldmodel_pb2.GetModelInfoResponse(
             model=info.model, backend=info.backend, formats=[PB_FORMAT[Format(f)] for f in info.formats if f in Format._value2member_map_],

@@ -167,7 +167,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         return kept
 
     # --- RPCs -------------------------------------------------------------------------------------------
-    async def OpenSession(self, request: environment_pb2.OpenSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.OpenSessionResponse:  # noqa: N802
+    async def OpenSession(self, request: environment_pb2.OpenSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.OpenSessionResponse:
         t0 = time.perf_counter()
         which = request.WhichOneof("start")
         if which is None:
@@ -212,7 +212,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         return environment_pb2.OpenSessionResponse(session=self._session_pb(s), observation=self._observation(s, formats),
                                                    instruction=instruction, open_seconds=time.perf_counter() - t0)
 
-    async def Step(self, request: environment_pb2.StepRequest, context: grpc.aio.ServicerContext) -> environment_pb2.StepResponse:  # noqa: N802
+    async def Step(self, request: environment_pb2.StepRequest, context: grpc.aio.ServicerContext) -> environment_pb2.StepResponse:
         return await self._step(request)
 
     async def _step(self, request: environment_pb2.StepRequest) -> environment_pb2.StepResponse:
@@ -254,23 +254,23 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         metrics.SIM_STEP_SECONDS.observe(total)
         return resp
 
-    async def StepStream(self, request_iterator, context: grpc.aio.ServicerContext):  # noqa: ANN001, ANN201, N802
+    async def StepStream(self, request_iterator, context: grpc.aio.ServicerContext):
         """Each item runs as its own task and answers leave in completion order (`webenv.envcontract`, as the
         farm's); concurrent items share backend calls (the batcher)."""
         async for msg in step_stream(request_iterator, self._step):
             yield msg
 
-    async def CloseSession(self, request: environment_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.CloseSessionResponse:  # noqa: N802
+    async def CloseSession(self, request: environment_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.CloseSessionResponse:
         s = self._open(request.session_id)
         s.status = environment_pb2.SESSION_STATE_CLOSED
         metrics.SIM_SESSIONS_OPEN.dec()
         evidence = json.dumps({"simulated": True, "url": s.page.url, "steps": s.step_count}) if request.capture_evidence else ""
         return environment_pb2.CloseSessionResponse(session=self._session_pb(s), site_state_json=evidence)
 
-    async def GetSession(self, request: environment_pb2.GetSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.GetSessionResponse:  # noqa: N802
+    async def GetSession(self, request: environment_pb2.GetSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.GetSessionResponse:
         return environment_pb2.GetSessionResponse(session=self._session_pb(self._get(request.session_id)))
 
-    async def RenewLease(self, request: environment_pb2.RenewLeaseRequest, context: grpc.aio.ServicerContext) -> environment_pb2.RenewLeaseResponse:  # noqa: N802
+    async def RenewLease(self, request: environment_pb2.RenewLeaseRequest, context: grpc.aio.ServicerContext) -> environment_pb2.RenewLeaseResponse:
         validate_lease(request.lease_seconds, self.max_lease_seconds)
         s = self._open(request.session_id)
         if request.lease_seconds:

@@ -124,7 +124,7 @@ def _batches(data: list, batch_size: int, rng: random.Random) -> list[list]:
     return batches
 
 
-def target_loss(model, b: dict[str, torch.Tensor], normalizer: float | None = None) -> torch.Tensor:  # noqa: ANN001
+def target_loss(model, b: dict[str, torch.Tensor], normalizer: float | None = None) -> torch.Tensor:
     """Cross-entropy on target tokens only, projecting only their hidden states onto the vocabulary.
 
     The prompt (the numbered state) is most of every sequence; skipping its vocabulary projection saves about a
@@ -142,7 +142,7 @@ def target_loss(model, b: dict[str, torch.Tensor], normalizer: float | None = No
 
 
 @torch.no_grad()
-def evaluate_loss(model, data: list[tuple[list[int], int]], pad_id: int, device: str, batch_size: int = 8) -> float:  # noqa: ANN001
+def evaluate_loss(model, data: list[tuple[list[int], int]], pad_id: int, device: str, batch_size: int = 8) -> float:
     """Mean target-token loss over `data`."""
     model.eval()
     total, count = 0.0, 0
@@ -155,7 +155,7 @@ def evaluate_loss(model, data: list[tuple[list[int], int]], pad_id: int, device:
     return total / max(count, 1)
 
 
-def _save(model, tok, path: Path, cfg: TrainConfig) -> None:  # noqa: ANN001
+def _save(model, tok, path: Path, cfg: TrainConfig) -> None:
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tok.save_pretrained(path)
