@@ -10,7 +10,7 @@ import pytest
 from webenv.client import make_channel
 from webenv.policy.app import PolicyApp
 from webenv.policy.config import Settings
-from webenv.runtime import Server
+from webenv.runtime import Server, serving
 from webenv.v1 import policy_pb2_grpc
 
 
@@ -19,16 +19,9 @@ async def serve(**overrides) -> AsyncIterator[tuple[Server, PolicyApp]]:
     """Start the service as `python -m webenv.policy` would, on free ports, and stop it afterwards."""
     settings = Settings(grpc_port=0, metrics_port=0, host="127.0.0.1", log_json=False, grace_seconds=1, **overrides)
     app = PolicyApp(settings)
-    server = Server("policy", settings)
-    server.add_service(policy_pb2_grpc.add_PolicyServiceServicer_to_server, app.servicer, "webenv.v1.PolicyService")
-    await server.start()
-    try:
-        await app.start()
-        await server.set_serving()
+    async with serving("policy", settings, [(policy_pb2_grpc.add_PolicyServiceServicer_to_server, app.servicer,
+                                             "webenv.v1.PolicyService")], start=app.start, close=app.close) as server:
         yield server, app
-    finally:
-        await server.stop()
-        await app.close()
 
 
 @contextlib.asynccontextmanager

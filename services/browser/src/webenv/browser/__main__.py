@@ -6,6 +6,7 @@ import logging
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
+from webenv import runtime
 from webenv.browser.config import Settings
 from webenv.browser.farm import Farm
 from webenv.browser.servicer import BrowserFarmServicer, EnvironmentServicer
@@ -19,19 +20,14 @@ log = logging.getLogger("webenv.browser")
 async def serving(settings: Settings) -> AsyncIterator[tuple[Server, Farm]]:
     """Start the farm and its gRPC server (health SERVING once browsers are up); stop both on exit."""
     farm = Farm(settings)
-    server = Server("browser", settings)
-    server.add_service(environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, EnvironmentServicer(farm),
-                       "webenv.v1.EnvironmentService")
-    server.add_service(browser_pb2_grpc.add_BrowserFarmServiceServicer_to_server, BrowserFarmServicer(farm),
-                       "webenv.v1.BrowserFarmService")
-    async with server:
-        try:
-            await farm.start()
-            await server.set_serving()
-            yield server, farm
-        finally:
-            await server.stop()
-            await farm.close()
+    services = [
+        (environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, EnvironmentServicer(farm),
+         "webenv.v1.EnvironmentService"),
+        (browser_pb2_grpc.add_BrowserFarmServiceServicer_to_server, BrowserFarmServicer(farm),
+         "webenv.v1.BrowserFarmService"),
+    ]
+    async with runtime.serving("browser", settings, services, start=farm.start, close=farm.close) as server:
+        yield server, farm
 
 
 async def main(settings: Settings) -> None:

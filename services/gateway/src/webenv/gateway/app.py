@@ -41,7 +41,7 @@ from webenv.gateway.config import Settings
 from webenv.gateway.live import LiveHub
 from webenv.gateway.openapi import document
 from webenv.gateway.transcoder import Transcoder, routes_for
-from webenv.runtime import Server
+from webenv.runtime import Server, serving
 from webenv.runtime.http import HttpServer
 from webenv.v1 import (  # noqa: F401  (importing registers every service's descriptors)
     browser_pb2,
@@ -132,7 +132,8 @@ class Gateway:
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        self.server = Server("gateway", settings)
+        self.server: Server | None = None  # health and /metrics, while serving
+        self._serving = contextlib.AsyncExitStack()
         self._token = settings.auth_token.get_secret_value()
         self._upstreams = settings.upstreams()
         self._channels: dict[str, grpc.aio.Channel] = {}
@@ -262,15 +263,16 @@ class Gateway:
         if self.settings.blob_dir and not await asyncio.to_thread(Path(self.settings.blob_dir).is_dir):
             log.warning("WEBENV_BLOB_DIR=%s is not a folder (yet): screenshots answer NOT_FOUND until it is",
                         self.settings.blob_dir)
-        await self.server.start()
-        await self.http.start()
-        await self.server.set_serving()
+        self.server = await self._serving.enter_async_context(
+            serving("gateway", self.settings, [], start=self.http.start, close=self._close))
         log.info("gateway serving", extra={"http_port": self.http.port, "grpc_port": self.server.port,
                                             "routes": len(self.routes), "tls": self.http.tls})
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.server.stop()
+        await self._serving.aclose()
+
+    async def _close(self) -> None:
         await self.live.close()
         await self.http.stop(self.settings.grace_seconds)
         for ch in self._channels.values():

@@ -18,7 +18,7 @@ from webenv.judge.engine import Judge
 from webenv.judge.llm import LlmJudge, make_backend
 from webenv.judge.rubric import RubricCache
 from webenv.judge.servicer import JudgeServicer
-from webenv.runtime import Server, run
+from webenv.runtime import run, serve
 from webenv.v1 import judge_pb2_grpc
 
 log = logging.getLogger("webenv.judge")
@@ -43,20 +43,18 @@ def make_llm_judge(settings: Settings) -> LlmJudge | None:
 async def main(settings: Settings) -> None:
     """Serve JudgeService until SIGTERM."""
     judge = Judge(RubricCache(settings.judge_rubric_cache_size, settings.judge_max_regex_chars))
-    server = Server("judge", settings)
-    server.add_service(
-        judge_pb2_grpc.add_JudgeServiceServicer_to_server,
-        JudgeServicer(judge, settings.judge_max_regex_chars),
-        "webenv.v1.JudgeService",
-    )
-    async with server:
-        # The port is bound with health NOT_SERVING while the model loads.
+
+    async def start() -> None:  # the port is bound with health NOT_SERVING while the model loads
         judge.llm = await asyncio.to_thread(make_llm_judge, settings)
         log.info("judge ready", extra={"llm_backend": settings.judge_llm_backend})
-        await server.set_serving()
-        await server.wait_for_termination()
-    if judge.llm is not None:
-        await judge.llm.close()
+
+    async def close() -> None:
+        if judge.llm is not None:
+            await judge.llm.close()
+
+    await serve("judge", settings, [(judge_pb2_grpc.add_JudgeServiceServicer_to_server,
+                                     JudgeServicer(judge, settings.judge_max_regex_chars), "webenv.v1.JudgeService")],
+                start=start, close=close)
 
 
 def _build_tiny_model(argv: list[str]) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import sys
 
-from webenv.runtime import Server, run
+from webenv.runtime import run, serve
 from webenv.v1 import policy_pb2_grpc
 
 from .app import PolicyApp
@@ -15,16 +15,9 @@ from .config import Settings
 
 
 async def main(settings: Settings) -> None:
-    app = PolicyApp(settings)
-    server = Server("policy", settings)
-    server.add_service(policy_pb2_grpc.add_PolicyServiceServicer_to_server, app.servicer, "webenv.v1.PolicyService")
-    try:
-        async with server:
-            await app.start()  # health stays NOT_SERVING until the model is loaded
-            await server.set_serving()
-            await server.wait_for_termination()
-    finally:
-        await app.close()
+    app = PolicyApp(settings)  # health stays NOT_SERVING until app.start() has loaded the model
+    await serve("policy", settings, [(policy_pb2_grpc.add_PolicyServiceServicer_to_server, app.servicer,
+                                      "webenv.v1.PolicyService")], start=app.start, close=app.close)
 
 
 def cli() -> None:

@@ -6,10 +6,11 @@ Both share the world's StateStore in one asyncio event loop, so a form POST and 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import sys
 
-from webenv.runtime import Server
+from webenv.runtime import Server, serving
 from webenv.runtime.http import HttpServer
 from webenv.sites.config import Settings
 from webenv.sites.servicer import TaskServicer
@@ -33,12 +34,13 @@ class SitesService:
     def __init__(self, settings: Settings, world: World | None = None) -> None:
         self.settings = settings
         self.world = world
-        self.server = Server("sites", settings)
+        self.server: Server | None = None
         self._http: HttpServer | None = None
+        self._serving = contextlib.AsyncExitStack()
 
     @property
     def port(self) -> int:
-        return self.server.port
+        return self.server.port if self.server is not None else 0
 
     @property
     def http_port(self) -> int:
@@ -48,20 +50,26 @@ class SitesService:
         if self.world is None:
             self.world = await asyncio.to_thread(world_from, self.settings)
         w = self.world
-        self.server.add_service(task_pb2_grpc.add_TaskServiceServicer_to_server,
-                                TaskServicer(w.tasks, w.sites, w.store), "webenv.v1.TaskService")
-        await self.server.start()
-        self._http = HttpServer(w.app, self.settings.http_host, self.settings.http_port)
-        await self._http.start()
-        await self.server.set_serving()
+        http = HttpServer(w.app, self.settings.http_host, self.settings.http_port)
+
+        async def start_http() -> None:
+            await http.start()
+            self._http = http
+
+        async def stop_http() -> None:
+            if self._http is not None:
+                await self._http.stop()
+
+        services = [(task_pb2_grpc.add_TaskServiceServicer_to_server, TaskServicer(w.tasks, w.sites, w.store),
+                     "webenv.v1.TaskService")]
+        self.server = await self._serving.enter_async_context(
+            serving("sites", self.settings, services, start=start_http, close=stop_http))
         log.info("sites serving", extra={"grpc_port": self.port, "http_port": self.http_port,
                                           "sites": len(w.sites.sites), "tasks": len(w.tasks)})
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self.server.stop()
-        if self._http is not None:
-            await self._http.stop()
+        await self._serving.aclose()
 
 
 async def main(settings: Settings) -> None:

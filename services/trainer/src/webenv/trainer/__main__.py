@@ -6,7 +6,7 @@ background once the server is SERVING.
 
 from __future__ import annotations
 
-from webenv.runtime import Server, run
+from webenv.runtime import run, serve
 from webenv.v1 import trainer_pb2_grpc
 
 from .config import Settings
@@ -16,16 +16,8 @@ from .servicer import TrainerServicer
 
 async def main(settings: Settings) -> None:
     jobs = JobManager(settings)
-    server = Server("trainer", settings)
-    server.add_service(trainer_pb2_grpc.add_TrainerServiceServicer_to_server, TrainerServicer(jobs),
-                       "webenv.v1.TrainerService")
-    try:
-        async with server:
-            await jobs.start()
-            await server.set_serving()
-            await server.wait_for_termination()
-    finally:
-        await jobs.close()
+    await serve("trainer", settings, [(trainer_pb2_grpc.add_TrainerServiceServicer_to_server, TrainerServicer(jobs),
+                                       "webenv.v1.TrainerService")], start=jobs.start, close=jobs.close)
 
 
 def cli() -> None:

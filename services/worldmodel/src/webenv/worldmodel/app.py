@@ -8,6 +8,7 @@ import logging
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+from webenv import runtime
 from webenv.runtime import Server
 from webenv.v1 import environment_pb2_grpc, worldmodel_pb2_grpc
 from webenv.worldmodel.batcher import Batcher
@@ -22,33 +23,36 @@ log = logging.getLogger("webenv.worldmodel")
 @contextlib.asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelServicer, SimulatedEnvironment]]:
     """Bind, load the model (health NOT_SERVING meanwhile), set SERVING; stop on exit."""
-    server = Server("worldmodel", settings)
     wm = WorldModelServicer(None, settings.worldmodel_max_state_chars, settings.worldmodel_max_wait_ms)
     env = SimulatedEnvironment(None, {}, settings.worldmodel_horizon, settings.worldmodel_lease_seconds,
                                settings.worldmodel_max_sessions, settings.worldmodel_max_state_chars,
                                settings.worldmodel_max_lease_seconds, settings.worldmodel_max_wait_ms)
-    server.add_service(worldmodel_pb2_grpc.add_WorldModelServiceServicer_to_server, wm, "webenv.v1.WorldModelService")
-    server.add_service(environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, env, "webenv.v1.EnvironmentService")
-    async with server:
+    batchers: list[Batcher] = []
+
+    async def start() -> None:
         reason = {"auto": None, "on": True, "off": False}[settings.worldmodel_reasoning]
         predictor = await asyncio.to_thread(load_world_model, settings.worldmodel_backend, settings.worldmodel_model_path,
                                             settings.worldmodel_device, settings.worldmodel_threads,
                                             settings.worldmodel_max_new_tokens, reason)
-        batcher = Batcher(predictor, settings.worldmodel_max_batch)
+        batchers.append(batcher := Batcher(predictor, settings.worldmodel_max_batch))
         own = Path(settings.worldmodel_model_path) / START_STATES_FILE
         files = [*([own] if own.exists() else []), *(p for p in settings.worldmodel_start_states.split(",") if p)]
         starts = await asyncio.to_thread(load_start_states, files)
         env.start_states = starts
-        wm._batcher = env._batcher = batcher
+        wm.batcher = env.batcher = batcher
         info = predictor.backend.info
         log.info("model loaded", extra={"model": info.model, "backend": info.backend, "parameters": info.parameters,
                                         "exemplars": len(predictor.exemplars), "start_states": len(starts),
                                         "reasoning": predictor.reason})
-        await server.set_serving()
-        try:
-            yield server, wm, env
-        finally:
+
+    async def close() -> None:
+        for batcher in batchers:
             await batcher.close()
+
+    services = [(worldmodel_pb2_grpc.add_WorldModelServiceServicer_to_server, wm, "webenv.v1.WorldModelService"),
+                (environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, env, "webenv.v1.EnvironmentService")]
+    async with runtime.serving("worldmodel", settings, services, start=start, close=close) as server:
+        yield server, wm, env
 
 
 async def main(settings: Settings) -> None:

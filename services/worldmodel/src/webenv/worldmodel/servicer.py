@@ -58,6 +58,11 @@ class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
     def batcher(self) -> Batcher:
         return ready(self._batcher)
 
+    @batcher.setter
+    def batcher(self, batcher: Batcher) -> None:
+        """The loaded model's batcher (the service answers UNAVAILABLE until it is set)."""
+        self._batcher = batcher
+
     @property
     def info(self) -> ModelInfo:
         return self.batcher.predictor.backend.info

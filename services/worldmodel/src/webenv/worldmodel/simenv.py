@@ -107,6 +107,11 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
     def batcher(self) -> Batcher:
         return ready(self._batcher)
 
+    @batcher.setter
+    def batcher(self, batcher: Batcher) -> None:
+        """The loaded model's batcher (the service answers UNAVAILABLE until it is set)."""
+        self._batcher = batcher
+
     # --- helpers ------------------------------------------------------------------------------------
     def _expire(self) -> None:
         now = time.time()
