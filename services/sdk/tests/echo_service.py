@@ -24,7 +24,7 @@ class EchoSettings(ServiceSettings):
 
 
 class EchoPolicy(policy_pb2_grpc.PolicyServiceServicer):
-    """Answers ``noop()``; ``episode_id`` picks a behaviour: slow:<s>, invalid, exhausted, boom, deadline."""
+    """Answers ``noop()``; ``episode_id`` picks a behaviour: slow:<s>, invalid, echo:<text>, exhausted, boom."""
 
     async def Act(self, request: policy_pb2.ActRequest, context: grpc.aio.ServicerContext) -> policy_pb2.ActResponse:
         kind, _, arg = request.episode_id.partition(":")
@@ -33,6 +33,12 @@ class EchoPolicy(policy_pb2_grpc.PolicyServiceServicer):
         elif kind == "invalid":
             raise errors.InvalidArgument("observation: is required", reason="MISSING_OBSERVATION",
                                          metadata={"field": "observation"})
+        elif kind == "echo":  # an error quoting the caller's input, whatever its size
+            raise errors.InvalidArgument(f"episode_id: unknown episode {arg!r}", reason="UNKNOWN_EPISODE",
+                                         metadata={"field": "episode_id", "value": arg,
+                                                   **{f"k{i}": arg for i in range(20)}})
+        elif kind == "boom-echo":
+            raise KeyError(arg)
         elif kind == "exhausted":
             raise errors.ResourceExhausted("too many episodes", retry_after_seconds=1.5)
         elif kind == "boom":

@@ -137,6 +137,75 @@ async def test_a_method_the_service_does_not_serve_is_unimplemented(echo_server)
         assert isinstance(errors.from_rpc_error(info.value), errors.Unimplemented)
 
 
+async def test_undecodable_requests_are_invalid_argument_on_every_kind_of_rpc(echo_server, scrape, caplog):
+    """Bytes that are not the request message: INVALID_ARGUMENT naming `request`, one log line, no traceback."""
+    before = scrape(echo_server.metrics_port)
+    garbage = b"\xff\xff\xff\xff\x0f"
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{echo_server.port}") as ch:
+        calls = {
+            "Act": lambda: ch.unary_unary("/webenv.v1.PolicyService/Act")(garbage),
+            "Check": lambda: ch.unary_unary("/grpc.health.v1.Health/Check")(garbage),
+        }
+        for name, call in calls.items():
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await call()
+            err = errors.from_rpc_error(info.value)
+            assert isinstance(err, errors.InvalidArgument), (name, info.value)
+            assert err.reason == "UNDECODABLE_REQUEST" and err.metadata == {"field": "request"}
+        watch = ch.unary_stream("/grpc.health.v1.Health/Watch")(garbage)
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for _ in watch:
+                pass
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        # A bidi stream: the good items before the bad one are answered, then the call ends INVALID_ARGUMENT.
+        stream = ch.stream_stream("/webenv.v1.PolicyService/ActStream",
+                                  request_serializer=lambda m: m if isinstance(m, bytes) else m.SerializeToString(),
+                                  response_deserializer=policy_pb2.ActStreamResponse.FromString)()
+        await stream.write(policy_pb2.ActStreamRequest(tag="a", request=policy_pb2.ActRequest(episode_id="e")))
+        await stream.write(garbage)
+        answers = []
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            async for r in stream:
+                answers.append(r.tag)
+        assert answers == ["a"]
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "request:" in info.value.details()
+    after = scrape(echo_server.metrics_port)
+    bidi = {"grpc_service": "webenv.v1.PolicyService", "grpc_method": "ActStream", "grpc_type": "bidi_stream"}
+    assert sample(after, "grpc_server_handled_total", **bidi, grpc_code="INVALID_ARGUMENT") - sample(
+        before, "grpc_server_handled_total", **bidi, grpc_code="INVALID_ARGUMENT") == 1
+    assert not [r for r in caplog.records if r.exc_info], "a decode failure must not log a traceback"
+    assert any("undecodable request" in r.getMessage() for r in caplog.records)
+
+
+@pytest.mark.parametrize("kind", ["echo", "boom-echo"])
+async def test_errors_quoting_huge_input_stay_under_the_clients_metadata_limit(echo_server, kind):
+    """A 200 KB input quoted by an error: the client gets the real error (bounded), not a metadata-size failure."""
+    huge = "é" * 100_000
+    async with make_channel(f"127.0.0.1:{echo_server.port}") as ch:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await policy_pb2_grpc.PolicyServiceStub(ch).Act(policy_pb2.ActRequest(episode_id=f"{kind}:{huge}"))
+    err = errors.from_rpc_error(info.value)
+    if kind == "echo":
+        assert isinstance(err, errors.InvalidArgument) and err.reason == "UNKNOWN_EPISODE"
+        assert err.message.startswith("episode_id: unknown episode")  # still names the field
+        assert err.metadata["field"] == "episode_id" and len(err.metadata) <= errors.MAX_METADATA_ITEMS
+        assert all(len(v.encode()) <= errors.MAX_METADATA_VALUE_BYTES for v in err.metadata.values())
+    else:
+        assert isinstance(err, errors.Internal) and "KeyError" in err.message
+    assert len(err.message.encode()) <= errors.MAX_MESSAGE_BYTES and "bytes, cut)" in err.message
+    assert len(info.value.details().encode()) <= errors.MAX_MESSAGE_BYTES
+
+
+def test_bounded_keeps_characters_whole():
+    assert errors.bounded("short") == "short"
+    cut = errors.bounded("ü" * 1000, 101)
+    assert len(cut.encode()) <= 101 and cut.startswith("ü") and cut.endswith("(2000 bytes, cut)")
+    assert errors.bounded("a\ud800b") == "a?b"  # a lone surrogate cannot travel in a status
+    err = errors.InvalidArgument("x", metadata={f"k{i}": "v" for i in range(30)})
+    assert len(err.metadata) == errors.MAX_METADATA_ITEMS and err.metadata["omitted_entries"] == "23"
+    assert err.to_stream_error().message == "x"
+
+
 async def test_stream_item_error_does_not_end_the_stream(echo_server):
     async with make_channel(f"127.0.0.1:{echo_server.port}") as ch:
         stub = policy_pb2_grpc.PolicyServiceStub(ch)

@@ -5,6 +5,12 @@ the matching gRPC status with a ``google.rpc.ErrorInfo`` detail (reason, domain 
 for retryable errors, a ``google.rpc.RetryInfo``. Clients call :func:`from_rpc_error` to get the same exception
 back, so code on both sides speaks in domain errors rather than status-code arithmetic. Inside a bidi stream one
 item's failure travels as a ``StreamError`` (:meth:`WebenvError.to_stream_error`) and the stream goes on.
+
+Messages and metadata are bounded (:data:`MAX_MESSAGE_BYTES`, :data:`MAX_METADATA_ITEMS`,
+:data:`MAX_METADATA_VALUE_BYTES`) when the error is made, because they often quote the caller's input: the status
+travels in HTTP/2 trailers twice (``grpc-message`` percent-encoded, ``grpc-status-details-bin`` base64), and a
+client's default 8 KiB metadata limit turned a 100 KB echo into RESOURCE_EXHAUSTED "metadata size exceeds hard
+limit" instead of the real error (issue 18). Messages start with the field they name, so the cut keeps it.
 """
 
 from __future__ import annotations
@@ -18,6 +24,34 @@ from grpc_status import rpc_status
 from webenv.v1 import common_pb2
 
 DOMAIN = "webenv.dev"
+
+#: Longest message (UTF-8 bytes). Worst case on the wire: 3x percent-encoded plus 4/3x in the details trailer.
+MAX_MESSAGE_BYTES = 1024
+#: Most ErrorInfo metadata entries, and the longest key and value (UTF-8 bytes).
+MAX_METADATA_ITEMS = 8
+MAX_METADATA_KEY_BYTES = 64
+MAX_METADATA_VALUE_BYTES = 128
+
+
+def bounded(text: str, limit: int = MAX_MESSAGE_BYTES) -> str:
+    """``text`` cut to at most ``limit`` UTF-8 bytes, saying how much was left out (never splits a character)."""
+    data = text.encode("utf-8", "replace")
+    if len(data) <= limit:
+        return text if text.isascii() else data.decode("utf-8")  # lone surrogates become "?"
+    marker = f"... ({len(data)} bytes, cut)"
+    keep = max(limit - len(marker.encode()), 0)
+    return data[:keep].decode("utf-8", "ignore") + marker
+
+
+def _bounded_metadata(metadata: dict[str, str] | None) -> dict[str, str]:
+    items = list((metadata or {}).items())
+    out = {
+        bounded(str(k), MAX_METADATA_KEY_BYTES): bounded(str(v), MAX_METADATA_VALUE_BYTES)
+        for k, v in items[: MAX_METADATA_ITEMS - (len(items) > MAX_METADATA_ITEMS)]
+    }
+    if len(items) > MAX_METADATA_ITEMS:
+        out["omitted_entries"] = str(len(items) - MAX_METADATA_ITEMS + 1)
+    return out
 
 
 class WebenvError(Exception):
@@ -34,10 +68,11 @@ class WebenvError(Exception):
         metadata: dict[str, str] | None = None,
         retry_after_seconds: float | None = None,
     ) -> None:
+        message = bounded(str(message))
         super().__init__(message)
         self.message = message
-        self.reason = reason or self.default_reason
-        self.metadata = {k: str(v) for k, v in (metadata or {}).items()}
+        self.reason = bounded(reason or self.default_reason, MAX_METADATA_KEY_BYTES)
+        self.metadata = _bounded_metadata(metadata)
         self.retry_after_seconds = retry_after_seconds
 
     def __repr__(self) -> str:

@@ -4,6 +4,13 @@ One interceptor wraps each method handler so that unary and streaming RPCs are c
 and a :class:`~webenv.errors.WebenvError` raised anywhere in a servicer becomes its status code with an ErrorInfo
 detail. Unexpected exceptions become INTERNAL with the exception type in the message (and a logged traceback),
 never a silent UNKNOWN.
+
+Request bytes that do not decode as the method's request message are answered INVALID_ARGUMENT (field
+``request``) with one warning line: left to grpc, a decode failure inside its server loop is UNKNOWN plus a
+logged traceback for every such call (issue 18). The interceptor wraps each handler's request deserializer so a
+failure yields an :class:`Undecodable` marker instead of raising; unary calls are refused before the servicer
+runs, and a stream's request iterator ends at the bad message (the servicer finishes the items it already has,
+as after a half-close) and the call then ends INVALID_ARGUMENT.
 """
 
 from __future__ import annotations
@@ -25,6 +32,49 @@ log = logging.getLogger("webenv.runtime")
 
 #: Methods reachable without a token, so Kubernetes probes and grpcurl discovery keep working.
 PUBLIC_SERVICES = ("grpc.health.v1.Health", "grpc.reflection.v1alpha.ServerReflection", "grpc.reflection.v1.ServerReflection")
+
+
+class Undecodable:
+    """What a wrapped deserializer returns for bytes that are not a valid request message."""
+
+    __slots__ = ("error",)
+
+    def __init__(self, error: BaseException) -> None:
+        self.error = error
+
+
+def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], Any] | None:
+    """``deserializer`` returning :class:`Undecodable` instead of raising."""
+    if deserializer is None:
+        return None
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return deserializer(data)
+        except Exception as exc:  # noqa: BLE001 - DecodeError, or anything a custom deserializer raises
+            return Undecodable(exc)
+
+    return deserialize
+
+
+class _Requests:
+    """A stream's requests, counted; iteration ends at an undecodable message, whose error is kept in ``bad``."""
+
+    __slots__ = ("_requests", "_received", "_refuse", "bad")
+
+    def __init__(self, requests: AsyncIterator[Any], received: Any, refuse: Callable[[Undecodable], errors.WebenvError]) -> None:
+        self._requests = requests
+        self._received = received
+        self._refuse = refuse
+        self.bad: errors.WebenvError | None = None
+
+    async def __aiter__(self) -> AsyncIterator[Any]:
+        async for item in self._requests:
+            self._received.inc()
+            if isinstance(item, Undecodable):
+                self.bad = self._refuse(item)
+                return
+            yield item
 
 
 def _split(full_method: str) -> tuple[str, str]:
@@ -66,7 +116,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         }[kind]
         return factory(
             wrapped,
-            request_deserializer=handler.request_deserializer,
+            request_deserializer=_tolerant(handler.request_deserializer),
             response_serializer=handler.response_serializer,
         )
 
@@ -85,10 +135,13 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
         metrics.HANDLED.labels(*labels, code.name).inc()
         handling.observe(time.perf_counter() - t0)
 
-    async def count_requests(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-        async for item in requests:
-            received.inc()
-            yield item
+    def undecodable(item: Undecodable) -> errors.InvalidArgument:
+        log.warning("undecodable request to %s/%s: %s: %s", labels[0], labels[1], type(item.error).__name__,
+                    errors.bounded(str(item.error), 200))
+        return errors.InvalidArgument(
+            f"request: not a valid request message for {labels[1]} ({type(item.error).__name__}: {item.error})",
+            reason="UNDECODABLE_REQUEST", metadata={"field": "request"},
+        )
 
     def as_domain_error(exc: BaseException, context: grpc.aio.ServicerContext) -> errors.WebenvError:
         """The domain error a failure ends the call with (unexpected ones become INTERNAL, logged)."""
@@ -132,15 +185,23 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
         finally:
             finish(code, t0)
 
+    def one_request(request: Any) -> Any:
+        received.inc()
+        if isinstance(request, Undecodable):
+            raise undecodable(request)
+        return request
+
     if kind in ("unary", "client_stream"):
 
         async def unary_response(request: Any, context: grpc.aio.ServicerContext) -> Any:
             async with accounted(context):
                 if kind == "unary":
-                    received.inc()
+                    response = await behavior(one_request(request), context)
                 else:
-                    request = count_requests(request)
-                response = await behavior(request, context)
+                    requests = _Requests(request, received, undecodable)
+                    response = await behavior(requests.__aiter__(), context)
+                    if requests.bad is not None:
+                        raise requests.bad
                 if response is not None:
                     sent.inc()
                 return response
@@ -149,10 +210,12 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
 
     async def stream_response(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator[Any]:
         async with accounted(context):
+            requests = None
             if kind == "server_stream":
-                received.inc()
+                request = one_request(request)
             else:
-                request = count_requests(request)
+                requests = _Requests(request, received, undecodable)
+                request = requests.__aiter__()
             result = behavior(request, context)
             if inspect.isasyncgen(result):
                 async for response in result:
@@ -160,5 +223,7 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
                     yield response
             else:  # the servicer writes with context.write() and returns None
                 await result
+            if requests is not None and requests.bad is not None:
+                raise requests.bad
 
     return stream_response
