@@ -1,10 +1,17 @@
-"""Assembling a collector from its settings: store, spool, writer, peers, engine, optional queue, server."""
+"""Assembling a collector from its settings: store, spool, writer, peers, engine, optional queue, server.
+
+Health follows the dependencies the collector cannot work without (issue 18): a monitor checks them every
+``health_interval_seconds`` and reports NOT_SERVING (and refuses StartRun with UNAVAILABLE) while Redis is
+configured and does not answer, or while the store is down and the spool has reached its cap; SERVING again
+as soon as they are back. A store outage with room left in the spool keeps SERVING: nothing is lost meanwhile.
+"""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from webenv.collector import __version__
 from webenv.collector import spec as specs
@@ -35,6 +42,7 @@ class Collector:
     engine: Engine
     queue: object | None = None
     _closed: bool = False
+    _monitor: asyncio.Task | None = field(default=None, repr=False)
 
     @classmethod
     async def start(cls, settings: Settings) -> Collector:
@@ -42,7 +50,7 @@ class Collector:
         collector_id = settings.resolved_collector_id()
         store = AsyncStore(Store(settings.resolved_store_url(), settings.store_database))
         await store.call(store.store.migrate)
-        spool = Spool(settings.resolved_spool_dir())
+        spool = Spool(settings.resolved_spool_dir(), max_bytes=settings.spool_max_mb * 1024 * 1024)
         writer = Writer(
             store,
             spool,
@@ -80,7 +88,15 @@ class Collector:
                 share_rows=settings.resolved_store_url().startswith("chdb://"),
                 peer_timeout_seconds=max(60.0, settings.queue_claim_idle_seconds * 4),
             )
-        engine = Engine(EngineConfig(defaults, collector_id, __version__), store, writer, ctx, queue=queue)
+        config = EngineConfig(
+            defaults, collector_id, __version__,
+            max_active_runs=settings.max_active_runs,
+            max_pending_runs=settings.max_pending_runs,
+            max_run_episodes=settings.max_run_episodes,
+            max_spec_bytes=settings.max_spec_bytes,
+            admission_retry_seconds=settings.admission_retry_seconds,
+        )
+        engine = Engine(config, store, writer, ctx, queue=queue)
         if queue is not None:
             await queue.start(engine)
         server = Server("collector", settings)
@@ -91,7 +107,36 @@ class Collector:
         )
         await server.start()
         await server.set_serving()
-        return cls(settings, server, store, writer, peers, engine, queue)
+        collector = cls(settings, server, store, writer, peers, engine, queue)
+        collector._monitor = asyncio.create_task(collector._watch_health())
+        return collector
+
+    async def problem(self) -> str:
+        """Why the collector cannot work now ("" when it can): a dependency it needs is down."""
+        if self.writer.stalled:
+            return f"store down and spool full ({self.writer.spool.bytes} bytes, WEBENV_SPOOL_MAX_MB={self.settings.spool_max_mb})"
+        if self.queue is not None:
+            try:
+                await asyncio.wait_for(self.queue.redis.ping(), timeout=max(self.settings.health_interval_seconds, 1.0))
+            except Exception as exc:  # noqa: BLE001 - any failure to answer means Redis is down
+                return f"Redis at {self.settings.redis_url} does not answer: {type(exc).__name__}: {exc}"
+        return ""
+
+    async def _watch_health(self) -> None:
+        """Keep health and StartRun admission in step with the dependencies."""
+        while True:
+            try:
+                why = await self.problem()
+            except Exception as exc:  # noqa: BLE001 - the monitor must outlive odd errors
+                why = f"health check failed: {exc}"
+            if why != self.engine.unavailable:
+                if why:
+                    log.warning("collector NOT_SERVING: %s", why)
+                else:
+                    log.info("collector SERVING again: dependencies are back")
+                self.engine.unavailable = why
+                await self.server.set_serving(not why)
+            await asyncio.sleep(self.settings.health_interval_seconds)
 
     @property
     def address(self) -> str:
@@ -102,6 +147,10 @@ class Collector:
         if self._closed:
             return
         self._closed = True
+        if self._monitor is not None:
+            self._monitor.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._monitor
         await self.server.stop()
         await self.engine.close()
         if self.queue is not None:

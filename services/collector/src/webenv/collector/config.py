@@ -37,6 +37,14 @@ class Settings(ServiceSettings):
     spool_retry_seconds: float = Field(1.0, gt=0)
     collector_id: str = Field("", description="Name in provenance and the Redis consumer group; default host-pid.")
     export_root: str = Field("", description="When set, ExportRun writes only inside this folder (relative destinations land there).")
+    # Admission and quotas: a collector refuses work it cannot hold instead of growing without bound (issue 18).
+    max_active_runs: int = Field(4, ge=1, le=1024, description="Runs this collector executes at once; later ones wait PENDING.")
+    max_pending_runs: int = Field(16, ge=0, le=100_000, description="Runs waiting for a slot; beyond that StartRun is RESOURCE_EXHAUSTED.")
+    max_run_episodes: int = Field(10_000, ge=1, le=10_000_000, description="Episodes one run may plan (an empty spec would run every task).")
+    max_spec_bytes: int = Field(262_144, ge=1024, description="Largest RunSpec accepted (serialized bytes).")
+    admission_retry_seconds: float = Field(5.0, gt=0, description="Delay StartRun's RetryInfo asks for when the collector is full.")
+    spool_max_mb: int = Field(1024, ge=0, description="Disk the spool may fill while the store is down (0 = no cap); when full, writes wait and health is NOT_SERVING.")
+    health_interval_seconds: float = Field(1.0, gt=0, description="How often the store, spool and Redis are checked for the health status.")
 
     @field_validator("store_url")
     @classmethod

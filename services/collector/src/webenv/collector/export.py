@@ -2,11 +2,17 @@
 
 Reads are columnar end to end (ClickHouse -> Arrow -> file) so exporting is bounded by the disk, not Python:
 Parquet and datasets never build per-row Python objects. FINAL makes retried writes count once.
+
+A request is checked before anything is read or written (:func:`check_request`): an unknown filter value, a NUL
+byte or an over-long name in the destination are INVALID_ARGUMENT naming the field, and an OS refusal while
+creating the folder becomes the matching status; a run with no episodes exports empty files, not an error.
 """
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import time
 from dataclasses import dataclass
 from datetime import datetime
@@ -16,10 +22,12 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from webenv import errors
-from webenv.collector.read import episode_where
+from webenv.collector.read import check_filter, episode_where
 from webenv.collector.store import Store
 from webenv.v1 import collector_pb2, common_pb2
 
+PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
+NAME_MAX = os.pathconf("/", "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
 TRANSITION_FORMATS = {
     common_pb2.OBSERVATION_FORMAT_AXTREE: "axtree",
     common_pb2.OBSERVATION_FORMAT_HTML: "html",
@@ -35,6 +43,47 @@ class ExportResult:
     episodes: int
     steps: int
     duration_seconds: float
+
+
+def _bad(field: str, message: str) -> errors.InvalidArgument:
+    return errors.InvalidArgument(f"{field}: {message}", reason="BAD_EXPORT", metadata={"field": field})
+
+
+def check_request(fmt: int, destination: str, flt: collector_pb2.ExportFilter, transition_format: int) -> None:
+    """Refuse a malformed export request with INVALID_ARGUMENT naming its field (nothing touched yet)."""
+    if fmt == collector_pb2.EXPORT_FORMAT_UNSPECIFIED or fmt not in collector_pb2.ExportFormat.values():
+        raise _bad("format", "required (JSONL, PARQUET, HF_DATASET, TRANSITIONS or TRACES)")
+    if not destination:
+        raise _bad("destination", "required")
+    if "\x00" in destination:
+        raise _bad("destination", "contains a NUL byte")
+    encoded = os.fsencode(destination)
+    if len(encoded) > PATH_MAX:
+        raise _bad("destination", f"path is {len(encoded)} bytes, longer than {PATH_MAX}")
+    longest = max((len(part) for part in encoded.split(b"/")), default=0)
+    if longest > NAME_MAX:
+        raise _bad("destination", f"a path component is {longest} bytes, longer than {NAME_MAX}")
+    check_filter(flt, "BAD_EXPORT")
+    if fmt == collector_pb2.EXPORT_FORMAT_TRANSITIONS and transition_format and transition_format not in TRANSITION_FORMATS:
+        raise _bad("transition_format", "must be AXTREE, HTML or MARKDOWN")
+    if fmt == collector_pb2.EXPORT_FORMAT_TRACES and flt.drop_repeated:
+        raise _bad("filter.drop_repeated", "a trace must keep every step to replay")
+
+
+def make_destination(destination: str) -> Path:
+    """Create the export folder; an OS refusal is a status naming ``destination``, not INTERNAL."""
+    dest = Path(destination)
+    try:
+        dest.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:
+        meta = {"field": "destination"}
+        why = f"destination: cannot create {destination!r}: {exc.strerror or exc}"
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise errors.PermissionDenied(why, reason="EXPORT_NOT_WRITABLE", metadata=meta) from exc
+        if exc.errno in (errno.ENOSPC, errno.EDQUOT):
+            raise errors.ResourceExhausted(why, reason="EXPORT_DISK_FULL", metadata=meta) from exc
+        raise errors.InvalidArgument(why, reason="BAD_EXPORT", metadata=meta) from exc
+    return dest
 
 
 def read_tables(store: Store, run_id: str, flt: collector_pb2.ExportFilter) -> tuple[pa.Table, pa.Table]:
@@ -87,6 +136,8 @@ def write_hf(episodes: pa.Table, steps: pa.Table, dest: Path) -> list[Path]:
     """A datasets.DatasetDict with 'episodes' and 'steps' splits, saved with save_to_disk."""
     import datasets  # imported lazily: it is slow to import and only exports need it
 
+    # A table with no rows may have no chunks, which datasets cannot take: give it one empty chunk per column.
+    episodes, steps = (t if t.num_rows else t.schema.empty_table() for t in (episodes, steps))
     dd = datasets.DatasetDict({"episodes": datasets.Dataset(episodes), "steps": datasets.Dataset(steps)})
     out = dest / "hf"
     dd.save_to_disk(str(out))
@@ -163,20 +214,11 @@ def export(
     transition_format: int = common_pb2.OBSERVATION_FORMAT_UNSPECIFIED,
 ) -> ExportResult:
     """Export (synchronously, on the store thread) and say what was written."""
-    if fmt == collector_pb2.EXPORT_FORMAT_UNSPECIFIED or fmt not in collector_pb2.ExportFormat.values():
-        raise errors.InvalidArgument("format: required (JSONL, PARQUET, HF_DATASET, TRANSITIONS or TRACES)",
-                                     reason="BAD_EXPORT", metadata={"field": "format"})
-    if not destination:
-        raise errors.InvalidArgument("destination: required", reason="BAD_EXPORT", metadata={"field": "destination"})
+    check_request(fmt, destination, flt, transition_format)
     if fmt == collector_pb2.EXPORT_FORMAT_TRANSITIONS:
         transition_format = transition_format or common_pb2.OBSERVATION_FORMAT_AXTREE
-        if transition_format not in TRANSITION_FORMATS:
-            raise errors.InvalidArgument(
-                "transition_format: must be AXTREE, HTML or MARKDOWN", reason="BAD_EXPORT",
-                metadata={"field": "transition_format"})
     t0 = time.perf_counter()
-    dest = Path(destination)
-    dest.mkdir(parents=True, exist_ok=True)
+    dest = make_destination(destination)
     episodes, steps = read_tables(store, run_id, flt)
     if fmt == collector_pb2.EXPORT_FORMAT_JSONL:
         paths = write_jsonl(episodes, steps, dest)
@@ -188,9 +230,6 @@ def export(
         paths = write_hf(episodes, steps, dest)
         n_steps = steps.num_rows
     elif fmt == collector_pb2.EXPORT_FORMAT_TRACES:
-        if flt.drop_repeated:
-            raise errors.InvalidArgument("filter.drop_repeated: a trace must keep every step to replay",
-                                         reason="BAD_EXPORT", metadata={"field": "filter.drop_repeated"})
         paths = write_traces(episodes, steps, dest)
         n_steps = steps.num_rows
     else:

@@ -6,6 +6,11 @@ durably (store or spool), record it in the run's done set, then XACK. A collecto
 entries pending; after ``claim_idle_seconds`` another collector takes them over with XAUTOCLAIM. An entry
 delivered ``max_deliveries`` times goes to the dead-letter stream instead of being run again.
 
+A collector keeps the entries it is running claimed: every third of ``claim_idle_seconds`` it re-claims them
+(XCLAIM JUSTID, which resets their idle time without counting a delivery), so only an entry whose collector
+stopped doing so (it died) is taken over; before that, an episode that ran longer than the claim time under
+load was taken over while still running and stored twice.
+
 Exactly-once storage rests on two things: episode ids are deterministic (run id + index), and the store
 replaces rows by key. With one shared ClickHouse server a re-run episode replaces its earlier rows. With
 per-process chDB stores, a re-delivered episode is skipped when the done set already has it; the only
@@ -340,11 +345,15 @@ class WorkQueue:
         addresses = [a.strip() for a in spec.env_address.split(",") if a.strip()]
         metrics.EPISODES_STARTED.inc()
         metrics.IN_FLIGHT.inc()
+        heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
         try:
-            ep = await run_episode(job, spec, self.engine.ctx, addresses)
+            try:
+                ep = await run_episode(job, spec, self.engine.ctx, addresses)
+            finally:
+                metrics.IN_FLIGHT.dec()
+            await self.engine.store_episode(None, ep)  # durable (store or spool) when this returns
         finally:
-            metrics.IN_FLIGHT.dec()
-        await self.engine.store_episode(None, ep)  # durable (store or spool) when this returns
+            heartbeat.cancel()
         summary = json_format.MessageToJson(ep.summary(), indent=None)
         if await self.redis.sadd(self._k(run_id, "done"), job.episode_id):
             pipe = self.redis.pipeline(transaction=True)
@@ -359,6 +368,16 @@ class WorkQueue:
             await pipe.execute()
         await self.redis.xack(self.stream, GROUP, entry_id)
         await self._maybe_finish(run_id, target)
+
+    async def _keep_claimed(self, entry_id: str) -> None:
+        """Re-claim ``entry_id`` for this consumer while it runs, so no other collector takes it over."""
+        every = max(self.claim_idle_ms / 3000, 0.05)
+        while True:
+            await asyncio.sleep(every)
+            try:
+                await self.redis.xclaim(self.stream, GROUP, self.consumer, 0, [entry_id], justid=True)
+            except Exception as exc:  # noqa: BLE001 - Redis down: the entry may be claimed by others, as before
+                log.debug("re-claiming %s failed: %s", entry_id, exc)
 
     async def _maybe_finish(self, run_id: str, target: int) -> None:
         counts = await self.redis.hmget(self._k(run_id, "counts"), ["finished", "dead"])

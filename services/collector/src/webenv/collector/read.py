@@ -60,6 +60,16 @@ def episode_where(run_ids: list[str], flt: collector_pb2.ExportFilter, episode_i
     return (" WHERE " + " AND ".join(clauses)) if clauses else "", params
 
 
+def check_filter(flt: collector_pb2.ExportFilter, reason: str) -> None:
+    """INVALID_ARGUMENT naming the field for filter values no stored episode can have (ExportRun, ReadEpisodes)."""
+    for field, value, known in (("filter.split", flt.split, SPLIT_NAMES), ("filter.level", flt.level, LEVEL_NAMES)):
+        if value and value not in known:
+            raise errors.InvalidArgument(f"{field}: unknown value {value}", reason=reason, metadata={"field": field})
+    if flt.max_steps < 0:
+        raise errors.InvalidArgument("filter.max_steps: must be >= 0", reason=reason,
+                                     metadata={"field": "filter.max_steps"})
+
+
 def validate(request: collector_pb2.ReadEpisodesRequest) -> None:
     """INVALID_ARGUMENT naming the field for requests ReadEpisodes cannot serve."""
 
@@ -77,13 +87,7 @@ def validate(request: collector_pb2.ReadEpisodesRequest) -> None:
         raise bad("limit", "must be >= 0")
     if len(request.episode_ids) > MAX_EPISODE_IDS:
         raise bad("episode_ids", f"at most {MAX_EPISODE_IDS} per request")
-    f = request.filter
-    if f.split and f.split not in SPLIT_NAMES:
-        raise bad("filter.split", f"unknown value {f.split}")
-    if f.level and f.level not in LEVEL_NAMES:
-        raise bad("filter.level", f"unknown value {f.level}")
-    if f.max_steps < 0:
-        raise bad("filter.max_steps", "must be >= 0")
+    check_filter(request.filter, "BAD_READ")
     if request.HasField("read_mask") and not request.read_mask.IsValidForDescriptor(collector_pb2.StoredEpisode.DESCRIPTOR):
         raise bad("read_mask", f"names fields StoredEpisode does not have: {','.join(request.read_mask.paths)[:200]}")
 

@@ -3,6 +3,10 @@
 A segment is written whole and fsynced before the episode counts as durable, so nothing acknowledged is lost
 if the store is down; it is deleted only after its rows were inserted. Re-inserting a segment that had in
 fact reached the store is harmless: the tables replace rows by key.
+
+The spool may be capped (``max_bytes``, WEBENV_SPOOL_MAX_MB): once :meth:`Spool.full`, the writer stops
+spooling and waits for the store (episodes wait to be acknowledged, nothing is dropped) and the collector's
+health says NOT_SERVING, so a long outage cannot fill the disk.
 """
 
 from __future__ import annotations
@@ -49,13 +53,19 @@ def unpack(data: bytes) -> Batch:
 
 @dataclass
 class Spool:
-    """A folder of JSONL segments, one per batch that failed to insert."""
+    """A folder of JSONL segments, one per batch that failed to insert; ``max_bytes`` > 0 caps its size."""
 
     folder: Path
+    max_bytes: int = 0
 
     def __post_init__(self) -> None:
         self.folder = Path(self.folder)
         self.folder.mkdir(parents=True, exist_ok=True)
+        self.bytes = sum(seg.stat().st_size for seg in self.segments())
+
+    def full(self) -> bool:
+        """True when the cap is reached: no more segments until the store takes some."""
+        return 0 < self.max_bytes <= self.bytes
 
     def append(self, batch: Batch) -> Path:
         """Write ``batch`` as a new segment, durably (write to a temp name, fsync, rename)."""
@@ -70,6 +80,7 @@ class Spool:
             os.fsync(f.fileno())
         final = self.folder / name
         os.replace(tmp, final)
+        self.bytes += final.stat().st_size
         return final
 
     def segments(self) -> list[Path]:
@@ -89,7 +100,12 @@ class Spool:
 
     def remove(self, segment: Path) -> None:
         """Drop a segment once its rows are in the store."""
+        try:
+            size = segment.stat().st_size
+        except FileNotFoundError:
+            return
         segment.unlink(missing_ok=True)
+        self.bytes = max(self.bytes - size, 0)
 
     def pending_rows(self) -> int:
         """Rows waiting in the spool (for the spool-size metric)."""

@@ -19,6 +19,7 @@ from importlib import resources
 from typing import Any
 
 import clickhouse_connect
+from webenv import errors
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
@@ -47,8 +48,10 @@ INSERT_ORDER = ("steps", "episodes", "runs")
 _DEFAULTS = {"String": "", "Int": 0, "Float": 0.0, "UInt": 0}
 
 
-class StoreError(Exception):
-    """The store could not be reached or refused a statement."""
+class StoreError(errors.Unavailable):
+    """The store could not be reached or refused a statement (an RPC that meets it ends UNAVAILABLE)."""
+
+    default_reason = "STORE_UNAVAILABLE"
 
 
 def _default_for(col: str) -> Any:

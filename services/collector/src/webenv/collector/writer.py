@@ -3,7 +3,8 @@
 Episodes finish one by one; the writer groups their rows into batches (by size or age) so the store sees few
 large inserts. A batch that fails to insert goes to the disk spool instead, and a background task flushes the
 spool when the store answers again. ``put`` returns only when the rows are durable either way, which is when
-the Redis queue may acknowledge the episode.
+the Redis queue may acknowledge the episode. When the spool is full (its cap) and the store still down, the
+batch waits for the store instead: back-pressure on the episodes, never a dropped row.
 """
 
 from __future__ import annotations
@@ -120,9 +121,10 @@ class Writer:
                 if self.store_up:
                     log.warning("store unavailable, spooling to %s: %s", self.spool.folder, exc)
                 self.store_up = False
-                await self.store.call(self.spool.append, merged)
-                self.spooled_batches += 1
-                metrics.SPOOL_ROWS.inc(rows)
+                if await self._wait_while_spool_full(merged):
+                    await self.store.call(self.spool.append, merged)
+                    self.spooled_batches += 1
+                    metrics.SPOOL_ROWS.inc(rows)
             metrics.STORE_BATCH_ROWS.observe(rows)
             metrics.STEP_PHASE.labels("store").observe(time.monotonic() - t0)
         now = time.monotonic()
@@ -130,6 +132,28 @@ class Writer:
             metrics.STORE_LAG.observe(now - it.queued_at)
             if not it.done.done():
                 it.done.set_result(None)
+
+    @property
+    def stalled(self) -> bool:
+        """The store is down and the spool is full: nothing more can be made durable until the store returns."""
+        return not self.store_up and self.spool.full()
+
+    async def _wait_while_spool_full(self, batch: Batch) -> bool:
+        """Hold ``batch`` while the spool is full; False if it reached the store meanwhile (nothing to spool)."""
+        warned = False
+        while True:
+            if self.store_up:  # the flusher reached the store again
+                try:
+                    await self.store.call(self.store.store.insert, batch)
+                    return False
+                except StoreError:
+                    self.store_up = False
+            if not self.spool.full():
+                return True
+            if not warned:
+                log.warning("spool full (%d bytes) and store down: writes wait for the store", self.spool.bytes)
+                warned = True
+            await asyncio.sleep(self.spool_retry_seconds)
 
     async def flush_spool(self) -> int:
         """Insert spooled segments oldest first; stops at the first failure. Returns segments flushed."""
