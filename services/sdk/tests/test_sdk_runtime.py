@@ -364,3 +364,21 @@ async def test_clients_pick_up_the_shared_token_from_the_environment(echo, monke
         async with make_channel(f"127.0.0.1:{server.port}") as ch:
             resp = await policy_pb2_grpc.PolicyServiceStub(ch).ListPolicies(policy_pb2.ListPoliciesRequest())
             assert resp.default_policy == "echo"
+
+
+async def test_heap_is_trimmed_once_after_a_busy_period(echo):
+    """Freed heap goes back to the OS after each burst of RPCs, once, and never while the server is quiet."""
+    server = echo.build_server(echo.EchoSettings(host="127.0.0.1", heap_trim_idle_seconds=0.2))
+    async with server:
+        await server.set_serving()
+        await asyncio.sleep(0.7)
+        assert server.heap.trims == 0  # nothing happened: nothing to give back
+        async with make_channel(f"127.0.0.1:{server.port}") as ch:
+            stub = policy_pb2_grpc.PolicyServiceStub(ch)
+            for _ in range(3):
+                await stub.Act(policy_pb2.ActRequest(episode_id="x" * 200_000))
+            await asyncio.sleep(1.0)
+            assert server.heap.trims == 1
+            await stub.Act(policy_pb2.ActRequest(episode_id="again"))
+            await asyncio.sleep(1.0)
+            assert server.heap.trims == 2

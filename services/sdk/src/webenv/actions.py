@@ -28,7 +28,7 @@ from typing import Any
 from google.protobuf.message import Message
 from webenv.v1 import common_pb2 as pb
 
-__all__ = ["ACTION_KINDS", "ACTION_NAMES", "ActionKind", "ActionParseError", "format_action", "parse_action"]
+__all__ = ["ACTION_KINDS", "ACTION_NAMES", "ActionKind", "ActionParseError", "format_action", "is_element_id", "parse_action"]
 
 _BARE = re.compile(r"[A-Za-z0-9_\-]+")
 _NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)(?:[eE][-+]?\d+)?")
@@ -228,6 +228,11 @@ class _Args:
         if ms < 0 or ms != int(ms) or ms > 2**31 - 1:
             raise ActionParseError("wait(): milliseconds must be a non-negative integer", self.text, self.pos[0])
         return int(ms)
+
+
+def is_element_id(text: str) -> bool:
+    """Whether ``text`` can be written as a bare element id in the grammar (letters, digits, ``_``, ``-``)."""
+    return bool(_BARE.fullmatch(text))
 
 
 def _num_text(x: float) -> str:

@@ -16,6 +16,11 @@ from . import metrics
 from .policies import Decision, Policy
 from .policies.checkpoint import CheckpointPolicies
 
+#: Longest episode id and page URL accepted: both become keys of per-episode state kept for thousands of episodes,
+#: so a fuzzed 100 KB id or URL per request grew the service from 56 to 316 MB (issue 18).
+MAX_EPISODE_ID_CHARS = 256
+MAX_URL_CHARS = 8192
+
 
 class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
     def __init__(self, policies: dict[str, Policy], default: str, *, stream_max_inflight: int = 512,
@@ -46,14 +51,24 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
         if request.step_index < 0:
             raise errors.InvalidArgument(f"step_index must be >= 0, got {request.step_index}",
                                          reason="BAD_STEP_INDEX", metadata={"field": "step_index"})
+        for field, value, limit in (("episode_id", request.episode_id, MAX_EPISODE_ID_CHARS),
+                                    ("observation.url", request.observation.url, MAX_URL_CHARS)):
+            if len(value) > limit:
+                raise errors.InvalidArgument(f"{field}: {len(value)} characters, more than {limit}",
+                                             reason="FIELD_TOO_LONG", metadata={"field": field})
         policy = self._policy(request)
         decision: Decision = await policy.act(request)
         total = time.perf_counter() - started
         metrics.ACT_SECONDS.labels(policy.name).observe(total)
         metrics.ACTS.labels(policy.name).inc()
         inference = decision.inference_seconds or (total - decision.queue_seconds)
+        try:
+            text = format_action(decision.action)
+        except ValueError as exc:  # the action was built from the request's own values (ids, boxes) that no text can carry
+            raise errors.InvalidArgument(f"observation: the action chosen from it cannot be written: {exc}",
+                                         reason="UNWRITABLE_ACTION", metadata={"field": "observation"}) from exc
         return policy_pb2.ActResponse(
-            episode_id=request.episode_id, action=decision.action, action_text=format_action(decision.action),
+            episode_id=request.episode_id, action=decision.action, action_text=text,
             raw_output=decision.raw_output, parse_failed=decision.parse_failed, parse_error=decision.parse_error,
             memory=decision.memory, prompt_tokens=decision.prompt_tokens,
             completion_tokens=decision.completion_tokens, policy=policy.name, model=decision.model or policy.model,

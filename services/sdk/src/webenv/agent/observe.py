@@ -11,6 +11,7 @@ import re
 from dataclasses import dataclass
 from urllib.parse import urljoin, urlsplit, urlunsplit
 
+from webenv.actions import is_element_id
 from webenv.v1 import common_pb2
 
 from .candidates import parse_axtree
@@ -76,7 +77,7 @@ class Candidate:
     @property
     def signature(self) -> str:
         """Identity that survives id changes across visits (used for novelty)."""
-        return f"{self.tag}|{self.role}|{self.label[:60]}|{self.href}"
+        return f"{self.tag}|{self.role}|{self.label[:60]}|{self.href[:512]}"
 
 
 def _from_element(el: common_pb2.Element) -> Candidate:
@@ -103,10 +104,11 @@ def candidates(obs: common_pb2.Observation) -> list[Candidate]:
     """Visible, enabled elements of the observation, in document order.
 
     ELEMENTS is preferred; when absent the AXTREE is parsed. Elements marked invisible are dropped
-    (an off-screen element is usually a hidden menu that a click would not reach).
+    (an off-screen element is usually a hidden menu that a click would not reach), and so are elements whose id
+    no action can name (a hostile observation's ``a\x00b``), which would otherwise fail after the choice.
     """
     if len(obs.elements):
-        cands = [_from_element(el) for el in obs.elements if el.visible and el.element_id]
+        cands = [_from_element(el) for el in obs.elements if el.visible and is_element_id(el.element_id)]
     else:
         cands = _from_axtree(obs.axtree)
     return [c for c in cands if not c.disabled]

@@ -32,6 +32,10 @@ class ServiceSettings(BaseSettings):
     max_message_mb: int = Field(64, ge=1, le=2047, description="Largest gRPC message, both directions (MiB).")
     max_concurrent_rpcs: int = Field(0, ge=0, description="Cap on concurrent RPCs (0 = unlimited); excess gets RESOURCE_EXHAUSTED.")
     keepalive_seconds: float = Field(30.0, gt=0, description="HTTP/2 keepalive ping interval.")
+    heap_trim_idle_seconds: float = Field(
+        5.0, ge=0, description="Give freed heap back to the OS after this long without RPC activity (0 = never)."
+    )
+    malloc_arena_max: int = Field(2, ge=0, le=1024, description="glibc malloc arenas (0 = glibc's default of 8 per core).")
     tls_cert_file: str = Field("", description="PEM certificate; with tls_key_file turns TLS on.")
     tls_key_file: str = Field("", description="PEM private key.")
     auth_token: SecretStr = Field(SecretStr(""), description="When set, every RPC needs `authorization: Bearer <token>`.")

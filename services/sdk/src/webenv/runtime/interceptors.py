@@ -27,6 +27,7 @@ from typing import Any
 import grpc
 from webenv import errors
 from webenv.runtime import metrics
+from webenv.runtime.heap import Activity
 
 log = logging.getLogger("webenv.runtime")
 
@@ -60,17 +61,20 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
 class _Requests:
     """A stream's requests, counted; iteration ends at an undecodable message, whose error is kept in ``bad``."""
 
-    __slots__ = ("_requests", "_received", "_refuse", "bad")
+    __slots__ = ("_requests", "_received", "_refuse", "_activity", "bad")
 
-    def __init__(self, requests: AsyncIterator[Any], received: Any, refuse: Callable[[Undecodable], errors.WebenvError]) -> None:
+    def __init__(self, requests: AsyncIterator[Any], received: Any, refuse: Callable[[Undecodable], errors.WebenvError],
+                 activity: Activity) -> None:
         self._requests = requests
         self._received = received
         self._refuse = refuse
+        self._activity = activity
         self.bad: errors.WebenvError | None = None
 
     async def __aiter__(self) -> AsyncIterator[Any]:
         async for item in self._requests:
             self._received.inc()
+            self._activity.touch()
             if isinstance(item, Undecodable):
                 self.bad = self._refuse(item)
                 return
@@ -85,8 +89,9 @@ def _split(full_method: str) -> tuple[str, str]:
 class ServerInterceptor(grpc.aio.ServerInterceptor):
     """Counts, times, authenticates and translates errors for every RPC."""
 
-    def __init__(self, auth_token: str = "") -> None:
+    def __init__(self, auth_token: str = "", activity: Activity | None = None) -> None:
         self._token = auth_token
+        self.activity = activity or Activity()
 
     async def intercept_service(
         self,
@@ -107,7 +112,7 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         else:
             kind, behavior = "bidi_stream", handler.stream_stream
         labels = (service, method, kind)
-        wrapped = _wrap(behavior, kind, labels, bool(denied))
+        wrapped = _wrap(behavior, kind, labels, bool(denied), self.activity)
         factory = {
             "unary": grpc.unary_unary_rpc_method_handler,
             "server_stream": grpc.unary_stream_rpc_method_handler,
@@ -127,7 +132,9 @@ class ServerInterceptor(grpc.aio.ServerInterceptor):
         return False
 
 
-def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str], denied: bool) -> Callable[..., Any]:
+def _wrap(
+    behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str], denied: bool, activity: Activity
+) -> Callable[..., Any]:
     started, received, sent = (m.labels(*labels) for m in (metrics.STARTED, metrics.RECEIVED, metrics.SENT))
     handling = metrics.HANDLING.labels(*labels)
 
@@ -166,6 +173,7 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
         """Count and time one RPC and end it with the status its outcome deserves, whatever the servicer raised."""
         t0 = time.perf_counter()
         started.inc()
+        activity.touch()
         code = grpc.StatusCode.OK
         try:
             if denied:
@@ -198,7 +206,7 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
                 if kind == "unary":
                     response = await behavior(one_request(request), context)
                 else:
-                    requests = _Requests(request, received, undecodable)
+                    requests = _Requests(request, received, undecodable, activity)
                     response = await behavior(requests.__aiter__(), context)
                     if requests.bad is not None:
                         raise requests.bad
@@ -214,7 +222,7 @@ def _wrap(behavior: Callable[..., Any], kind: str, labels: tuple[str, str, str],
             if kind == "server_stream":
                 request = one_request(request)
             else:
-                requests = _Requests(request, received, undecodable)
+                requests = _Requests(request, received, undecodable, activity)
                 request = requests.__aiter__()
             result = behavior(request, context)
             if inspect.isasyncgen(result):

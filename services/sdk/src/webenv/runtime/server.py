@@ -4,7 +4,7 @@
 keepalive limits, gRPC health checking (NOT_SERVING until the service calls :meth:`Server.set_serving`), server
 reflection, the metrics/auth/error interceptor, a /metrics endpoint, optional TLS, and graceful shutdown on
 SIGTERM (health goes NOT_SERVING first so load balancers stop routing, then in-flight RPCs get ``grace_seconds``
-to finish). :func:`run` is the console-script entry: it loads settings (exit code 2 with a readable message on
+to finish), and freed heap given back to the OS after each busy period (:mod:`webenv.runtime.heap`). :func:`run` is the console-script entry: it loads settings (exit code 2 with a readable message on
 bad values), sets up JSON logs and runs the service's ``main``.
 """
 
@@ -25,6 +25,7 @@ from grpc_health.v1.health import aio as health_aio
 from grpc_reflection.v1alpha import reflection
 from pydantic import ValidationError
 from webenv.runtime.config import ServiceSettings, describe_validation_error
+from webenv.runtime.heap import Activity, HeapTrimmer, limit_arenas
 from webenv.runtime.interceptors import ServerInterceptor
 from webenv.runtime.logs import setup_logging
 from webenv.runtime.metrics import MetricsEndpoint
@@ -74,8 +75,10 @@ class Server:
         self.port = 0
         self.metrics_port = 0
         token = settings.auth_token.get_secret_value()
+        activity = Activity()
+        self.heap = HeapTrimmer(activity, settings.heap_trim_idle_seconds)
         self.grpc = grpc.aio.server(
-            interceptors=[ServerInterceptor(auth_token=token)],
+            interceptors=[ServerInterceptor(auth_token=token, activity=activity)],
             options=server_options(settings),
             maximum_concurrent_rpcs=settings.max_concurrent_rpcs or None,
         )
@@ -107,6 +110,7 @@ class Server:
         if self.port == 0:
             raise OSError(f"{self.name}: cannot bind gRPC port {address}")
         await self.grpc.start()
+        self.heap.start()
         if self.settings.metrics_enabled:
             self._metrics = MetricsEndpoint(self.settings.host, self.settings.metrics_port)
             self.metrics_port = self._metrics.port
@@ -146,6 +150,7 @@ class Server:
         self._stopped = True
         log.info("%s shutting down", self.name, extra={"grace_seconds": self.settings.grace_seconds})
         await self._health.enter_graceful_shutdown()
+        await self.heap.stop()
         await self.grpc.stop(self.settings.grace_seconds)
         if self._metrics is not None:
             self._metrics.close()
@@ -172,6 +177,7 @@ def run(main: Callable[[S], Awaitable[None]], settings_cls: type[S], name: str |
     """Console-script entry point of a service: settings, logging, then ``asyncio.run(main(settings))``."""
     prog = name or (sys.argv[0].rsplit("/", 1)[-1] if sys.argv and sys.argv[0] else "webenv")
     settings = load_settings(settings_cls, prog)
+    limit_arenas(settings.malloc_arena_max)  # before the service starts its threads
     setup_logging(prog, settings.log_level, settings.log_json)
     try:
         asyncio.run(main(settings))
