@@ -188,3 +188,20 @@ async def test_concurrent_predictions_share_the_backend(wm_channel: grpc.aio.Cha
                                         url="http://zzz-0001.web.test/", action=parse_action("click(1)"), max_new_tokens=8)
     resps = await asyncio.gather(*(stub.Predict(req) for _ in range(6)))
     assert len({r.next_state for r in resps}) == 1  # greedy decoding is deterministic
+
+
+async def test_fuzzed_requests_get_clean_errors(wm_channel: grpc.aio.Channel) -> None:
+    """Issue 18's seeded fuzz over both services the world model serves: no UNKNOWN/INTERNAL, bounded messages,
+    undecodable bytes INVALID_ARGUMENT, and the server still SERVING afterwards."""
+    from webenv import fuzz
+
+    fuzzer = fuzz.Fuzzer(18)
+    outcomes = []
+    for service in (worldmodel_pb2.DESCRIPTOR.services_by_name["WorldModelService"],
+                    environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"]):
+        outcomes += (await fuzz.fuzz_service(wm_channel, service, fuzzer, per_method=5, deadline=60)).outcomes
+    assert len({o.method for o in outcomes}) == 8
+    assert not [o for o in outcomes if o.failed], [(o.method, o.code, o.details[:200]) for o in outcomes if o.failed]
+    assert all(o.code == grpc.StatusCode.INVALID_ARGUMENT for o in outcomes if o.kind == "garbage")
+    resp = await health_pb2_grpc.HealthStub(wm_channel).Check(health_pb2.HealthCheckRequest())
+    assert resp.status == health_pb2.HealthCheckResponse.SERVING

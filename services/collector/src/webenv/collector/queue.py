@@ -309,8 +309,14 @@ class WorkQueue:
                             metrics.QUEUE_DEPTH.set(g["lag"])
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - Redis hiccups must not kill the worker loop
-                log.exception("queue worker loop error")
+            except Exception as exc:  # noqa: BLE001 - Redis hiccups must not kill the worker loop
+                if isinstance(exc, aioredis.ResponseError) and "NOGROUP" in str(exc):
+                    # Redis came back empty (restarted without persistence): the group must exist again.
+                    log.warning("consumer group %s is gone from Redis; creating it again", GROUP)
+                    with contextlib.suppress(Exception):
+                        await self.redis.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
+                    continue
+                log.warning("queue worker loop error: %s: %s", type(exc).__name__, exc)
                 await asyncio.sleep(1.0)
 
     def _done(self, t: asyncio.Task) -> None:
