@@ -145,7 +145,7 @@ async def measure(label: str, src: str | None, args: argparse.Namespace, tmp: Pa
         async with grpc.aio.insecure_channel(st.address("collector"), options=OPTIONS) as ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)
             stopped = await stop_everything(stub)
-            after_list_ms = await timed(lambda: stub.ListRuns(collector_pb2.ListRunsRequest(page_size=5), timeout=600))
+            after_list_ms = await timed(lambda: stub.ListRuns(collector_pb2.ListRunsRequest(page_size=5), timeout=600), 1)
         await asyncio.sleep(8)
         after8 = memory(st)
         await asyncio.sleep(12)

@@ -519,9 +519,11 @@ class Engine:
         stopper = asyncio.create_task(rc.stop.wait())
         if rc.target == 0:
             done.set()
-        await asyncio.wait([asyncio.create_task(done.wait()), stopper], return_when=asyncio.FIRST_COMPLETED)
+        finished = asyncio.create_task(done.wait())
+        await asyncio.wait([finished, stopper], return_when=asyncio.FIRST_COMPLETED)
         feeder.cancel()
         stopper.cancel()
+        finished.cancel()  # left pending, it was destroyed later with an error in the log (one per stopped run)
         # Straggler cutoff or stop: cancel what is still running; stored episodes stay.
         for t in list(in_flight):
             t.cancel()
