@@ -7,8 +7,8 @@ policy, judge and collector as processes on free loopback ports (the launcher of
 1. ListRuns(page_size=5) and GetRun latency (median of 3) once 1, 30 and 300 runs are stored (each run started
    with one episode and stopped at once, so the store and the collector's memory hold 300 real runs);
 2. RSS of every service (the farm also with its Chromium processes), then ``--requests`` fuzzed calls over the
-   26 RPCs (``webenv.fuzz``, seed ``--seed``), every run the fuzz started stopped, then RSS after 8 s and after
-   20 s idle (the issue measured after 8 s);
+   26 RPCs (``webenv.fuzz``, seed ``--seed``), every run the fuzz started stopped, then RSS after 8, 20 and 60 s
+   idle (the issue measured after 8 s; the embedded store's own memory after inserts decays over tens of seconds);
 3. calls that ended UNKNOWN/INTERNAL or with an unbounded message, by RPC.
 
     .venv/bin/python -m bench.abuse --baseline-src /path/to/old/checkout --out bench/results
@@ -150,6 +150,8 @@ async def measure(label: str, src: str | None, args: argparse.Namespace, tmp: Pa
         after8 = memory(st)
         await asyncio.sleep(12)
         after20 = memory(st)
+        await asyncio.sleep(40)
+        after60 = memory(st)
         failures: dict[str, int] = {}
         for o in report.failures():
             failures[f"{o.method} {o.code.name}"] = failures.get(f"{o.method} {o.code.name}", 0) + 1
@@ -161,7 +163,7 @@ async def measure(label: str, src: str | None, args: argparse.Namespace, tmp: Pa
             "fuzz_seconds": round(fuzz_seconds, 1), "codes": codes, "failures": failures,
             "example_failures": [f"{o.method} {o.code.name}: {o.details[:160]}" for o in report.failures()[:8]],
             "runs_stopped_after_fuzz": stopped, "list_runs_after_fuzz_ms": after_list_ms,
-            "memory": {"before": before, "after_8s": after8, "after_20s": after20}, "dead": st.dead(),
+            "memory": {"before": before, "after_8s": after8, "after_20s": after20, "after_60s": after60}, "dead": st.dead(),
         }
     finally:
         st.stop()
@@ -187,17 +189,18 @@ def markdown(result: dict) -> str:
               "| runs left running, stopped after the fuzz | " + " | ".join(str(t["runs_stopped_after_fuzz"]) for t in trees) + " |",
               "| ListRuns after the fuzz (ms) | " + " | ".join(str(t["list_runs_after_fuzz_ms"]) for t in trees) + " |",
               "| services dead | " + " | ".join(", ".join(t["dead"]) or "none" for t in trees) + " |"]
-    lines += ["", "## RSS (MB) before the fuzz -> 8 s / 20 s after it (farm: its process, and with Chromium)", "",
+    lines += ["", "## RSS (MB) before the fuzz -> 8 s / 20 s / 60 s after it (farm: its process, and with Chromium)", "",
               "| service | " + " | ".join(t["label"] for t in trees) + " |", "| --- | " + " | ".join("---" for _ in trees) + " |"]
     for name in SERVICES:
         cells = []
         for t in trees:
             m = t["memory"]
             key = "rss_mb"
-            cell = f"{m['before'][name][key]} -> {m['after_8s'][name][key]} / {m['after_20s'][name][key]}"
+            cell = (f"{m['before'][name][key]} -> {m['after_8s'][name][key]} / {m['after_20s'][name][key]} / "
+                    f"{m['after_60s'][name][key]}")
             if name == "browser":
-                cell += (f" (tree {m['before'][name]['tree_mb']} -> {m['after_20s'][name]['tree_mb']}, "
-                         f"Chromium processes {m['before'][name]['chromium']} -> {m['after_20s'][name]['chromium']})")
+                cell += (f" (tree {m['before'][name]['tree_mb']} -> {m['after_60s'][name]['tree_mb']}, "
+                         f"Chromium processes {m['before'][name]['chromium']} -> {m['after_60s'][name]['chromium']})")
             cells.append(cell)
         lines.append(f"| {name} | " + " | ".join(cells) + " |")
     for t in trees:

@@ -1,16 +1,18 @@
 """Soak (issue 18): the local stack running real episodes at 32 sessions for a long time, memory sampled.
 
 The stack is started as ``webenv up`` does (sites, browser farm on real Chromium, policy, judge, collector as
-processes, free loopback ports). The collector runs real episodes without pause: one run after another, each
-``--episodes`` synthetic tasks with the random policy at ``--concurrency`` (32) episodes in flight, so the farm
-holds up to 32 sessions. Every ``--interval`` seconds the script samples the RSS of every service process, the
+processes, free loopback ports, default settings). The collector runs real episodes without pause: one long run
+(``--episodes`` synthetic tasks, the random policy, horizon 8) at ``--concurrency`` (32) episodes in flight, so
+the farm holds ~32 sessions throughout (another run follows if it ends). Every ``--interval`` seconds the script samples the RSS of every service process, the
 farm's whole process tree (its Chromium processes included), the number of Chromium processes, the farm's open
 sessions and the collector's finished episodes.
 
 Verdict: after a warm-up (``--warmup`` seconds: caches, warm pools and the first browser recycle fill up), the
 mean RSS of the last fifth of the samples may exceed the mean of the first fifth after warm-up by at most
-``--max-growth`` (10%) for every process and for the farm's tree; and once the stack is stopped no Chromium
-process the farm ever started is still alive (no leaked processes).
+``--max-growth`` (10%) for every service process. The farm's tree (its Chromium processes) follows the number
+of open sessions (~150 MB each), so its growth is the time trend of a least-squares fit
+``tree = a + b * sessions + c * t`` over the run, ``c * duration`` relative to the mean tree, with the same
+bound. Once the stack is stopped no Chromium process the farm ever started may still be alive (no leaks).
 
     .venv/bin/python -m bench.soak --minutes 30 --out bench/results        # the full soak (30 minutes)
     .venv/bin/python -m bench.soak --minutes 6                             # shortened, on a busy machine
@@ -30,6 +32,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
+import numpy as np
 import psutil
 from webenv.collector.stack import Stack
 from webenv.v1 import browser_pb2, browser_pb2_grpc, collector_pb2, collector_pb2_grpc, common_pb2
@@ -66,7 +69,7 @@ async def keep_running(stub, args: argparse.Namespace, stop: asyncio.Event, coun
     while not stop.is_set():
         seed += 1
         spec = collector_pb2.RunSpec(policy="random", episodes=args.episodes, concurrency=args.concurrency,
-                                     seed=seed, name=f"soak-{seed}",
+                                     seed=seed, name=f"soak-{seed}", max_retries=1,
                                      horizons=collector_pb2.Horizons(easy=8, medium=8, hard=8))
         spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
         run = (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=120)).run
@@ -74,6 +77,10 @@ async def keep_running(stub, args: argparse.Namespace, stop: asyncio.Event, coun
         async for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
             counts["finished_in_run"] = resp.run.counts.finished
             counts["errored_in_run"] = resp.run.counts.errored
+            for ep in resp.finished:
+                if ep.error:
+                    key = ep.error[:120]
+                    counts["errors"][key] = counts["errors"].get(key, 0) + 1
             if stop.is_set():
                 await stub.StopRun(collector_pb2.StopRunRequest(run_id=run.run_id), timeout=120)
                 break
@@ -83,11 +90,11 @@ async def keep_running(stub, args: argparse.Namespace, stop: asyncio.Event, coun
 
 async def soak(args: argparse.Namespace, data: Path) -> dict:
     st = Stack(data, free_ports=True, extra_env={"WEBENV_LOG_JSON": "false",
-                                                 "WEBENV_FARM_MAX_SESSIONS": str(max(args.concurrency, 32))})
+                                                 "WEBENV_MAX_RUN_EPISODES": str(max(args.episodes, 10_000))})
     st.start(timeout=180)
     chromium_seen: dict[int, float] = {}
     samples: list[dict] = []
-    counts = {"runs": 0, "finished": 0, "errored": 0}
+    counts: dict = {"runs": 0, "finished": 0, "errored": 0, "errors": {}}
     stop = asyncio.Event()
     try:
         async with grpc.aio.insecure_channel(st.address("collector")) as ch, \
@@ -131,7 +138,6 @@ def verdict(res: dict, args: argparse.Namespace) -> dict:
     samples = [s for s in res["samples"] if s["elapsed"] > args.warmup]
     fifth = max(len(samples) // 5, 1)
     series = {name: [s["rss_mb"][name] for s in samples] for name in (samples[0]["rss_mb"] if samples else {})}
-    series["farm tree (with Chromium)"] = [s["farm_tree_mb"] for s in samples]
     growth = {}
     for name, values in series.items():
         values = [v for v in values if v is not None]
@@ -140,6 +146,15 @@ def verdict(res: dict, args: argparse.Namespace) -> dict:
         first, last = statistics.mean(values[:fifth]), statistics.mean(values[-fifth:])
         growth[name] = {"first_mb": round(first, 1), "last_mb": round(last, 1), "max_mb": max(values),
                         "growth": round(last / first - 1, 4)}
+    if len(samples) >= 3:  # the farm's tree: time trend with the open sessions held constant
+        tree = np.array([s["farm_tree_mb"] for s in samples])
+        x = np.column_stack([np.ones(len(samples)), [s["sessions"] for s in samples], [s["elapsed"] for s in samples]])
+        (a, b, c), *_ = np.linalg.lstsq(x, tree, rcond=None)
+        span = samples[-1]["elapsed"] - samples[0]["elapsed"]
+        growth["farm tree (with Chromium), time trend at equal sessions"] = {
+            "first_mb": round(float(tree[:fifth].mean()), 1), "last_mb": round(float(tree[-fifth:].mean()), 1),
+            "max_mb": float(tree.max()), "growth": round(float(c * span / tree.mean()), 4),
+            "mb_per_session": round(float(b), 1)}
     ok = bool(growth) and all(g["growth"] <= args.max_growth for g in growth.values()) and not res["leaked_chromium"]
     sessions = [s["sessions"] for s in samples]
     return {"growth": growth, "ok": ok, "samples_after_warmup": len(samples),
@@ -160,6 +175,9 @@ def markdown(result: dict) -> str:
              f"(concurrency {args['concurrency']}); Chromium processes {v['chromium_min_max'][0]}-"
              f"{v['chromium_min_max'][1]}, {result['chromium_seen']} seen in all, "
              f"{len(result['leaked_chromium'])} alive after the stack stopped.", "",
+             "Episode errors (first 120 characters, count): "
+             + ("; ".join(f"`{k}` x{v}" for k, v in sorted(result["counts"]["errors"].items(), key=lambda kv: -kv[1])[:3])
+                or "none"), "",
              "| process | RSS first fifth (MB) | RSS last fifth (MB) | max (MB) | growth |", "| --- | --- | --- | --- | --- |"]
     for name, g in v["growth"].items():
         lines.append(f"| {name} | {g['first_mb']} | {g['last_mb']} | {g['max_mb']} | {g['growth']:+.1%} |")
@@ -177,7 +195,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--minutes", type=float, default=30.0)
     ap.add_argument("--concurrency", type=int, default=32, help="episodes (farm sessions) in flight")
-    ap.add_argument("--episodes", type=int, default=200, help="episodes per run; runs follow one another")
+    ap.add_argument("--episodes", type=int, default=100_000, help="episodes per run (another run follows if it ends)")
     ap.add_argument("--interval", type=float, default=15.0, help="seconds between samples")
     ap.add_argument("--warmup", type=float, default=120.0, help="seconds left out of the growth check")
     ap.add_argument("--max-growth", type=float, default=0.10)
