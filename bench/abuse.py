@@ -6,8 +6,8 @@ policy, judge and collector as processes on free loopback ports (the launcher of
 
 1. ListRuns(page_size=5) and GetRun latency (median of 3) once 1, 30 and 300 runs are stored (each run started
    with one episode and stopped at once, so the store and the collector's memory hold 300 real runs);
-2. RSS of every service (the farm also with its Chromium processes), then ``--requests`` fuzzed calls over the
-   26 RPCs (``webenv.fuzz``, seed ``--seed``), every run the fuzz started stopped, then RSS after 8, 20 and 60 s
+2. RSS of every service (the farm also with its Chromium processes), then ``--per-method`` fuzzed calls over the
+   RPCs of every gRPC service the tree has (``webenv.fuzz``, seed ``--seed``), every run the fuzz started stopped, then RSS after 8, 20 and 60 s
    idle (the issue measured after 8 s; the embedded store's own memory after inserts decays over tens of seconds);
 3. calls that ended UNKNOWN/INTERNAL or with an unbounded message, by RPC.
 
@@ -41,6 +41,7 @@ from webenv.v1 import (
     judge_pb2,
     policy_pb2,
     task_pb2,
+    trainer_pb2,
 )
 
 SERVICES = {
@@ -50,6 +51,7 @@ SERVICES = {
     "policy": [policy_pb2.DESCRIPTOR.services_by_name["PolicyService"]],
     "judge": [judge_pb2.DESCRIPTOR.services_by_name["JudgeService"]],
     "collector": [collector_pb2.DESCRIPTOR.services_by_name["CollectorService"]],
+    "trainer": [trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"]],
 }
 OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
 MB = 1024 * 1024
@@ -109,6 +111,12 @@ async def stop_everything(stub) -> int:
     return stopped
 
 
+def services_in(src: str | None) -> tuple[str, ...]:
+    """The fuzzed services a tree has (an older checkout may predate some)."""
+    root = Path(src) if src else Path(__file__).resolve().parents[1]
+    return tuple(n for n in SERVICES if (root / "services" / n).is_dir())
+
+
 def service_env(label: str, src: str | None, tmp: Path) -> dict[str, str]:
     env = {"WEBENV_LOG_JSON": "false", "WEBENV_EXPORT_ROOT": str(tmp / label / "exports")}
     if src:
@@ -120,7 +128,8 @@ async def measure(label: str, src: str | None, args: argparse.Namespace, tmp: Pa
     env = service_env(label, src, tmp)
     st = Stack(tmp / label, free_ports=True, extra_env=env)
     print(f"== {label} ({src or 'this tree'})", flush=True)
-    st.start(timeout=180)
+    names = services_in(src)
+    st.start(names, timeout=180)
     try:
         async with grpc.aio.insecure_channel(st.address("collector"), options=OPTIONS) as ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)
@@ -128,14 +137,13 @@ async def measure(label: str, src: str | None, args: argparse.Namespace, tmp: Pa
             scaling = await list_runs_scaling(stub, args.runs)
         await asyncio.sleep(8)
         before = memory(st)
-        methods = sum(len(s.methods) for services in SERVICES.values() for s in services)
-        per_method = max(args.requests // methods - 1, 1)
+        per_method = args.per_method
         fuzzer = fuzz.Fuzzer(args.seed)
         report = fuzz.Report()
         t0 = time.monotonic()
-        for name, services in SERVICES.items():
+        for name in names:
             async with grpc.aio.insecure_channel(st.address(name), options=OPTIONS) as ch:
-                for service in services:
+                for service in SERVICES[name]:
                     part = await fuzz.fuzz_service(ch, service, fuzzer, per_method=per_method, deadline=30)
                     report.outcomes += part.outcomes
                     print(f"  fuzzed {service.name}: {part.counts()}", flush=True)
@@ -159,7 +167,7 @@ async def measure(label: str, src: str | None, args: argparse.Namespace, tmp: Pa
         for o in report.outcomes:
             codes[o.code.name] = codes.get(o.code.name, 0) + 1
         return {
-            "tree": src or "this tree", "list_runs": scaling, "calls": len(report.outcomes),
+            "tree": src or "this tree", "services": list(names), "list_runs": scaling, "calls": len(report.outcomes),
             "fuzz_seconds": round(fuzz_seconds, 1), "codes": codes, "failures": failures,
             "example_failures": [f"{o.method} {o.code.name}: {o.details[:160]}" for o in report.failures()[:8]],
             "runs_stopped_after_fuzz": stopped, "list_runs_after_fuzz_ms": after_list_ms,
@@ -182,8 +190,10 @@ def markdown(result: dict) -> str:
             row = t["list_runs"][i]
             cells += [str(row["list_runs_ms"]), str(row["get_run_ms"])]
         lines.append(f"| {size} | " + " | ".join(cells) + " |")
-    lines += ["", f"## Fuzz: {trees[-1]['calls']} calls over 26 RPCs (seed {result['seed']})", "",
+    lines += ["", f"## Fuzz: {result['per_method']} hostile messages and one undecodable request per RPC (seed {result['seed']})", "",
               "| | " + " | ".join(t["label"] for t in trees) + " |", "| --- | " + " | ".join("---" for _ in trees) + " |",
+              "| services fuzzed | " + " | ".join(", ".join(t["services"]) for t in trees) + " |",
+              "| calls | " + " | ".join(str(t["calls"]) for t in trees) + " |",
               "| seconds | " + " | ".join(str(t["fuzz_seconds"]) for t in trees) + " |",
               "| UNKNOWN / INTERNAL / unbounded calls | " + " | ".join(str(sum(t["failures"].values())) for t in trees) + " |",
               "| runs left running, stopped after the fuzz | " + " | ".join(str(t["runs_stopped_after_fuzz"]) for t in trees) + " |",
@@ -195,6 +205,9 @@ def markdown(result: dict) -> str:
         cells = []
         for t in trees:
             m = t["memory"]
+            if name not in m["before"]:
+                cells.append("(not in this tree)")
+                continue
             key = "rss_mb"
             cell = (f"{m['before'][name][key]} -> {m['after_8s'][name][key]} / {m['after_20s'][name][key]} / "
                     f"{m['after_60s'][name][key]}")
@@ -215,7 +228,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--baseline-src", default="", help="a checkout whose services/*/src the baseline runs")
-    ap.add_argument("--requests", type=int, default=2600, help="fuzzed calls per tree (~100 per RPC)")
+    ap.add_argument("--per-method", type=int, default=100, help="hostile messages per RPC (plus one undecodable)")
     ap.add_argument("--seed", type=int, default=18)
     ap.add_argument("--runs", default="1,30,300", help="stored-run counts at which ListRuns is timed")
     args = ap.parse_args()
@@ -229,6 +242,7 @@ def main() -> None:
             trees.append({"label": label, **res})
     result = {
         "when": datetime.now(UTC).isoformat(timespec="seconds"), "seed": args.seed, "runs": args.runs,
+        "per_method": args.per_method,
         "command": "python -m bench.abuse " + " ".join(
             f"--{k.replace('_', '-')} {','.join(map(str, v)) if isinstance(v, list) else v}"
             for k, v in vars(args).items() if k != "out" and v),

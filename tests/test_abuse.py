@@ -1,13 +1,14 @@
 """Services under malformed and abusive requests (issue 18): a seeded fuzz over every RPC of every service.
 
 The real services run as processes (`python -m webenv.<name>`, the documented way) on free loopback ports: sites,
-the browser farm on real Chromium, policy, judge and collector. `webenv.fuzz` sends, per RPC, bytes that do not
+the browser farm on real Chromium, policy, judge, collector and trainer. `webenv.fuzz` sends, per RPC, bytes that do not
 decode plus hostile messages (empty, 100 KB multi-byte strings, NUL bytes, unknown enum numbers, NaN, extreme
 integers, 300-item repeated fields, deep nesting), the same bytes for the same seed. A malformed request is the
 caller's fault: no call may end UNKNOWN or INTERNAL, every error message fits the sdk's bound (so no client sees
 "metadata size exceeds hard limit" instead of the real error), undecodable bytes are INVALID_ARGUMENT naming
 `request` with one log line and no traceback, and every service is still alive and SERVING afterwards. The
-world model is fuzzed in its own suite (it needs a trained model): services/worldmodel/tests.
+world model is fuzzed in its own suite (it needs a trained model): services/worldmodel/tests. The gateway
+speaks HTTP/JSON, not gRPC, and is not fuzzed here.
 
 Strings the fuzzer invents cannot form an address; its only addresses are loopback ones (see webenv.fuzz), and
 the collector's exports are confined to a folder of the test (WEBENV_EXPORT_ROOT).
@@ -31,12 +32,13 @@ from webenv.v1 import (
     judge_pb2,
     policy_pb2,
     task_pb2,
+    trainer_pb2,
 )
 
 pytestmark = pytest.mark.timeout(240)
 
 SEED = 18
-PER_METHOD = 6  # hostile messages per RPC, besides one undecodable request: 26 RPCs -> 182 calls
+PER_METHOD = 6  # hostile messages per RPC, besides one undecodable request: 36 RPCs -> 252 calls
 SERVICES = {
     "browser": [environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"],
                 browser_pb2.DESCRIPTOR.services_by_name["BrowserFarmService"]],
@@ -44,6 +46,7 @@ SERVICES = {
     "policy": [policy_pb2.DESCRIPTOR.services_by_name["PolicyService"]],
     "judge": [judge_pb2.DESCRIPTOR.services_by_name["JudgeService"]],
     "collector": [collector_pb2.DESCRIPTOR.services_by_name["CollectorService"]],
+    "trainer": [trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"]],
 }
 CHANNEL_OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
 
@@ -58,7 +61,7 @@ def stack(tmp_path_factory: pytest.TempPathFactory):
         # Runs a fuzzed spec happens to start stay small: the test is about the RPCs, not rollouts.
         "WEBENV_MAX_ACTIVE_RUNS": "1", "WEBENV_MAX_PENDING_RUNS": "2", "WEBENV_MAX_RUN_EPISODES": "20",
     })
-    st.start(timeout=120)
+    st.start(tuple(SERVICES), timeout=120)
     try:
         yield st
     finally:
@@ -85,7 +88,7 @@ async def test_fuzzed_requests_get_clean_errors_and_every_service_survives(stack
     elapsed = time.monotonic() - t0
 
     methods = {f"/{s.full_name}/{m.name}" for services in SERVICES.values() for s in services for m in s.methods}
-    assert {o.method for o in report.outcomes} == methods and len(methods) == 26
+    assert {o.method for o in report.outcomes} == methods and len(methods) == 36
     failures = [f"{o.method} [{o.kind}] {o.code.name}: {o.details[:300]}" for o in report.failures()]
     assert not failures, "\n".join(failures)
     assert all(len(o.details.encode()) <= errors.MAX_MESSAGE_BYTES for o in report.outcomes)
