@@ -37,23 +37,10 @@ from webenv.v1 import (
     browser_pb2_grpc,
     collector_pb2,
     collector_pb2_grpc,
-    environment_pb2,
-    judge_pb2,
-    policy_pb2,
-    task_pb2,
-    trainer_pb2,
 )
 
-SERVICES = {
-    "browser": [environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"],
-                browser_pb2.DESCRIPTOR.services_by_name["BrowserFarmService"]],
-    "sites": [task_pb2.DESCRIPTOR.services_by_name["TaskService"]],
-    "policy": [policy_pb2.DESCRIPTOR.services_by_name["PolicyService"]],
-    "judge": [judge_pb2.DESCRIPTOR.services_by_name["JudgeService"]],
-    "collector": [collector_pb2.DESCRIPTOR.services_by_name["CollectorService"]],
-    "trainer": [trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"]],
-}
-OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+SERVICES = {name: fuzz.SERVED_BY[name] for name in ("browser", "sites", "policy", "judge", "collector", "trainer")}
+OPTIONS = fuzz.CHANNEL_OPTIONS
 MB = 1024 * 1024
 
 

@@ -27,28 +27,13 @@ from webenv.collector.stack import Stack
 from webenv.v1 import (
     browser_pb2,
     browser_pb2_grpc,
-    collector_pb2,
-    environment_pb2,
-    judge_pb2,
-    policy_pb2,
-    task_pb2,
-    trainer_pb2,
 )
 
 pytestmark = pytest.mark.timeout(240)
 
 SEED = 18
 PER_METHOD = 6  # hostile messages per RPC, besides one undecodable request: 36 RPCs -> 252 calls
-SERVICES = {
-    "browser": [environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"],
-                browser_pb2.DESCRIPTOR.services_by_name["BrowserFarmService"]],
-    "sites": [task_pb2.DESCRIPTOR.services_by_name["TaskService"]],
-    "policy": [policy_pb2.DESCRIPTOR.services_by_name["PolicyService"]],
-    "judge": [judge_pb2.DESCRIPTOR.services_by_name["JudgeService"]],
-    "collector": [collector_pb2.DESCRIPTOR.services_by_name["CollectorService"]],
-    "trainer": [trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"]],
-}
-CHANNEL_OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
+SERVICES = {name: fuzz.SERVED_BY[name] for name in ("browser", "sites", "policy", "judge", "collector", "trainer")}
 
 
 @pytest.fixture(scope="module")
@@ -79,7 +64,7 @@ async def test_fuzzed_requests_get_clean_errors_and_every_service_survives(stack
     fuzzer = fuzz.Fuzzer(SEED)
     report = fuzz.Report()
     for name, services in SERVICES.items():
-        async with grpc.aio.insecure_channel(stack.address(name), options=CHANNEL_OPTIONS) as ch:
+        async with grpc.aio.insecure_channel(stack.address(name), options=fuzz.CHANNEL_OPTIONS) as ch:
             for service in services:
                 part = await fuzz.fuzz_service(ch, service, fuzzer, per_method=PER_METHOD, deadline=30)
                 report.outcomes += part.outcomes

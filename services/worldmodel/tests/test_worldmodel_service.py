@@ -197,8 +197,7 @@ async def test_fuzzed_requests_get_clean_errors(wm_channel: grpc.aio.Channel) ->
 
     fuzzer = fuzz.Fuzzer(18)
     outcomes = []
-    for service in (worldmodel_pb2.DESCRIPTOR.services_by_name["WorldModelService"],
-                    environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"]):
+    for service in fuzz.SERVED_BY["worldmodel"]:
         outcomes += (await fuzz.fuzz_service(wm_channel, service, fuzzer, per_method=5, deadline=60)).outcomes
     assert len({o.method for o in outcomes}) == 8
     assert not [o for o in outcomes if o.failed], [(o.method, o.code, o.details[:200]) for o in outcomes if o.failed]

@@ -29,6 +29,16 @@ from google.protobuf import descriptor as _d
 from google.protobuf import message as _message
 from google.protobuf import message_factory
 from webenv import errors
+from webenv.v1 import (
+    browser_pb2,
+    collector_pb2,
+    environment_pb2,
+    judge_pb2,
+    policy_pb2,
+    task_pb2,
+    trainer_pb2,
+    worldmodel_pb2,
+)
 
 #: Addresses the fuzzer may put in string fields: loopback only (port 9 is discard, normally closed).
 ADDRESSES = ("127.0.0.1:9", "[::1]:9", "http://127.0.0.1:9/", "http://[::1]:9/x?y=1")
@@ -40,6 +50,20 @@ _FLOATS = (0.0, -0.0, 1.0, -1.0, 0.5, 1e308, -1e308, math.inf, -math.inf, math.n
 _INT_TYPES = {_F.TYPE_INT32, _F.TYPE_SINT32, _F.TYPE_SFIXED32, _F.TYPE_INT64, _F.TYPE_SINT64, _F.TYPE_SFIXED64}
 _UINT_TYPES = {_F.TYPE_UINT32, _F.TYPE_FIXED32, _F.TYPE_UINT64, _F.TYPE_FIXED64}
 _BITS = {_F.TYPE_INT32: 32, _F.TYPE_SINT32: 32, _F.TYPE_SFIXED32: 32, _F.TYPE_UINT32: 32, _F.TYPE_FIXED32: 32}
+#: The gRPC services each webenv process serves (docs/api.md), by the process name ``webenv.collector.stack`` uses.
+SERVED_BY: dict[str, tuple[_d.ServiceDescriptor, ...]] = {
+    "browser": (environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"],
+                browser_pb2.DESCRIPTOR.services_by_name["BrowserFarmService"]),
+    "sites": (task_pb2.DESCRIPTOR.services_by_name["TaskService"],),
+    "policy": (policy_pb2.DESCRIPTOR.services_by_name["PolicyService"],),
+    "judge": (judge_pb2.DESCRIPTOR.services_by_name["JudgeService"],),
+    "collector": (collector_pb2.DESCRIPTOR.services_by_name["CollectorService"],),
+    "trainer": (trainer_pb2.DESCRIPTOR.services_by_name["TrainerService"],),
+    "worldmodel": (worldmodel_pb2.DESCRIPTOR.services_by_name["WorldModelService"],
+                   environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"]),
+}
+#: Channel options for fuzzing: hostile requests and their answers may be tens of MB.
+CHANNEL_OPTIONS = [("grpc.max_send_message_length", 64 << 20), ("grpc.max_receive_message_length", 64 << 20)]
 #: Codes that mean a server bug for any request (a malformed request is INVALID_ARGUMENT or another domain code).
 FAILING_CODES = (grpc.StatusCode.UNKNOWN, grpc.StatusCode.INTERNAL)
 
@@ -246,4 +270,5 @@ async def fuzz_service(
     return report
 
 
-__all__ = ["ADDRESSES", "FAILING_CODES", "Fuzzer", "Outcome", "Report", "call_method", "fuzz_service"]
+__all__ = ["ADDRESSES", "CHANNEL_OPTIONS", "FAILING_CODES", "SERVED_BY", "Fuzzer", "Outcome", "Report", "call_method",
+           "fuzz_service"]
