@@ -375,10 +375,16 @@ async def test_heap_is_trimmed_once_after_a_busy_period(echo):
         assert server.heap.trims == 0  # nothing happened: nothing to give back
         async with make_channel(f"127.0.0.1:{server.port}") as ch:
             stub = policy_pb2_grpc.PolicyServiceStub(ch)
-            for _ in range(3):
-                await stub.Act(policy_pb2.ActRequest(episode_id="x" * 200_000))
-            await asyncio.sleep(1.0)
+            await asyncio.gather(*(stub.Act(policy_pb2.ActRequest(episode_id="x" * 200_000)) for _ in range(3)))
+            await trims_reach(server, 1)
+            await asyncio.sleep(0.7)  # several quiet intervals more: still one trim for the one busy period
             assert server.heap.trims == 1
             await stub.Act(policy_pb2.ActRequest(episode_id="again"))
-            await asyncio.sleep(1.0)
-            assert server.heap.trims == 2
+            await trims_reach(server, 2)
+
+
+async def trims_reach(server, n: int, limit: float = 30.0) -> None:
+    """Wait (generously: the machine may be loaded) until the server has trimmed its heap ``n`` times."""
+    async with asyncio.timeout(limit):
+        while server.heap.trims < n:  # noqa: ASYNC110 - polling a counter that has no event
+            await asyncio.sleep(0.05)
