@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 
@@ -55,6 +56,19 @@ async def test_lease_expiry_closes_the_session(farm_factory, page_server):
         assert errors.from_rpc_error(exc.value).reason == "SESSION_EXPIRED"
         got = await f.env.GetSession(environment_pb2.GetSessionRequest(session_id=keep.session.session_id))
         assert got.session.state == environment_pb2.SESSION_STATE_OPEN
+
+
+async def test_a_lease_shorter_than_the_open_does_not_break_the_open(farm_factory, page_server):
+    """The reaper leaves a session alone while it opens: its lease runs from the end of the open (before, a lease
+    shorter than the open, or an open slowed by load, had its context closed under it: INTERNAL)."""
+    async with farm_factory(farm_reaper_interval_seconds=0.01) as f:
+        for _ in range(3):
+            r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(
+                start_url=page_server.url("second"), lease_seconds=0.01))
+            assert r.session.state == environment_pb2.SESSION_STATE_OPEN and r.observation.axtree
+        async with asyncio.timeout(30):  # and it lapses afterwards as asked
+            while (await f.admin.GetCapacity(browser_pb2.GetCapacityRequest())).active_sessions:  # noqa: ASYNC110
+                await asyncio.sleep(0.05)
 
 
 async def test_hung_page_times_out_only_its_own_step(env, page_server):
@@ -128,6 +142,29 @@ async def test_browser_recycled_after_n_contexts(farm_factory, page_server):
         cap = await f.admin.GetCapacity(browser_pb2.GetCapacityRequest())
         assert cap.browsers == 1 and cap.browser_restarts >= 1
         assert 'webenv_browser_browser_restarts_total{reason="recycle"}' in scrape(f.metrics_port)
+
+
+async def test_a_close_its_caller_gives_up_on_still_frees_the_context(farm_factory, page_server):
+    """A CloseSession cancelled mid-close (its client's deadline, as under load) still closes and counts the
+    session's context, so a browser retired for recycling is closed once its last context is gone. Before, the
+    cancel skipped the count: retired browsers and their Chromium processes lived on (issue 18's soak)."""
+    async with farm_factory(farm_contexts_per_browser=3, farm_warm_contexts=1) as f:
+        first = f.farm.pool.handles[0]
+        for _ in range(4):
+            r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=page_server.url("basic")))
+            sid = r.session.session_id
+            closing = asyncio.create_task(f.farm.close_session(environment_pb2.CloseSessionRequest(session_id=sid)))
+            while sid in f.farm.sessions:  # noqa: ASYNC110 - until the close is under way
+                await asyncio.sleep(0)
+            closing.cancel()  # what grpc does to the handler when the client's deadline passes
+            with contextlib.suppress(asyncio.CancelledError):
+                await closing
+        async with asyncio.timeout(30):
+            while first in f.farm.pool.handles:  # noqa: ASYNC110 - the close finishes in the background
+                await asyncio.sleep(0.05)
+        assert all(h.live_contexts >= 0 for h in f.farm.pool.handles)
+        cap = await f.admin.GetCapacity(browser_pb2.GetCapacityRequest())
+        assert cap.active_sessions == 0 and cap.browsers == 1
 
 
 async def test_step_stream_many_sessions_completion_order(env, farm, page_server):

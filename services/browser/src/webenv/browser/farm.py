@@ -84,6 +84,7 @@ class Farm:
         self.capturing = 0
         self.draining = False
         self._reaper: asyncio.Task[None] | None = None
+        self._teardowns: set[asyncio.Future[None]] = set()  # session closes that outlive a cancelled caller
 
     async def start(self) -> None:
         if self.egress is not None:
@@ -99,6 +100,8 @@ class Farm:
         for s in list(self.sessions.values()):
             with contextlib.suppress(Exception):
                 await self._end(s, environment_pb2.SESSION_STATE_CLOSED)
+        if self._teardowns:
+            await asyncio.wait(list(self._teardowns), timeout=15)
         await self.pool.close()
         if self.egress is not None:
             await self.egress.close()
@@ -131,6 +134,16 @@ class Farm:
             self.closed.popitem(last=False)
         metrics.SESSIONS_ACTIVE.set(len(self.sessions))
         metrics.SESSIONS_CLOSED.labels(environment_pb2.SessionState.Name(state).removeprefix("SESSION_STATE_").lower()).inc()
+        # Shielded: a caller that gives up (grpc cancels CloseSession when the client's deadline passes, as under
+        # load) must not stop the context from being closed and counted; uncounted, a browser retired for
+        # recycling never saw its last context go and lived on with its Chromium processes (issue 18's soak).
+        teardown = asyncio.ensure_future(self._release(s, state))
+        self._teardowns.add(teardown)
+        teardown.add_done_callback(self._teardowns.discard)
+        await asyncio.shield(teardown)
+        return proto
+
+    async def _release(self, s: BrowserSession, state: int) -> None:
         if s.adapter:
             with contextlib.suppress(Exception):
                 await s.adapter.close()
@@ -138,7 +151,6 @@ class Farm:
             await self.pool.release(s.slot.handle, s.slot.context)
         else:
             s.slot.handle.live_contexts -= 1
-        return proto
 
     async def _on_crash(self, handle: BrowserHandle) -> None:
         for s in [s for s in self.sessions.values() if s.slot.handle is handle]:
@@ -198,6 +210,9 @@ class Farm:
                     lease_seconds=req.lease_seconds or self.settings.farm_lease_seconds, node=self.node,
                     task_id=task.task_id if task else "", labels=dict(req.labels), adapter=adapter,
                 )
+                # Busy until it is open, so the lease reaper leaves it alone: a lease shorter than the open (or an
+                # open slowed by load) had the reaper close the context under it, and OpenSession ended INTERNAL.
+                await session.lock.acquire()
                 self.sessions[session.session_id] = session
                 metrics.SESSIONS_ACTIVE.set(len(self.sessions))
                 try:
@@ -209,20 +224,20 @@ class Farm:
                                                   f"{self.settings.farm_open_timeout_seconds}s", reason="OPEN_TIMEOUT") from exc
                 await self._settle(session, -1)
             obs, raw = await self._observe(session, session.spec)
+            await self._fill_tabs(session, obs)
+            session.renew()
         except BaseException:
             if session is not None:
                 await self._end(session, environment_pb2.SESSION_STATE_CLOSED)
             raise
         finally:
             self.opening -= 1
+            if session is not None:
+                session.lock.release()
         if req.request_id:
             self.open_requests[req.request_id] = session.session_id
             while len(self.open_requests) > _CLOSED_KEEP:
                 self.open_requests.popitem(last=False)
-        if obs.formats and common_pb2.OBSERVATION_FORMAT_SCREENSHOT in obs.formats:
-            pass
-        await self._fill_tabs(session, obs)
-        session.renew()
         dt = time.perf_counter() - t0
         metrics.OPEN_SECONDS.observe(dt)
         return environment_pb2.OpenSessionResponse(session=session.to_proto(), observation=obs,

@@ -448,9 +448,11 @@ class BrowserPool:
 
     async def release(self, slot_handle: BrowserHandle, context: BrowserContext) -> None:
         """Close a session's context; a retiring browser with no contexts left is closed."""
-        with contextlib.suppress(Exception):
-            await asyncio.wait_for(context.close(), 10)
-        slot_handle.live_contexts -= 1
+        try:
+            with contextlib.suppress(Exception):
+                await asyncio.wait_for(context.close(), 10)
+        finally:  # counted even when the close is cancelled, or the browser would never retire
+            slot_handle.live_contexts -= 1
         if slot_handle.retiring and slot_handle.live_contexts <= 0 and slot_handle.alive:
             slot_handle.alive = False
             if slot_handle in self.handles:
