@@ -10,8 +10,8 @@
 #   PYTHON_IMAGE   the base of every image: python:3.11-slim-bookworm (the Dockerfiles' default; pin it by digest,
 #                  python:3.11-slim-bookworm@sha256:...) or the local base of `make base-image`, webenv/base:bookworm
 #   TORCH_INDEX    a pip index with torch's CPU build (default https://download.pytorch.org/whl/cpu)
-#   TORCH_WHEELS   a folder holding torch-2.13.0+cpu-*.whl: served on 127.0.0.1 during the builds and used as
-#                  TORCH_INDEX (builds then use the host's network: --network host)
+#   TORCH_WHEELS   a folder holding torch-2.13.0+cpu-*.whl: served on 127.0.0.1:$TORCH_WHEELS_PORT (47991) during the
+#                  builds and used as TORCH_INDEX (builds then use the host's network: --network host)
 #   PIP_INDEX_URL, PIP_EXTRA_INDEX_URL, PIP_TRUSTED_HOST   passed to pip inside the builds
 #   CA_CERT_FILE   a PEM file trusted by pip inside the builds (build argument CA_CERT)
 #   BUILD_ARGS     more arguments for every build, e.g. "--build-arg EXTRAS=[transformers]"
@@ -46,7 +46,12 @@ if [ -n "${TORCH_WHEELS:-}" ]; then
   index_dir=$(mktemp -d)
   mkdir -p "$index_dir/simple/torch"
   ln -s "$(realpath "$TORCH_WHEELS")"/torch-*.whl "$index_dir/simple/torch/"
-  port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+  # A fixed port: TORCH_INDEX is part of the torch layer's cache key, so a new port would reinstall torch.
+  port=${TORCH_WHEELS_PORT:-47991}
+  if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then
+    port=$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+    echo "build: port ${TORCH_WHEELS_PORT:-47991} is taken, serving the wheels on $port (torch's layer is rebuilt)"
+  fi
   python3 -m http.server --bind 127.0.0.1 --directory "$index_dir" "$port" >/dev/null 2>&1 &
   server_pid=$!
   args+=(--network host --build-arg "TORCH_INDEX=http://127.0.0.1:$port/simple")
