@@ -9,6 +9,7 @@
 #   ENGINE         docker or podman (default: deploy/docker/engine.sh's answer)
 #   PYTHON_IMAGE   the base of every image: python:3.11-slim-bookworm (the Dockerfiles' default; pin it by digest,
 #                  python:3.11-slim-bookworm@sha256:...) or the local base of `make base-image`, webenv/base:bookworm
+#                  (the default when it is here and the public one is not)
 #   TORCH_INDEX    a pip index with torch's CPU build (default https://download.pytorch.org/whl/cpu)
 #   TORCH_WHEELS   a folder holding torch-2.13.0+cpu-*.whl: served on 127.0.0.1:$TORCH_WHEELS_PORT (47991) during the
 #                  builds and used as TORCH_INDEX (builds then use the host's network: --network host)
@@ -28,6 +29,12 @@ if [ ${#names[@]} -eq 0 ]; then
   for f in services/*/Dockerfile deploy/docker/*/Dockerfile; do names+=("$(basename "$(dirname "$f")")"); done
 fi
 
+# No PYTHON_IMAGE given: the Dockerfiles' public default, unless only the local base of `make base-image` is here.
+if [ -z "${PYTHON_IMAGE:-}" ] && ! "$engine" image inspect python:3.11-slim-bookworm >/dev/null 2>&1 \
+   && "$engine" image inspect webenv/base:bookworm >/dev/null 2>&1; then
+  PYTHON_IMAGE=webenv/base:bookworm
+  echo "build: PYTHON_IMAGE=webenv/base:bookworm (the local base; set PYTHON_IMAGE to build from another)"
+fi
 args=()
 for var in PYTHON_IMAGE TORCH_INDEX PIP_INDEX_URL PIP_EXTRA_INDEX_URL PIP_TRUSTED_HOST; do
   if [ -n "${!var:-}" ]; then args+=(--build-arg "$var=${!var}"); fi
