@@ -8,8 +8,10 @@ PROTOS := $(wildcard protos/webenv/v1/*.proto)
 PROTO_DEPS := $(PROTOS) $(wildcard protos/google/api/*.proto)
 GEN_DIR := services/sdk/src
 STAMP := $(VENV)/.installed
+# Optional extras the tests need (services/<name>/pyproject.toml), installed with the editable service.
+EXTRAS_judge := [transformers]
 
-.PHONY: install install-vllm apt venv protos lock lint test test-vllm bench learn up demo worldmodel clean
+.PHONY: install install-vllm apt venv protos lock lint test test-vllm bench learn up demo worldmodel base-image images test-containers clean
 
 install: apt $(STAMP) protos  ## Debian packages, the venv with every service editable, generated stubs
 
@@ -20,7 +22,7 @@ apt:
 $(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt requirements.lock
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c requirements.lock -r requirements-dev.txt $(foreach s,$(SERVICES),-e $(s))
+	$(PIP) install -q -c requirements.lock -r requirements-dev.txt $(foreach s,$(SERVICES),-e '$(s:/=)$(EXTRAS_$(notdir $(s:/=)))')
 	@touch $(STAMP)
 
 protos: $(GEN_DIR)/webenv/v1/.stamp
@@ -76,6 +78,18 @@ demo: install  ## the main job on embedded defaults: stack + a few hundred episo
 
 worldmodel: install  ## a world model from the platform's own data (collect -> train -> evaluate), served by `make up`
 	$(VENV)/bin/webenv worldmodel build $(if $(PRESET),--preset $(PRESET))
+
+# Containers (deploy/docker/README.md; not part of `make test`). The engine: a running Docker, else dockerd started
+# by deploy/docker/engine.sh (as root, Debian's docker.io installed on first use), else podman.
+# PYTHON_IMAGE: the base of every image; without a registry, the local one `make base-image` makes.
+base-image:  ## Debian bookworm + Python 3.11 with debootstrap, imported as webenv/base:bookworm (CA_BUNDLE, PIP_INDEX_URL)
+	bash deploy/docker/base-image.sh
+
+images:  ## every image (services/*/Dockerfile, deploy/docker/*/Dockerfile); a table of results, sizes, build times
+	bash deploy/docker/build.sh $(or $(TAG),dev)
+
+test-containers:  ## build (cached), compose up, episodes through the containerized collector, checks, tear down
+	PY=$(PY) bash deploy/docker/test-containers.sh
 
 clean:
 	rm -rf $(VENV) $(GEN_DIR)/webenv/v1 .pytest_cache

@@ -19,6 +19,7 @@ import shutil
 import socket
 import subprocess
 import sys
+import tomllib
 from concurrent import futures
 from pathlib import Path
 
@@ -414,10 +415,42 @@ def test_compose_peer_addresses_point_at_the_right_ports():
                 assert int(port) == expected, f"{name}.{key}={value}: {host} listens on {expected}"
                 checked += 1
     assert checked >= 6
-    collector = services["collector"]["environment"]
-    assert collector["WEBENV_STORE_URL"] == "http://clickhouse:8123"
-    assert collector["WEBENV_REDIS_URL"].startswith("redis://redis:6379")
     assert services["clickhouse"]["image"].startswith("clickhouse/clickhouse-server")
+
+
+def online_env() -> dict[str, str]:
+    lines = (DEPLOY / "docker" / "online.env").read_text().splitlines()
+    return dict(line.split("=", 1) for line in lines if line.strip() and not line.startswith("#"))
+
+
+def test_compose_runs_offline_and_online():
+    """Offline (no registry): no infrastructure service starts by default and the collector needs none of them
+    (embedded chDB, no Redis); deploy/docker/online.env turns them on and points the collector at them."""
+    services = compose()["services"]
+    infra = ("redis", "clickhouse", "prometheus", "grafana")
+    for name in infra:
+        assert "infra" in services[name].get("profiles", []), f"{name}: behind the infra profile"
+    for name in SERVICES:
+        assert not set(services[name].get("depends_on", {})) & set(infra), f"{name} waits for optional infrastructure"
+    collector = services["collector"]["environment"]
+    assert resolve_compose_value(collector["WEBENV_STORE_URL"]) == "" and resolve_compose_value(collector["WEBENV_REDIS_URL"]) == ""
+    online = online_env()
+    assert set(online["COMPOSE_PROFILES"].split(",")) >= {"infra"}
+    assert online["WEBENV_STORE_URL"] == "http://clickhouse:8123"
+    assert online["WEBENV_REDIS_URL"].startswith("redis://redis:6379")
+    assert "${WEBENV_STORE_URL" in collector["WEBENV_STORE_URL"] and "${WEBENV_REDIS_URL" in collector["WEBENV_REDIS_URL"]
+    # The same options work with the public image and the local one (deploy/docker/redis), which prepend redis-server.
+    assert services["redis"]["command"][0].startswith("--")
+    assert "${WEBENV_REDIS_IMAGE" in services["redis"]["image"]
+
+
+def test_compose_passes_the_build_arguments():
+    args = compose()["x-build-args"]
+    for name in SERVICES:
+        assert compose()["services"][name]["build"]["args"] == args, f"{name}: build args"
+    for arg in ("PYTHON_IMAGE", "TORCH_INDEX", "PIP_INDEX_URL", "CA_CERT"):
+        assert arg in args
+    assert resolve_compose_value(args["PYTHON_IMAGE"]) == dockerfile_default("sites", "PYTHON_IMAGE")
 
 
 def test_compose_healthchecks_and_shutdown():
@@ -445,6 +478,69 @@ def test_compose_monitoring_mounts():
     assert graf["environment"]["WEBENV_PROMETHEUS_URL"] == "http://prometheus:9090"
 
 
+def dockerfile_default(service: str, arg: str, path: Path | None = None) -> str:
+    text = (path or ROOT / "services" / service / "Dockerfile").read_text()
+    m = re.search(rf'^ARG {arg}="?([^"\n]*)"?$', text, re.M)
+    assert m, f"{service}: no ARG {arg}"
+    return m.group(1)
+
+
+def dockerfiles() -> dict[str, Path]:
+    files = {p.parent.name: p for p in (ROOT / "services").glob("*/Dockerfile")}
+    files.update({p.parent.name: p for p in (DEPLOY / "docker").glob("*/Dockerfile")})
+    return files
+
+
+def build_prefix(text: str) -> str:
+    """The build stage up to the service's own lines: from the first ARG to the sdk install (comments dropped)."""
+    lines = [ln for ln in text.split("\n") if not ln.startswith("#")]
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("ARG PYTHON_IMAGE"))
+    end = next(i for i, ln in enumerate(lines) if ln.startswith("WORKDIR /src"))
+    return "\n".join(lines[start:end + 1])
+
+
+def test_dockerfiles_share_their_base_and_build_layers():
+    """One base for every image (PYTHON_IMAGE: the public python:3.11 bookworm image or the local one of
+    `make base-image`), the same package-source arguments, and a byte-identical start of the build stage, so the
+    builder reuses those layers across images (and the torch layer across the images that have torch)."""
+    files = dockerfiles()
+    prefixes = {name: build_prefix(p.read_text()) for name, p in files.items() if name in SERVICES}
+    assert len(set(prefixes.values())) == 1, "the build stages' shared start differs between Dockerfiles"
+    for name, path in files.items():
+        text = path.read_text()
+        default = dockerfile_default(name, "PYTHON_IMAGE", path)
+        assert re.fullmatch(r"python:3\.11(\.\d+)?-slim-bookworm(@sha256:[0-9a-f]{64})?", default), f"{name}: {default}"
+        assert text.count("FROM ${PYTHON_IMAGE}") >= 1 and not re.search(r"^FROM (?!\$\{PYTHON_IMAGE\})", text, re.M)
+        if name not in SERVICES:
+            continue
+        for arg in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "CA_CERT"):
+            assert re.search(rf"^ARG {arg}\b", text, re.M), f"{name}: ARG {arg}"
+        if "torch" in text:
+            assert dockerfile_default(name, "TORCH_INDEX", path) == "https://download.pytorch.org/whl/cpu", name
+            assert "--index-url \"$TORCH_INDEX\"" in text and "torch==" in text, f"{name}: torch from TORCH_INDEX"
+        if name in ("policy", "trainer", "worldmodel"):
+            torch_run = next(ln for ln in text.splitlines() if ln.startswith("RUN pip install --index-url \"$TORCH_INDEX"))
+            assert text.index(torch_run) < text.index("COPY protos/"), f"{name}: torch's layer before the code's"
+
+
+def test_judge_image_has_torch_only_when_asked():
+    text = (ROOT / "services/judge/Dockerfile").read_text()
+    assert dockerfile_default("judge", "EXTRAS") == ""
+    assert re.search(r'case "\$EXTRAS" in \*transformers\*\) pip install', text)
+    deps = tomllib.loads((ROOT / "services/judge/pyproject.toml").read_text())["project"]
+    assert not [d for d in deps["dependencies"] if d.startswith(("torch", "transformers"))]
+    assert any(d.startswith("torch==") for d in deps["optional-dependencies"]["transformers"])
+    assert "EXTRAS_judge := [transformers]" in (ROOT / "Makefile").read_text(), "make install: the judge's tests need it"
+
+
+def test_browser_image_has_what_playwrights_driver_needs():
+    """Playwright's node driver links libatomic.so.1, which slim bases lack: without it the farm crash-loops."""
+    text = (ROOT / "services/browser/Dockerfile").read_text()
+    install = next(ln for ln in text.splitlines() if "apt-get install" in ln)
+    for pkg in ("chromium", "libatomic1"):
+        assert pkg in install.split()
+
+
 def test_compose_validates_with_docker_compose():
     tool = shutil.which("docker-compose")
     cmd = [tool] if tool else None
@@ -452,9 +548,10 @@ def test_compose_validates_with_docker_compose():
         probe = subprocess.run(["docker", "compose", "version"], capture_output=True, text=True)
         cmd = ["docker", "compose"] if probe.returncode == 0 else None
     assert cmd, "neither docker-compose nor the docker compose plugin is installed: run `make install`"
-    run = subprocess.run([*cmd, "-f", str(COMPOSE_FILE), "--profile", "worldmodel", "config", "-q"], cwd=ROOT,
-                         capture_output=True, text=True, timeout=60)
-    assert run.returncode == 0, run.stderr
+    for extra in ([], ["--env-file", str(DEPLOY / "docker" / "online.env")]):
+        run = subprocess.run([*cmd, "-f", str(COMPOSE_FILE), *extra, "--profile", "worldmodel", "config", "-q"],
+                             cwd=ROOT, capture_output=True, text=True, timeout=60)
+        assert run.returncode == 0, run.stderr
 
 
 def test_compose_checkpoints_are_shared_by_trainer_and_policy():

@@ -343,7 +343,8 @@ def stop(run_id: str, collector: str = typer.Option(COLLECTOR)) -> None:
 def export(
     run_id: str = typer.Argument("", help="Run id (empty exports every run)."),
     format: str = typer.Option("parquet", "--format", help="jsonl, parquet, hf, transitions or traces."),
-    dest: Path = typer.Option(Path("export"), help="Destination folder (on the collector's machine)."),
+    dest: Path = typer.Option(Path("export"), help="Destination folder on the collector's machine; a relative one "
+                                                   "lands in its export root (images: /data/exports) or working folder."),
     split: str = typer.Option(None, help="train or test."),
     passed: bool = typer.Option(None, "--passed/--failed", help="Only passed or only failed episodes."),
     drop_repeated: bool = typer.Option(False, help="Drop steps flagged as repeated states."),
@@ -357,7 +358,7 @@ def export(
     if passed is not None:
         flt.passed = passed
     req = collector_pb2.ExportRunRequest(
-        run_id=run_id, format=_choice(format, FORMATS, "--format"), destination=str(dest.resolve()), filter=flt,
+        run_id=run_id, format=_choice(format, FORMATS, "--format"), destination=str(dest), filter=flt,
         transition_format=_choice(transition_format, OBS, "--transition-format"),
     )
     try:

@@ -123,9 +123,13 @@ class TransformersBackend:
     name = "transformers"
 
     def __init__(self, path: str, *, constrained: bool = True, threads: int | None = None) -> None:
-        import torch
-        from transformers import AutoModelForCausalLM, AutoTokenizer
-        from transformers.utils import logging as hf_logging
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers.utils import logging as hf_logging
+        except ImportError as exc:  # the judge image leaves torch out unless built with EXTRAS=[transformers]
+            raise LlmError("the transformers backend needs torch and transformers "
+                           "(pip install 'webenv-judge[transformers]')") from exc
 
         hf_logging.disable_progress_bar()
         if threads:
