@@ -235,3 +235,34 @@ async def test_socks_proxy_rejects_other_protocols():
         w.close()
     finally:
         await proxy.close()
+
+
+async def test_idle_tunnels_are_closed_and_busy_ones_kept():
+    """Tunnels left open by the browser after its context closed are closed once idle (the soak's growth)."""
+    async def echo(r: asyncio.StreamReader, w: asyncio.StreamWriter) -> None:  # a keep-alive peer
+        while data := await r.read(1000):
+            w.write(b"echo:" + data)
+            await w.drain()
+        w.close()
+
+    srv = await asyncio.start_server(echo, "127.0.0.1", 0)
+    up_port = srv.sockets[0].getsockname()[1]
+    proxy = EgressProxy(EgressPolicy(UrlGuard(), ("127.0.0.1", up_port), resolve=fake_resolve), idle_timeout=0.6)
+    port = await proxy.start()
+    try:
+        r1, w1, code1 = await socks_connect(port, "shop.web.test", 80)
+        r2, w2, code2 = await socks_connect(port, "shop.web.test", 80)
+        assert code1 == code2 == 0 and len(proxy.clients) == 2
+        for _ in range(8):  # tunnel 2 stays busy for 1.6 s; tunnel 1 says nothing
+            w2.write(b"ping")
+            assert await r2.read(100) == b"echo:ping"
+            await asyncio.sleep(0.2)
+        assert await asyncio.wait_for(r1.read(), 5) == b""  # the proxy hung up the idle one
+        assert len(proxy.clients) == 1
+        w2.write(b"still")
+        assert await r2.read(100) == b"echo:still"
+        w1.close()
+        w2.close()
+    finally:
+        await proxy.close()
+        srv.close()
