@@ -150,7 +150,7 @@ class Farm:
         if state != environment_pb2.SESSION_STATE_CRASHED:
             await self.pool.release(s.slot.handle, s.slot.context)
         else:
-            s.slot.handle.live_contexts -= 1
+            self.pool.lost(s.slot.handle)
 
     async def _on_crash(self, handle: BrowserHandle) -> None:
         for s in [s for s in self.sessions.values() if s.slot.handle is handle]:

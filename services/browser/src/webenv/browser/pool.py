@@ -461,6 +461,10 @@ class BrowserPool:
                 await asyncio.wait_for(slot_handle.browser.close(), 10)
             metrics.BROWSERS.set(self.browsers_alive())
 
+    def lost(self, slot_handle: BrowserHandle) -> None:
+        """A session's context died with its browser (a crash): count it out; there is nothing to close."""
+        slot_handle.live_contexts -= 1
+
     async def _discard(self, slot: Slot) -> None:
         await self.release(slot.handle, slot.context)
 
