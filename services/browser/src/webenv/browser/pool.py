@@ -158,6 +158,18 @@ class ContextState:
     popups: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def begin_step(self) -> int:
+        """Forget the navigations and popups seen before a step; returns the navigation count the settle
+        rule compares against after the action."""
+        self.nav_pages.clear()
+        self.popups = 0
+        return self.nav_count
+
+    def take_violation(self) -> bool:
+        """Was a redirect refused by the URL guard since the last call? Reads and clears the flag."""
+        seen, self.violation = self.violation, False
+        return seen
+
     def done(self, request: Request) -> None:
         self.inflight.discard(request)
         self.navs.discard(request)
