@@ -150,7 +150,7 @@ class Farm:
         if state != environment_pb2.SESSION_STATE_CRASHED:
             await self.pool.release(s.slot.handle, s.slot.context)
         else:
-            s.slot.handle.live_contexts -= 1
+            self.pool.lost(s.slot.handle)
 
     async def _on_crash(self, handle: BrowserHandle) -> None:
         for s in [s for s in self.sessions.values() if s.slot.handle is handle]:
@@ -432,9 +432,7 @@ class Farm:
         async with queue.slot() as waited_act:
             ta = time.perf_counter()
             await s.ensure_tab()
-            nav_before = st.nav_count
-            st.nav_pages.clear()
-            st.popups = 0
+            nav_before = st.begin_step()
             tab = s.tab
             loads_before = tab.loads
             outcome = await perform(s, req.action, kind, nav_timeout_ms=self.settings.farm_nav_timeout_ms)
@@ -447,8 +445,7 @@ class Farm:
             settle_s = time.perf_counter() - ts
         metrics.ACTIONS.labels(kind).inc()
         error = outcome.error
-        if st.violation:
-            st.violation = False
+        if st.take_violation():
             with contextlib.suppress(Exception):
                 await s.page.goto("about:blank")
             error = f"a redirect was refused by the URL guard: {st.blocked[-1]}" + (f" ({error})" if error else "")

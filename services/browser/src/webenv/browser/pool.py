@@ -158,6 +158,18 @@ class ContextState:
     popups: int = 0
     changed: asyncio.Event = field(default_factory=asyncio.Event)
 
+    def begin_step(self) -> int:
+        """Forget the navigations and popups seen before a step; returns the navigation count the settle
+        rule compares against after the action."""
+        self.nav_pages.clear()
+        self.popups = 0
+        return self.nav_count
+
+    def take_violation(self) -> bool:
+        """Was a redirect refused by the URL guard since the last call? Reads and clears the flag."""
+        seen, self.violation = self.violation, False
+        return seen
+
     def done(self, request: Request) -> None:
         self.inflight.discard(request)
         self.navs.discard(request)
@@ -460,6 +472,10 @@ class BrowserPool:
             with contextlib.suppress(Exception):
                 await asyncio.wait_for(slot_handle.browser.close(), 10)
             metrics.BROWSERS.set(self.browsers_alive())
+
+    def lost(self, slot_handle: BrowserHandle) -> None:
+        """A session's context died with its browser (a crash): count it out; there is nothing to close."""
+        slot_handle.live_contexts -= 1
 
     async def _discard(self, slot: Slot) -> None:
         await self.release(slot.handle, slot.context)

@@ -6,7 +6,7 @@ import asyncio
 import contextlib
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from google.protobuf.timestamp_pb2 import Timestamp
 from playwright.async_api import CDPSession, Page
@@ -14,8 +14,21 @@ from webenv.browser.guard import UrlGuard
 from webenv.browser.pool import Slot
 from webenv.v1 import common_pb2, environment_pb2
 
-if TYPE_CHECKING:
-    from webenv.browser.tasks import TaskAdapter
+
+class TaskHooks(Protocol):
+    """What the farm asks of a session's task adapter (`webenv.browser.tasks.TaskAdapter` implements it).
+
+    Declared here rather than imported from tasks: tasks drives sessions (it imports this module), so a session
+    naming TaskAdapter closed an import loop actions -> session -> tasks -> actions (tools/imports.py)."""
+
+    miniwob: bool
+    start_url: str
+
+    def reward(self, raw: dict[str, Any]) -> Any: ...
+
+    async def evidence(self, session: BrowserSession) -> str: ...
+
+    async def close(self) -> None: ...
 
 
 @dataclass
@@ -40,7 +53,7 @@ class BrowserSession:
     node: str
     task_id: str = ""
     labels: dict[str, str] = field(default_factory=dict)
-    adapter: TaskAdapter | None = None
+    adapter: TaskHooks | None = None
     instruction: str = ""
     state: int = environment_pb2.SESSION_STATE_OPEN
     step_count: int = 0
