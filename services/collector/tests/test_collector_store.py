@@ -150,3 +150,18 @@ async def test_writer_batches_but_urgent_rows_and_drain_do_not_wait(tmp_path):
         assert [len(b["steps"]) for b in store.inserts] == [1, 1, 2]
     finally:
         await writer.close()
+
+
+def test_blob_puts_of_the_same_bytes_from_many_threads_all_succeed(tmp_path):
+    """The engine puts blobs off the event loop: concurrent puts of one screenshot never fail or tear it."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from webenv.collector.blobs import BlobStore
+
+    blobs = BlobStore(tmp_path / "blobs")
+    data = b"\x89PNG" + bytes(range(256)) * 4096
+    with ThreadPoolExecutor(8) as pool:
+        keys = set(pool.map(lambda _: blobs.put(data, "png"), range(64)))
+    assert len(keys) == 1
+    assert blobs.get(keys.pop()) == data
+    assert not list((tmp_path / "blobs").rglob("*.tmp"))

@@ -1,9 +1,16 @@
-"""Content-addressed blob folder for screenshots and other large values, referenced from rows by key."""
+"""Content-addressed blob folder for screenshots and other large values, referenced from rows by key.
+
+``put`` does blocking file I/O, so the engine calls it off the event loop (``Episode.rows`` runs in
+``asyncio.to_thread``); several threads may then put the same bytes at once, so each write goes to its own
+temporary file and is renamed into place atomically: a reader sees the whole blob or none. The rows that name
+a blob are written only after ``put`` returned, so a stored row never points at a missing blob.
+"""
 
 from __future__ import annotations
 
 import hashlib
 import os
+import threading
 from pathlib import Path
 
 
@@ -20,7 +27,7 @@ class BlobStore:
         path = self.path(key)
         if not path.exists():
             path.parent.mkdir(parents=True, exist_ok=True)
-            tmp = path.with_suffix(path.suffix + ".tmp")
+            tmp = path.with_name(f"{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
             tmp.write_bytes(data)
             os.replace(tmp, path)
         return key

@@ -416,7 +416,7 @@ class Engine:
 
     async def store_episode(self, rc: RunContext | None, ep: Episode, urgent: bool = False) -> None:
         """Write an episode durably (store or spool), then count it; ``urgent``: without waiting for a batch."""
-        rows = ep.rows(version_now())
+        rows = await asyncio.to_thread(ep.rows, version_now())  # blob files and JSON off the event loop
         await self.writer.put(rows, urgent=urgent)
         if self.queue is not None:  # a shared run: collectors with their own store copy the rows
             await self.queue.publish_rows(rows)
