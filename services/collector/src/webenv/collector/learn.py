@@ -234,6 +234,22 @@ class Loop:
                 time.sleep(2.0)
 
     # -- the loop -------------------------------------------------------------------------------------------------
+    def warm_start(self) -> tuple[collector_pb2.Run, trainer_pb2.Checkpoint]:
+        """Oracle demonstrations on train sites -> BC -> evaluated on the test sites: (demo run, checkpoint)."""
+        cfg = self.cfg
+        self.say(f"warm start: {cfg.demo_episodes} oracle demonstrations on train sites")
+        t0 = time.monotonic()
+        demos = self.run("demos", policy="oracle", split=common_pb2.SPLIT_TRAIN, episodes=cfg.demo_episodes,
+                         seed=cfg.seed * 31)
+        self.timing.demos += time.monotonic() - t0
+        cp = self.train("bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
+        self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-bc-test")
+        return demos, cp
+
+    def rl_algorithm(self) -> int:
+        return (trainer_pb2.TRAINING_ALGORITHM_POLICY_GRADIENT if self.cfg.algorithm == "policy_gradient"
+                else trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC)
+
     def run_loop(self) -> dict:
         cfg = self.cfg
         if cfg.dyna:
@@ -242,17 +258,10 @@ class Loop:
         for base in cfg.baselines:
             self.say(f"baseline {base}")
             self.evaluate(base, common_pb2.SPLIT_TEST, cfg.baseline_episodes, f"eval-{base}-test")
-        self.say(f"warm start: {cfg.demo_episodes} oracle demonstrations on train sites")
-        t0 = time.monotonic()
-        demos = self.run("demos", policy="oracle", split=common_pb2.SPLIT_TRAIN, episodes=cfg.demo_episodes,
-                         seed=cfg.seed * 31)
-        self.timing.demos += time.monotonic() - t0
-        cp = self.train("bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
-        self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-bc-test")
+        demos, cp = self.warm_start()
         if cfg.train_eval_episodes:
             self.evaluate(cp.ref, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, "eval-bc-train")
-        algorithm = (trainer_pb2.TRAINING_ALGORITHM_POLICY_GRADIENT if cfg.algorithm == "policy_gradient"
-                     else trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC)
+        algorithm = self.rl_algorithm()
         data = [demos.run_id]  # the replay set: demonstrations + every iteration's rollouts (judged)
         for it in range(1, cfg.iterations + 1):
             self.say(f"iteration {it}/{cfg.iterations}: collect with {cp.ref}")
@@ -294,15 +303,8 @@ class Loop:
         """
         cfg = self.cfg
         t_start = time.monotonic()
-        self.say(f"warm start: {cfg.demo_episodes} oracle demonstrations on train sites")
-        t0 = time.monotonic()
-        demos = self.run("demos", policy="oracle", split=common_pb2.SPLIT_TRAIN, episodes=cfg.demo_episodes,
-                         seed=cfg.seed * 31)
-        self.timing.demos += time.monotonic() - t0
-        bc = self.train("bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
-        self.evaluate(bc.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-bc-test")
-        algorithm = (trainer_pb2.TRAINING_ALGORITHM_POLICY_GRADIENT if cfg.algorithm == "policy_gradient"
-                     else trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC)
+        demos, bc = self.warm_start()
+        algorithm = self.rl_algorithm()
         for arm, env in (("real", ""), ("sim", cfg.sim_env)):
             self.say(f"arm {arm}: {cfg.collect_episodes} rollouts with {bc.ref} "
                      f"{'in the world model' if env else 'in real browsers'} on {len(cfg.sim_sites)} websites")
