@@ -7,7 +7,7 @@ with the given size (the tokenizer comes from `webenv-policy build-tiny-model`);
 path and its speed, not a model's quality: the trainer's `train_causal_lm` (the same function a CAUSAL_LM job
 runs) on stored oracle episodes in bf16 on CUDA, then the policy service's transformers backend loading the
 published folder on CUDA and answering a batch of the `llm` policy's prompts, parsed by the policy's parser.
-EPISODES.pb holds length-prefixed `StoredEpisode` messages (`--dump-from-store` writes one from a chDB store).
+EPISODES.pb holds length-prefixed `StoredEpisode` messages (`--dump-from COLLECTOR_ADDR RUN_ID` writes one through the collector's ReadEpisodes).
 Prints one JSON object with the figures.
 """
 
@@ -36,19 +36,19 @@ def read_episodes(path: Path):
     return out
 
 
-def dump_from_store(store_url: str, run_name: str, path: Path) -> int:
-    from webenv.collector.read import read_run
-    from webenv.collector.store import Store
-    from webenv.v1 import collector_pb2
+def dump_from_collector(address: str, run_id: str, path: Path) -> int:
+    """The passed episodes of ``run_id``, read as the trainer reads them (CollectorService.ReadEpisodes)."""
+    import grpc
+    from webenv.v1 import collector_pb2, collector_pb2_grpc
 
-    st = Store(store_url)
-    runs = {r["name"]: r["run_id"] for r in st.query("SELECT run_id, name FROM {db}.runs FINAL")}
-    eps = read_run(st, runs[run_name], collector_pb2.ExportFilter(passed=True))
-    with path.open("wb") as f:
-        for ep in eps:
-            b = ep.SerializeToString()
+    req = collector_pb2.ReadEpisodesRequest(run_ids=[run_id], filter=collector_pb2.ExportFilter(passed=True))
+    n = 0
+    with grpc.insecure_channel(address) as ch, path.open("wb") as f:
+        for resp in collector_pb2_grpc.CollectorServiceStub(ch).ReadEpisodes(req, timeout=600):
+            b = resp.episode.SerializeToString()
             f.write(struct.pack("<I", len(b)) + b)
-    return len(eps)
+            n += 1
+    return n
 
 
 class Manager:
@@ -78,10 +78,10 @@ def main() -> None:
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--max-tokens", type=int, default=2048)
     ap.add_argument("--gradient-checkpointing", action="store_true")
-    ap.add_argument("--dump-from-store", nargs=2, metavar=("STORE_URL", "RUN_NAME"))
+    ap.add_argument("--dump-from", nargs=2, metavar=("COLLECTOR_ADDR", "RUN_ID"))
     a = ap.parse_args()
-    if a.dump_from_store:
-        print(dump_from_store(a.dump_from_store[0], a.dump_from_store[1], a.episodes))
+    if a.dump_from:
+        print(dump_from_collector(a.dump_from[0], a.dump_from[1], a.episodes))
         return
     import asyncio
 
