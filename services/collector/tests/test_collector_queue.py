@@ -132,6 +132,32 @@ async def test_dead_letter_after_max_deliveries(make_collector, redis_url):
     await r.aclose()
 
 
+async def test_an_episode_counts_once_and_its_run_ends_at_the_target(redis_url):
+    """Recording an episode is one atomic step: a second record of it (a collector that took over an entry whose
+    first runner died after recording) counts nothing, and the run ends when finished + dead reach the target."""
+    from webenv.collector.queue import WorkQueue
+
+    prefix = f"q{uuid.uuid4().hex[:6]}"
+    q = WorkQueue(redis_url, consumer="a", prefix=prefix)
+    r = aioredis.from_url(redis_url, decode_responses=True)
+    meta, counts = f"{prefix}:run:r1:meta", f"{prefix}:run:r1:counts"
+    await r.hset(meta, mapping={"state": "running", "target": 3})
+    await q._record("r1", "r1-000000", 3, steps=4, outcome="passed", summary="{}")
+    await q._record("r1", "r1-000000", 3, steps=4, outcome="passed", summary="{}")  # taken over: counted already
+    await q._record("r1", "r1-000001", 3, steps=2, outcome="errored", summary="{}")
+    assert await r.hgetall(counts) == {"finished": "2", "steps": "6", "passed": "1", "errored": "1"}
+    assert await r.llen(f"{prefix}:run:r1:summaries") == 2
+    assert await r.hget(meta, "state") == "running"
+    await q._record("r1", "r1-000002", 3, dead=True)  # the last one went to the dead-letter stream
+    assert (await r.hgetall(counts))["dead"] == "1"
+    assert await r.hget(meta, "state") == "succeeded"
+    await r.hset(f"{prefix}:run:r2:meta", mapping={"state": "stopped", "target": 1})
+    await q._record("r2", "r2-000000", 1, steps=1, outcome="passed", summary="{}")
+    assert await r.hget(f"{prefix}:run:r2:meta", "state") == "stopped"  # a stopped run stays stopped
+    await q.close()
+    await r.aclose()
+
+
 READ_IDS = """
 import json, sys
 from webenv.collector.store import Store
@@ -189,12 +215,15 @@ async def test_sigkilled_collector_episodes_are_taken_over_exactly_once(world, r
                 await asyncio.sleep(0.02)
         procs["a"].send_signal(signal.SIGKILL)  # a dies with episodes in flight
         procs["a"].wait()
-        async with asyncio.timeout(240):
-            while True:
-                got = (await stub.GetRun(collector_pb2.GetRunRequest(run_id=run.run_id))).run
-                if got.state == collector_pb2.RUN_STATE_SUCCEEDED:
-                    break
-                await asyncio.sleep(0.1)
+        deadline = time.monotonic() + 150
+        while True:
+            got = (await stub.GetRun(collector_pb2.GetRunRequest(run_id=run.run_id))).run
+            if got.state == collector_pb2.RUN_STATE_SUCCEEDED:
+                break
+            if time.monotonic() > deadline:  # say why: the counts and what the survivor logged
+                tail = (tmp_path / "b.log").read_text()[-4000:]
+                pytest.fail(f"run not done 150 s after a died: {got.counts}\n--- b.log (tail) ---\n{tail}")
+            await asyncio.sleep(0.1)
         assert got.counts.finished == planned and got.counts.passed == planned
         procs["b"].send_signal(signal.SIGTERM)
         await asyncio.to_thread(procs["b"].wait, 60)

@@ -49,6 +49,25 @@ log = logging.getLogger(__name__)
 CLOSE_SECONDS = 5.0
 GROUP = "collectors"
 
+#: Count an episode once and finish its run at the target (see WorkQueue._record).
+#: KEYS: done set, counts hash, summaries list, meta hash.
+#: ARGV: episode id, counter ("finished" or "dead"), steps, outcome ("passed", "errored" or ""), summary JSON
+#: ("" for none), target, the running state's name, the succeeded state's name.
+_RECORD = """
+if redis.call('SADD', KEYS[1], ARGV[1]) == 0 then return 0 end
+redis.call('HINCRBY', KEYS[2], ARGV[2], 1)
+if ARGV[2] == 'finished' then
+  redis.call('HINCRBY', KEYS[2], 'steps', tonumber(ARGV[3]))
+  if ARGV[4] ~= '' then redis.call('HINCRBY', KEYS[2], ARGV[4], 1) end
+end
+if ARGV[5] ~= '' then redis.call('RPUSH', KEYS[3], ARGV[5]) end
+local n = tonumber(redis.call('HGET', KEYS[2], 'finished') or '0') + tonumber(redis.call('HGET', KEYS[2], 'dead') or '0')
+if n >= tonumber(ARGV[6]) and redis.call('HGET', KEYS[4], 'state') == ARGV[7] then
+  redis.call('HSET', KEYS[4], 'state', ARGV[8])
+end
+return 1
+"""
+
 
 class WorkQueue:
     """One collector's side of the shared queue: publishing runs and working on everyone's episodes."""
@@ -341,12 +360,9 @@ class WorkQueue:
             await self.redis.xack(self.stream, GROUP, entry_id)  # stored already by a collector that died before XACK
             return
         if claimed and await self._deliveries(entry_id) > self.max_deliveries:
-            pipe = self.redis.pipeline(transaction=True)
-            pipe.xadd(self.dead, {**fields, "reason": "max deliveries", "consumer": self.consumer})
-            pipe.hincrby(self._k(run_id, "counts"), "dead", 1)
-            pipe.xack(self.stream, GROUP, entry_id)
-            await pipe.execute()
-            await self._maybe_finish(run_id, target)
+            await self.redis.xadd(self.dead, {**fields, "reason": "max deliveries", "consumer": self.consumer})
+            await self._record(run_id, job.episode_id, target, dead=True)
+            await self.redis.xack(self.stream, GROUP, entry_id)
             return
         addresses = [a.strip() for a in spec.env_address.split(",") if a.strip()]
         metrics.EPISODES_STARTED.inc()
@@ -360,20 +376,10 @@ class WorkQueue:
             await self.engine.store_episode(None, ep)  # durable (store or spool) when this returns
         finally:
             heartbeat.cancel()
+        outcome = "errored" if ep.error else "passed" if ep.passed else ""
         summary = json_format.MessageToJson(ep.summary(), indent=None)
-        if await self.redis.sadd(self._k(run_id, "done"), job.episode_id):
-            pipe = self.redis.pipeline(transaction=True)
-            key = self._k(run_id, "counts")
-            pipe.hincrby(key, "finished", 1)
-            pipe.hincrby(key, "steps", len(ep.steps))
-            if ep.error:
-                pipe.hincrby(key, "errored", 1)
-            elif ep.passed:
-                pipe.hincrby(key, "passed", 1)
-            pipe.rpush(self._k(run_id, "summaries"), summary)
-            await pipe.execute()
+        await self._record(run_id, job.episode_id, target, steps=len(ep.steps), outcome=outcome, summary=summary)
         await self.redis.xack(self.stream, GROUP, entry_id)
-        await self._maybe_finish(run_id, target)
 
     async def _keep_claimed(self, entry_id: str) -> None:
         """Re-claim ``entry_id`` for this consumer while it runs, so no other collector takes it over."""
@@ -385,16 +391,22 @@ class WorkQueue:
             except Exception as exc:  # noqa: BLE001 - Redis down: the entry may be claimed by others, as before
                 log.debug("re-claiming %s failed: %s", entry_id, exc)
 
-    async def _maybe_finish(self, run_id: str, target: int) -> None:
-        counts = await self.redis.hmget(self._k(run_id, "counts"), ["finished", "dead"])
-        if sum(int(x or 0) for x in counts) >= target:
-            meta = self._k(run_id, "meta")
-            # Only a running run becomes succeeded (a stopped one stays stopped).
-            await self.redis.eval(
-                "if redis.call('HGET', KEYS[1], 'state') == ARGV[1] then "
-                "redis.call('HSET', KEYS[1], 'state', ARGV[2]) end return 1",
-                1, meta, STATE_NAMES[collector_pb2.RUN_STATE_RUNNING], STATE_NAMES[collector_pb2.RUN_STATE_SUCCEEDED],
-            )
+    async def _record(
+        self, run_id: str, episode_id: str, target: int, *, steps: int = 0, outcome: str = "", summary: str = "",
+        dead: bool = False,
+    ) -> None:
+        """Count an episode once (done set, counts, summary) and finish the run at its target, in one atomic step.
+
+        One script, not SADD then a counts pipeline then a finish check: a collector SIGKILLed between those
+        left an episode in the done set that no count ever included (whoever took the entry over saw it done and
+        only acknowledged it), so the run never reached its target and stayed running forever (seen in CI).
+        """
+        await self.redis.eval(
+            _RECORD, 4,
+            self._k(run_id, "done"), self._k(run_id, "counts"), self._k(run_id, "summaries"), self._k(run_id, "meta"),
+            episode_id, "dead" if dead else "finished", steps, outcome, summary, target,
+            STATE_NAMES[collector_pb2.RUN_STATE_RUNNING], STATE_NAMES[collector_pb2.RUN_STATE_SUCCEEDED],
+        )
 
 
 def _id(entry_id: str) -> tuple[int, int]:
