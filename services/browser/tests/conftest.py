@@ -20,6 +20,27 @@ from webenv.client import EnvironmentClient, make_channel
 from webenv.v1 import browser_pb2_grpc, common_pb2, environment_pb2_grpc
 
 PAGES: dict[str, str] = {
+    # what the tree must follow (test_browser_fidelity.py; services/browser/fidelity.py measures it against CDP)
+    "shadow": """<!doctype html><html><body><h1>Shop</h1><product-card></product-card><p id="out"></p>
+<script>customElements.define('product-card', class extends HTMLElement { constructor() { super();
+  const r = this.attachShadow({mode: 'open'});
+  r.innerHTML = '<h2>Blue mug</h2><button>Add to cart</button><label for="q">Search</label><input id="q">';
+  r.querySelector('button').addEventListener('click', () => { document.getElementById('out').textContent = 'added'; });
+}});</script></body></html>""",
+    "patterns": """<!doctype html><html><head><style>.icon { content: url(data:image/gif;base64,R0lGODlhAQABAAAAACw=);
+width: 12px; height: 12px; } .alink { cursor: pointer; color: blue; }</style></head><body>
+<fieldset><legend>Contact</legend><label>Email <input type="email"></label></fieldset>
+<table><tr><th>Order</th><th>Total</th></tr><tr><th>#1001</th><td><span aria-label="twenty dollars">$20</span></td></tr></table>
+<label for="d">Birthday</label><input type="date" id="d">
+<ul role="tablist"><li role="tab" tabindex="0"><a href="#t1" role="presentation" tabindex="-1">Reviews</a></li></ul>
+<p>Pick <span class="alink" id="w1">alpha</span> or <span class="alink" id="w2">beta</span></p>
+<div id="box" style="width:40px;height:40px;background:red"></div><span class="icon" id="trash"></span>
+<p id="log"></p><script>
+const log = (t) => { document.getElementById('log').textContent = t; };
+document.getElementById('box').addEventListener('click', () => log('box'));
+document.getElementById('w2').addEventListener('click', () => log('beta'));
+document.getElementById('trash').addEventListener('click', () => log('trash'));
+</script></body></html>""",
     "basic": """<!doctype html><html><head><title>Basic page</title></head><body>
 <h1>Welcome</h1>
 <p id="para">Some text <a href="/pages/second" id="to-second">Second page</a></p>

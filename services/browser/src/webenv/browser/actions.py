@@ -39,8 +39,17 @@ _BUTTONS = {common_pb2.MOUSE_BUTTON_UNSPECIFIED: "left", common_pb2.MOUSE_BUTTON
 # where its centre is in top-level viewport coordinates and whether that point hits it.
 RESOLVE_JS = """
 ([ref, mode]) => {
+  const sel = ref.id ? '[data-webenv-id="' + CSS.escape(ref.id) + '"]' : ref.sel;
+  const inShadow = (root) => {  // open shadow roots, depth first (the tree's ids reach into them)
+    for (const host of root.querySelectorAll('*')) {
+      if (!host.shadowRoot) continue;
+      const el = host.shadowRoot.querySelector(sel) || inShadow(host.shadowRoot);
+      if (el) return el;
+    }
+    return null;
+  };
   const find = (doc, frames) => {
-    const el = ref.id ? doc.querySelector('[data-webenv-id="' + CSS.escape(ref.id) + '"]') : doc.querySelector(ref.sel);
+    const el = doc.querySelector(sel) || inShadow(doc);
     if (el) return [el, frames];
     for (const f of doc.querySelectorAll('iframe')) {
       let d = null; try { d = f.contentDocument; } catch (e) {}
@@ -73,7 +82,7 @@ RESOLVE_JS = """
   const cx = Math.min(Math.max(r.left + r.width / 2, 0), win.innerWidth - 1);
   const cy = Math.min(Math.max(r.top + r.height / 2, 0), win.innerHeight - 1);
   if (mode === 'scroll') return {ok: true};
-  const hit = el.ownerDocument.elementFromPoint(cx, cy);
+  const hit = el.getRootNode().elementFromPoint(cx, cy);  // a shadow root answers with its own elements
   const covered = hit && hit !== el && !el.contains(hit) && !(hit.control === el) && !(el.tagName === 'OPTION');
   return {eid: el.getAttribute('data-webenv-id') || '', x: cx + offX, y: cy + offY, covered: covered ? (hit.tagName.toLowerCase() + (hit.id ? '#' + hit.id : '')) : '',
           disabled: !!el.disabled};

@@ -40,20 +40,33 @@ async (opts) => {
   const SKIP = new Set(['SCRIPT', 'STYLE', 'NOSCRIPT', 'TEMPLATE', 'HEAD', 'META', 'LINK', 'TITLE', 'BASE']);
   const INPUT_ROLES = {checkbox: 'checkbox', radio: 'radio', submit: 'button', button: 'button', reset: 'button',
     image: 'button', range: 'slider', number: 'spinbutton', search: 'searchbox', email: 'textbox', tel: 'textbox',
-    url: 'textbox', text: 'textbox', password: 'textbox', date: 'textbox', time: 'textbox', 'datetime-local': 'textbox',
-    month: 'textbox', week: 'textbox', color: 'button', file: 'button'};
+    url: 'textbox', text: 'textbox', password: 'textbox', date: 'Date', time: 'InputTime', 'datetime-local': 'DateTime',
+    month: 'DateTime', week: 'DateTime', color: 'button', file: 'button'};
+  // Chromium's own parts of date and time fields (shown in its tree as children of the field; en-US order):
+  // an agent types into the field itself, so the parts are printed with the field's id.
+  const DATE_PARTS = {date: ['spinbutton Month', 'spinbutton Day', 'spinbutton Year', 'button Show date picker'],
+    time: ['spinbutton Hours', 'spinbutton Minutes', 'spinbutton AM/PM', 'button Show time picker'],
+    'datetime-local': ['spinbutton Month', 'spinbutton Day', 'spinbutton Year', 'spinbutton Hours', 'spinbutton Minutes',
+      'spinbutton AM/PM', 'button Show local date and time picker'],
+    month: ['spinbutton Month', 'spinbutton Year', 'button Show month picker'],
+    week: ['spinbutton Week', 'spinbutton Year', 'button Show week picker']};
   const TAG_ROLES = {BUTTON: 'button', TEXTAREA: 'textbox', OPTION: 'option', H1: 'heading', H2: 'heading',
     H3: 'heading', H4: 'heading', H5: 'heading', H6: 'heading', UL: 'list', OL: 'list', LI: 'listitem',
     NAV: 'navigation', MAIN: 'main', ASIDE: 'complementary', FORM: 'form', TABLE: 'table', TR: 'row',
-    TD: 'cell', TH: 'columnheader', P: 'paragraph', LABEL: 'LabelText', DIALOG: 'dialog', SUMMARY: 'button',
+    TD: 'cell', TH: 'columnheader', P: 'paragraph', FIGURE: 'figure', LABEL: 'LabelText', DIALOG: 'dialog', SUMMARY: 'button',
     DETAILS: 'group', ARTICLE: 'article', HR: 'separator', FIELDSET: 'group', PROGRESS: 'progressbar',
     IFRAME: 'Iframe', HEADER: 'banner', FOOTER: 'contentinfo', DL: 'list', DT: 'term', DD: 'definition',
     BLOCKQUOTE: 'blockquote', CAPTION: 'caption', METER: 'meter', OPTGROUP: 'group', LEGEND: 'legend'};
-  const NAME_FROM_CONTENT = new Set(['link', 'button', 'heading', 'option', 'cell', 'columnheader',
-    'tab', 'menuitem', 'checkbox', 'radio', 'switch', 'treeitem', 'LabelText', 'term', 'legend', 'caption']);
+  const NAME_FROM_CONTENT = new Set(['link', 'button', 'heading', 'option', 'cell', 'gridcell', 'columnheader',
+    'rowheader', 'tab', 'menuitem', 'menuitemcheckbox', 'menuitemradio', 'checkbox', 'radio', 'switch', 'treeitem',
+    'LabelText', 'term', 'legend', 'tooltip', 'clickable']);
   const INTERACTIVE_ROLES = new Set(['link', 'button', 'checkbox', 'radio', 'textbox', 'searchbox', 'combobox',
     'listbox', 'option', 'slider', 'spinbutton', 'switch', 'tab', 'menuitem', 'menuitemcheckbox',
-    'menuitemradio', 'treeitem']);
+    'menuitemradio', 'treeitem', 'Date', 'InputTime', 'DateTime', 'clickable']);
+  // Elements without a role of their own that Chromium still shows, found from their computed style:
+  // `content: url(...)` makes an image (MiniWoB's email and social-media icons), and the outermost element of a
+  // `cursor: pointer` region is what a page made clickable with a script listener (MiniWoB click-link's words),
+  // which an agent must be able to click by id; the tree prints it as `clickable` (Chromium: a generic node).
   const KEEP_ATTRS = new Set(['id', 'class', 'href', 'src', 'alt', 'title', 'type', 'name', 'value', 'placeholder',
     'role', 'for', 'checked', 'selected', 'disabled', 'action', 'method', 'target', 'colspan', 'rowspan',
     'multiple', 'required', 'readonly', 'tabindex', 'contenteditable']);
@@ -61,21 +74,62 @@ async (opts) => {
   const clip = (s, n) => (s.length > n ? s.slice(0, n - 1) + '…' : s);
   const norm = (s) => (s || '').replace(/\s+/g, ' ').trim();
 
+  const FOCUSABLE = new Set(['BUTTON', 'INPUT', 'SELECT', 'TEXTAREA']);
+  // a grid (an interactive table) has row groups and rows named from their content, as Chromium shows them
+  const inGrid = (el) => {
+    const t = el.closest('table');
+    const r = t && t.getAttribute('role');
+    return r === 'grid' || r === 'treegrid';
+  };
+  const pointer = (el) => el.ownerDocument.defaultView.getComputedStyle(el).cursor === 'pointer';
   const roleOf = (el) => {
     const explicit = el.getAttribute('role');
-    if (explicit) return explicit.split(' ')[0];
     const tag = el.tagName;
-    if (tag === 'A') return el.hasAttribute('href') ? 'link' : '';
+    if (explicit) {
+      const r = explicit.split(' ')[0];
+      // ARIA's presentational-role conflict rule (Chromium follows it): a focusable element keeps its own role,
+      // e.g. jQuery UI's tab links (<a href role=presentation tabindex=-1>) stay links
+      const focusable = el.hasAttribute('tabindex') || FOCUSABLE.has(tag) || (tag === 'A' && el.hasAttribute('href'));
+      if (!((r === 'presentation' || r === 'none') && focusable)) return r;
+    }
+    // an anchor without href is a link when a script made it one (Chromium: it has a click listener; a page
+    // script's listener is invisible here, its pointer cursor or onclick is not)
+    if (tag === 'A') return el.hasAttribute('href') || el.hasAttribute('onclick') || pointer(el) ? 'link' : '';
     if (tag === 'INPUT') return el.type === 'hidden' ? '' : (INPUT_ROLES[el.type] || 'textbox');
     if (tag === 'SELECT') return (el.multiple || el.size > 1) ? 'listbox' : 'combobox';
     if (tag === 'IMG') return el.getAttribute('alt') === '' ? '' : 'img';
     if (tag === 'SECTION') return (el.hasAttribute('aria-label') || el.hasAttribute('aria-labelledby')) ? 'region' : '';
     if (el.isContentEditable && (el.parentElement === null || !el.parentElement.isContentEditable)) return 'textbox';
-    return TAG_ROLES[tag] || '';
+    if (tag === 'TH') {
+      const scope = (el.getAttribute('scope') || '').toLowerCase();
+      if (scope === 'row' || scope === 'rowgroup') return 'rowheader';
+      if (scope === 'col' || scope === 'colgroup') return 'columnheader';
+      const row = el.parentElement;
+      if (row && row.parentElement && row.parentElement.tagName === 'THEAD') return 'columnheader';
+      return row && row.querySelector(':scope > td') ? 'rowheader' : 'columnheader';
+    }
+    if (tag === 'TD') return inGrid(el) ? 'gridcell' : 'cell';
+    if (tag === 'THEAD' || tag === 'TBODY' || tag === 'TFOOT') return inGrid(el) ? 'rowgroup' : '';
+    // an svg is an image unless it holds text (then its text is read, and clicked, as text)
+    if (tag === 'svg' || tag === 'SVG') return el.querySelector('text') ? '' : 'img';
+    const known = TAG_ROLES[tag];
+    if (known) return known;
+    if (tag === 'BODY' || tag === 'HTML') return '';
+    const win = el.ownerDocument.defaultView;
+    const listened = el.onclick || (win.__webenvClickable && win.__webenvClickable(el));  // pool.CLICK_WATCH_JS
+    if (el.namespaceURI !== 'http://www.w3.org/1999/xhtml') return listened ? 'clickable' : '';
+    const cs = win.getComputedStyle(el);
+    if (cs.content && cs.content.startsWith('url(')) return 'img';
+    if (listened) return 'clickable';
+    if (cs.cursor === 'pointer') {
+      const p = el.parentElement;
+      if (!p || !pointer(p)) return 'clickable';
+    }
+    return '';
   };
 
   const labelFor = (el) => {
-    const doc = el.ownerDocument;
+    const doc = el.getRootNode();  // the document, or the shadow root the field lives in
     if (el.id) {
       try {
         const l = doc.querySelector('label[for="' + CSS.escape(el.id) + '"]');
@@ -87,8 +141,33 @@ async (opts) => {
     return '';
   };
 
+  // Name from content the accessible-name way for what innerText misses: a descendant's aria-label or alt.
+  const contentName = (el) => {
+    if (!el.querySelector('[aria-label],[aria-labelledby],img[alt],input,select,textarea')) {
+      return norm(el.innerText !== undefined ? el.innerText : el.textContent);
+    }
+    const parts = [];
+    const rec = (n) => {
+      for (const c of n.childNodes) {
+        if (c.nodeType === 3) { parts.push(c.nodeValue); continue; }
+        if (c.nodeType !== 1 || SKIP.has(c.tagName) || c.getAttribute('aria-hidden') === 'true') continue;
+        if (c.checkVisibility && !c.checkVisibility({visibilityProperty: true})) continue;
+        // an embedded field names by its value (accname 2E), before its own label
+        if (c.tagName === 'SELECT') { parts.push(' ' + (c.selectedOptions[0] ? c.selectedOptions[0].text : '') + ' '); continue; }
+        if (c.tagName === 'TEXTAREA' || (c.tagName === 'INPUT' && !['checkbox', 'radio', 'hidden', 'submit', 'button',
+          'reset', 'image', 'file', 'color'].includes(c.type))) { parts.push(' ' + (c.type === 'password' ? '' : c.value) + ' '); continue; }
+        const al = c.getAttribute('aria-label');
+        if (al && al.trim()) { parts.push(' ' + al + ' '); continue; }
+        if (c.tagName === 'IMG') { parts.push(' ' + (c.getAttribute('alt') || '') + ' '); continue; }
+        rec(c);
+      }
+    };
+    rec(el);
+    return norm(parts.join(''));
+  };
+
   const nameOf = (el, role) => {
-    const doc = el.ownerDocument;
+    const doc = el.getRootNode();
     const lb = el.getAttribute('aria-labelledby');
     if (lb) {
       const t = lb.split(/\s+/).map((i) => doc.getElementById(i)).filter(Boolean)
@@ -105,7 +184,18 @@ async (opts) => {
       return clip(norm(el.getAttribute('placeholder') || el.getAttribute('title') || ''), 200);
     }
     if (tag === 'IMG') return clip(norm(el.getAttribute('alt') || el.getAttribute('title') || ''), 200);
-    if (NAME_FROM_CONTENT.has(role)) return clip(norm(el.innerText !== undefined ? el.innerText : el.textContent), 200);
+    if (tag === 'svg' || tag === 'SVG') {
+      const t = el.querySelector(':scope > title');
+      return clip(norm(t ? t.textContent : ''), 200);
+    }
+    // a clickable container (a script listens on it for its children) is no one thing to name: its children speak
+    if (role === 'clickable' && el.childElementCount > 0) return clip(norm(el.getAttribute('title') || ''), 200);
+    if (NAME_FROM_CONTENT.has(role) || (role === 'row' && inGrid(el))) return clip(contentName(el), 200);
+    // a group takes its name from its legend, a table from its caption, a figure from its figcaption
+    const first = tag === 'FIELDSET' ? 'LEGEND' : tag === 'TABLE' ? 'CAPTION' : tag === 'FIGURE' ? 'FIGCAPTION' : '';
+    if (first) {
+      for (const c of el.children) if (c.tagName === first) return clip(norm(c.innerText || c.textContent), 200);
+    }
     return clip(norm(el.getAttribute('title') || ''), 200);
   };
 
@@ -126,7 +216,7 @@ async (opts) => {
 
   const states = (el, role, doc) => {
     const s = [];
-    if (doc.activeElement === el) s.push('focused');
+    if (el.getRootNode().activeElement === el) s.push('focused');
     if (role === 'checkbox' || role === 'radio' || role === 'switch' || role === 'menuitemcheckbox') {
       const ac = el.getAttribute('aria-checked');
       s.push('checked=' + (ac !== null ? ac : String(!!el.checked)));
@@ -137,7 +227,8 @@ async (opts) => {
     if (ex !== null) s.push('expanded=' + ex);
     if (el.required) s.push('required');
     if (role === 'heading') s.push('level=' + (el.getAttribute('aria-level') || el.tagName.slice(1)));
-    if ((role === 'textbox' || role === 'searchbox' || role === 'combobox' || role === 'spinbutton' || role === 'slider') &&
+    if ((role === 'textbox' || role === 'searchbox' || role === 'combobox' || role === 'spinbutton' || role === 'slider' ||
+         role === 'Date' || role === 'InputTime' || role === 'DateTime') &&
         el.value !== undefined && el.value !== '' && el.type !== 'password') s.push('value=' + JSON.stringify(clip(String(el.value), 200)));
     return s;
   };
@@ -145,14 +236,26 @@ async (opts) => {
   const esc = (s) => s.replace(/&/g, '&amp;').replace(/</g, '&lt;').replace(/>/g, '&gt;');
   const escAttr = (s) => esc(s).replace(/"/g, '&quot;');
 
-  const walk = (root, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix) => {
-    const doc = root.ownerDocument || root;
-    for (let node = root.firstChild; node; node = node.nextSibling) {
+  // The children an agent sees: an open shadow root's content instead of the host's light children (which
+  // show through its slots), a slot's assigned nodes (or its fallback content).
+  const kids = (el) => {
+    if (el.shadowRoot) return el.shadowRoot.childNodes;
+    if (el.tagName === 'SLOT') {
+      const assigned = el.assignedNodes({flatten: true});
+      return assigned.length ? assigned : el.childNodes;
+    }
+    return el.childNodes;
+  };
+
+  // textId: the id of the element a text node sits in when that element has no line of its own, printed on
+  // the text's line, so every text an agent reads can be clicked by id (MiniWoB click-link's words, svg labels).
+  const walk = (list, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix, textId) => {
+    for (const node of list) {
       if (node.nodeType === 3) {
         const t = norm(node.nodeValue);
         if (!t) continue;
         if (want.axtree && !inNamed && axLen < maxChars) {
-          const line = '\t'.repeat(depth) + 'StaticText ' + JSON.stringify(clip(t, 300));
+          const line = '\t'.repeat(depth) + (textId ? '[' + textId + '] ' : '') + 'StaticText ' + JSON.stringify(clip(t, 300));
           axLines.push(line); axLen += line.length + 1;
         }
         if (want.html && htmlLen < maxChars) { const h = esc(t); htmlParts.push(h); htmlLen += h.length; }
@@ -162,6 +265,7 @@ async (opts) => {
       }
       if (node.nodeType !== 1) continue;
       const el = node;
+      const doc = el.ownerDocument;
       if (SKIP.has(el.tagName)) continue;
       if (el.tagName !== 'OPTION' && el.tagName !== 'OPTGROUP' && hidden(el, win)) continue;  // options of a closed select still count
       const role = roleOf(el);
@@ -180,18 +284,28 @@ async (opts) => {
       if (describe && (want.axtree || want.markdown || (want.elements && interactive))) name = nameOf(el, role);
 
       let childDepth = depth;
+      let lined = false;
       const childNamed = inNamed || (describe && NAME_FROM_CONTENT.has(role) && name !== '');
       if (want.axtree && describe && shown && axLen < maxChars) {
         const st = states(el, role, doc);
         const line = '\t'.repeat(depth) + '[' + id + '] ' + role + ' ' + JSON.stringify(name) + (st.length ? ' ' + st.join(', ') : '');
         axLines.push(line); axLen += line.length + 1;
         childDepth = depth + 1;
+        lined = true;
+        const parts = el.tagName === 'INPUT' ? DATE_PARTS[el.type] : null;
+        if (parts) {
+          for (const part of parts) {
+            const sp = part.indexOf(' ');
+            const pl = '\t'.repeat(childDepth) + '[' + id + '] ' + part.slice(0, sp) + ' ' + JSON.stringify(part.slice(sp + 1));
+            axLines.push(pl); axLen += pl.length + 1;
+          }
+        }
       }
       if (want.elements && interactive && (!visibleOnly || visible)) {
         elements.push({
           element_id: id, tag: el.tagName.toLowerCase(), role, name,
           text: clip(norm(el.innerText || ''), 100), bbox: rect, visible,
-          clickable: true, focused: doc.activeElement === el,
+          clickable: true, focused: el.getRootNode().activeElement === el,
           value: (el.value !== undefined && el.type !== 'password' && el.tagName !== 'BUTTON' && el.tagName !== 'LI') ? String(el.value) : '',
           checked: !!el.checked, disabled: !!el.disabled, href: el.tagName === 'A' ? (el.href || '') : '', frame,
         });
@@ -230,7 +344,7 @@ async (opts) => {
         else if (INTERACTIVE_ROLES.has(role)) {
           const st = states(el, role, doc).filter((x) => x !== 'focused');
           s = '[' + id + ':' + role + (name ? ' ' + name : '') + (st.length ? ' ' + st.join(' ') : '') + '] ';
-          mdNamed = role === 'option' || role === 'checkbox' || role === 'radio';
+          mdNamed = role === 'option' || role === 'checkbox' || role === 'radio' || role === 'clickable';
         } else if (tag === 'LI') { s = '\n- '; }
         else if (tag === 'TR') { s = '\n|'; }
         else if (tag === 'TD' || tag === 'TH') { s = ' '; mdClose = ' |'; }
@@ -244,14 +358,11 @@ async (opts) => {
           const r = el.getBoundingClientRect();
           const idx = Array.prototype.indexOf.call(doc.querySelectorAll('iframe'), el);
           const subFrame = frame === '' ? String(idx) : frame + '.' + idx;
-          walk(sub.body, subFrame, childDepth, offX + r.x + el.clientLeft, offY + r.y + el.clientTop,
-            sub.defaultView || win, domIndex, childNamed, mdPrefix);
+          walk(kids(sub.body), subFrame, childDepth, offX + r.x + el.clientLeft, offY + r.y + el.clientTop,
+            sub.defaultView || win, domIndex, childNamed, mdPrefix, '');
         }
-      } else if (el.tagName === 'SELECT' && !want.dom && !want.html) {
-        // options are part of the select's own state; the tree still lists them below
-        walk(el, frame, childDepth, offX, offY, win, domIndex, childNamed || mdNamed, mdPrefix);
-      } else {
-        walk(el, frame, childDepth, offX, offY, win, domIndex, childNamed || mdNamed, mdPrefix);
+      } else if (role !== 'img' || el.tagName === 'IMG') {
+        walk(kids(el), frame, childDepth, offX, offY, win, domIndex, childNamed || mdNamed, mdPrefix, lined ? '' : id);
       }
       if (closeTag && htmlLen < maxChars) { htmlParts.push(closeTag); htmlLen += closeTag.length; }
       if (mdClose && mdLen < maxChars) { mdParts.push(mdClose); mdLen += mdClose.length; }
@@ -259,12 +370,16 @@ async (opts) => {
   };
 
   const body = document.body || document.documentElement;
-  if (body && needIds) walk(body, '', 0, 0, 0, window, -1, false, '');
+  if (body && needIds) walk(kids(body), '', 0, 0, 0, window, -1, false, '', '');
 
   let focused = '';
   try {
     let a = document.activeElement;
-    while (a && a.tagName === 'IFRAME' && a.contentDocument) a = a.contentDocument.activeElement;
+    for (;;) {
+      if (a && a.tagName === 'IFRAME' && a.contentDocument) a = a.contentDocument.activeElement;
+      else if (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+      else break;
+    }
     if (a && a !== document.body && a.getAttribute) focused = a.getAttribute(ATTR) || '';
   } catch (e) { /* cross-origin frame focused */ }
 

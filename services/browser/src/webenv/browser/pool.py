@@ -95,6 +95,22 @@ NAV_WATCH_JS = """
   });
 })();
 """
+# Which elements a page script listens to for clicks (a listener is invisible to the page's DOM otherwise):
+# observe.js prints a role-less element with one as `clickable`, with an id an agent can click (MiniWoB's
+# colour boxes, calendar cells, tic-tac-toe squares, svg pie slices). A WeakSet: nothing is added to the DOM.
+CLICK_WATCH_JS = """
+(() => {
+  const add = EventTarget.prototype.addEventListener;
+  const CLICKS = new Set(['click', 'mousedown', 'mouseup', 'pointerdown', 'pointerup', 'dblclick']);
+  const marked = new WeakSet();
+  Object.defineProperty(window, '__webenvClickable', {value: (el) => marked.has(el), configurable: true});
+  EventTarget.prototype.addEventListener = function (type, ...rest) {
+    if (CLICKS.has(type) && this && this.nodeType === 1) marked.add(this);
+    return add.call(this, type, ...rest);
+  };
+})();
+"""
+
 # Read and clear the count of NAV_WATCH_JS (0 on pages where the init script did not run).
 NAV_PENDING_JS = "() => { const n = window.__webenvNavPending || 0; if (n) window.__webenvNavClear(); return n; }"
 
@@ -348,7 +364,7 @@ class BrowserPool:
                 accept_downloads=False,
             )
             state = ContextState()
-            await context.add_init_script(POPUP_WATCH_JS + NAV_WATCH_JS)
+            await context.add_init_script(POPUP_WATCH_JS + NAV_WATCH_JS + CLICK_WATCH_JS)
             if self.guard.enabled:
                 await context.route(self.guard.unlisted_url_pattern(), self._route_handler(state))
             context.on("request", self._request_watch(state))

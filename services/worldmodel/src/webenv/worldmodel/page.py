@@ -1,6 +1,7 @@
 """A page as the world model holds it: the farm's a11y-tree lines, the links' targets, and its kind and regions.
 
-The farm's AXTREE text is one node per line, `[id] role "name" states` (StaticText lines have no id), indented
+The farm's AXTREE text is one node per line, `[id] role "name" states` (a StaticText line has the id of the element it
+sits in when that element has no line of its own, else none), indented
 by one tab per depth. It leaves out where a link goes; the farm's MARKDOWN keeps it (`[id:name](href)`), so the
 world model's state is the tree plus a map element id -> href, read from the Markdown recorded with the same step.
 Knowing the href turns "where does this click go" from a guess into a copy, which is what makes the next URL
