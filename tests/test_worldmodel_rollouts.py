@@ -124,8 +124,8 @@ def test_collector_rollouts_against_world_model(tmp_path: Path) -> None:
 
     # A tiny world model, built by the service's own CLI (seconds on one thread).
     res = subprocess.run([sys.executable, "-m", "webenv.worldmodel", "dataset", "--sites", str(exports["sites"]),
-                          "--out", str(transitions), "--export", "random_crawl", str(exports["axtree"]),
-                          str(exports["markdown"])], env=_env(), capture_output=True, text=True, timeout=60)
+                          "--out", str(transitions), "--export", f"random_crawl:{exports['axtree']}:{exports['markdown']}"],
+                         env=_env(), capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr[-3000:]
     model_out = tmp_path / "wm"
     res = subprocess.run(

@@ -11,6 +11,7 @@ from webenv.browser.config import Settings
 from webenv.browser.farm import Farm
 from webenv.browser.servicer import BrowserFarmServicer, EnvironmentServicer
 from webenv.runtime import Server, run
+from webenv.runtime.cli import service_app
 from webenv.v1 import browser_pb2_grpc, environment_pb2_grpc
 
 log = logging.getLogger("webenv.browser")
@@ -36,8 +37,9 @@ async def main(settings: Settings) -> None:
         await server.wait_for_termination()
 
 
-def cli() -> None:
-    run(main, Settings, "webenv-browser")
+app = service_app("webenv-browser", "The browser farm: EnvironmentService and BrowserFarmService on real Chromium.",
+                  lambda: run(main, Settings, "webenv-browser"))
+cli = app  # the console script (pyproject.toml)
 
 
 if __name__ == "__main__":

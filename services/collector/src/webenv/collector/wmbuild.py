@@ -192,7 +192,7 @@ def build(out: Path, plan: BuildPlan, say: Say, watch: Callable | None = None, r
     say("[2/4] dataset: joining the exports, splitting by website as the catalog does")
     args = ["dataset", "--sites", str(data / "sites.json"), "--out", str(data / "transitions.jsonl")]
     for level, run in info["runs"].items():
-        args += ["--export", level, run["files"]["axtree"], run["files"]["markdown"]]
+        args += ["--export", f"{level}:{run['files']['axtree']}:{run['files']['markdown']}"]
     worldmodel(args, say)
     timings["dataset_s"] = round(time.monotonic() - t1, 1)
     t2 = time.monotonic()

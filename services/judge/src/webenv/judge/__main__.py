@@ -1,4 +1,4 @@
-"""Entry point: `python -m webenv.judge` serves JudgeService; subcommands build the tiny model and calibrate.
+"""`python -m webenv.judge` / `webenv-judge`: serve JudgeService; commands build the tiny model and calibrate.
 
     webenv-judge                              serve (configured by WEBENV_* variables)
     webenv-judge build-tiny-model --out DIR   write a tiny local judge model (tests, benchmarks, demos)
@@ -7,11 +7,13 @@
 
 from __future__ import annotations
 
-import argparse
 import asyncio
+import json
 import logging
-import sys
+from pathlib import Path
+from typing import Literal
 
+import typer
 from webenv.judge.cache import VerdictCache
 from webenv.judge.config import Settings
 from webenv.judge.engine import Judge
@@ -19,6 +21,7 @@ from webenv.judge.llm import LlmJudge, make_backend
 from webenv.judge.rubric import RubricCache
 from webenv.judge.servicer import JudgeServicer
 from webenv.runtime import run, serve
+from webenv.runtime.cli import service_app
 from webenv.v1 import judge_pb2_grpc
 
 log = logging.getLogger("webenv.judge")
@@ -57,32 +60,51 @@ async def main(settings: Settings) -> None:
                 start=start, close=close)
 
 
-def _build_tiny_model(argv: list[str]) -> None:
+app = service_app("webenv-judge", "The judge: JudgeService (rubrics, criteria, LLM judging).",
+                  lambda: run(main, Settings, name="webenv-judge"))
+cli = app  # the console script (pyproject.toml)
+
+
+@app.command("build-tiny-model")
+def build_tiny_model_command(out: str = typer.Option(..., help="Folder to write the model and tokenizer to."),
+                             seed: int = typer.Option(0)) -> None:
+    """Write a tiny local judge model and tokenizer (tests, benchmarks, demos; no downloads)."""
     from webenv.judge.tinymodel import build_tiny_model
 
-    parser = argparse.ArgumentParser(prog="webenv-judge build-tiny-model")
-    parser.add_argument("--out", required=True, help="folder to write the model and tokenizer to")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    path = build_tiny_model(args.out, seed=args.seed)
-    print(f"tiny judge model written to {path}")
+    path = build_tiny_model(out, seed=seed)
+    typer.echo(f"tiny judge model written to {path}")
 
 
-def cli() -> None:
-    """Console script `webenv-judge`."""
-    argv = sys.argv[1:]
-    if argv and argv[0] == "build-tiny-model":
-        _build_tiny_model(argv[1:])
-        return
-    if argv and argv[0] == "calibrate":
-        from webenv.judge.calibrate import cli as calibrate_cli
+@app.command()
+def calibrate(
+    n: int = typer.Option(20, help="Episodes (half successful)."),
+    steps: int = typer.Option(8, help="Steps per episode."),
+    seed: int = typer.Option(0),
+    model: str = typer.Option("", help="Local model folder (transformers backend)."),
+    free: bool = typer.Option(False, "--free", help="transformers: free generation, not constrained."),
+    base_url: str = typer.Option("", help="OpenAI-compatible server, e.g. http://localhost:8000/v1."),
+    model_name: str = typer.Option("", help="Model name for the OpenAI-compatible server."),
+    api: Literal["chat", "completions"] = typer.Option("chat"),
+    timeout: float = typer.Option(60.0, help="Seconds per LLM call."),
+    out: str = typer.Option("", help="Write the JSON report here."),
+    sites: str = typer.Option("", envvar="WEBENV_SITES_ADDR", help="TaskService address for live calibration."),
+    browser: str = typer.Option("", envvar="WEBENV_BROWSER_ADDR", help="Browser farm address for live calibration."),
+) -> None:
+    """Agreement of the LLM judge with ground truth: offline shop episodes, or live ones with --sites and --browser."""
+    from webenv.judge import calibrate as cal
 
-        calibrate_cli(argv[1:])
-        return
-    if argv and argv[0] not in ("serve",):
-        print(__doc__, file=sys.stderr)
-        raise SystemExit(2)
-    run(main, Settings, name="webenv-judge")
+    backend = cal.backend(model, free=free, base_url=base_url, model_name=model_name, api=api)
+    if backend is None:
+        raise typer.BadParameter("give --model DIR or --base-url URL, or set WEBENV_JUDGE_LLM_BACKEND",
+                                 param_hint="--model")
+    llm = LlmJudge(backend, VerdictCache(0), timeout_seconds=timeout, max_tokens=24)
+    if sites and browser:
+        report = asyncio.run(cal.calibrate_live(llm, sites, browser, n, seed))
+    else:
+        report = asyncio.run(cal.calibrate(llm, n, steps, seed))
+    if out:
+        Path(out).write_text(json.dumps(report, indent=2))
+    typer.echo(cal.format_report(report))
 
 
 if __name__ == "__main__":

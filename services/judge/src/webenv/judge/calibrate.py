@@ -16,17 +16,10 @@ in the other metrics, since an undecidable fact never passes an episode).
 
 from __future__ import annotations
 
-import argparse
-import asyncio
-import json
-import os
-import sys
 from collections import defaultdict
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
-from webenv.judge.cache import VerdictCache
 from webenv.judge.engine import Judge
 from webenv.judge.examples import shop_episode, task_for
 from webenv.judge.llm import LlmBackend, LlmJudge, OpenAICompatibleBackend, TransformersBackend
@@ -220,43 +213,16 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def _backend(args: argparse.Namespace) -> LlmBackend:
-    if args.model:
-        return TransformersBackend(args.model, constrained=not args.free)
-    if args.base_url:
-        return OpenAICompatibleBackend(args.base_url, args.model_name, args.api)
+def backend(model: str = "", *, free: bool = False, base_url: str = "", model_name: str = "",
+            api: str = "chat") -> LlmBackend | None:
+    """The backend to calibrate: a local model folder, else an OpenAI-compatible server, else the judge's configured
+    one (WEBENV_JUDGE_LLM_*); None when none is given."""
+    if model:
+        return TransformersBackend(model, constrained=not free)
+    if base_url:
+        return OpenAICompatibleBackend(base_url, model_name, api)
     from webenv.judge.config import Settings
     from webenv.judge.llm import make_backend
+    from webenv.runtime import load_settings
 
-    backend = make_backend(Settings())
-    if backend is None:
-        raise SystemExit("calibrate: give --model DIR or --base-url URL, or set WEBENV_JUDGE_LLM_BACKEND")
-    return backend
-
-
-def cli(argv: list[str] | None = None) -> None:
-    """Entry of `webenv-judge calibrate`."""
-    parser = argparse.ArgumentParser(prog="webenv-judge calibrate", description=__doc__.split("\n")[0])
-    parser.add_argument("--n", type=int, default=20, help="episodes (half successful)")
-    parser.add_argument("--steps", type=int, default=8, help="steps per episode")
-    parser.add_argument("--seed", type=int, default=0)
-    parser.add_argument("--model", default="", help="local model folder (transformers backend)")
-    parser.add_argument("--free", action="store_true", help="transformers: free generation, not constrained")
-    parser.add_argument("--base-url", default="", help="OpenAI-compatible server, e.g. http://localhost:8000/v1")
-    parser.add_argument("--model-name", default="", help="model name for the OpenAI-compatible server")
-    parser.add_argument("--api", choices=["chat", "completions"], default="chat")
-    parser.add_argument("--timeout", type=float, default=60.0, help="seconds per LLM call")
-    parser.add_argument("--out", default="", help="write the JSON report here")
-    parser.add_argument("--sites", default=os.environ.get("WEBENV_SITES_ADDR", ""),
-                        help="TaskService address for live calibration (default: WEBENV_SITES_ADDR)")
-    parser.add_argument("--browser", default=os.environ.get("WEBENV_BROWSER_ADDR", ""),
-                        help="browser farm address for live calibration (default: WEBENV_BROWSER_ADDR)")
-    args = parser.parse_args(argv)
-    llm = LlmJudge(_backend(args), VerdictCache(0), timeout_seconds=args.timeout, max_tokens=24)
-    if args.sites and args.browser:
-        report = asyncio.run(calibrate_live(llm, args.sites, args.browser, args.n, args.seed))
-    else:
-        report = asyncio.run(calibrate(llm, args.n, args.steps, args.seed))
-    if args.out:
-        Path(args.out).write_text(json.dumps(report, indent=2))
-    print(format_report(report), file=sys.stdout)
+    return make_backend(load_settings(Settings, "webenv-judge calibrate"))

@@ -5,9 +5,12 @@
 
 from __future__ import annotations
 
-import sys
+import json
+from pathlib import Path
 
+import typer
 from webenv.runtime import run, serve
+from webenv.runtime.cli import service_app
 from webenv.v1 import policy_pb2_grpc
 
 from .app import PolicyApp
@@ -20,13 +23,28 @@ async def main(settings: Settings) -> None:
                                       "webenv.v1.PolicyService")], start=app.start, close=app.close)
 
 
-def cli() -> None:
-    if len(sys.argv) > 1 and sys.argv[1] == "build-tiny-model":
-        from .tinymodel import main as build
+app = service_app("webenv-policy", "The policy: PolicyService (oracle, random, explore and LLM policies).",
+                  lambda: run(main, Settings, name="webenv-policy"))
+cli = app  # the console script (pyproject.toml)
 
-        build(sys.argv[2:])
-        return
-    run(main, Settings, name="webenv-policy")
+
+@app.command("build-tiny-model")
+def build_tiny_model_command(
+    out: Path = typer.Option(..., help="Folder to write (created if missing)."),
+    vocab_size: int = typer.Option(2048),
+    # head_dim = hidden / heads must be one vLLM's CPU attention supports (64 works; 16 does not).
+    hidden: int = typer.Option(128),
+    heads: int = typer.Option(2),
+    layers: int = typer.Option(2),
+    train_steps: int = typer.Option(0, help="Warm-up steps teaching the answer format."),
+    seed: int = typer.Option(0),
+) -> None:
+    """A tiny Llama-style model + BPE tokenizer, built locally (tests, demos; no downloads)."""
+    from .tinymodel import build_tiny_model
+
+    path = build_tiny_model(out, vocab_size=vocab_size, hidden=hidden, layers=layers, heads=heads,
+                            train_steps=train_steps, seed=seed)
+    typer.echo(json.dumps({"model_path": str(path)}))
 
 
 if __name__ == "__main__":

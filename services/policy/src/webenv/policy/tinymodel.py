@@ -9,7 +9,6 @@ same way for a real model given by WEBENV_POLICY_MODEL_PATH.
 
 from __future__ import annotations
 
-import argparse
 import json
 import random
 from pathlib import Path
@@ -116,18 +115,3 @@ def _train(model, tok, texts: list[str], steps: int, batch: int = 8) -> None:
         optim.step()
         optim.zero_grad()
 
-
-def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(prog="webenv-policy build-tiny-model", description=__doc__.splitlines()[0])
-    parser.add_argument("--out", type=Path, required=True, help="folder to write (created if missing)")
-    parser.add_argument("--vocab-size", type=int, default=2048)
-    # head_dim = hidden / heads must be one vLLM's CPU attention supports (64 works; 16 does not).
-    parser.add_argument("--hidden", type=int, default=128)
-    parser.add_argument("--heads", type=int, default=2)
-    parser.add_argument("--layers", type=int, default=2)
-    parser.add_argument("--train-steps", type=int, default=0, help="warm-up steps teaching the answer format")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args(argv)
-    path = build_tiny_model(args.out, vocab_size=args.vocab_size, hidden=args.hidden, layers=args.layers, heads=args.heads,
-                            train_steps=args.train_steps, seed=args.seed)
-    print(json.dumps({"model_path": str(path)}))

@@ -4,25 +4,18 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
-from enum import StrEnum
 from pathlib import Path
+from typing import Literal
 
 import typer
 import yaml
 from google.protobuf import json_format
 from webenv.runtime import load_settings, run
+from webenv.runtime.cli import service_app
 from webenv.sites.config import Settings
 from webenv.sites.service import main, world_from
 from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.world import World
-
-app = typer.Typer(help="webenv synthetic web and task catalog. Without a command it serves.", add_completion=False)
-
-
-class Format(StrEnum):
-    jsonl = "jsonl"
-    yaml = "yaml"
 
 
 def _serve() -> None:
@@ -38,15 +31,14 @@ def _serve() -> None:
     run(main, Settings, name="webenv-sites")
 
 
-@app.command()
-def serve() -> None:
-    """Serve TaskService (gRPC) and the websites (HTTP), configured by WEBENV_* variables."""
-    _serve()
+app = service_app("webenv-sites", "webenv synthetic web and task catalog: TaskService (gRPC) and the websites (HTTP).",
+                  _serve)
+cli = app  # the console script (pyproject.toml)
 
 
 @app.command("export-tasks")
 def export_tasks(out: Path = typer.Option(..., "--out", help="Output file."),
-                 fmt: Format = typer.Option(Format.jsonl, "--format", help="jsonl or yaml."),
+                 fmt: Literal["jsonl", "yaml"] = typer.Option("jsonl", "--format", help="jsonl or yaml."),
                  source: str = typer.Option("", help="Only this source, e.g. SYNTHETIC, MINIWOB, YAML.")) -> None:
     """Write the catalog (the tasks the service would serve with the same settings) to a file."""
     world = _world()
@@ -56,7 +48,7 @@ def export_tasks(out: Path = typer.Option(..., "--out", help="Output file."),
     rows = [json_format.MessageToDict(t, preserving_proto_field_name=True) for t in tasks]
     out.parent.mkdir(parents=True, exist_ok=True)
     with out.open("w", encoding="utf-8") as fh:
-        if fmt == Format.jsonl:
+        if fmt == "jsonl":
             for r in rows:
                 fh.write(json.dumps(r, sort_keys=True) + "\n")
         else:
@@ -85,13 +77,6 @@ def stats() -> None:
     world = _world()
     typer.echo(json.dumps({"sites": len(world.sites.sites), "tasks": len(world.tasks),
                            "build_seconds": round(world.build_seconds, 2), **world.tasks.stats()}, indent=2))
-
-
-def cli() -> None:
-    if len(sys.argv) <= 1:
-        _serve()
-        return
-    app()
 
 
 if __name__ == "__main__":

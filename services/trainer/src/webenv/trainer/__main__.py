@@ -7,6 +7,7 @@ background once the server is SERVING.
 from __future__ import annotations
 
 from webenv.runtime import run, serve
+from webenv.runtime.cli import service_app
 from webenv.v1 import trainer_pb2_grpc
 
 from .config import Settings
@@ -20,9 +21,9 @@ async def main(settings: Settings) -> None:
                                        "webenv.v1.TrainerService")], start=jobs.start, close=jobs.close)
 
 
-def cli() -> None:
-    """Console script `webenv-trainer`."""
-    run(main, Settings, name="webenv-trainer")
+app = service_app("webenv-trainer", "The trainer: TrainerService (BC, filtered BC, policy gradient jobs).",
+                  lambda: run(main, Settings, name="webenv-trainer"))
+cli = app  # the console script (pyproject.toml)
 
 
 if __name__ == "__main__":

@@ -1,32 +1,150 @@
-"""`python -m webenv.worldmodel` serves; `... dataset|train|evaluate|card` run the offline commands."""
+"""`python -m webenv.worldmodel` / `webenv-worldmodel` serves; `... dataset|train|evaluate|card` run the offline commands.
+
+`webenv worldmodel build` runs the offline commands in this order as subprocesses (collector/wmbuild.py). Their
+modules are imported when a command runs, not before: serving and `--help` do not pay for torch's import.
+"""
 
 from __future__ import annotations
 
-import sys
+import json
+from pathlib import Path
+from typing import Literal
 
-COMMANDS = {
-    "dataset": "webenv.worldmodel.dataset",
-    "train": "webenv.worldmodel.train",
-    "evaluate": "webenv.worldmodel.evaluate",
-    "card": "webenv.worldmodel.card",
-}
+import typer
+from webenv.runtime.cli import service_app
 
 
-def cli() -> None:
-    sub = sys.argv[1] if len(sys.argv) > 1 else ""
-    if sub in COMMANDS:
-        import importlib
+def _serve() -> None:
+    from webenv.runtime import run
+    from webenv.worldmodel.app import main
+    from webenv.worldmodel.config import Settings
 
-        importlib.import_module(COMMANDS[sub]).main(sys.argv[2:])
-    elif sub in ("", "serve"):
-        from webenv.runtime import run
-        from webenv.worldmodel.app import main
-        from webenv.worldmodel.config import Settings
+    run(main, Settings, name="webenv-worldmodel")
 
-        run(main, Settings, name="webenv-worldmodel")
-    else:
-        print(f"webenv-worldmodel: unknown command {sub!r}; use serve (default), {', '.join(COMMANDS)}", file=sys.stderr)
-        raise SystemExit(2)
+
+app = service_app("webenv-worldmodel", "The world model: WorldModelService and the simulated EnvironmentService.",
+                  _serve)
+cli = app  # the console script (pyproject.toml)
+
+#: Transitions files, as `--data` takes them (repeatable: `--data a.jsonl --data b.jsonl`).
+DATA = typer.Option(..., exists=True, dir_okay=False, help="Transitions JSONL file (webenv-worldmodel dataset); repeatable.")
+
+
+@app.command()
+def dataset(
+    export: list[str] = typer.Option(..., metavar="LEVEL:AXTREE:MARKDOWN",
+                                     help="One run's collection level and its AXTREE and MARKDOWN TRANSITIONS exports, "
+                                          "joined by ':' (repeatable)."),
+    sites: Path = typer.Option(..., exists=True, dir_okay=False,
+                               help="JSON host -> {split, family}, as the task catalog splits them."),
+    out: Path = typer.Option(...),
+) -> None:
+    """Join TRANSITIONS exports into the world model's training data."""
+    from collections import Counter
+
+    from webenv.worldmodel.dataset import join_exports, write_transitions
+
+    triples = [e.split(":") for e in export]
+    for e, t in zip(export, triples, strict=True):
+        if len(t) != 3 or not all(t):
+            raise typer.BadParameter(f"{e!r}: expected LEVEL:AXTREE:MARKDOWN", param_hint="--export")
+    try:
+        hosts = json.loads(sites.read_text())
+    except (OSError, ValueError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--sites") from None
+    try:
+        records = [r for level, ax, md in triples for r in join_exports([ax], [md], hosts, level)]
+    except (OSError, ValueError, KeyError) as exc:
+        raise typer.BadParameter(str(exc), param_hint="--export") from None
+    write_transitions(records, out)
+    split = Counter(r.split for r in records)
+    typer.echo(json.dumps({"transitions": len(records), "train": split["train"], "test": split["test"],
+                           "sites": len({r.site for r in records}), "out": str(out)}))
+
+
+@app.command()
+def train(
+    data: list[Path] = DATA,
+    out: str = typer.Option(...),
+    init: str = typer.Option("", help="Local model directory to fine-tune (default: from scratch)."),
+    reasoning_fraction: float = typer.Option(
+        0.0, help="Fraction of examples with a reasoning paragraph before the prediction (WebWorld's injection)."),
+    max_lines: int = typer.Option(24, help="Page lines shown in a prompt (around the element acted on)."),
+    size: Literal["tiny", "small"] = typer.Option("small"),
+    max_len: int = typer.Option(1024),
+    batch_size: int = typer.Option(8),
+    lr: float = typer.Option(2e-3),
+    max_steps: int = typer.Option(1000),
+    max_minutes: float = typer.Option(14.0),
+    eval_every: int = typer.Option(50),
+    seed: int = typer.Option(0),
+    resume: bool = typer.Option(False, "--resume", help="Continue from OUT/checkpoint."),
+    device: str = typer.Option("auto"),
+    threads: int = typer.Option(1, help="Torch intra-op threads (0 = torch's default)."),
+) -> None:
+    """Train the world model on its transitions; stops at --max-steps or --max-minutes, whichever comes first."""
+    from dataclasses import asdict
+
+    from webenv.worldmodel.train import TrainConfig
+    from webenv.worldmodel.train import train as run_training
+
+    cfg = TrainConfig(data=[str(p) for p in data], out=out, init=init, max_lines=max_lines,
+                      reasoning_fraction=reasoning_fraction, size=size, max_len=max_len, batch_size=batch_size, lr=lr,
+                      max_steps=max_steps, max_minutes=max_minutes, eval_every=eval_every, seed=seed, resume=resume,
+                      device=device, threads=threads)
+    typer.echo(json.dumps(asdict(run_training(cfg))))
+
+
+@app.command()
+def evaluate(
+    data: list[Path] = DATA,
+    model: str = typer.Option("", help="Model directory (empty: baselines only)."),
+    backend: Literal["transformers", "vllm"] = typer.Option("transformers"),
+    limit: int = typer.Option(0, help="Held-out transitions scored (0 = all)."),
+    rollout_episodes: int = typer.Option(32, help="Held-out episodes replayed open loop (noisy below ~30)."),
+    rollout_steps: int = typer.Option(30),
+    mode: Literal["analogy+lm", "analogy", "lm"] = typer.Option("analogy+lm", help="Who decides page actions."),
+    reasoning: Literal["auto", "on", "off"] = typer.Option(
+        "auto", help="The language model reasons first (auto: when trained with reasoning examples)."),
+    compare_lm: bool = typer.Option(
+        False, "--compare-lm", help="Also score the language model alone, reasoning off and on (on --lm-limit transitions)."),
+    lm_limit: int = typer.Option(300),
+    out: Path = typer.Option(None, help="Write JSON here (and .md and a rollout plot .png next to it)."),
+    threads: int = typer.Option(1, help="Torch threads (1 is fastest for tiny models on shared CPUs)."),
+) -> None:
+    """Fidelity on held-out websites only, against copy-state and lookup baselines; prints the Markdown report."""
+    from webenv.worldmodel.dataset import read_transitions
+    from webenv.worldmodel.evaluate import evaluate as score
+    from webenv.worldmodel.evaluate import plot_rollouts, to_markdown
+    from webenv.worldmodel.predict import load_world_model
+
+    try:
+        records = read_transitions(data)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--data") from None
+    predictor = load_world_model(backend, model, threads=threads, mode=mode,
+                                 reason={"auto": None, "on": True, "off": False}[reasoning]) if model else None
+    res = score(records, predictor, limit, rollout_episodes, rollout_steps, compare_lm, lm_limit)
+    md = to_markdown(res)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(res, indent=2))
+        out.with_suffix(".md").write_text(md)
+        if "rollout" in res and res["rollout"]["per_step"]:
+            plot_rollouts(res, out.with_name("rollouts.png"))
+    typer.echo(md)
+
+
+@app.command()
+def card(model: Path = typer.Option(..., help="A model directory (what `train` leaves in OUT/model).")) -> None:
+    """Write the model card of a model directory (MODEL_CARD.md) from the files next to the weights."""
+    from webenv.worldmodel.card import CARD_FILE
+    from webenv.worldmodel.card import card as write_card
+
+    if not (model / "config.json").exists():
+        raise typer.BadParameter(f"{model} is not a model directory (no config.json)", param_hint="--model")
+    (model / CARD_FILE).write_text(write_card(model))
+    typer.echo(model / CARD_FILE)
 
 
 if __name__ == "__main__":

@@ -8,7 +8,6 @@ training's `metrics.jsonl` (loss curve) and `eval.json` (held-out fidelity, roll
 
 from __future__ import annotations
 
-import argparse
 import json
 from pathlib import Path
 
@@ -67,12 +66,3 @@ def card(model: Path) -> str:
         out.append("Not evaluated: run `python -m webenv.worldmodel evaluate --model DIR --data ... --out DIR/eval.json`.")
     return "\n".join(out) + "\n"
 
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="webenv-worldmodel card", description=__doc__.split("\n")[0])
-    p.add_argument("--model", type=Path, required=True)
-    a = p.parse_args(argv)
-    if not (a.model / "config.json").exists():
-        raise SystemExit(f"webenv-worldmodel card: {a.model} is not a model directory (no config.json)")
-    (a.model / CARD_FILE).write_text(card(a.model))
-    print(a.model / CARD_FILE)

@@ -384,24 +384,3 @@ def iter_texts(examples: Iterable[Example]) -> Iterator[str]:
         yield ex.prompt
         yield ex.target
 
-
-def main(argv: list[str] | None = None) -> None:
-    """`webenv-worldmodel dataset`: join TRANSITIONS exports into the world model's training data."""
-    import argparse
-    from collections import Counter
-
-    p = argparse.ArgumentParser(prog="webenv-worldmodel dataset", description=main.__doc__.split(":", 1)[1].strip())
-    p.add_argument("--export", nargs=3, action="append", required=True, metavar=("LEVEL", "AXTREE", "MARKDOWN"),
-                   help="one run's collection level and its AXTREE and MARKDOWN TRANSITIONS exports (repeatable)")
-    p.add_argument("--sites", type=Path, required=True, help="JSON host -> {split, family}, as the task catalog splits them")
-    p.add_argument("--out", type=Path, required=True)
-    a = p.parse_args(argv)
-    try:
-        sites = json.loads(a.sites.read_text())
-        records = [r for level, ax, md in a.export for r in join_exports([ax], [md], sites, level)]
-    except (OSError, ValueError, KeyError) as exc:
-        raise SystemExit(f"webenv-worldmodel dataset: {exc}") from None
-    write_transitions(records, a.out)
-    split = Counter(r.split for r in records)
-    print(json.dumps({"transitions": len(records), "train": split["train"], "test": split["test"],
-                      "sites": len({r.site for r in records}), "out": str(a.out)}))

@@ -16,8 +16,6 @@ pages its own history loaded (the recorded ones here, teacher-forced), nothing o
 
 from __future__ import annotations
 
-import argparse
-import json
 import statistics
 import time
 from collections import defaultdict
@@ -25,10 +23,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from webenv.worldmodel.compose import PageMemory, PageView, navigation_target, refresh_chrome
-from webenv.worldmodel.dataset import HISTORY, NO_CHANGE, TransitionRecord, episodes, read_transitions
+from webenv.worldmodel.dataset import HISTORY, NO_CHANGE, TransitionRecord, episodes
 from webenv.worldmodel.formats import line_f1
 from webenv.worldmodel.page import action_kind
-from webenv.worldmodel.predict import Prediction, Predictor, Query, advance, history_target, load_world_model
+from webenv.worldmodel.predict import Prediction, Predictor, Query, advance, history_target
 
 
 @dataclass
@@ -297,33 +295,3 @@ def plot_rollouts(res: dict, path: Path) -> None:
     fig.savefig(path, dpi=120)
     plt.close(fig)
 
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="webenv-worldmodel evaluate", description=__doc__.split("\n")[0])
-    p.add_argument("--data", nargs="+", required=True, help="the world model's transitions (webenv-worldmodel dataset)")
-    p.add_argument("--model", default="", help="model directory (empty: baselines only)")
-    p.add_argument("--backend", default="transformers", choices=["transformers", "vllm"])
-    p.add_argument("--limit", type=int, default=0, help="held-out transitions scored (0 = all)")
-    p.add_argument("--rollout-episodes", type=int, default=32, help="held-out episodes replayed open loop (noisy below ~30)")
-    p.add_argument("--rollout-steps", type=int, default=30)
-    p.add_argument("--mode", choices=["analogy+lm", "analogy", "lm"], default="analogy+lm", help="who decides page actions")
-    p.add_argument("--reasoning", choices=["auto", "on", "off"], default="auto",
-                   help="the language model reasons first (auto: when trained with reasoning examples)")
-    p.add_argument("--compare-lm", action="store_true",
-                   help="also score the language model alone, reasoning off and on (on --lm-limit transitions)")
-    p.add_argument("--lm-limit", type=int, default=300)
-    p.add_argument("--out", type=Path, default=None, help="write JSON here (and .md and a rollout plot .png next to it)")
-    p.add_argument("--threads", type=int, default=1, help="torch threads (1 is fastest for tiny models on shared CPUs)")
-    a = p.parse_args(argv)
-    records = read_transitions(a.data)
-    predictor = load_world_model(a.backend, a.model, threads=a.threads, mode=a.mode,
-                                 reason={"auto": None, "on": True, "off": False}[a.reasoning]) if a.model else None
-    res = evaluate(records, predictor, a.limit, a.rollout_episodes, a.rollout_steps, a.compare_lm, a.lm_limit)
-    md = to_markdown(res)
-    if a.out:
-        a.out.parent.mkdir(parents=True, exist_ok=True)
-        a.out.write_text(json.dumps(res, indent=2))
-        a.out.with_suffix(".md").write_text(md)
-        if "rollout" in res and res["rollout"]["per_step"]:
-            plot_rollouts(res, a.out.with_name("rollouts.png"))
-    print(md)

@@ -14,7 +14,6 @@ Training stops at --max-steps or --max-minutes, whichever comes first.
 
 from __future__ import annotations
 
-import argparse
 import json
 import math
 import random
@@ -263,29 +262,3 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     (out / "model" / "train.json").write_text(json.dumps(asdict(result), indent=1))
     return result
 
-
-def main(argv: list[str] | None = None) -> None:
-    p = argparse.ArgumentParser(prog="webenv-worldmodel train", description=__doc__.split("\n")[0])
-    p.add_argument("--data", nargs="+", required=True, help="transitions JSONL file(s)")
-    p.add_argument("--out", required=True)
-    p.add_argument("--init", default="", help="local model directory to fine-tune (default: from scratch)")
-    p.add_argument("--reasoning-fraction", type=float, default=0.0,
-                   help="fraction of examples with a reasoning paragraph before the prediction (WebWorld's injection)")
-    p.add_argument("--max-lines", type=int, default=24, help="page lines shown in a prompt (around the element acted on)")
-    p.add_argument("--size", default="small", choices=["tiny", "small"])
-    p.add_argument("--max-len", type=int, default=1024)
-    p.add_argument("--batch-size", type=int, default=8)
-    p.add_argument("--lr", type=float, default=2e-3)
-    p.add_argument("--max-steps", type=int, default=1000)
-    p.add_argument("--max-minutes", type=float, default=14.0)
-    p.add_argument("--eval-every", type=int, default=50)
-    p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--resume", action="store_true")
-    p.add_argument("--device", default="auto")
-    p.add_argument("--threads", type=int, default=1, help="torch intra-op threads (0 = torch's default)")
-    a = p.parse_args(argv)
-    cfg = TrainConfig(data=a.data, out=a.out, init=a.init, max_lines=a.max_lines,
-                      reasoning_fraction=a.reasoning_fraction, size=a.size, max_len=a.max_len,
-                      batch_size=a.batch_size, lr=a.lr, max_steps=a.max_steps, max_minutes=a.max_minutes,
-                      eval_every=a.eval_every, seed=a.seed, resume=a.resume, device=a.device, threads=a.threads)
-    print(json.dumps(asdict(train(cfg))))
