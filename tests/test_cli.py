@@ -71,7 +71,7 @@ def test_help_answers_on_every_command_of_every_console_script(script: str) -> N
     assert res.exit_code == 2 and "No such command" in res.output, res.output
 
 
-@pytest.mark.parametrize("service", sorted(p.parents[3].name for p in SERVICES.glob("*/src/webenv/*/__main__.py")))
+@pytest.mark.parametrize("service", sorted(p.parent.name for p in SERVICES.glob("*/src/webenv/*/__main__.py")))
 def test_python_m_runs_the_same_app(service: str, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m webenv.<service>` (what the Dockerfiles run) dispatches to the app; run in this process."""
