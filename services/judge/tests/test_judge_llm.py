@@ -326,3 +326,19 @@ def test_vllm_backend_is_lazy_and_explains_a_missing_package(tiny_model: Path) -
         pytest.skip("vllm is installed here; the GPU path is exercised where a device is lent")
     with pytest.raises(LlmError, match="needs the `vllm` package"):
         VllmBackend(str(tiny_model))
+
+
+def test_calibrate_command_writes_the_report_and_names_a_missing_backend(fake_openai: FakeOpenAI, tmp_path: Path,
+                                                                         monkeypatch: pytest.MonkeyPatch) -> None:
+    from typer.testing import CliRunner
+    from webenv.judge.__main__ import app
+
+    out = tmp_path / "calibration.json"
+    res = CliRunner().invoke(app, ["calibrate", "--base-url", f"http://127.0.0.1:{fake_openai.port}/v1", "--n", "2",
+                                   "--steps", "3", "--out", str(out)], prog_name="webenv-judge")
+    assert res.exit_code == 0, res.output
+    assert "| overall | 20 |" in res.output and json.loads(out.read_text())["overall"]["n"] == 20
+    monkeypatch.delenv("WEBENV_JUDGE_LLM_BACKEND", raising=False)
+    monkeypatch.chdir(tmp_path)  # no .env file
+    res = CliRunner().invoke(app, ["calibrate"], prog_name="webenv-judge")
+    assert res.exit_code == 2 and "--base-url" in res.output, res.output

@@ -1,17 +1,21 @@
 """`python -m webenv.worldmodel` starts the service (health SERVING once loaded), stops on SIGTERM, and bad
-settings exit with code 2 and a message naming the variable."""
+settings exit with code 2 and a message naming the variable; its offline commands name a bad option the same way."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from typer.testing import CliRunner
 from webenv.testing import free_port
+from webenv.worldmodel.__main__ import app
 
 
 def _env(**extra: str) -> dict[str, str]:
@@ -56,3 +60,21 @@ def test_bad_settings_exit_2() -> None:
                          env=_env(WEBENV_WORLDMODEL_MODEL_PATH="/nonexistent", WEBENV_WORLDMODEL_BACKEND="nope"),
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 2 and "WEBENV_WORLDMODEL_BACKEND" in res.stderr
+
+
+def test_offline_commands_write_their_files_and_name_a_bad_option(exports: dict[str, Path], tmp_path: Path) -> None:
+    runner = CliRunner()
+    data = tmp_path / "transitions.jsonl"
+    ok = runner.invoke(app, ["dataset", "--sites", str(exports["sites"]), "--out", str(data),
+                             "--export", f"random_crawl:{exports['axtree']}:{exports['markdown']}"])
+    assert ok.exit_code == 0, ok.output
+    assert json.loads(ok.output)["transitions"] == len(data.read_text().splitlines()) > 0
+    ok = runner.invoke(app, ["evaluate", "--data", str(data), "--rollout-episodes", "2", "--out", str(tmp_path / "e.json")])
+    assert ok.exit_code == 0, ok.output
+    assert "copy" in (tmp_path / "e.md").read_text() and json.loads((tmp_path / "e.json").read_text())
+    for args, needle in [(["dataset", "--sites", str(exports["sites"]), "--out", str(data), "--export", "crawl:a.jsonl"],
+                          "LEVEL:AXTREE:MARKDOWN"),
+                         (["evaluate", "--data", str(tmp_path / "missing.jsonl")], "does not exist"),
+                         (["card", "--model", str(tmp_path)], "no config.json")]:
+        res = runner.invoke(app, args)
+        assert res.exit_code == 2 and needle in " ".join(res.output.split()), (args, res.output)
