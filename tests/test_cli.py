@@ -62,7 +62,7 @@ def test_help_answers_on_every_command_of_every_console_script(script: str) -> N
     paths = list(command_paths(typer.main.get_command(app)))
     if script != "webenv":
         assert ("serve",) in paths, f"{script}: built by webenv.runtime.cli.service_app, which adds `serve`"
-    runner = CliRunner()
+    runner = CliRunner(env={"COLUMNS": "300"})  # help and errors unwrapped
     for path in paths:
         res = runner.invoke(app, [*path, "--help"], prog_name=script)
         assert res.exit_code == 0, f"{script} {' '.join(path)} --help: {res.output}"

@@ -340,5 +340,5 @@ def test_calibrate_command_writes_the_report_and_names_a_missing_backend(fake_op
     assert "| overall | 20 |" in res.output and json.loads(out.read_text())["overall"]["n"] == 20
     monkeypatch.delenv("WEBENV_JUDGE_LLM_BACKEND", raising=False)
     monkeypatch.chdir(tmp_path)  # no .env file
-    res = CliRunner().invoke(app, ["calibrate"], prog_name="webenv-judge")
-    assert res.exit_code == 2 and "--base-url" in res.output, res.output
+    res = CliRunner(env={"COLUMNS": "300"}).invoke(app, ["calibrate"], prog_name="webenv-judge")
+    assert res.exit_code == 2 and "give --model DIR or --base-url URL" in res.output, res.output

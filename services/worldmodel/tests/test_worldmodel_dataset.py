@@ -6,13 +6,14 @@ import json
 from pathlib import Path
 
 import pytest
+from typer.testing import CliRunner
 from webenv.worldmodel import diff
+from webenv.worldmodel.__main__ import app
 from webenv.worldmodel.dataset import (
     build_examples,
     decode_url,
     encode_url,
     join_exports,
-    main,
     parse_output,
     read_transitions,
     rule_reasoner,
@@ -38,16 +39,19 @@ def test_join_refuses_unknown_sites_and_wrong_formats(exports: dict[str, Path]) 
         join_exports([exports["axtree"]], [exports["axtree"]], json.loads(exports["sites"].read_text()))
 
 
-def test_dataset_command(exports: dict[str, Path], tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_dataset_command(exports: dict[str, Path], tmp_path: Path) -> None:
     out = tmp_path / "t.jsonl"
-    main(["--sites", str(exports["sites"]), "--out", str(out), "--export", "exploration", str(exports["axtree"]),
-          str(exports["markdown"])])
-    report = json.loads(capsys.readouterr().out)
+    runner = CliRunner(env={"COLUMNS": "300"})  # errors on one line each
+    res = runner.invoke(app, ["dataset", "--sites", str(exports["sites"]), "--out", str(out),
+                              "--export", f"exploration:{exports['axtree']}:{exports['markdown']}"])
+    assert res.exit_code == 0, res.output
+    report = json.loads(res.output)
     assert report["transitions"] == len(out.read_text().splitlines()) and report["test"] > 0
-    with pytest.raises(SystemExit, match="not in the sites file"):
-        (tmp_path / "s.json").write_text("{}")
-        main(["--sites", str(tmp_path / "s.json"), "--out", str(out), "--export", "x", str(exports["axtree"]),
-              str(exports["markdown"])])
+    (tmp_path / "s.json").write_text("{}")
+    for sites, export, needle in [(tmp_path / "s.json", f"x:{exports['axtree']}:{exports['markdown']}", "not in the sites file"),
+                                  (exports["sites"], f"x:{exports['axtree']}", "expected LEVEL:AXTREE:MARKDOWN")]:
+        res = runner.invoke(app, ["dataset", "--sites", str(sites), "--out", str(out), "--export", export])
+        assert res.exit_code == 2 and "--export" in res.output and needle in res.output, res.output
 
 
 def test_targets_rebuild_the_transition(transitions_file: Path) -> None:
