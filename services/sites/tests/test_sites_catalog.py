@@ -7,11 +7,12 @@ import sys
 
 import yaml
 from starlette.testclient import TestClient
-from webenv.sites.catalog import SiteCatalog, split_of
+from webenv.sites.catalog import SiteCatalog
 from webenv.sites.state import StateStore
 from webenv.sites.tasks import site_tasks
 from webenv.sites.web import SitesApp
 from webenv.sites.world import build_world
+from webenv.splits import split_of
 from webenv.v1 import common_pb2 as pb
 
 

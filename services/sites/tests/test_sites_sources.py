@@ -7,9 +7,8 @@ from pathlib import Path
 
 import httpx
 import pytest
-from webenv.sites import rubricjson, yamltasks
-from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.world import DATA
+from webenv.taskfiles import TaskFileError, rubricjson, seedyaml
 from webenv.v1 import common_pb2 as pb
 
 SEED_EXAMPLE = """\
@@ -31,7 +30,7 @@ timeout_seconds: 60
 def test_seed_yaml_example_converts_to_rubric(tmp_path: Path) -> None:
     f = tmp_path / "find_product.yaml"
     f.write_text(SEED_EXAMPLE)
-    [task] = yamltasks.load_file(f)
+    [task] = seedyaml.load_file(f)
     assert task.task_id == "yaml/find_product_under_50" and task.source == pb.TASK_SOURCE_YAML
     assert (task.max_steps, task.timeout_seconds, task.category) == (20, 60.0, "Electronics")
     facts = task.rubric.groups[0].facts
@@ -43,7 +42,7 @@ def test_seed_yaml_example_converts_to_rubric(tmp_path: Path) -> None:
 
 
 def test_shipped_yaml_and_rubric_examples_load() -> None:
-    tasks = yamltasks.load_dirs([DATA / "yaml"])
+    tasks = seedyaml.load_dirs([DATA / "yaml"])
     assert len(tasks) >= 3 and all(t.start_url.startswith("http://") for t in tasks)
     rub = rubricjson.load_file(DATA / "rubric" / "synthetic_examples.json")
     assert rub[0].source == pb.TASK_SOURCE_RUBRIC_JSON and rub[0].subtasks
@@ -69,9 +68,9 @@ def test_malformed_yaml_names_file_line_and_field(tmp_path: Path, body: str, lin
     f = tmp_path / "bad.yaml"
     f.write_text(textwrap.dedent(body))
     with pytest.raises(TaskFileError) as info:
-        yamltasks.load_file(f)
+        seedyaml.load_file(f)
     [err] = info.value.errors
-    assert isinstance(err, yamltasks.YamlTaskError)
+    assert isinstance(err, seedyaml.YamlTaskError)
     assert (err.path, err.line, err.field) == (str(f), line, field), str(err)
     assert str(err).startswith(f"{f}:{line}: {field}:")
 
@@ -103,7 +102,7 @@ def test_every_yaml_problem_is_reported_at_once(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text(BAD_DOCS)
     (tmp_path / "b.yaml").write_text("name: x\ndescription: [unclosed\n")
     with pytest.raises(TaskFileError) as info:
-        yamltasks.load_dirs([tmp_path, tmp_path / "missing"])
+        seedyaml.load_dirs([tmp_path, tmp_path / "missing"])
     lines = str(info.value).splitlines()
     a, b = tmp_path / "a.yaml", tmp_path / "b.yaml"
     assert lines == [

@@ -14,8 +14,8 @@ from webenv.runtime import load_settings, run
 from webenv.runtime.cli import service_app
 from webenv.sites.config import Settings
 from webenv.sites.service import main, world_from
-from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.world import World
+from webenv.taskfiles import TaskFileError
 
 
 def _serve() -> None:

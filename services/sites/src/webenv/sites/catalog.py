@@ -14,10 +14,9 @@ from functools import cached_property, lru_cache
 from webenv.sites import content as c
 from webenv.sites.families import FAMILIES
 from webenv.sites.families.base import FamilySpec, Item
-from webenv.v1 import common_pb2
+from webenv.splits import SYNTHETIC_DOMAIN, split_of
 
-DOMAIN = "web.test"
-TEST_FRACTION_PERCENT = 20
+DOMAIN = SYNTHETIC_DOMAIN
 
 THEMES = (
     ("#1f6feb", "#f6f8fa", "#24292f", "system-ui, sans-serif"),
@@ -164,12 +163,6 @@ def _retitle(item: Item, title: str) -> Item:
 
 def site_host(family: str, number: int) -> str:
     return f"{family}-{number:04d}.{DOMAIN}"
-
-
-def split_of(host: str) -> int:
-    """Train or test by a hash of the host name only: deterministic, seed-independent, never both."""
-    bucket = c.stable_int("split", host) % 100
-    return common_pb2.SPLIT_TEST if bucket < TEST_FRACTION_PERCENT else common_pb2.SPLIT_TRAIN
 
 
 class SiteCatalog:

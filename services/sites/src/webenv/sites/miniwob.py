@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 from pathlib import Path
 
-from webenv.sites.catalog import split_of
+from webenv.splits import split_of
 from webenv.v1 import common_pb2 as pb
 
 HOST = "miniwob.web.test"

@@ -14,8 +14,8 @@ from webenv.runtime import Server, serving
 from webenv.runtime.http import HttpServer
 from webenv.sites.config import Settings
 from webenv.sites.servicer import TaskServicer
-from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.world import World, build_world
+from webenv.taskfiles import TaskFileError
 from webenv.v1 import task_pb2_grpc
 
 log = logging.getLogger("webenv.sites")

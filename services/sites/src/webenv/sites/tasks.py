@@ -17,6 +17,7 @@ from webenv.sites import content as c
 from webenv.sites.catalog import PAGE_SIZE, Site
 from webenv.sites.families.base import Item
 from webenv.sites.web import search
+from webenv.taskfiles import difficulty_of
 from webenv.v1 import common_pb2 as pb
 
 # --- actions ------------------------------------------------------------------------------------
@@ -69,14 +70,6 @@ class Group:
     description: str
     facts: list[tuple[str, pb.Criterion]] = field(default_factory=list)
     subtask: str = ""  # instruction when this group alone is a sensible subtask
-
-
-def difficulty_of(n_facts: int) -> int:
-    if n_facts <= 3:
-        return pb.DIFFICULTY_EASY
-    if n_facts <= 6:
-        return pb.DIFFICULTY_MEDIUM
-    return pb.DIFFICULTY_HARD
 
 
 def short_name(site: Site) -> str:

@@ -7,13 +7,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from webenv.sites import miniwob, rubricjson, yamltasks
+from webenv.sites import miniwob
 from webenv.sites.catalog import SiteCatalog
 from webenv.sites.state import StateStore
 from webenv.sites.taskcatalog import TaskCatalog
-from webenv.sites.taskfiles import TaskFileError
 from webenv.sites.tasks import site_tasks
 from webenv.sites.web import SitesApp
+from webenv.taskfiles import TaskFileError, rubricjson, seedyaml
 from webenv.v1 import common_pb2 as pb
 
 log = logging.getLogger("webenv.sites")
@@ -39,7 +39,7 @@ def build_tasks(sites: SiteCatalog, *, yaml_dirs: list[str] = (), rubric_dirs: l
     if builtin and real_web:
         rfiles.append(DATA / "rubric" / "real_web.json")
     problems: list[ValueError] = []
-    for load in (lambda: yamltasks.load_dirs(ydirs), *(lambda f=f: rubricjson.load_file(f) for f in rfiles),
+    for load in (lambda: seedyaml.load_dirs(ydirs), *(lambda f=f: rubricjson.load_file(f) for f in rfiles),
                  lambda: rubricjson.load_dirs(list(rubric_dirs))):
         try:
             tasks.extend(load())

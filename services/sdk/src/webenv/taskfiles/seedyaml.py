@@ -29,9 +29,9 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 import yaml
-from webenv.sites.catalog import DOMAIN, split_of
-from webenv.sites.taskfiles import TaskFileError, load_folders
-from webenv.sites.tasks import difficulty_of
+from webenv.splits import SYNTHETIC_DOMAIN as DOMAIN
+from webenv.splits import split_of
+from webenv.taskfiles.common import TaskFileError, difficulty_of, load_folders
 from webenv.v1 import common_pb2 as pb
 
 TOP_FIELDS = {"name", "description", "start_url", "success_criteria", "max_steps", "timeout_seconds", "category", "kind"}

@@ -15,9 +15,9 @@ from urllib.parse import urlsplit
 
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
-from webenv.sites.catalog import DOMAIN, split_of
-from webenv.sites.taskfiles import TaskFileError, load_folders
-from webenv.sites.tasks import difficulty_of
+from webenv.splits import SYNTHETIC_DOMAIN as DOMAIN
+from webenv.splits import split_of
+from webenv.taskfiles.common import TaskFileError, difficulty_of, load_folders
 from webenv.v1 import common_pb2 as pb
 
 KINDS = {"information": pb.TASK_KIND_INFORMATION, "navigation": pb.TASK_KIND_NAVIGATION,
