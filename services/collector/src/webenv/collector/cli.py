@@ -96,11 +96,8 @@ def _choices(values: list[str] | None, table: dict, option: str) -> list:
 
 def _task_files(paths: list[Path]) -> list[common_pb2.Task]:
     """The tasks of one's own task files (YAML or rubric JSON), or exit 2 with every problem, one line each."""
-    try:
-        from webenv.taskfiles import TaskFileError, load
-    except ImportError:  # pragma: no cover - the local stack always has it
-        console.print("[red]error[/red] --task-file needs the webenv-sites package (pip install webenv-sites)")
-        raise typer.Exit(2) from None
+    from webenv.taskfiles import TaskFileError, load  # the sdk's (PyYAML is imported only for --task-file)
+
     tasks: list[common_pb2.Task] = []
     problems: list[str] = []
     for p in paths:
