@@ -101,6 +101,16 @@ def validate_lease(seconds: float, max_seconds: float) -> None:
                                      metadata={"field": "lease_seconds"})
 
 
+MAX_FORK_COUNT = 32  # ForkSessionRequest.count: at most this many copies per call (environment.proto)
+
+
+def validate_fork_count(count: int) -> None:
+    """ForkSession's `count`: INVALID_ARGUMENT BAD_COUNT naming the field outside 1..MAX_FORK_COUNT."""
+    if not 1 <= count <= MAX_FORK_COUNT:
+        raise errors.InvalidArgument(f"count: must be within 1..{MAX_FORK_COUNT} (got {count})", reason="BAD_COUNT",
+                                     metadata={"field": "count", "max": str(MAX_FORK_COUNT)})
+
+
 def is_retry(step_index: int, step_count: int, last_index: int | None, last_action: common_pb2.Action | None,
              action: common_pb2.Action) -> bool:
     """What a Step's `step_index` asks, given the session's steps so far and its last answered step (index, action).

@@ -167,6 +167,18 @@ class Farm:
                     with contextlib.suppress(Exception):
                         await self._end(s, environment_pb2.SESSION_STATE_EXPIRED)
 
+    def admit(self, n: int) -> None:
+        """Can `n` more sessions open here (OpenSession, ForkSession)? UNAVAILABLE while draining, RESOURCE_EXHAUSTED
+        FARM_FULL past WEBENV_FARM_MAX_SESSIONS (sessions open and opening)."""
+        if self.draining:
+            raise errors.Unavailable(f"node {self.node} is draining; open the session elsewhere", reason="DRAINING")
+        if len(self.sessions) + self.opening + n > self.settings.farm_max_sessions:
+            raise errors.ResourceExhausted(
+                f"node {self.node} is at its limit of {self.settings.farm_max_sessions} sessions"
+                + (f" ({len(self.sessions) + self.opening} open or opening, {n} asked for)" if n > 1 else ""),
+                reason="FARM_FULL", retry_after_seconds=2.0,
+                metadata={"max_sessions": str(self.settings.farm_max_sessions)})
+
     # -- EnvironmentService ----------------------------------------------------------------------
     async def open(self, req: environment_pb2.OpenSessionRequest) -> environment_pb2.OpenSessionResponse:
         t0 = time.perf_counter()
@@ -192,13 +204,7 @@ class Farm:
             except BlockedUrl as exc:
                 raise errors.PermissionDenied(f"start URL refused by the URL guard: {exc}", reason="URL_BLOCKED",
                                               metadata={"url": adapter.start_url[:200]}) from exc
-        if self.draining:
-            raise errors.Unavailable(f"node {self.node} is draining; open the session elsewhere", reason="DRAINING")
-        if len(self.sessions) + self.opening >= self.settings.farm_max_sessions:
-            raise errors.ResourceExhausted(
-                f"node {self.node} is at its limit of {self.settings.farm_max_sessions} sessions",
-                reason="FARM_FULL", retry_after_seconds=2.0,
-                metadata={"max_sessions": str(self.settings.farm_max_sessions)})
+        self.admit(1)
         self.opening += 1
         session: BrowserSession | None = None
         try:

@@ -14,6 +14,7 @@ OBSERVE_SECONDS = Histogram(
     ("format",), buckets=LATENCY_BUCKETS,
 )
 OPEN_SECONDS = Histogram("webenv_browser_open_seconds", "OpenSession latency.", buckets=LATENCY_BUCKETS)
+FORK_SECONDS = Histogram("webenv_browser_fork_seconds", "ForkSession latency (all copies).", buckets=LATENCY_BUCKETS)
 QUEUE_WAIT_SECONDS = Histogram(
     "webenv_browser_queue_wait_seconds", "Time an operation waited for its queue.", ("queue",), buckets=LATENCY_BUCKETS,
 )

@@ -23,12 +23,15 @@ class TaskHooks(Protocol):
 
     miniwob: bool
     start_url: str
+    site_session: str
 
     def reward(self, raw: dict[str, Any]) -> Any: ...
 
     async def evidence(self, session: BrowserSession) -> str: ...
 
     async def close(self) -> None: ...
+
+    async def fork(self, site_session: str, request_id: str) -> TaskHooks: ...
 
 
 @dataclass

@@ -11,6 +11,10 @@
 - `SyntheticAdapter`: the synthetic web. The site session id (the `site_session` cookie) is the
   label `site_session` when given (a fork) or the farm session id; the site state is reset through
   TaskService at open (unless forked) and read back at close as evidence.
+
+`TaskAdapter.fork` makes the adapter of a ForkSession copy (fork.py): the base and synthetic adapters copy
+themselves (the synthetic one forks the site state through TaskService.ForkSiteState first); a MiniWoB episode
+lives in the page's JS, which no fork can copy, so it refuses.
 """
 
 from __future__ import annotations
@@ -57,6 +61,7 @@ class TaskAdapter:
     """Base adapter: go to the start URL; no env-side reward; no evidence."""
 
     miniwob = False
+    site_session = ""  # the `site_session` cookie value of a synthetic task's server-side state
 
     def __init__(self, task: common_pb2.Task | None, start_url: str) -> None:
         self.task = task
@@ -79,6 +84,10 @@ class TaskAdapter:
 
     async def close(self) -> None:
         return None
+
+    async def fork(self, site_session: str, request_id: str) -> TaskAdapter:
+        """The adapter of a copy of this session (ForkSession); `site_session` names the copy's site state."""
+        return TaskAdapter(self.task, self.start_url)
 
 
 class MiniWobAdapter(TaskAdapter):
@@ -103,6 +112,12 @@ class MiniWobAdapter(TaskAdapter):
             raise errors.FailedPrecondition(f"MiniWoB reset failed: {res['error']}", reason="MINIWOB_RESET_FAILED",
                                             metadata={"url": self.start_url[:200]})
         return str(res.get("utterance") or (self.task.instruction if self.task else ""))
+
+    async def fork(self, site_session: str, request_id: str) -> TaskAdapter:
+        raise errors.FailedPrecondition(
+            "a MiniWoB episode lives in the page's JavaScript, which a fork cannot copy: open sessions with the "
+            "same task and seed and replay the actions instead", reason="FORK_UNSUPPORTED",
+            metadata={"task_id": self.task.task_id if self.task else ""})
 
     def reward(self, raw: dict[str, Any]) -> StepReward:
         m = raw.get("miniwob") or {}
@@ -153,6 +168,24 @@ class SyntheticAdapter(TaskAdapter):
         except grpc.aio.AioRpcError as exc:
             return json.dumps({"error": f"GetSiteState failed: {exc.code().name}: {exc.details()}"})
         return res.state_json
+
+    async def fork(self, site_session: str, request_id: str) -> TaskAdapter:
+        """Copy this session's site state (every site of it) into `site_session` through TaskService."""
+        try:
+            await self._stub().ForkSiteState(task_pb2.ForkSiteStateRequest(
+                request_id=request_id, site_session=self.site_session, new_site_session=site_session))
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise errors.FailedPrecondition(f"the site state of this session ({self.site_session}) is gone "
+                                                f"from TaskService at {self.sites_addr}: {exc.details()}",
+                                                reason="SITE_STATE_GONE",
+                                                metadata={"site_session": self.site_session}) from exc
+            raise errors.Unavailable(f"TaskService at {self.sites_addr} could not fork site state: "
+                                     f"{exc.code().name}: {exc.details()}", reason="SITES_UNAVAILABLE",
+                                     metadata={"sites_addr": self.sites_addr}) from exc
+        child = SyntheticAdapter(self.task, self.start_url, self.sites_addr)  # type: ignore[arg-type]
+        child.site_session = site_session
+        return child
 
     async def close(self) -> None:
         if self._channel is not None:
