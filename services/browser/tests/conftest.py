@@ -81,6 +81,16 @@ document.getElementById('c').textContent = 'cookie=' + document.cookie;</script>
 <a id="slow-link" href="/slow/target?ms=600">Slow link</a>
 <form onsubmit="document.getElementById('out').textContent='stayed'; return false"><button id="js-btn">Stay</button></form>
 <span id="out"></span></body></html>""",
+    # ForkSession: storage as the page's scripts see it at load, fields of every kind, a scrolled box, a heap variable
+    "fork": """<!doctype html><html><head><title>Fork</title></head><body><h1>Fork</h1><div id="seen"></div>
+<input id="text"><input type="checkbox" id="check"><input type="radio" name="r" id="r1" checked>
+<input type="radio" name="r" id="r2"><select id="sel"><option value="a">A</option><option value="b">B</option></select>
+<select id="multi" multiple><option>x</option><option>y</option><option>z</option></select><textarea id="area"></textarea>
+<div id="box" style="height:80px;overflow:auto"><div style="height:600px">tall</div></div>
+<button id="store" onclick="localStorage.setItem('ls', 'L1'); sessionStorage.setItem('ss', 'S1');
+ document.cookie = 'ck=C1; path=/'; window.heap = 'H'">Store</button><div style="height:3000px">spacer</div>
+<script>document.getElementById('seen').textContent = 'ls=' + localStorage.getItem('ls') + ' ss=' +
+ sessionStorage.getItem('ss') + ' ' + document.cookie;</script></body></html>""",
     "products": "".join(
         ["<!doctype html><html><head><title>Products</title></head><body><h1>Products</h1><ul>"]
         + [f'<li><a href="#p{i}">Product {i}</a> <span>${i}.99</span> <button id="b{i}" '
@@ -97,6 +107,10 @@ def miniwob_html_dir() -> Path:
     spec = importlib.util.find_spec("miniwob")
     assert spec is not None and spec.origin, "the miniwob wheel is not installed"
     return Path(spec.origin).parent / "html"
+
+
+_FLAKY: dict[str, int] = {}
+_FLAKY_LOCK = threading.Lock()
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
@@ -138,6 +152,13 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def do_GET(self) -> None:
         url = urllib.parse.urlsplit(self.path)
         q = urllib.parse.parse_qs(url.query)
+        if url.path == "/flaky":  # the page `fork` `ok` times for a token, then connections closed unanswered
+            with _FLAKY_LOCK:
+                n = _FLAKY[q["token"][0]] = _FLAKY.get(q["token"][0], 0) + 1
+            if n > int(q["ok"][0]):
+                self.close_connection = True
+                return
+            return self._send(200, PAGES["fork"].encode())
         if url.path.startswith("/pages/"):
             name = url.path.removeprefix("/pages/")
             if name in PAGES:

@@ -279,6 +279,7 @@ class Forker:
         script = None
         if st["session"]:
             cdp = await s.cdp()
+            await cdp.send("Page.enable")  # new-document scripts of this CDP session run only with Page enabled
             script = (await cdp.send("Page.addScriptToEvaluateOnNewDocument",
                                      {"source": _session_storage_script(st["origin"], st["session"])}))["identifier"]
         nav_ms = farm.settings.farm_nav_timeout_ms

@@ -3,6 +3,7 @@
     async with EnvironmentClient("localhost:50051") as env:
         opened = await env.open(start_url="http://shop-0001.web.test/", formats=["axtree"])
         r = await env.step(opened.session.session_id, 'click(12)')
+        forks = await env.fork(opened.session.session_id, 4)   # 4 independent copies, each at step 0
         async with env.stream() as stream:          # many sessions on one bidi stream
             rs = await asyncio.gather(*(stream.step(sid, "noop()") for sid in sids))
         await env.close(opened.session.session_id)
@@ -145,6 +146,16 @@ class EnvironmentClient:
         self._next_index.pop(session_id, None)
         return await self._call(self.stub.CloseSession, environment_pb2.CloseSessionRequest(
             session_id=session_id, capture_evidence=capture_evidence))
+
+    async def fork(self, session_id: str, count: int = 1, *, lease_seconds: float = 0.0,
+                   labels: Mapping[str, str] | None = None, request_id: str = "") -> environment_pb2.ForkSessionResponse:
+        """Copy an open session into `count` new, independent sessions (each as `open` returns it, at step 0)."""
+        resp = await self._call(self.stub.ForkSession, environment_pb2.ForkSessionRequest(
+            session_id=session_id, count=count, lease_seconds=lease_seconds, labels=dict(labels or {}),
+            request_id=request_id))
+        for r in resp.sessions:
+            self._next_index.setdefault(r.session.session_id, 0)
+        return resp
 
     async def get(self, session_id: str) -> environment_pb2.Session:
         resp = await self._call(self.stub.GetSession, environment_pb2.GetSessionRequest(session_id=session_id))
