@@ -9,7 +9,8 @@ included) with the same action is answered from cache and never acted twice, the
 action or any other index is STEP_INDEX_MISMATCH; unknown, empty
 and ended sessions get the same codes and reasons; leases are validated, renewed and expire the same way;
 OpenSession is idempotent by request_id; StepStream answers every tagged item, failures as StreamErrors, without
-ending the stream.
+ending the stream; ForkSession bounds its count the same way and answers copies that start at step 0 on the parent's
+page, stepped and closed apart from it.
 """
 
 from __future__ import annotations
@@ -199,6 +200,7 @@ async def test_unknown_empty_and_ended_sessions(env: Env) -> None:
         "GetSession": lambda sid: env.stub.GetSession(environment_pb2.GetSessionRequest(session_id=sid)),
         "CloseSession": lambda sid: env.stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid)),
         "RenewLease": lambda sid: env.stub.RenewLease(environment_pb2.RenewLeaseRequest(session_id=sid)),
+        "ForkSession": lambda sid: env.stub.ForkSession(environment_pb2.ForkSessionRequest(session_id=sid, count=1)),
     }
     for name, call in calls.items():
         err = await _error(call("no-such-session"))
@@ -210,9 +212,27 @@ async def test_unknown_empty_and_ended_sessions(env: Env) -> None:
     assert closed.session.state == environment_pb2.SESSION_STATE_CLOSED
     got = await env.stub.GetSession(environment_pb2.GetSessionRequest(session_id=sid))
     assert got.session.state == environment_pb2.SESSION_STATE_CLOSED and got.session.env_kind == env.env_kind
-    for name in ("Step", "CloseSession", "RenewLease"):
+    for name in ("Step", "CloseSession", "RenewLease", "ForkSession"):
         err = await _error(calls[name](sid))
         assert isinstance(err, errors.FailedPrecondition) and err.reason == "SESSION_CLOSED", (env.kind, name, err)
+
+
+async def test_fork_session(env: Env) -> None:
+    sid = (await _open(env)).session.session_id
+    await env.stub.Step(_step(sid, "noop()", 0))
+    for bad in (0, 33):
+        err = await _error(env.stub.ForkSession(environment_pb2.ForkSessionRequest(session_id=sid, count=bad)))
+        assert isinstance(err, errors.InvalidArgument) and (err.reason, err.metadata.get("field")) == ("BAD_COUNT", "count")
+    forked = await env.stub.ForkSession(environment_pb2.ForkSessionRequest(session_id=sid, count=2, labels={"k": "v"}))
+    ids = [f.session.session_id for f in forked.sessions]
+    assert len(set(ids)) == 2 and sid not in ids, env.kind
+    for f in forked.sessions:
+        assert f.session.step_count == 0 and f.session.env_kind == env.env_kind and f.session.labels["k"] == "v"
+        assert f.observation.url == START, (env.kind, f.observation.url)
+    assert (await env.stub.Step(_step(ids[0], "noop()", 0))).step_index == 0
+    assert (await env.stub.Step(_step(sid, "noop()", 1))).step_index == 1
+    for x in [*ids, sid]:
+        await env.stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=x))
 
 
 async def test_leases_are_validated_renewed_and_expire(env: Env) -> None:

@@ -116,6 +116,42 @@ async def test_simulated_episode_on_a_held_out_site(wm_channel: grpc.aio.Channel
     assert closed.session.state == environment_pb2.SESSION_STATE_CLOSED and '"simulated": true' in closed.site_state_json
 
 
+async def test_fork_copies_a_simulated_session(wm_channel: grpc.aio.Channel, transitions_file: Path) -> None:
+    """A fork predicts exactly as its parent would (page, memory and action history copied), steps on its own from
+    step 0 and is truncated where the parent would be."""
+    env = environment_pb2_grpc.EnvironmentServiceStub(wm_channel)
+    ep = [r for r in read_transitions([transitions_file]) if r.episode_id == "shop-0001.web.test-search"]
+    sid = (await env.OpenSession(environment_pb2.OpenSessionRequest(start_url=ep[0].url, labels={"run": "f"}))).session.session_id
+    for i, r in enumerate(ep[:2]):
+        await env.Step(environment_pb2.StepRequest(session_id=sid, action=parse_action(r.action_text), step_index=i))
+    forked = await env.ForkSession(environment_pb2.ForkSessionRequest(session_id=sid, count=2, request_id="fork-1",
+                                                                      labels={"branch": "b"}))
+    assert len(forked.sessions) == 2 and forked.fork_seconds >= 0
+    again = await env.ForkSession(environment_pb2.ForkSessionRequest(session_id=sid, count=2, request_id="fork-1"))
+    assert [x.session.session_id for x in again.sessions] == [x.session.session_id for x in forked.sessions]
+    for f in forked.sessions:
+        assert f.session.step_count == 0 and f.session.labels == {"run": "f", "branch": "b"}
+        assert (f.observation.url, f.observation.axtree) == (ep[1].next_url, ep[1].next_state)
+    a, b = (x.session.session_id for x in forked.sessions)
+    step = await env.Step(environment_pb2.StepRequest(session_id=a, action=parse_action(ep[2].action_text), step_index=0))
+    assert (step.observation.url, step.observation.axtree) == (ep[2].next_url, ep[2].next_state)
+    assert not step.truncated
+    step = await env.Step(environment_pb2.StepRequest(session_id=a, action=parse_action("noop()"), step_index=1))
+    assert step.truncated  # the parent's horizon (4) less its 2 steps
+    assert (await env.GetSession(environment_pb2.GetSessionRequest(session_id=sid))).session.step_count == 2
+    assert (await env.GetSession(environment_pb2.GetSessionRequest(session_id=b))).session.step_count == 0
+    step = await env.Step(environment_pb2.StepRequest(session_id=sid, action=parse_action(ep[2].action_text), step_index=2))
+    assert step.observation.axtree == ep[2].next_state
+    await env.CloseSession(environment_pb2.CloseSessionRequest(session_id=b))
+    await _expect(grpc.StatusCode.NOT_FOUND, env.ForkSession(environment_pb2.ForkSessionRequest(session_id="nope", count=1)),
+                  "SESSION_NOT_FOUND")
+    err = await _expect(grpc.StatusCode.INVALID_ARGUMENT,
+                        env.ForkSession(environment_pb2.ForkSessionRequest(session_id=sid, count=33)), "BAD_COUNT")
+    assert err.metadata["field"] == "count"
+    await _expect(grpc.StatusCode.FAILED_PRECONDITION,
+                  env.ForkSession(environment_pb2.ForkSessionRequest(session_id=b, count=1)), "SESSION_CLOSED")
+
+
 async def test_horizon_truncates_and_provided_start_state(wm_channel: grpc.aio.Channel) -> None:
     env = environment_pb2_grpc.EnvironmentServiceStub(wm_channel)
     task = common_pb2.Task(task_id="t1", instruction="Find it", start_url="http://new-0001.web.test/",
@@ -199,7 +235,7 @@ async def test_fuzzed_requests_get_clean_errors(wm_channel: grpc.aio.Channel) ->
     outcomes = []
     for service in fuzz.SERVED_BY["worldmodel"]:
         outcomes += (await fuzz.fuzz_service(wm_channel, service, fuzzer, per_method=5, deadline=60)).outcomes
-    assert len({o.method for o in outcomes}) == 8
+    assert len({o.method for o in outcomes}) == 9
     assert not [o for o in outcomes if o.failed], [(o.method, o.code, o.details[:200]) for o in outcomes if o.failed]
     assert all(o.code == grpc.StatusCode.INVALID_ARGUMENT for o in outcomes if o.kind == "garbage")
     resp = await health_pb2_grpc.HealthStub(wm_channel).Check(health_pb2.HealthCheckRequest())

@@ -10,11 +10,17 @@ other formats are left out.
 
 Requests are checked by the same rules as the farm's (`webenv.envcontract`): malformed actions and observation
 specs, leases, repeated step indexes, unknown and ended sessions get the same answers from both.
+
+ForkSession copies everything a simulated session is — its page, the pages its documents loaded, its history and
+position, and the action history the model is conditioned on — so a copy predicts exactly as the parent would
+have (PageView is never changed in place: copying the containers is the whole copy, microseconds). A copy starts
+at step 0 with the parent's remaining horizon, so a rollout from the fork is truncated where the parent's would be.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import socket
 import time
@@ -32,6 +38,7 @@ from webenv.envcontract import (
     session_not_found,
     step_stream,
     validate_action,
+    validate_fork_count,
     validate_lease,
     validate_observation_spec,
 )
@@ -101,6 +108,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         self.max_state_chars = max_state_chars
         self.sessions: dict[str, SimSession] = {}
         self._by_request: dict[str, str] = {}
+        self._forks_by_request: dict[str, list[str]] = {}
         self.node = socket.gethostname()
 
     @property
@@ -216,6 +224,43 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         metrics.SIM_SESSIONS_OPEN.inc()
         return environment_pb2.OpenSessionResponse(session=self._session_pb(s), observation=self._observation(s, formats),
                                                    instruction=instruction, open_seconds=time.perf_counter() - t0)
+
+    async def ForkSession(self, request: environment_pb2.ForkSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.ForkSessionResponse:
+        t0 = time.perf_counter()
+        validate_fork_count(request.count)
+        validate_lease(request.lease_seconds, self.max_lease_seconds)
+        parent = self._open(request.session_id)
+        if request.request_id and request.request_id in self._forks_by_request:
+            forks = [self.sessions[sid] for sid in self._forks_by_request[request.request_id]]
+            return environment_pb2.ForkSessionResponse(sessions=[environment_pb2.OpenSessionResponse(
+                session=self._session_pb(f), observation=self._observation(f, f.formats), instruction=f.instruction)
+                for f in forks])
+        open_now = sum(1 for x in self.sessions.values() if x.status == environment_pb2.SESSION_STATE_OPEN)
+        if open_now + request.count > self.max_sessions:
+            raise errors.ResourceExhausted(f"{open_now} simulated sessions are open, {request.count} more asked for "
+                                           f"(limit {self.max_sessions})", reason="TOO_MANY_SESSIONS",
+                                           retry_after_seconds=1.0)
+        answers = []
+        async with parent.lock:  # between steps: the copy is of one state
+            for _ in range(request.count):
+                t1 = time.perf_counter()
+                lease = request.lease_seconds or parent.lease_seconds
+                m = parent.memory
+                f = dataclasses.replace(
+                    parent, session_id=uuid.uuid4().hex, horizon=max(1, parent.horizon - parent.step_count),
+                    lease_seconds=lease, labels={**parent.labels, **request.labels}, created=time.time(),
+                    lease_expires=time.time() + lease, step_count=0, last=None, last_action=None,
+                    memory=PageMemory(pages=dict(m.pages), history=list(m.history), position=m.position),
+                    history=list(parent.history), lock=asyncio.Lock())
+                self.sessions[f.session_id] = f
+                metrics.SIM_SESSIONS_OPENED.inc()
+                metrics.SIM_SESSIONS_OPEN.inc()
+                answers.append(environment_pb2.OpenSessionResponse(
+                    session=self._session_pb(f), observation=self._observation(f, f.formats), instruction=f.instruction,
+                    open_seconds=time.perf_counter() - t1))
+        if request.request_id:
+            self._forks_by_request[request.request_id] = [a.session.session_id for a in answers]
+        return environment_pb2.ForkSessionResponse(sessions=answers, fork_seconds=time.perf_counter() - t0)
 
     async def Step(self, request: environment_pb2.StepRequest, context: grpc.aio.ServicerContext) -> environment_pb2.StepResponse:
         return await self._step(request)
