@@ -103,7 +103,7 @@ def test_openapi_documents_every_route_with_the_contracts_comments(platform):
 # -- sessions (EnvironmentService, BrowserFarmService) ---------------------------------------------------------------
 
 
-def test_session_open_step_get_renew_screenshot_close(platform):
+def test_session_open_step_get_renew_fork_screenshot_close(platform):
     spec = {"formats": ["OBSERVATION_FORMAT_AXTREE", "OBSERVATION_FORMAT_ELEMENTS"]}
     with platform.client() as c:
         r = c.post("/v1/sessions", json={"startUrl": "http://shop-0000.web.test/", "observationSpec": spec,
@@ -125,6 +125,16 @@ def test_session_open_step_get_renew_screenshot_close(platform):
         assert sid in {s["sessionId"] for s in listed}
         renewed = c.post(f"/v1/sessions/{sid}:renewLease", json={"leaseSeconds": 120}).json()["session"]
         assert renewed["leaseExpiresAt"] > got["createdAt"]
+        forked = c.post(f"/v1/sessions/{sid}:fork", json={"count": 2, "labels": {"branch": "b"}})
+        assert forked.status_code == 200, forked.text
+        copies = forked.json()["sessions"]
+        assert len(copies) == 2 and all(x["session"]["stepCount"] == 0 and x["session"]["labels"] ==
+                                        {"who": "rest-test", "branch": "b"} for x in copies)
+        assert copies[0]["observation"]["url"] == body["observation"]["url"]
+        for x in copies:
+            c.post(f"/v1/sessions/{x['session']['sessionId']}:close", json={})
+        r = c.post(f"/v1/sessions/{sid}:fork", json={"count": 100})
+        assert r.status_code == 400 and status_of(r)[1:] == ("BAD_COUNT", {"field": "count", "max": "32"})
         shot = c.get(f"/v1/sessions/{sid}/screenshot",
                      params={"screenshot.width": 320, "screenshot.codec": "IMAGE_CODEC_JPEG"}).json()
         assert base64.b64decode(shot["screenshot"]["data"])[:2] == JPEG and shot["screenshot"]["width"] == 320
