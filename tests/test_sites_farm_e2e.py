@@ -143,3 +143,46 @@ async def test_oracles_through_the_farm(sites_service, farm, judge) -> None:
         del wrong.steps[:]
         verdict = (await judge.Evaluate(judge_pb2.EvaluateRequest(task=task, trajectory=wrong), timeout=60)).verdict
         assert not verdict.passed, task.task_id
+
+
+async def test_fork_mid_task_forks_the_site_state(sites_service, farm) -> None:
+    """ForkSession halfway through a transaction: the copies start on the parent's page with a copy of its site state
+    (TaskService.ForkSiteState); one finishes the oracle and passes the rubric, and neither the other copy nor the
+    parent sees what it did."""
+    from webenv.v1 import task_pb2, task_pb2_grpc
+
+    task = next(t for t in _sample(sites_service.world.tasks.tasks)
+                if t.kind == pb.TASK_KIND_TRANSACTION and len(t.oracle) >= 4)
+    sid = (await farm.OpenSession(environment_pb2.OpenSessionRequest(task=task), timeout=60)).session.session_id
+    # Fork right after a page load past the middle: a copy loads the page again, so DOM that the parent's scripts
+    # changed since its load (the cart's "added" modal closed by a click) would be back in the copy (fork.py).
+    url, half = "", 0
+    for i, act in enumerate(task.oracle[:-1]):
+        resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=act, step_index=-1), timeout=60)
+        assert not resp.observation.last_action_error, resp.observation.last_action_error
+        obs, half = resp.observation, i + 1
+        if half >= len(task.oracle) // 2 and obs.url != url:
+            break
+        url = obs.url
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{sites_service.port}") as ch:
+        at_fork = json.loads((await task_pb2_grpc.TaskServiceStub(ch).GetSiteState(
+            task_pb2.GetSiteStateRequest(site_session=sid, site=task.site), timeout=30)).state_json)
+    forked = await farm.ForkSession(environment_pb2.ForkSessionRequest(session_id=sid, count=2), timeout=60)
+    a, b = (f.session.session_id for f in forked.sessions)
+    assert all(f.observation.url == obs.url for f in forked.sessions)
+    urls, answer, html = [obs.url], "", ""
+    for act in task.oracle[half:]:
+        resp = await farm.Step(environment_pb2.StepRequest(session_id=a, action=act, step_index=-1), timeout=60)
+        assert not resp.observation.last_action_error, (act, resp.observation.last_action_error)
+        urls.append(resp.observation.url)
+        if act.HasField("answer"):
+            answer = act.answer.text
+    done = json.loads((await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=a, capture_evidence=True),
+                                               timeout=60)).site_state_json)
+    assert done != at_fork
+    texts = {f.criterion.page.css_selector: "" for g in task.rubric.groups for f in g.facts if f.criterion.HasField("page")}
+    assert failing_facts(task, Evidence(answer=answer, urls=urls, page_texts=texts, site_state=done)) == [], task.task_id
+    for other in (b, sid):
+        closed = await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=other, capture_evidence=True),
+                                         timeout=60)
+        assert json.loads(closed.site_state_json) == at_fork, other
