@@ -13,6 +13,11 @@ concurrent sessions stepping once each. Writes <out>/browser.json and <out>/brow
 Then the network guard's cost (`--guard-only` runs just this part): two farms identical but for
 WEBENV_FARM_EGRESS_PROXY, interleaved, clicks (no network) and navigations (a new document every step) at
 K = --guard-ks. Writes <out>/browser_guard.json and <out>/browser_guard.md.
+
+Then session fork (`--fork-only` runs just this part, ~1 minute): the real sites service (subprocess) and a farm
+wired to it; a synthetic transaction task after --fork-prefix oracle steps; ForkSession(count=N) against its
+baseline, N concurrent chains of OpenSession + replaying the prefix, interleaved, for N in --fork-ns. Writes
+<out>/browser_fork.json and the "Session fork" section of <out>/browser.md.
 """
 
 from __future__ import annotations
@@ -41,7 +46,7 @@ from webenv.browser.observe import OBSERVE_JS
 from webenv.browser.pool import chromium_args
 from webenv.client import make_channel
 from webenv.testing import free_port
-from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
+from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc, task_pb2, task_pb2_grpc
 
 CHROMIUM = os.environ.get("WEBENV_FARM_CHROMIUM_PATH", "/usr/lib/chromium/chromium")
 N_PRODUCTS = 100  # 100 x (link, price, button) + headings: ~300 elements
@@ -465,7 +470,15 @@ async def main() -> None:
     ap.add_argument("--max-sessions", type=int, default=128)
     ap.add_argument("--guard-ks", default="1,16", help="K values of the network-guard comparison")
     ap.add_argument("--guard-only", action="store_true", help="run only the network-guard comparison")
+    ap.add_argument("--fork-only", action="store_true", help="run only the session-fork comparison")
+    ap.add_argument("--fork-ns", default="1,4", help="copies per ForkSession")
+    ap.add_argument("--fork-prefix", type=int, default=5, help="oracle steps taken before the fork")
+    ap.add_argument("--fork-reps", type=int, default=5, help="repetitions per N")
     args = ap.parse_args()
+    fork_args = ([int(x) for x in args.fork_ns.split(",")], args.fork_prefix, args.fork_reps)
+    if args.fork_only:
+        write_fork_results(Path(args.out), await fork_bench(*fork_args))
+        return
     ks = [int(x) for x in args.ks.split(",")]
     srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Handler)
     srv.daemon_threads = True
@@ -509,6 +522,7 @@ async def main() -> None:
             await channel.close()
         farm.stop()
         result["guard"] = await run_guard(sites_addr, url, guard_ks, args.seconds)
+        result["fork"] = await fork_bench(*fork_args)
     finally:
         farm.stop()
         srv.shutdown()
@@ -521,7 +535,9 @@ async def main() -> None:
         "many_sessions_without_errors": bool(result.get("many")) and result["many"]["errors"] == 0,
     }
     write_guard_results(Path(args.out), result.pop("guard"))
+    fork = result.pop("fork")
     write_results(Path(args.out), result)
+    write_fork_results(Path(args.out), fork)
 
 
 async def run_guard(sites_addr: str, url: str, ks: list[int], seconds: float) -> dict[str, Any]:
@@ -606,6 +622,122 @@ def render_md(r: dict[str, Any]) -> str:
     lines += ["", "Targets: " + ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in r["targets"].items()),
               "", "The network guard's cost (egress proxy on vs off): browser_guard.md.", ""]
     return "\n".join(lines)
+
+
+# -- session fork ------------------------------------------------------------------------------------
+def _sites_proc(http_port: int, grpc_port: int) -> subprocess.Popen[bytes]:
+    env = dict(os.environ, WEBENV_HTTP_PORT=str(http_port), WEBENV_GRPC_PORT=str(grpc_port), WEBENV_METRICS_PORT="0",
+               WEBENV_HOST="127.0.0.1", WEBENV_HTTP_HOST="127.0.0.1", WEBENV_SITES_COUNT="16", WEBENV_LOG_LEVEL="WARNING")
+    return subprocess.Popen([sys.executable, "-m", "webenv.sites"], env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
+async def _prefix_task(sites_grpc: str, prefix: int) -> common_pb2.Task:
+    """A synthetic transaction task with more oracle steps than the prefix (the longest such)."""
+    async with make_channel(sites_grpc, timeout=30) as ch:
+        resp = await task_pb2_grpc.TaskServiceStub(ch).ListTasks(task_pb2.ListTasksRequest(
+            filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC], kinds=[common_pb2.TASK_KIND_TRANSACTION]),
+            page_size=1000))
+    fit = [t for t in resp.tasks if len(t.oracle) > prefix]
+    if not fit:
+        raise RuntimeError(f"no synthetic transaction task has more than {prefix} oracle steps")
+    return max(fit, key=lambda t: (len(t.oracle), t.task_id))
+
+
+async def _replay(stub: Any, task: common_pb2.Task, prefix: int) -> tuple[str, str]:
+    """The baseline: a new session and the prefix replayed; returns (session id, URL)."""
+    opened = await stub.OpenSession(environment_pb2.OpenSessionRequest(task=task, observation_spec=SPEC))
+    sid, url = opened.session.session_id, opened.observation.url
+    for i, act in enumerate(task.oracle[:prefix]):
+        r = await stub.Step(environment_pb2.StepRequest(session_id=sid, action=act, step_index=i))
+        if r.observation.last_action_error:
+            raise RuntimeError(f"replay step {i}: {r.observation.last_action_error}")
+        url = r.observation.url
+    return sid, url
+
+
+async def fork_bench(ns: list[int], prefix: int, reps: int) -> dict[str, Any]:
+    """ForkSession(count=N) vs N concurrent (OpenSession + replay of the prefix), interleaved, same farm, same task."""
+    load0 = os.getloadavg()[0]
+    http_port, grpc_port = free_port(), free_port()
+    out: dict[str, Any] = {"prefix_steps": prefix, "reps": reps, "points": []}
+    sites = _sites_proc(http_port, grpc_port)
+    farm: FarmProc | None = None
+    try:
+        farm = FarmProc(f"127.0.0.1:{http_port}", 64, {"WEBENV_SITES_ADDR": f"127.0.0.1:{grpc_port}"})
+        await farm.ready()
+        task = await _prefix_task(f"127.0.0.1:{grpc_port}", prefix)
+        out["task_id"], out["oracle_steps"] = task.task_id, len(task.oracle)
+        async with make_channel(farm.address, timeout=120) as ch:
+            stub = environment_pb2_grpc.EnvironmentServiceStub(ch)
+
+            async def close(sids: list[str]) -> None:
+                await asyncio.gather(*(stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=x)) for x in sids))
+                await asyncio.sleep(0.5)  # the warm pool refills between measurements, for both sides alike
+
+            parent, parent_url = await _replay(stub, task, prefix)
+            await _replay(stub, task, prefix)  # warm-up
+            for n in ns:
+                fork_s, replay_s, fork_server_s = [], [], []
+                for _ in range(reps):
+                    t0 = time.perf_counter()
+                    forked = await stub.ForkSession(environment_pb2.ForkSessionRequest(session_id=parent, count=n))
+                    fork_s.append(time.perf_counter() - t0)
+                    fork_server_s.append(forked.fork_seconds)
+                    assert all(f.observation.url == parent_url for f in forked.sessions)
+                    await close([f.session.session_id for f in forked.sessions])
+                    t0 = time.perf_counter()
+                    chains = await asyncio.gather(*(_replay(stub, task, prefix) for _ in range(n)))
+                    replay_s.append(time.perf_counter() - t0)
+                    assert all(u == parent_url for _, u in chains), (parent_url, chains)
+                    await close([sid for sid, _ in chains])
+                point = {"n": n, "fork_p50_ms": 1000 * statistics.median(fork_s),
+                         "fork_server_p50_ms": 1000 * statistics.median(fork_server_s),
+                         "replay_p50_ms": 1000 * statistics.median(replay_s),
+                         "fork_ms": [round(1000 * x) for x in fork_s], "replay_ms": [round(1000 * x) for x in replay_s]}
+                point["speedup"] = point["replay_p50_ms"] / point["fork_p50_ms"]
+                out["points"].append(point)
+                print("fork", point, flush=True)
+    finally:
+        if farm is not None:
+            farm.stop()
+        sites.terminate()
+        try:
+            sites.wait(20)
+        except subprocess.TimeoutExpired:
+            sites.kill()
+    out["machine"] = {"cpus": os.cpu_count(), "load_avg_1m_at_start": load0, "load_avg_1m_at_end": os.getloadavg()[0]}
+    return out
+
+
+FORK_HEADING = "## Session fork"
+
+
+def render_fork_md(r: dict[str, Any]) -> str:
+    lines = [FORK_HEADING, "",
+             f"`.venv/bin/python services/browser/bench.py --fork-only` (also part of the full run). Task "
+             f"`{r['task_id']}` ({r['oracle_steps']} oracle steps) after {r['prefix_steps']} steps; ForkSession(count=N) "
+             f"vs its baseline, N concurrent chains of OpenSession + the {r['prefix_steps']} steps replayed, interleaved, "
+             f"{r['reps']} repetitions each, wall time client-side. Machine: {r['machine']['cpus']} CPUs, 1-min load "
+             f"{r['machine']['load_avg_1m_at_start']:.1f} at start, {r['machine']['load_avg_1m_at_end']:.1f} at end.", "",
+             "| N | fork p50 ms | fork (server) p50 ms | open + replay p50 ms | fork speedup |",
+             "| --- | --- | --- | --- | --- |"]
+    for p in r["points"]:
+        lines.append(f"| {p['n']} | {p['fork_p50_ms']:.0f} | {p['fork_server_p50_ms']:.0f} | {p['replay_p50_ms']:.0f} | "
+                     f"{p['speedup']:.2f}x |")
+    return "\n".join(lines) + "\n"
+
+
+def write_fork_results(out: Path, r: dict[str, Any]) -> None:
+    """browser_fork.json, and the fork section of browser.md (replaced, the rest of the file kept)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "browser_fork.json").write_text(json.dumps(r, indent=2))
+    md = out / "browser.md"
+    text = md.read_text() if md.exists() else ""
+    head, _, rest = text.partition(FORK_HEADING)
+    tail = rest[rest.find("\n## "):] if "\n## " in rest else ""
+    md.write_text(head.rstrip("\n") + "\n\n" + render_fork_md(r) + tail)
+    print(render_fork_md(r))
 
 
 if __name__ == "__main__":

@@ -25,10 +25,10 @@ async def _state(farm, sid: str) -> dict:
 
 
 async def _prepared(env, page_server) -> str:
-    """A session with one page behind it and every kind of state on the current page."""
+    """A session with two pages behind it and every kind of state on the current page."""
     r = await env.open(start_url=page_server.url("second"))
     sid = r.session.session_id
-    for action in (f'goto("{page_server.url("fork")}")', 'click("#store")', 'fill("#text", "hello")',
+    for action in (f'goto("{page_server.url("products")}")', f'goto("{page_server.url("fork")}")', 'click("#store")', 'fill("#text", "hello")',
                    'click("#check")', 'click("#r2")', 'select("#sel", "b")', 'select("#multi", "x", "z")',
                    'scroll_element("#box", 0, 200)', 'fill("#area", "notes")', "scroll(0, 500)"):
         step = await env.step(sid, action)
@@ -57,12 +57,14 @@ async def test_fork_keeps_page_history_storage_fields_and_scroll(env, farm, page
         assert st["box"] == 200 and st["y"] == 500
         assert st["focus"] == parent["focus"] == "area"
         assert st["heap"] is None  # the JS heap is not copied (documented)
-        assert st["history"] == parent["history"] == 3  # about:blank (the pooled tab's first), second, fork
-    # history: go_back leads to the page before, as in the parent
-    back = await env.step(forks[0], "go_back()")
-    assert back.observation.url == page_server.url("second"), back.observation.url
-    fwd = await env.step(forks[0], "go_forward()")
-    assert fwd.observation.url == page_server.url("fork")
+        assert st["history"] == parent["history"] == 4  # about:blank (the pooled tab's first), second, products, fork
+    # history: go_back leads to the pages before, loaded from the server, as in the parent
+    for page in ("products", "second"):
+        back = await env.step(forks[0], "go_back()")
+        assert (back.observation.url, back.observation.title) == (page_server.url(page), page.title()), back.observation
+    for page in ("products", "fork"):
+        fwd = await env.step(forks[0], "go_forward()")
+        assert (fwd.observation.url, fwd.observation.title) == (page_server.url(page), page.title()), fwd.observation
     for f in forks:
         await env.close(f)
     assert (await env.get(sid)).state == environment_pb2.SESSION_STATE_OPEN
