@@ -170,7 +170,7 @@ async def test_fork_mid_task_forks_the_site_state(sites_service, farm) -> None:
     forked = await farm.ForkSession(environment_pb2.ForkSessionRequest(session_id=sid, count=2), timeout=60)
     a, b = (f.session.session_id for f in forked.sessions)
     assert all(f.observation.url == obs.url for f in forked.sessions)
-    urls, answer, html = [obs.url], "", ""
+    urls, answer = [obs.url], ""
     for act in task.oracle[half:]:
         resp = await farm.Step(environment_pb2.StepRequest(session_id=a, action=act, step_index=-1), timeout=60)
         assert not resp.observation.last_action_error, (act, resp.observation.last_action_error)
