@@ -644,7 +644,7 @@ async def _prefix_task(sites_grpc: str, prefix: int) -> common_pb2.Task:
     return max(fit, key=lambda t: (len(t.oracle), t.task_id))
 
 
-async def _replay(stub: Any, task: common_pb2.Task, prefix: int) -> tuple[str, str]:
+async def _replay(stub: Any, task: common_pb2.Task, prefix: int) -> tuple[str, str]:  # prefix 0: open alone
     """The baseline: a new session and the prefix replayed; returns (session id, URL)."""
     opened = await stub.OpenSession(environment_pb2.OpenSessionRequest(task=task, observation_spec=SPEC))
     sid, url = opened.session.session_id, opened.observation.url
@@ -678,7 +678,7 @@ async def fork_bench(ns: list[int], prefix: int, reps: int) -> dict[str, Any]:
             parent, parent_url = await _replay(stub, task, prefix)
             await _replay(stub, task, prefix)  # warm-up
             for n in ns:
-                fork_s, replay_s, fork_server_s = [], [], []
+                fork_s, replay_s, fork_server_s, open_s = [], [], [], []
                 for _ in range(reps):
                     t0 = time.perf_counter()
                     forked = await stub.ForkSession(environment_pb2.ForkSessionRequest(session_id=parent, count=n))
@@ -691,9 +691,14 @@ async def fork_bench(ns: list[int], prefix: int, reps: int) -> dict[str, Any]:
                     replay_s.append(time.perf_counter() - t0)
                     assert all(u == parent_url for _, u in chains), (parent_url, chains)
                     await close([sid for sid, _ in chains])
+                    t0 = time.perf_counter()
+                    opened = await asyncio.gather(*(_replay(stub, task, 0) for _ in range(n)))
+                    open_s.append(time.perf_counter() - t0)
+                    await close([sid for sid, _ in opened])
                 point = {"n": n, "fork_p50_ms": 1000 * statistics.median(fork_s),
                          "fork_server_p50_ms": 1000 * statistics.median(fork_server_s),
                          "replay_p50_ms": 1000 * statistics.median(replay_s),
+                         "open_only_p50_ms": 1000 * statistics.median(open_s),
                          "fork_ms": [round(1000 * x) for x in fork_s], "replay_ms": [round(1000 * x) for x in replay_s]}
                 point["speedup"] = point["replay_p50_ms"] / point["fork_p50_ms"]
                 out["points"].append(point)
@@ -718,13 +723,14 @@ def render_fork_md(r: dict[str, Any]) -> str:
              f"`.venv/bin/python services/browser/bench.py --fork-only` (also part of the full run). Task "
              f"`{r['task_id']}` ({r['oracle_steps']} oracle steps) after {r['prefix_steps']} steps; ForkSession(count=N) "
              f"vs its baseline, N concurrent chains of OpenSession + the {r['prefix_steps']} steps replayed, interleaved, "
-             f"{r['reps']} repetitions each, wall time client-side. Machine: {r['machine']['cpus']} CPUs, 1-min load "
+             f"{r['reps']} repetitions each, wall time client-side (open alone: N concurrent OpenSession of the task, "
+             f"for scale). Machine: {r['machine']['cpus']} CPUs, 1-min load "
              f"{r['machine']['load_avg_1m_at_start']:.1f} at start, {r['machine']['load_avg_1m_at_end']:.1f} at end.", "",
-             "| N | fork p50 ms | fork (server) p50 ms | open + replay p50 ms | fork speedup |",
-             "| --- | --- | --- | --- | --- |"]
+             "| N | fork p50 ms | fork (server) p50 ms | open + replay p50 ms | fork speedup | open alone p50 ms |",
+             "| --- | --- | --- | --- | --- | --- |"]
     for p in r["points"]:
         lines.append(f"| {p['n']} | {p['fork_p50_ms']:.0f} | {p['fork_server_p50_ms']:.0f} | {p['replay_p50_ms']:.0f} | "
-                     f"{p['speedup']:.2f}x |")
+                     f"{p['speedup']:.2f}x | {p['open_only_p50_ms']:.0f} |")
     return "\n".join(lines) + "\n"
 
 

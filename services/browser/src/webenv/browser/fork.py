@@ -7,11 +7,12 @@ rebuilt in a fresh context of the warm pool:
 - the tab's history behind the current entry (Page.getNavigationHistory): each earlier URL is committed in the
   copy's tab as an empty `Cache-Control: no-store` document answered by the farm itself (no request reaches the
   site, so a GET with side effects is not repeated, and no page is parsed), and going back to it loads the URL from
-  the site as a new document, as a browser going back to an uncached page does; entries ahead of the current one
-  (go_forward) are dropped. One commit per entry (~45 ms each at load 15 on 2 cores; the first navigation of a
-  fresh context, which starts the site's renderer process, costs most of a fork). Adding the entries with
-  history.pushState in one placeholder would be cheaper but wrong: Chromium treats entries pushed by one document
-  as one document, so going back between two of them changed the URL without loading the page (tried);
+  the site as a new document, as a browser going back to an uncached page does. Entries ahead of the current one
+  (go_forward) are dropped, and so are entries more than MAX_HISTORY (20) behind: each entry is one document
+  commit, ~45 ms at load 12-15 on 2 cores, half of a one-copy fork after 5 steps (~270 ms: three entries, the
+  page's load ~70 ms, restore ~30 ms, observation ~25 ms). Adding the entries with history.pushState in one
+  placeholder would be cheaper but is wrong: Chromium treats entries pushed by one document as one document, so
+  going back between two of them changed the URL without loading the page (tried);
 - cookies (every origin, httpOnly included) and localStorage (every origin: set from a throwaway page whose
   requests are answered locally, as Playwright restores a storage state);
 - sessionStorage of the current page's origin (set by a script that runs before the page's own during the
@@ -25,7 +26,8 @@ rebuilt in a fresh context of the warm pool:
 
 What it cannot keep: anything that lives only in the page's JavaScript heap (an SPA's variables and store, timers,
 closures, a MiniWoB episode, which is why MiniWoB sessions answer FAILED_PRECONDITION), DOM the scripts changed
-after load (expanded menus, inserted rows, an open <dialog>; fields and scrolled elements are matched by their
+after load (expanded menus, inserted rows, an open <dialog>, a modal the parent closed by a click: the synthetic
+shop's "added to cart" modal is back in a copy forked after it was closed; fields and scrolled elements are matched by their
 position in the document, so a field a script inserted is not found), JS dialogs (alert/confirm), a page that was
 the answer to a POST (it is loaded by GET), IndexedDB, Cache Storage, service workers (blocked by the farm anyway),
 open connections and requests in flight, fields inside frames, file inputs, other tabs (a fork has one tab), and
@@ -33,7 +35,7 @@ the parent's step count (a fork starts at step 0).
 
 The parent's elements are matched by index in document order (`querySelectorAll('*')`), a static list taken
 before any event fires, so a `change` handler that inserts nodes does not shift later fields. Measured cost
-(bench.py --fork): see bench/results/browser.md.
+(`bench.py --fork-only`): bench/results/browser.md, section Session fork.
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from webenv.envcontract import validate_fork_count, validate_lease
 from webenv.v1 import environment_pb2
 
 _KEEP_REQUESTS = 2000
+MAX_HISTORY = 20  # earlier entries rebuilt per copy: each is a document commit (module docstring), bounding a fork
 
 # The page state a fork carries (top document only): changed form fields, scrolls, focus, sessionStorage.
 CAPTURE_JS = """
@@ -220,6 +223,7 @@ class Forker:
         entries = [e["url"] for e in nav["entries"][:nav["currentIndex"] + 1]]
         while len(entries) > 1 and entries[0] == "about:blank":
             entries.pop(0)
+        entries = entries[-(MAX_HISTORY + 1):]
         if entries and entries[-1] != page.url:  # the tab's own URL is the truth (a same-document change)
             entries[-1] = page.url
         vp = page.viewport_size
