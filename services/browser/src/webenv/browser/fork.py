@@ -247,7 +247,7 @@ class Forker:
             s = BrowserSession(
                 session_id=sid, slot=slot, guard=parent.guard, spec=parent.spec,
                 lease_seconds=req.lease_seconds or parent.lease_seconds, node=farm.node, task_id=parent.task_id,
-                labels={**parent.labels, **req.labels}, adapter=adapter, instruction=parent.instruction,
+                labels=self._labels(parent, req, adapter), adapter=adapter, instruction=parent.instruction,
             )
             await s.lock.acquire()  # busy until ready: the lease reaper leaves it alone
             farm.sessions[sid] = s
@@ -265,6 +265,15 @@ class Forker:
                 s.lock.release()
         return environment_pb2.OpenSessionResponse(session=s.to_proto(), observation=obs, instruction=s.instruction,
                                                    open_seconds=time.perf_counter() - t0)
+
+    @staticmethod
+    def _labels(parent: BrowserSession, req: environment_pb2.ForkSessionRequest, adapter: TaskHooks | None
+                ) -> dict[str, str]:
+        """The parent's labels with the request's; a `site_session` label (tasks.py) names the copy's own."""
+        labels = {**parent.labels, **req.labels}
+        if "site_session" in labels and adapter is not None and adapter.site_session:
+            labels["site_session"] = adapter.site_session
+        return labels
 
     async def _storage(self, slot: Slot, snap: Snapshot, adapter: TaskHooks | None) -> None:
         """Cookies (the synthetic site's session cookie pointing at the fork's site state) and localStorage."""
