@@ -473,7 +473,7 @@ async def main() -> None:
     ap.add_argument("--fork-only", action="store_true", help="run only the session-fork comparison")
     ap.add_argument("--fork-ns", default="1,4", help="copies per ForkSession")
     ap.add_argument("--fork-prefix", type=int, default=5, help="oracle steps taken before the fork")
-    ap.add_argument("--fork-reps", type=int, default=5, help="repetitions per N")
+    ap.add_argument("--fork-reps", type=int, default=7, help="repetitions per N")
     args = ap.parse_args()
     fork_args = ([int(x) for x in args.fork_ns.split(",")], args.fork_prefix, args.fork_reps)
     if args.fork_only:
