@@ -36,8 +36,10 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import fidelity  # services/browser/fidelity.py (this script's folder is on sys.path)
 import grpc
 import psutil
+import speed  # services/browser/speed.py
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from playwright.async_api import async_playwright
 from webenv.browser.egress import EgressPolicy, EgressProxy
@@ -45,9 +47,11 @@ from webenv.browser.guard import UrlGuard
 from webenv.browser.observe import OBSERVE_JS
 from webenv.browser.pool import chromium_args
 from webenv.client import make_channel
+from webenv.sites.miniwob import html_dir
 from webenv.testing import free_port
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc, task_pb2, task_pb2_grpc
 
+MINIWOB_HTML = (html_dir() or Path("/nonexistent")).resolve()
 CHROMIUM = os.environ.get("WEBENV_FARM_CHROMIUM_PATH", "/usr/lib/chromium/chromium")
 N_PRODUCTS = 100  # 100 x (link, price, button) + headings: ~300 elements
 
@@ -68,9 +72,16 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     disable_nagle_algorithm = True  # headers and body are two writes: without it, 40 ms of delayed ACK each
 
     def do_GET(self) -> None:
+        ctype = "text/html"
         body = PAGE if self.path.startswith("/products") else b"not found"
-        self.send_response(200 if body is PAGE else 404)
-        self.send_header("Content-Type", "text/html")
+        path = self.path.split("?", 1)[0]
+        if path.split("/")[1:2] in (["miniwob"], ["core"], ["common"]):  # MiniWoB++ pages and their assets
+            f = (MINIWOB_HTML / path.lstrip("/")).resolve()
+            if MINIWOB_HTML in f.parents and f.is_file():
+                body = f.read_bytes()
+                ctype = {".js": "application/javascript", ".css": "text/css", ".png": "image/png"}.get(f.suffix, ctype)
+        self.send_response(404 if body == b"not found" else 200)
+        self.send_header("Content-Type", ctype)
         self.send_header("Content-Length", str(len(body)))
         if "close=1" in self.path:
             self.send_header("Connection", "close")
@@ -471,6 +482,9 @@ async def main() -> None:
     ap.add_argument("--guard-ks", default="1,16", help="K values of the network-guard comparison")
     ap.add_argument("--guard-only", action="store_true", help="run only the network-guard comparison")
     ap.add_argument("--fork-only", action="store_true", help="run only the session-fork comparison")
+    ap.add_argument("--speed-only", action="store_true",
+                    help="run only the step-speed comparisons (K loop, MiniWoB, open) and fidelity; no guard or fork")
+    ap.add_argument("--miniwob-reps", type=int, default=20, help="MiniWoB click-test episodes per way")
     ap.add_argument("--fork-ns", default="1,4", help="copies per ForkSession")
     ap.add_argument("--fork-prefix", type=int, default=5, help="oracle steps taken before the fork")
     ap.add_argument("--fork-reps", type=int, default=7, help="repetitions per N")
@@ -505,24 +519,35 @@ async def main() -> None:
             stub = environment_pb2_grpc.EnvironmentServiceStub(channel)
             result["open"] = await open_latency(stub, url)
             print("open", result["open"], flush=True)
-            raw, fr = [], []
-            for k in ks:  # interleaved so machine-load drift hits both sides alike
+            raw, work, fr = [], [], []
+            work_browser = await pw.chromium.launch(executable_path=CHROMIUM,
+                                                    args=chromium_args(sites_addr, "bench-work"))
+            for k in ks:  # interleaved so machine-load drift hits all three alike
                 raw.append(await raw_run(pw, url, sites_addr, k, args.seconds))
                 print("raw", raw[-1], flush=True)
+                work.append(await speed.raw_farm_work_run(work_browser, url, k, args.seconds, N_PRODUCTS))
+                print("raw farm-work", work[-1], flush=True)
                 fr.append(await farm_run(stub, farm, url, k, args.seconds))
                 print("farm", fr[-1], flush=True)
-            result["raw"], result["farm"] = raw, fr
+            result["raw"], result["raw_farm_work"], result["farm"] = raw, work, fr
+            result["miniwob"] = await speed.miniwob_click_test(
+                work_browser, stub, "http://miniwob.web.test/miniwob/click-test.html", args.miniwob_reps)
+            print("miniwob", result["miniwob"], flush=True)
+            await work_browser.close()
             best_raw = max(r["steps_per_s"] for r in raw)
             best_farm = max(r["steps_per_s"] for r in fr)
             result["best_raw_steps_per_s"], result["best_farm_steps_per_s"] = best_raw, best_farm
             result["speedup_best"] = best_farm / best_raw
-            if args.max_sessions:
+            if args.max_sessions and not args.speed_only:
                 result["many"] = await many_sessions(stub, url, args.max_sessions)
                 print("many", result["many"], flush=True)
             await channel.close()
         farm.stop()
-        result["guard"] = await run_guard(sites_addr, url, guard_ks, args.seconds)
-        result["fork"] = await fork_bench(*fork_args)
+        result["fidelity"] = (await fidelity.run(None, 7))["groups"]
+        print("fidelity", result["fidelity"], flush=True)
+        if not args.speed_only:
+            result["guard"] = await run_guard(sites_addr, url, guard_ks, args.seconds)
+            result["fork"] = await fork_bench(*fork_args)
     finally:
         farm.stop()
         srv.shutdown()
@@ -533,11 +558,17 @@ async def main() -> None:
         "open_p50_le_50ms": result["open"]["open_p50_ms"] <= 50,
         "a11y_p50_le_15ms": result["a11y"]["farm_js_axtree_p50_ms"] <= 15,
         "many_sessions_without_errors": bool(result.get("many")) and result["many"]["errors"] == 0,
+        "farm_within_5pct_of_raw_farm_work_every_k": all(
+            f["steps_per_s"] >= 0.95 * w["steps_per_s"] for f, w in zip(result["farm"], result["raw_farm_work"],
+                                                                         strict=True)),
+        "miniwob_step_le_raw_naive": result["miniwob"]["farm_step_p50_ms"] <= result["miniwob"]["naive_step_p50_ms"],
+        "fidelity_recall_precision_ge_0.98": all(g["recall"] >= 0.98 and g["precision"] >= 0.98
+                                                 for g in result["fidelity"].values()),
     }
-    write_guard_results(Path(args.out), result.pop("guard"))
-    fork = result.pop("fork")
+    if not args.speed_only:
+        write_guard_results(Path(args.out), result.pop("guard"))
+        write_fork_results(Path(args.out), result.pop("fork"))
     write_results(Path(args.out), result)
-    write_fork_results(Path(args.out), fork)
 
 
 async def run_guard(sites_addr: str, url: str, ks: list[int], seconds: float) -> dict[str, Any]:
@@ -601,26 +632,43 @@ def render_md(r: dict[str, Any]) -> str:
     lines = ["# Browser farm benchmark", "",
              f"Machine: {r['machine']['cpus']} CPUs, 1-min load {r['machine']['load_avg_1m_at_start']:.1f} at start, "
              f"{r['machine']['load_avg_1m_at_end']:.1f} at end (other work shares the machine). "
-             f"Page: ~{r['page_elements']} elements; {r['seconds_per_point']} s per point.", "",
-             "| K | raw steps/s | raw p50 ms | raw p95 ms | farm steps/s | farm p50 ms | farm p95 ms | ratio | raw PSS/session MB | farm PSS/session MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
-    for a, b in zip(r["raw"], r["farm"], strict=True):
-        lines.append(f"| {a['k']} | {a['steps_per_s']:.1f} | {a['p50_ms']:.0f} | {a['p95_ms']:.0f} | {b['steps_per_s']:.1f} | "
-                     f"{b['p50_ms']:.0f} | {b['p95_ms']:.0f} | {b['steps_per_s'] / a['steps_per_s']:.2f}x | "
+             f"Page: ~{r['page_elements']} elements; {r['seconds_per_point']} s per point. Click + AXTREE observation: "
+             "raw naive = Playwright `page.click()` + CDP getFullAXTree; raw farm-work = the farm's own work in a "
+             "Playwright loop, no service (speed.py); farm = `python -m webenv.browser` over gRPC.", "",
+             "| K | raw naive steps/s | raw farm-work steps/s | farm steps/s | farm / farm-work | farm / naive "
+             "| farm-work p50 ms | farm p50 ms | farm p95 ms | raw PSS/session MB | farm PSS/session MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for a, w, b in zip(r["raw"], r["raw_farm_work"], r["farm"], strict=True):
+        lines.append(f"| {a['k']} | {a['steps_per_s']:.1f} | {w['steps_per_s']:.1f} | {b['steps_per_s']:.1f} | "
+                     f"{b['steps_per_s'] / w['steps_per_s']:.2f}x | {b['steps_per_s'] / a['steps_per_s']:.2f}x | "
+                     f"{w['p50_ms']:.0f} | {b['p50_ms']:.0f} | {b['p95_ms']:.0f} | "
                      f"{a['pss_per_session_mb']:.0f} | {b['pss_per_session_mb']:.0f} |")
-    lines += ["", f"Best: farm {r['best_farm_steps_per_s']:.1f} steps/s vs raw {r['best_raw_steps_per_s']:.1f} "
+    m = r["miniwob"]
+    lines += ["", f"Best: farm {r['best_farm_steps_per_s']:.1f} steps/s vs raw naive {r['best_raw_steps_per_s']:.1f} "
               f"= **{r['speedup_best']:.2f}x** (target >= 1.5x).", "",
+              f"MiniWoB++ click-test, one session, {m['reps']} episodes each way (p50 ms):", "",
+              "| | reset (new episode) | step (click + observation) |", "| --- | --- | --- |",
+              f"| raw naive | {m['naive_reset_p50_ms']:.0f} | {m['naive_step_p50_ms']:.0f} |",
+              f"| raw farm-work | {m['work_reset_p50_ms']:.0f} | {m['work_step_p50_ms']:.0f} |",
+              f"| farm | {m['farm_reset_p50_ms']:.0f} (OpenSession: context, page load, episode, observation) | "
+              f"{m['farm_step_p50_ms']:.0f} (action {m['farm_action_p50_ms']:.0f}, settle {m['farm_settle_p50_ms']:.0f}, "
+              f"observe {m['farm_observe_p50_ms']:.0f}) |", "",
               f"Warm-pool OpenSession: p50 {r['open']['open_p50_ms']:.0f} ms client-side "
               f"(server {r['open']['open_server_p50_ms']:.0f} ms), p95 {r['open']['open_p95_ms']:.0f} ms (target <= 50 ms p50).",
               f"A11y tree: farm JS pass p50 {r['a11y']['farm_js_axtree_p50_ms']:.1f} ms "
               f"({r['a11y']['axtree_lines']} lines) vs CDP getFullAXTree {r['a11y']['cdp_full_axtree_p50_ms']:.1f} ms (target <= 15 ms)."]
     if r.get("many"):
-        m = r["many"]
-        lines.append(f"{m['sessions']} concurrent sessions: opened {m['opened']} in {m['open_all_s']:.1f} s, "
-                     f"one StepStream step each answered {m['answered']} in {m['step_all_s']:.1f} s, errors {m['errors']} "
-                     f"{m['error_kinds'] or ''}.")
+        mm = r["many"]
+        lines.append(f"{mm['sessions']} concurrent sessions: opened {mm['opened']} in {mm['open_all_s']:.1f} s, "
+                     f"one StepStream step each answered {mm['answered']} in {mm['step_all_s']:.1f} s, errors {mm['errors']} "
+                     f"{mm['error_kinds'] or ''}.")
+    if r.get("fidelity"):
+        lines += ["", "Observation fidelity vs Chromium's own tree (fidelity.py; details in fidelity.md):", "",
+                  "| pages | n | recall | precision | reachable by id |", "| --- | --- | --- | --- | --- |"]
+        for g, v in r["fidelity"].items():
+            lines.append(f"| {g} | {v['pages']} | {v['recall']:.3f} | {v['precision']:.3f} | {v['reachable']:.3f} |")
     lines += ["", "Targets: " + ", ".join(f"{k}={'yes' if v else 'NO'}" for k, v in r["targets"].items()),
-              "", "The network guard's cost (egress proxy on vs off): browser_guard.md.", ""]
+              "", "The network guard's cost (egress proxy on vs off): browser_guard.md. Session fork: browser_fork.md.", ""]
     return "\n".join(lines)
 
 
