@@ -157,5 +157,5 @@ async def test_a_failed_copy_leaves_no_fork_behind(env, farm, page_server):
     with pytest.raises(errors.FailedPrecondition) as e:
         await env.fork(sid, 3)
     assert e.value.reason == "FORK_LOAD_FAILED", e.value
-    assert await _open_ids(farm) == before and farm.farm.opening == 0
+    assert await _open_ids(farm) == before and farm.farm.registry.opening == 0
     await env.close(sid)

@@ -23,8 +23,8 @@ from typing import TYPE_CHECKING, Any
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from webenv import errors
+from webenv.browser.errortext import BLOCKED_BY_CLIENT, UNKNOWN_KEY, interrupted_by_navigation
 from webenv.browser.guard import BlockedUrl
-from webenv.browser.observe import interrupted_by_navigation
 from webenv.envcontract import element_ref as _target
 from webenv.v1 import common_pb2
 
@@ -229,7 +229,7 @@ async def _press(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcom
     try:
         await session.page.keyboard.press(msg.key)
     except PlaywrightError as exc:
-        if "Unknown key" in str(exc):
+        if UNKNOWN_KEY.of(exc):
             raise errors.InvalidArgument(f"action.press.key: unknown key {msg.key!r}", reason="BAD_ACTION",
                                          metadata={"field": "action.press.key"}) from exc
         raise
@@ -347,7 +347,7 @@ async def goto(session: BrowserSession, page: Page, url: str, nav_timeout_ms: in
         await page.goto(url, wait_until="domcontentloaded", timeout=nav_timeout_ms)
     except PlaywrightError as exc:
         text = str(exc).split("\n")[0]
-        if "ERR_BLOCKED_BY_CLIENT" in text and session.slot.state.blocked:
-            return f"navigation refused by the URL guard: {session.slot.state.blocked[-1]}"
+        if BLOCKED_BY_CLIENT.matches(text) and session.slot.state.last_blocked():
+            return f"navigation refused by the URL guard: {session.slot.state.last_blocked()}"
         return f"navigation to {url[:200]} failed: {text[:300]}"
     return ""

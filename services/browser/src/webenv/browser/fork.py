@@ -158,7 +158,8 @@ class Snapshot:
 
 
 class Forker:
-    """ForkSession over the farm: its pool, its session table, its settle rule and its observation."""
+    """ForkSession over the farm: its registry (admission, new sessions, ends) and its page driver (settle and
+    the first observation)."""
 
     def __init__(self, farm: Farm) -> None:
         self.farm = farm
@@ -166,37 +167,33 @@ class Forker:
 
     async def fork(self, req: environment_pb2.ForkSessionRequest) -> environment_pb2.ForkSessionResponse:
         t0 = time.perf_counter()
-        farm = self.farm
+        farm, registry = self.farm, self.farm.registry
         validate_fork_count(req.count)
         validate_lease(req.lease_seconds, farm.settings.farm_max_lease_seconds)
-        parent = farm._get(req.session_id)
+        parent = registry.get(req.session_id)
         if req.request_id and req.request_id in self.requests:
             sids = self.requests[req.request_id]
-            if all(sid in farm.sessions for sid in sids):
-                answers = [await farm._reopen_answer(farm.sessions[sid]) for sid in sids]
+            if all(sid in registry.sessions for sid in sids):
+                answers = [await farm.answer_again(registry.sessions[sid]) for sid in sids]
                 return environment_pb2.ForkSessionResponse(sessions=answers)
-        farm.admit(req.count)
-        farm.opening += req.count
-        ids = [uuid.uuid4().hex for _ in range(req.count)]
-        made: list[BrowserSession] = []
-        try:
-            async with parent.lock:
-                if parent.session_id not in farm.sessions:
-                    farm._get(parent.session_id)  # raises with its final state
-                snap = await self._capture(parent, ids, req.request_id or uuid.uuid4().hex)
-            answers = await asyncio.gather(*(self._make(snap, sid, adapter, req, made)
-                                             for sid, adapter in zip(ids, snap.adapters, strict=True)),
-                                           return_exceptions=True)
-            failed = [a for a in answers if isinstance(a, BaseException)]
-            if failed:
-                raise failed[0]
-        except BaseException:
-            for s in made:  # all or nothing: no copy is left open when one failed
-                with contextlib.suppress(Exception):
-                    await farm._end(s, environment_pb2.SESSION_STATE_CLOSED)
-            raise
-        finally:
-            farm.opening -= req.count
+        async with registry.admission(req.count):
+            ids = [uuid.uuid4().hex for _ in range(req.count)]
+            made: list[BrowserSession] = []
+            try:
+                async with parent.lock:
+                    registry.still_open(parent)
+                    snap = await self._capture(parent, ids, req.request_id or uuid.uuid4().hex)
+                answers = await asyncio.gather(*(self._make(snap, sid, adapter, req, made)
+                                                 for sid, adapter in zip(ids, snap.adapters, strict=True)),
+                                               return_exceptions=True)
+                failed = [a for a in answers if isinstance(a, BaseException)]
+                if failed:
+                    raise failed[0]
+            except BaseException:
+                for s in made:  # all or nothing: no copy is left open when one failed
+                    with contextlib.suppress(Exception):
+                        await registry.end(s, environment_pb2.SESSION_STATE_CLOSED)
+                raise
         if req.request_id:
             self.requests[req.request_id] = ids
             while len(self.requests) > _KEEP_REQUESTS:
@@ -238,25 +235,15 @@ class Forker:
         farm, parent = self.farm, snap.parent
         t0 = time.perf_counter()
         async with farm.queues.open.slot():
-            slot = await farm.pool.acquire(snap.viewport if snap.viewport != farm.pool.viewport else None)
-            try:
-                await self._storage(slot, snap, adapter)
-            except BaseException:
-                await farm.pool.release(slot.handle, slot.context)
-                raise
-            s = BrowserSession(
-                session_id=sid, slot=slot, guard=parent.guard, spec=parent.spec,
-                lease_seconds=req.lease_seconds or parent.lease_seconds, node=farm.node, task_id=parent.task_id,
-                labels=self._labels(parent, req, adapter), adapter=adapter, instruction=parent.instruction,
-            )
-            await s.lock.acquire()  # busy until ready: the lease reaper leaves it alone
-            farm.sessions[sid] = s
-            made.append(s)
-            metrics.SESSIONS_ACTIVE.set(len(farm.sessions))
+            s = await farm.registry.create(
+                snap.viewport if snap.viewport != farm.pool.viewport else None, session_id=sid,
+                prepare=lambda slot: self._storage(slot, snap, adapter), guard=parent.guard, spec=parent.spec,
+                lease_seconds=req.lease_seconds or parent.lease_seconds, task_id=parent.task_id,
+                labels=self._labels(parent, req, adapter), adapter=adapter, instruction=parent.instruction)
+            made.append(s)  # registered and locked: busy until ready, the lease reaper leaves it alone
             try:
                 await asyncio.wait_for(self._rebuild(s, snap), farm.settings.farm_open_timeout_seconds)
-                obs, _ = await farm._observe(s, s.spec)
-                await farm._fill_tabs(s, obs)
+                obs = await farm.driver.first_observation(s)
                 s.renew()
             except TimeoutError as exc:
                 raise errors.DeadlineExceeded(f"rebuilding the page of a fork took longer than "
@@ -329,5 +316,5 @@ class Forker:
                                             reason="FORK_LOAD_FAILED", metadata={"url": snap.history[-1][:200]})
         if script is not None:
             await (await s.cdp()).send("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script})
-        await farm._settle(s, -1)
+        await farm.driver.settle_start(s)
         await page.evaluate(RESTORE_JS, st)

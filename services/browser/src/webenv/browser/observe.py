@@ -19,6 +19,7 @@ from typing import Any
 from playwright.async_api import CDPSession, Page
 from playwright.async_api import Error as PlaywrightError
 from webenv.browser import metrics
+from webenv.browser.errortext import interrupted_by_navigation
 from webenv.v1 import common_pb2
 
 OBSERVE_JS = (Path(__file__).parent / "observe.js").read_text(encoding="utf-8")
@@ -29,66 +30,10 @@ TEXT_KEYS = {F.OBSERVATION_FORMAT_AXTREE: "axtree", F.OBSERVATION_FORMAT_HTML: "
              F.OBSERVATION_FORMAT_ELEMENTS: "elements"}
 
 
-@dataclass(frozen=True)
-class RetryCase:
-    """One Playwright/Chromium error text that means "the document went away under this call".
-
-    Playwright raises one `Error` class for everything, so the only way to tell a navigation race from a real
-    failure is its message; each case names the text it matches, where it comes from and why one retry on
-    the new document is right. `tests/test_browser_retry_cases.py` triggers each case on real Chromium
-    where it can be triggered on purpose."""
-
-    name: str
-    text: str
-    why: str
-
-    def matches(self, message: str) -> bool:
-        return self.text in message
-
-
-CONTEXT_DESTROYED = RetryCase(
-    "context_destroyed", "Execution context was destroyed",
-    "Chromium's Runtime.evaluate/callFunctionOn fails so when the page navigates while the call runs; the "
-    "new document is live, so the same call on it answers.")
-NAVIGATION = RetryCase(
-    "navigation", "navigat",
-    "Playwright's wording for the same race in its own checks (\"...because of a navigation\", \"most likely "
-    "because of a navigation\"); the page is still open.")
-DETACHED = RetryCase(
-    "detached", "detached",
-    "Playwright's frame-detach errors (\"Frame was detached\" and others naming a detached frame): the frame "
-    "belonged to the old document; the retry looks the target up again in the new one.")
-NO_CONTEXT = RetryCase(
-    "no_context", "Cannot find context",
-    "Chromium's \"Cannot find context with specified id\": the execution context id was dropped between "
-    "Playwright resolving it and the protocol call (a navigation in between).")
-FRAME_DETACHED = RetryCase(
-    "frame_detached", "Frame was detached",
-    "Playwright's message when a child frame is removed mid-call (also covered by `detached`; kept named).")
-TARGET_CLOSED = RetryCase(
-    "target_closed", "Target page, context or browser has been closed",
-    "Playwright's text when the call's target went away during it; every caller checks `page.is_closed()` "
-    "before retrying, so only a page that is still open (the target was a replaced document) is retried.")
-RETRY_CASES = (CONTEXT_DESTROYED, NAVIGATION, DETACHED, NO_CONTEXT, FRAME_DETACHED, TARGET_CLOSED)
-
-
-def retry_case(exc: BaseException) -> RetryCase | None:
-    """The named case a Playwright error falls under, or None (then it is a real failure, not retried)."""
-    if not isinstance(exc, PlaywrightError):
-        return None
-    message = str(exc)
-    return next((case for case in RETRY_CASES if case.matches(message)), None)
-
-
-def interrupted_by_navigation(exc: BaseException) -> bool:
-    """An evaluate failed because its document went away (a navigation, a frame detach): worth one retry
-    on the new document. The texts that say so are the named `RETRY_CASES`."""
-    return retry_case(exc) is not None
-
-
 @dataclass
 class ObserveSettings:
-    """Farm-wide knobs of the settle rule and text caps."""
+    """Farm-wide knobs of the observation pass: its DOM-quiet wait (step 3. of the settle rule, `settle.py`)
+    and text caps."""
 
     quiet_ms: int = 15
     settle_max_ms: int = 1000
@@ -102,7 +47,8 @@ def wanted_formats(spec: common_pb2.ObservationSpec) -> list[int]:
 
 
 async def page_data(page: Page, opts: dict[str, Any], nav_timeout_ms: int, attempts: int = 4) -> dict[str, Any]:
-    """Run the observe JS, retrying when a navigation or a frame detach interrupts it."""
+    """Run the observe JS, retrying (on the new document) when a navigation or a frame detach interrupts it
+    (`errortext.RETRY_CASES`)."""
     last: Exception | None = None
     for _ in range(attempts):
         try:

@@ -22,6 +22,7 @@ import psutil
 from playwright.async_api import Browser, BrowserContext, Page, Playwright, Request, Route, async_playwright
 from webenv.browser import metrics
 from webenv.browser.egress import EgressProxy
+from webenv.browser.errortext import SOCKS_REFUSED
 from webenv.browser.guard import BlockedUrl, UrlGuard
 
 log = logging.getLogger(__name__)
@@ -181,10 +182,39 @@ class ContextState:
         self.popups = 0
         return self.nav_count
 
+    def begin_pass(self) -> int:
+        """Forget the navigating pages seen so far before an observation pass; returns the navigation count
+        the pass is compared against (a navigation during the pass means observe again)."""
+        self.nav_pages.clear()
+        return self.nav_count
+
+    def take_nav_pages(self) -> list[Page]:
+        """The pages whose main frame navigated since the last call (popups among them); clears the list."""
+        pages, self.nav_pages = self.nav_pages, []
+        return pages
+
+    def navigated(self, page: Page) -> bool:
+        """Did `page`'s main frame start a navigation since the step (or pass) began?"""
+        return any(p is page for p in self.nav_pages)
+
+    def forget_popups(self) -> None:
+        """The popups counted so far are adopted (or given up on)."""
+        self.popups = 0
+
+    async def wait_change(self, seconds: float) -> None:
+        """Wait, at most `seconds`, for the next request event of the context (never raises)."""
+        self.changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self.changed.wait(), max(0.0, seconds))
+
     def take_violation(self) -> bool:
         """Was a redirect refused by the URL guard since the last call? Reads and clears the flag."""
         seen, self.violation = self.violation, False
         return seen
+
+    def last_blocked(self) -> str:
+        """The latest URL the guards refused in this context ('' when none)."""
+        return self.blocked[-1] if self.blocked else ""
 
     def done(self, request: Request) -> None:
         self.inflight.discard(request)
@@ -449,7 +479,7 @@ class BrowserPool:
 
         def on_failed(request: Request) -> None:
             state.done(request)
-            if egress is None or "ERR_SOCKS_CONNECTION_FAILED" not in (request.failure or ""):
+            if egress is None or not SOCKS_REFUSED.matches(request.failure or ""):
                 return
             why = egress.why_refused(request.url)
             if why:
