@@ -43,7 +43,8 @@ NAVIGATION = ErrorText(
     "navigation", "navigat",
     "Page.content: Unable to retrieve content because the page is navigating and changing the content.",
     "Playwright's wording for the same race in its own checks (\"...the page is navigating...\", \"most likely "
-    "because of a navigation\"); the page is still open.")
+    "because of a navigation\"); the page is still open. Broad on purpose, and only asked of evaluate-like calls: "
+    "a goto's error carries Playwright's call log (\"navigating to ...\") and would match too.")
 DETACHED = ErrorText(
     "detached", "detached",
     "Frame.evaluate: Frame was detached",
