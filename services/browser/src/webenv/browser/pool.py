@@ -4,7 +4,9 @@ One session = one BrowserContext (cookies, storage and cache isolated) on one of
 processes. Contexts are created ahead of time (guard route installed, first page open at
 about:blank) so OpenSession only has to take one and navigate. A browser is retired after
 `contexts_per_browser` contexts (it finishes its live sessions, then closes) and replaced at once
-when it crashes; the sessions on a crashed browser are reported to the farm through `on_crash`.
+when it crashes; the sessions on a crashed browser are reported through `on_crash` (to the session
+registry). The init scripts and network hooks installed here on every context are the settle rule's eyes
+(`settle.py` says what it does with them).
 """
 
 from __future__ import annotations
@@ -163,8 +165,9 @@ def chromium_args(sites_http_addr: str, marker: str, extra: str = "", egress_por
 
 @dataclass
 class ContextState:
-    """Per-context facts the network hooks record for the session that owns the context:
-    refused URLs, and requests in flight (all, and main-frame navigations) for the settle rule."""
+    """Per-context facts the network hooks record for the session that owns the context: refused URLs, and
+    requests in flight (all, and main-frame navigations) for the settle rule (`settle.py`, which reads them).
+    Outside this module they change only through the methods below."""
 
     blocked: list[str] = field(default_factory=list)
     violation: bool = False
