@@ -154,7 +154,7 @@ async def test_a_close_its_caller_gives_up_on_still_frees_the_context(farm_facto
             r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=page_server.url("basic")))
             sid = r.session.session_id
             closing = asyncio.create_task(f.farm.close_session(environment_pb2.CloseSessionRequest(session_id=sid)))
-            while sid in f.farm.sessions:  # noqa: ASYNC110 - until the close is under way
+            while sid in f.farm.registry.sessions:  # noqa: ASYNC110 - until the close is under way
                 await asyncio.sleep(0)
             closing.cancel()  # what grpc does to the handler when the client's deadline passes
             with contextlib.suppress(asyncio.CancelledError):

@@ -294,7 +294,7 @@ async def test_hostile_page_reaches_no_loopback_listener(farm_factory, canaries,
         spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE])
         o = await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=f"{SITE}/hostile", observation_spec=spec))
         sid = o.session.session_id
-        page = f.farm.sessions[sid].page
+        page = f.farm.registry.sessions[sid].page
         # every page vector ran, and the page itself works (its own host answers through the proxy)
         deadline = time.monotonic() + 15
         while True:
@@ -309,7 +309,7 @@ async def test_hostile_page_reaches_no_loopback_listener(farm_factory, canaries,
         assert not any(str(r).startswith("ok OPEN") for r in out.values()), out
         assert "secret-body" not in json.dumps(out)
 
-        st = f.farm.sessions[sid].slot.state
+        st = f.farm.registry.sessions[sid].slot.state
         egress = f.farm.egress
 
         async def refused_after(what: str, act) -> None:

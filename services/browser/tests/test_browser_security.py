@@ -69,14 +69,14 @@ async def test_redirect_to_private_address_is_refused(env, page_server, private_
 async def test_subresource_to_private_address_is_blocked(env, page_server, farm):
     o = await env.open(start_url=page_server.url("basic"))
     sid = o.session.session_id
-    before = farm.farm.sessions[sid].slot.state.blocked[:]
+    before = farm.farm.registry.sessions[sid].slot.state.blocked[:]
     await env.step(sid, 'goto("http://pages.web.test/redirect?to=/pages/basic")')
     r = await env.step(sid, 'noop()')
     assert r.observation.url.endswith("/pages/basic")  # a same-host redirect is fine
-    page = farm.farm.sessions[sid].page
+    page = farm.farm.registry.sessions[sid].page
     ok = await page.evaluate(f"fetch('http://127.0.0.1:{page_server.port}/pages/basic').then(() => 'ok', () => 'blocked')")
     assert ok == "blocked"
-    assert len(farm.farm.sessions[sid].slot.state.blocked) > len(before)
+    assert len(farm.farm.registry.sessions[sid].slot.state.blocked) > len(before)
     await env.close(sid)
 
 

@@ -70,11 +70,6 @@ class Farm:
             nav_timeout_ms=settings.farm_nav_timeout_ms, capture_concurrency=settings.farm_capture_concurrency,
             node=self.node)
 
-    @property
-    def sessions(self) -> dict[str, BrowserSession]:
-        """The open sessions by id (the registry's)."""
-        return self.registry.sessions
-
     async def start(self) -> None:
         if self.egress is not None:
             await self.egress.start_thread()
