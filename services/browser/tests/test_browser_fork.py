@@ -21,7 +21,7 @@ PAGE_STATE_JS = """() => ({
 
 
 async def _state(farm, sid: str) -> dict:
-    return await farm.farm.sessions[sid].page.evaluate(PAGE_STATE_JS)
+    return await farm.farm.registry.sessions[sid].page.evaluate(PAGE_STATE_JS)
 
 
 async def _prepared(env, page_server) -> str:

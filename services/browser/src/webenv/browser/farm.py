@@ -3,7 +3,8 @@
 - `registry.SessionRegistry`: sessions by id, idempotency keys, leases and the reaper, draining, capacity, and
   every hand-back of a context to the pool;
 - `driver.PageDriver`: one step on a session's page, perform -> settle -> observe (`settle.py` holds the settle
-  rule), returning a typed `StepResult`.
+  rule), returning a typed `StepResult`;
+- `fork.Forker` (ForkSession) builds its copies through the same two parts.
 
 What is left here is what belongs to the RPC: validating requests, the order of an open (admission, task
 setup, first observation), the step cache, the step's deadline and what a failed step means for the session,
