@@ -4,7 +4,9 @@ The collector that receives StartRun publishes the run (spec in a hash) and one 
 Every collector sharing the Redis runs a worker pool: XREADGROUP new entries, run the episode, write it
 durably (store or spool), record it in the run's done set, then XACK. A collector that dies leaves its
 entries pending; after ``claim_idle_seconds`` another collector takes them over with XAUTOCLAIM. An entry
-delivered ``max_deliveries`` times goes to the dead-letter stream instead of being run again.
+delivered ``max_deliveries`` times goes to the dead-letter stream instead of being run again. Running and storing
+an episode is the engine's job, handed to the queue when it starts (``JobRunner``, the engine's ``run_queued``):
+the queue imports nothing of the engine and only counts what the job reports.
 
 A collector keeps the entries it is running claimed: every third of ``claim_idle_seconds`` it re-claims them
 (XCLAIM JUSTID, which resets their idle time without counting a delivery), so only an entry whose collector
