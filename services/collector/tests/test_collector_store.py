@@ -118,12 +118,11 @@ async def test_writer_batches_but_urgent_rows_and_drain_do_not_wait(tmp_path):
 
     from webenv.collector.writer import Writer
 
-    class FakeStore:
+    class FakeStore:  # AsyncStore's insert and call, recording the batches
         def __init__(self) -> None:
-            self.store = self
             self.inserts: list[dict] = []
 
-        def insert(self, batch) -> None:
+        async def insert(self, batch) -> None:
             self.inserts.append(batch)
 
         async def call(self, fn, *args, **kwargs):
