@@ -20,7 +20,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from webenv.collector.stack import Stack, wait_serving
+from webenv.runtime.stack import Stack, wait_serving
 from webenv.testing import free_port
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 

@@ -15,7 +15,7 @@ import signal
 
 import grpc
 import pytest
-from webenv.collector.stack import Stack
+from webenv.runtime.stack import Stack
 from webenv.v1 import (
     collector_pb2,
     collector_pb2_grpc,

@@ -14,7 +14,7 @@ import grpc
 import pyarrow.parquet as pq
 import pytest
 from webenv.collector.replay import replay
-from webenv.collector.stack import Stack
+from webenv.runtime.stack import Stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
 pytestmark = pytest.mark.timeout(420)

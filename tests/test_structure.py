@@ -48,3 +48,18 @@ def test_the_reader_sees_relative_and_lazy_imports() -> None:
 def test_no_files_import_each_other_in_a_loop() -> None:
     """A loop of imports between files (even lazy ones) is a room grown into another: none is left."""
     assert imports.file_loops(imports.modules()) == []
+
+
+def test_the_collectors_work_queue_does_not_import_its_engine() -> None:
+    """The Redis work queue is handed the engine's job (``Engine.run_queued``) instead of importing the engine: the
+    two used to import each other, and the queue re-implemented running, storing and counting an episode."""
+    mods = imports.modules()
+    assert "webenv.collector.engine" in mods["webenv.collector.app"].imports  # the reader sees the engine's users
+    assert "webenv.collector.engine" not in mods["webenv.collector.queue"].imports
+    assert "webenv.collector.queue" not in mods["webenv.collector.engine"].imports
+
+
+def test_the_stack_launcher_is_the_sdks() -> None:
+    """The launcher of every service lives in the sdk (benches, the gateway's tests and `webenv up` share it)."""
+    mods = imports.modules()
+    assert "webenv.runtime.stack" in mods and "webenv.collector.stack" not in mods

@@ -37,10 +37,10 @@ from pathlib import Path
 
 import httpx
 from webenv.client import make_channel
-from webenv.collector.stack import Stack
 from webenv.gateway.app import Gateway
 from webenv.gateway.config import Settings
 from webenv.runtime import Server, ServiceSettings
+from webenv.runtime.stack import Stack
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from websockets.asyncio.client import connect
 

@@ -9,7 +9,7 @@ import re
 from typer.testing import CliRunner
 from webenv.collector import cli
 from webenv.collector.cli import app
-from webenv.collector.stack import Stack
+from webenv.runtime.stack import Stack
 from webenv.testing import scrape
 from webenv.v1 import collector_pb2, common_pb2
 

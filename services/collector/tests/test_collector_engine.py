@@ -16,16 +16,14 @@ async def start(stub, **kw):
 
 
 async def episodes(collector, run_id):
-    return await collector.store.call(
-        collector.store.store.query,
+    return await collector.store.query(
         "SELECT * FROM {db}.episodes FINAL WHERE run_id = {r:String} ORDER BY episode_id",
         {"r": run_id},
     )
 
 
 async def steps(collector, run_id):
-    return await collector.store.call(
-        collector.store.store.query,
+    return await collector.store.query(
         "SELECT * FROM {db}.steps FINAL WHERE run_id = {r:String} ORDER BY episode_id, step_index",
         {"r": run_id},
     )

@@ -117,8 +117,13 @@ async def test_list_runs_writes_no_rows_for_ended_runs(make_collector, world, wa
         for _ in range(6):
             await watch(stub, (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec(episodes=1)))).run.run_id)
         inserts = []
-        real = c.store.store.insert
-        monkeypatch.setattr(c.store.store, "insert", lambda batch: (inserts.append(batch), real(batch))[1])
+        real = c.store.insert
+
+        async def insert(batch):
+            inserts.append(batch)
+            await real(batch)
+
+        monkeypatch.setattr(c.store, "insert", insert)
         page = await stub.ListRuns(collector_pb2.ListRunsRequest(page_size=5))
         assert len(page.runs) == 5 and page.next_page_token and inserts == []
         world.policy.delay = 0.5
@@ -202,9 +207,9 @@ async def test_health_is_not_serving_while_redis_is_down(make_collector, world):
 
 async def test_health_is_not_serving_while_the_store_is_down_and_the_spool_full(make_collector, world):
     c = await make_collector(health_interval_seconds=0.2, spool_max_mb=1, spool_retry_seconds=0.2)
-    writer, store = c.writer, c.store.store
+    writer, store = c.writer, c.store
     good = store.url
-    await c.store.call(store.retarget, f"http://127.0.0.1:{free_port()}")
+    await store.retarget(f"http://127.0.0.1:{free_port()}")
     rows = [{"run_id": "spool-test", "episode_id": f"e{i}", "step_index": 0, "axtree": "x" * 4000, "version": 1}
             for i in range(300)]  # ~1.2 MB of JSON: more than the 1 MB cap
     await writer.put({"steps": rows}, urgent=True)  # the store is down: these go to the spool
@@ -217,10 +222,10 @@ async def test_health_is_not_serving_while_the_store_is_down_and_the_spool_full(
     await asyncio.sleep(0.6)
     assert not waiting.done() and len(writer.spool.segments()) == 1
     # ... until the store is back: the spool drains, the waiting rows land, health is SERVING again.
-    await c.store.call(store.retarget, good)
+    await store.retarget(good)
     await asyncio.wait_for(waiting, 30)
     await until(lambda: not c.engine.unavailable)
     assert await health(c.address) == health_pb2.HealthCheckResponse.SERVING
     await until(lambda: not writer.spool.segments())
-    n = await c.store.call(store.query, "SELECT count() AS n FROM {db}.steps FINAL WHERE run_id = 'spool-test'")
+    n = await store.query("SELECT count() AS n FROM {db}.steps FINAL WHERE run_id = 'spool-test'")
     assert n[0]["n"] == 301

@@ -26,8 +26,7 @@ def spec(**kw) -> collector_pb2.RunSpec:
 
 async def ran_by(collector, run_id: str) -> dict[str, str]:
     """Episode id -> the collector that ran it, as this collector's own store has them."""
-    rows = await collector.store.call(
-        collector.store.store.query,
+    rows = await collector.store.query(
         "SELECT episode_id, collector_id FROM {db}.episodes FINAL WHERE run_id = {r:String}", {"r": run_id},
     )
     return {r["episode_id"]: r["collector_id"] for r in rows}

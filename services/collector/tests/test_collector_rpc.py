@@ -64,7 +64,7 @@ async def test_stop_run_keeps_finished_episodes(stub, world, collector):
     stopped = (await stub.StopRun(collector_pb2.StopRunRequest(run_id=run.run_id))).run
     assert stopped.state == collector_pb2.RUN_STATE_STOPPED
     assert 2 <= stopped.counts.finished < stopped.counts.planned
-    counts = await collector.store.call(collector.store.store.counts, run.run_id)
+    counts = await collector.store.counts(run.run_id)
     assert counts["episodes"] == stopped.counts.finished
     # Stopping again is harmless and returns the same state.
     again = (await stub.StopRun(collector_pb2.StopRunRequest(run_id=run.run_id))).run

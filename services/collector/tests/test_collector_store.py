@@ -84,7 +84,7 @@ def test_spool_round_trip_keeps_types(tmp_path):
 async def test_store_down_mid_run_spools_and_flushes_exactly(stub, watch, collector, world):
     """Point the store at a dead URL mid-run, then restore it: every episode lands once, none is lost."""
     world.policy.delay = 0.01
-    good = collector.store.store.url
+    good = collector.store.url
     spool = collector.writer.spool
     run = (await stub.StartRun(collector_pb2.StartRunRequest(
         spec=collector_pb2.RunSpec(policy="oracle", repeats=4, concurrency=4, seed=5)))).run
@@ -92,7 +92,7 @@ async def test_store_down_mid_run_spools_and_flushes_exactly(stub, watch, collec
     outage_started = False
     async for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
         if not outage_started and resp.run.counts.finished >= 5:
-            await collector.store.call(collector.store.store.retarget, f"http://127.0.0.1:{closed_port()}")
+            await collector.store.retarget(f"http://127.0.0.1:{closed_port()}")
             outage_started = True
         if outage_started and resp.run.counts.finished >= planned // 2:
             break
@@ -103,12 +103,12 @@ async def test_store_down_mid_run_spools_and_flushes_exactly(stub, watch, collec
     assert last.run.counts.finished == planned
     assert spool.segments()  # the store is still down: rows wait on disk
     assert collector.writer.spooled_batches > 0
-    await collector.store.call(collector.store.store.retarget, good)
+    await collector.store.retarget(good)
     await until(lambda: not spool.segments())  # the background flusher empties the spool
-    counts = await collector.store.call(collector.store.store.counts, run.run_id)
+    counts = await collector.store.counts(run.run_id)
     assert counts["episodes"] == planned
     assert counts["steps"] == last.run.counts.steps
-    row = await collector.store.call(collector.store.store.get_run, run.run_id)
+    row = await collector.store.get_run(run.run_id)
     assert row["state"] == "succeeded" and row["finished"] == planned
 
 
@@ -118,12 +118,11 @@ async def test_writer_batches_but_urgent_rows_and_drain_do_not_wait(tmp_path):
 
     from webenv.collector.writer import Writer
 
-    class FakeStore:
+    class FakeStore:  # AsyncStore's insert and call, recording the batches
         def __init__(self) -> None:
-            self.store = self
             self.inserts: list[dict] = []
 
-        def insert(self, batch) -> None:
+        async def insert(self, batch) -> None:
             self.inserts.append(batch)
 
         async def call(self, fn, *args, **kwargs):

@@ -49,7 +49,7 @@ class Collector:
         """Open the store, start the writer and the gRPC server, report SERVING."""
         collector_id = settings.resolved_collector_id()
         store = AsyncStore(Store(settings.resolved_store_url(), settings.store_database))
-        await store.call(store.store.migrate)
+        await store.migrate()
         spool = Spool(settings.resolved_spool_dir(), max_bytes=settings.spool_max_mb * 1024 * 1024)
         writer = Writer(
             store,
@@ -98,7 +98,7 @@ class Collector:
         )
         engine = Engine(config, store, writer, ctx, queue=queue)
         if queue is not None:
-            await queue.start(engine)
+            await queue.start(engine.run_queued, writer)  # the engine's job: run, store, say what to count
         server = Server("collector", settings)
         server.add_service(
             collector_pb2_grpc.add_CollectorServiceServicer_to_server,

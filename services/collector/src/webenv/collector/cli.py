@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from webenv import errors
-from webenv.collector.stack import DEFAULT_WORLDMODEL, Stack, running_stack
+from webenv.runtime.stack import DEFAULT_WORLDMODEL, Stack, running_stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
 app = typer.Typer(help="webenv: train and evaluate web agents.", no_args_is_help=True, add_completion=False)

@@ -4,7 +4,9 @@ Asynchronous mode (the default, WebGym's key idea) gives every episode its own a
 bounds how many are in flight, and nothing waits for a batch. A run may finish early once ``finish_fraction``
 of its episodes are stored (straggler cutoff): the rest are cancelled. Lock-step mode runs batches that step
 together and exists only as the benchmark's baseline. With a work queue (Redis) the run's episodes are
-published to a stream and every collector sharing the queue runs them (see queue.py).
+published to a stream and every collector sharing the queue runs them (see queue.py) with the engine's
+``run_queued``: the queue is handed that job and knows nothing else of the engine (before, it imported the engine
+and re-implemented running, storing and counting an episode).
 
 Admission (issue 18): a collector executes at most ``max_active_runs`` runs; later ones wait PENDING in start
 order, and beyond ``max_pending_runs`` waiting StartRun is RESOURCE_EXHAUSTED with a RetryInfo. A run may plan at
@@ -22,20 +24,20 @@ import asyncio
 import contextlib
 import json
 import logging
-import math
 import time
 import uuid
 from collections import OrderedDict, deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from dataclasses import dataclass
 
 import grpc
-from google.protobuf import json_format, timestamp_pb2
+from google.protobuf import json_format
 from webenv import errors
 from webenv.collector import metrics, sampling
 from webenv.collector import spec as specs
-from webenv.collector.episode import Context, Episode, EpisodeJob, run_episode, run_lock_step
+from webenv.collector.episode import Context, Episode, EpisodeJob, Tally, run_episode, run_lock_step
+from webenv.collector.run import RunContext, run_from_row, run_row
+from webenv.collector.schema import RUNS, STATE_NAMES, version_now
 from webenv.collector.store import AsyncStore
 from webenv.collector.writer import Writer
 from webenv.v1 import collector_pb2, common_pb2, policy_pb2, task_pb2
@@ -43,84 +45,9 @@ from webenv.v1 import collector_pb2, common_pb2, policy_pb2, task_pb2
 log = logging.getLogger(__name__)
 
 TERMINAL = {collector_pb2.RUN_STATE_SUCCEEDED, collector_pb2.RUN_STATE_STOPPED, collector_pb2.RUN_STATE_FAILED}
-STATE_NAMES = {v: collector_pb2.RunState.Name(v).removeprefix("RUN_STATE_").lower() for v in collector_pb2.RunState.values()}
-STATE_VALUES = {v: k for k, v in STATE_NAMES.items()}
-MAX_SUMMARIES = 50_000
 ERRORS_LOGGED_PER_RUN = 5
 ENDED_RUNS_KEPT = 32  # ended runs kept in memory (full WatchRun replay); older ones come from the store
 REQUEST_IDS_KEPT = 10_000  # StartRun request ids remembered for idempotent retries
-
-
-def _ts(dt: datetime | None) -> timestamp_pb2.Timestamp:
-    ts = timestamp_pb2.Timestamp()
-    if dt is not None and dt.timestamp() > 0:
-        ts.FromDatetime(dt)
-    return ts
-
-
-def version_now() -> int:
-    """Row version: microseconds since the epoch, so a later write of the same key wins."""
-    return time.time_ns() // 1000
-
-
-@dataclass
-class RunContext:
-    """A run this collector owns: its spec, counts, episodes and watchers."""
-
-    run: collector_pb2.Run
-    jobs: list[EpisodeJob]
-    created: float = field(default_factory=time.monotonic)
-    summaries: list[collector_pb2.EpisodeSummary] = field(default_factory=list)
-    summary_offset: int = 0
-    changed: asyncio.Event = field(default_factory=asyncio.Event)
-    stop: asyncio.Event = field(default_factory=asyncio.Event)
-    task: asyncio.Task | None = None
-    stored_ids: set[str] = field(default_factory=set)
-    storing: set[asyncio.Future] = field(default_factory=set)
-    ended: asyncio.Event = field(default_factory=asyncio.Event)  # set once the final state is persisted
-
-    def notify(self) -> None:
-        """Wake watchers."""
-        self.changed.set()
-
-    def record(self, ep: Episode) -> None:
-        """Count one stored episode (once per episode id)."""
-        if ep.job.episode_id in self.stored_ids:
-            return
-        self.stored_ids.add(ep.job.episode_id)
-        c = self.run.counts
-        c.finished += 1
-        c.steps += len(ep.steps)
-        if ep.error:
-            c.errored += 1
-        elif ep.passed:
-            c.passed += 1
-        self.summaries.append(ep.summary())
-        if len(self.summaries) > MAX_SUMMARIES:
-            drop = len(self.summaries) - MAX_SUMMARIES
-            del self.summaries[:drop]
-            self.summary_offset += drop
-        self.notify()
-
-    @property
-    def target(self) -> int:
-        """Stored episodes after which the run is done (straggler cutoff)."""
-        planned = self.run.counts.planned
-        return min(planned, math.ceil(planned * (self.run.spec.finish_fraction or 1.0) - 1e-9))
-
-    def progress(self, since: int) -> tuple[collector_pb2.WatchRunResponse, int]:
-        """A progress report with the summaries after position ``since``; returns the new position."""
-        elapsed = max(time.monotonic() - self.created, 1e-6)
-        c = self.run.counts
-        start = max(since - self.summary_offset, 0)
-        resp = collector_pb2.WatchRunResponse(
-            run=self.run,
-            episodes_per_second=c.finished / elapsed,
-            steps_per_second=c.steps / elapsed,
-            pass_rate=c.passed / c.finished if c.finished else 0.0,
-            finished=self.summaries[start:],
-        )
-        return resp, self.summary_offset + len(self.summaries)
 
 
 @dataclass
@@ -147,7 +74,8 @@ class Engine:
         self.store = store
         self.writer = writer
         self.ctx = ctx
-        self.queue = queue  # webenv.collector.queue.WorkQueue or None
+        # webenv.collector.queue.WorkQueue or None: it runs episodes with run_queued and counts them in Redis
+        self.queue = queue
         self.runs: dict[str, RunContext] = {}
         self._requests: OrderedDict[str, str] = OrderedDict()
         self._ended: deque[str] = deque()
@@ -360,7 +288,7 @@ class Engine:
             metrics.RUNS_ACTIVE.inc()
             rc.notify()
             if self.queue is not None:
-                await self.queue.run_shared(self, rc)
+                await self.queue.run_shared(rc)
             elif rc.run.spec.mode == collector_pb2.ROLLOUT_MODE_LOCK_STEP:
                 await self._run_lock_step(rc)
             else:
@@ -411,9 +339,6 @@ class Engine:
         while len(self._ended) > ENDED_RUNS_KEPT:
             self.runs.pop(self._ended.popleft(), None)
 
-    def _addresses(self, rc: RunContext) -> list[str]:
-        return [a.strip() for a in rc.run.spec.env_address.split(",") if a.strip()]
-
     async def store_episode(self, rc: RunContext | None, ep: Episode, urgent: bool = False) -> None:
         """Write an episode durably (store or spool), then count it; ``urgent``: without waiting for a batch."""
         rows = await asyncio.to_thread(ep.rows, version_now())  # blob files and JSON off the event loop
@@ -426,7 +351,7 @@ class Engine:
         metrics.EPISODES_FINISHED.labels(outcome).inc()
         metrics.EPISODE_SECONDS.observe(ep.duration)
         if rc is not None:
-            rc.record(ep)
+            rc.record(ep.tally())
         if self.on_episode is not None:
             self.on_episode(ep)
 
@@ -442,37 +367,47 @@ class Engine:
         elif n == ERRORS_LOGGED_PER_RUN + 1:
             log.warning("run %s: more episodes errored; their errors are stored with them (episodes.error)", run_id)
 
+    async def _play(self, job: EpisodeJob, spec: collector_pb2.RunSpec, addresses: list[str]) -> Episode:
+        """Run one episode (async mode), counted while in flight."""
+        metrics.EPISODES_STARTED.inc()
+        metrics.IN_FLIGHT.inc()
+        try:
+            return await run_episode(job, spec, self.ctx, addresses)
+        finally:
+            metrics.IN_FLIGHT.dec()
+
     async def run_job(
         self,
-        rc: RunContext | None,
+        rc: RunContext,
         job: EpisodeJob,
         spec: collector_pb2.RunSpec,
         addresses: list[str],
         on_ran: Callable[[], bool | None] | None = None,
     ) -> Episode:
-        """Run and store one episode (async mode); ``on_ran`` is called when it stops using the environment.
+        """Run and store one episode of a run owned here; ``on_ran`` is called when it stops using the environment.
 
         When ``on_ran`` returns True (the run's last running episode), its rows are written without batching delay.
         """
-        metrics.EPISODES_STARTED.inc()
-        metrics.IN_FLIGHT.inc()
-        try:
-            ep = await run_episode(job, spec, self.ctx, addresses)
-        finally:
-            metrics.IN_FLIGHT.dec()
+        ep = await self._play(job, spec, addresses)
         urgent = bool(on_ran()) if on_ran is not None else False  # the slot is free while rows wait for their batch
         # A finished episode is stored even if the run is cut off meanwhile: shield the write, and let the run
         # wait for it (rc.storing) so counts and store agree when the run ends.
         store = asyncio.ensure_future(self.store_episode(rc, ep, urgent=urgent))
-        if rc is not None:
-            rc.storing.add(store)
-            store.add_done_callback(rc.storing.discard)
+        rc.storing.add(store)
+        store.add_done_callback(rc.storing.discard)
         await asyncio.shield(store)
         return ep
 
+    async def run_queued(self, job: EpisodeJob, spec: collector_pb2.RunSpec) -> Tally:
+        """The work queue's job (``WorkQueue.start``): run and store one episode of a shared run, durably (store or
+        spool) by the time it returns, and say what counting it needs (the queue counts it in Redis)."""
+        ep = await self._play(job, spec, specs.env_addresses(spec))
+        await self.store_episode(None, ep)
+        return ep.tally()
+
     async def _run_async(self, rc: RunContext) -> None:
         spec = rc.run.spec
-        addresses = self._addresses(rc)
+        addresses = specs.env_addresses(spec)
         sem = asyncio.Semaphore(spec.concurrency)
         done = asyncio.Event()
         in_flight: set[asyncio.Task] = set()
@@ -534,7 +469,7 @@ class Engine:
 
     async def _run_lock_step(self, rc: RunContext) -> None:
         spec = rc.run.spec
-        addresses = self._addresses(rc)
+        addresses = specs.env_addresses(spec)
         n = spec.concurrency
         for i in range(0, len(rc.jobs), n):
             if rc.stop.is_set() or rc.run.counts.finished >= rc.target:
@@ -558,31 +493,12 @@ class Engine:
             with contextlib.suppress(Exception):
                 await self.persist(rc)
 
-    def run_row(self, run: collector_pb2.Run) -> dict:
-        """The runs-table row of a run."""
-        c = run.counts
-        return {
-            "run_id": run.run_id,
-            "name": run.spec.name,
-            "spec_json": json_format.MessageToJson(run.spec, indent=None),
-            "state": STATE_NAMES[run.state],
-            "planned": c.planned,
-            "started": c.started,
-            "finished": c.finished,
-            "passed": c.passed,
-            "errored": c.errored,
-            "steps": c.steps,
-            "created_at": run.created_at.ToDatetime(tzinfo=UTC),
-            "finished_at": run.finished_at.ToDatetime(tzinfo=UTC) if run.HasField("finished_at") else None,
-            "error": run.error,
-            "collector_id": self.config.collector_id,
-            "webenv_version": self.config.webenv_version,
-            "version": version_now(),
-        }
+    def _row(self, run: collector_pb2.Run) -> dict:
+        return run_row(run, self.config.collector_id, self.config.webenv_version)
 
     async def persist(self, rc: RunContext) -> None:
         """Write the run's row (durably: store or spool)."""
-        batch = {"runs": [self.run_row(rc.run)]}
+        batch = {RUNS.name: [self._row(rc.run)]}
         await self.writer.put(batch)
         if self.queue is not None and not rc.ended.is_set():  # an ended run's last row was shared already
             await self.queue.publish_rows(batch)
@@ -593,26 +509,12 @@ class Engine:
         Ended runs need nothing: their final row is stored before they report the end. (ListRuns used to persist
         every run it had ever owned, one batch-interval wait each: ~0.28 s per run, 8 s at 30 runs.)
         """
-        rows = [self.run_row(rc.run) for rc in self.live_runs()]
+        rows = [self._row(rc.run) for rc in self.live_runs()]
         if rows:
-            batch = {"runs": rows}
+            batch = {RUNS.name: rows}
             await self.writer.put(batch, urgent=True)
             if self.queue is not None:
                 await self.queue.publish_rows(batch)
-
-    @staticmethod
-    def run_from_row(row: dict) -> collector_pb2.Run:
-        """A Run message from a runs-table row."""
-        run = collector_pb2.Run(run_id=row["run_id"], state=STATE_VALUES.get(row["state"], 0), error=row["error"])
-        json_format.Parse(row["spec_json"], run.spec, ignore_unknown_fields=True)
-        c = run.counts
-        c.planned, c.started, c.finished = row["planned"], row["started"], row["finished"]
-        c.passed, c.errored, c.steps = row["passed"], row["errored"], row["steps"]
-        run.created_at.CopyFrom(_ts(_utc(row["created_at"])))
-        fin = _utc(row["finished_at"])
-        if fin is not None and fin.timestamp() > 0:
-            run.finished_at.CopyFrom(_ts(fin))
-        return run
 
     async def get_run(self, run_id: str) -> collector_pb2.Run:
         """A run from memory (live) or the store."""
@@ -625,10 +527,10 @@ class Engine:
             shared = await self.queue.get_run(run_id)
             if shared is not None:
                 return shared
-        row = await self.store.call(self.store.store.get_run, run_id)
+        row = await self.store.get_run(run_id)
         if row is None:
             raise errors.NotFound(f"run {run_id!r} not found", reason="RUN_NOT_FOUND", metadata={"run_id": run_id})
-        return self.run_from_row(row)
+        return run_from_row(row)
 
     async def stop_run(self, run_id: str) -> collector_pb2.Run:
         """Stop a live run; finished episodes stay stored. Stopping an ended run returns it unchanged."""
@@ -673,10 +575,4 @@ def _no_tasks(spec: collector_pb2.RunSpec, matched: int, skipped: int) -> str:
     return f"spec.tasks: the {matched} tasks matching {asked} leave nothing to draw with the sampling strategy"
 
 
-def _utc(dt: datetime | None) -> datetime | None:
-    if dt is None:
-        return None
-    return dt if dt.tzinfo else dt.replace(tzinfo=UTC)
-
-
-__all__ = ["Engine", "EngineConfig", "RunContext"]
+__all__ = ["Engine", "EngineConfig"]

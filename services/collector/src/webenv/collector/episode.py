@@ -19,6 +19,15 @@ from webenv import errors
 from webenv.collector import metrics, repetition
 from webenv.collector.blobs import BlobStore
 from webenv.collector.peers import Peers
+from webenv.collector.schema import (
+    DIFFICULTY_NAMES,
+    ENV_KIND_NAMES,
+    EPISODES,
+    LEVEL_NAMES,
+    SPLIT_NAMES,
+    STEPS,
+    source_name,
+)
 from webenv.v1 import (
     collector_pb2,
     common_pb2,
@@ -29,14 +38,6 @@ from webenv.v1 import (
 
 log = logging.getLogger(__name__)
 
-SPLIT_NAMES = {common_pb2.SPLIT_TRAIN: "train", common_pb2.SPLIT_TEST: "test"}
-DIFFICULTY_NAMES = {common_pb2.DIFFICULTY_EASY: "easy", common_pb2.DIFFICULTY_MEDIUM: "medium", common_pb2.DIFFICULTY_HARD: "hard"}
-LEVEL_NAMES = {
-    collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL: "random_crawl",
-    collector_pb2.COLLECTION_LEVEL_EXPLORATION: "exploration",
-    collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED: "task_oriented",
-}
-ENV_KIND_NAMES = {common_pb2.ENV_KIND_BROWSER: "browser", common_pb2.ENV_KIND_WORLD_MODEL: "world_model"}
 HISTORY_WINDOW = 10
 
 
@@ -79,6 +80,17 @@ class EpisodeJob:
         task = common_pb2.Task()
         task.ParseFromString(bytes.fromhex(d["task"]))
         return cls(d["run_id"], d["episode_id"], d["index"], task, d["seed"], d["horizon"])
+
+
+@dataclass(frozen=True)
+class Tally:
+    """A stored episode as its run counts it: once per episode id, as errored, else passed or not."""
+
+    episode_id: str
+    steps: int
+    errored: bool
+    passed: bool
+    summary: collector_pb2.EpisodeSummary
 
 
 @dataclass
@@ -339,8 +351,13 @@ class Episode:
         self._duration = time.monotonic() - self.t0
         self.finished_at = datetime.now(UTC)
 
+    def tally(self) -> Tally:
+        """What counting the stored episode needs (a run's counts here, or the shared counts in Redis)."""
+        return Tally(self.job.episode_id, len(self.steps), bool(self.error), self.passed, self.summary())
+
     def rows(self, version: int) -> dict[str, list[dict]]:
-        """The episode's rows for the store (observations only in the formats the run keeps)."""
+        """The episode's rows for the store, by ``schema.STEPS`` and ``schema.EPISODES`` (observations only in the
+        formats the run keeps)."""
         keep = set(self.spec.keep_formats)
         task = self.job.task
         step_rows = []
@@ -387,7 +404,7 @@ class Episode:
             "episode_id": self.job.episode_id,
             "episode_index": self.job.index,
             "task_id": task.task_id,
-            "source": common_pb2.TaskSource.Name(task.source).removeprefix("TASK_SOURCE_").lower(),
+            "source": source_name(task.source),
             "site": task.site,
             "family": task.family,
             "split": SPLIT_NAMES.get(task.split, ""),
@@ -430,7 +447,7 @@ class Episode:
             "task_pb": task.SerializeToString().hex(),
             "policy_version": self.policy_version,
         }
-        return {"steps": step_rows, "episodes": [episode]}
+        return {STEPS.name: step_rows, EPISODES.name: [episode]}
 
 
 async def run_episode(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context, addresses: list[str]) -> Episode:

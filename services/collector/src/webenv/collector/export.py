@@ -23,6 +23,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from webenv import errors
 from webenv.collector.read import check_filter, episode_where
+from webenv.collector.schema import EPISODES, STEPS
 from webenv.collector.store import Store
 from webenv.v1 import collector_pb2, common_pb2
 
@@ -90,13 +91,13 @@ def read_tables(store: Store, run_id: str, flt: collector_pb2.ExportFilter) -> t
     """(episodes, steps) matching the filter, as Arrow tables ordered by run, episode, step."""
     where, params = episode_where([run_id] if run_id else [], flt)
     episodes = store.query_arrow(
-        f"SELECT * EXCEPT (version) FROM {{db}}.episodes FINAL{where} ORDER BY run_id, episode_id", params
+        f"SELECT * EXCEPT (version) FROM {{db}}.{EPISODES} FINAL{where} ORDER BY run_id, episode_id", params
     )
-    step_where = f" WHERE (run_id, episode_id) IN (SELECT run_id, episode_id FROM {{db}}.episodes FINAL{where})"
+    step_where = f" WHERE (run_id, episode_id) IN (SELECT run_id, episode_id FROM {{db}}.{EPISODES} FINAL{where})"
     if flt.drop_repeated:
         step_where += " AND repeated_state = 0"
     steps = store.query_arrow(
-        f"SELECT * EXCEPT (version) FROM {{db}}.steps FINAL{step_where} ORDER BY run_id, episode_id, step_index",
+        f"SELECT * EXCEPT (version) FROM {{db}}.{STEPS} FINAL{step_where} ORDER BY run_id, episode_id, step_index",
         params,
     )
     return episodes, steps

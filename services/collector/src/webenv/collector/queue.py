@@ -4,7 +4,9 @@ The collector that receives StartRun publishes the run (spec in a hash) and one 
 Every collector sharing the Redis runs a worker pool: XREADGROUP new entries, run the episode, write it
 durably (store or spool), record it in the run's done set, then XACK. A collector that dies leaves its
 entries pending; after ``claim_idle_seconds`` another collector takes them over with XAUTOCLAIM. An entry
-delivered ``max_deliveries`` times goes to the dead-letter stream instead of being run again.
+delivered ``max_deliveries`` times goes to the dead-letter stream instead of being run again. Running and storing
+an episode is the engine's job, handed to the queue when it starts (``JobRunner``, the engine's ``run_queued``):
+the queue imports nothing of the engine and only counts what the job reports.
 
 A collector keeps the entries it is running claimed: every third of ``claim_idle_seconds`` it re-claims them
 (XCLAIM JUSTID, which resets their idle time without counting a delivery), so only an entry whose collector
@@ -34,13 +36,16 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections.abc import Awaitable, Callable
 
 import redis.asyncio as aioredis
 from google.protobuf import json_format
 from webenv.collector import metrics
-from webenv.collector.engine import STATE_NAMES, STATE_VALUES, Engine, RunContext
-from webenv.collector.episode import EpisodeJob, run_episode
+from webenv.collector.episode import EpisodeJob, Tally
+from webenv.collector.run import RunContext
+from webenv.collector.schema import STATE_NAMES, STATE_VALUES
 from webenv.collector.spool import pack, unpack
+from webenv.collector.writer import Writer
 from webenv.v1 import collector_pb2
 
 log = logging.getLogger(__name__)
@@ -48,6 +53,10 @@ log = logging.getLogger(__name__)
 #: How long closing waits for each part to stop (see WorkQueue.close).
 CLOSE_SECONDS = 5.0
 GROUP = "collectors"
+
+#: What the queue runs for each entry (the engine's ``run_queued``): run one episode job of a shared run, store it
+#: durably (store or spool) before returning, and say what counting it needs.
+JobRunner = Callable[[EpisodeJob, collector_pb2.RunSpec], Awaitable[Tally]]
 
 #: Count an episode once and finish its run at the target (see WorkQueue._record).
 #: KEYS: done set, counts hash, summaries list, meta hash.
@@ -99,7 +108,8 @@ class WorkQueue:
         self._tasks: set[asyncio.Task] = set()
         self._loop: asyncio.Task | None = None
         self._specs: dict[str, collector_pb2.RunSpec] = {}
-        self.engine: Engine | None = None
+        self._run_job: JobRunner | None = None
+        self._writer: Writer | None = None
         # Row sharing between embedded stores (see the module docstring).
         self.share_rows = share_rows  # publish this collector's rows (its store is its own)
         self.rows = f"{prefix}:rows"
@@ -114,9 +124,11 @@ class WorkQueue:
         return f"{self.p}:run:{run_id}:{what}"
 
     # -- lifecycle ---------------------------------------------------------------------------------------------------
-    async def start(self, engine: Engine) -> None:
-        """Create the group (idempotent) and start working."""
-        self.engine = engine
+    async def start(self, run_job: JobRunner, writer: Writer) -> None:
+        """Create the group (idempotent) and start working: entries run with ``run_job``; the rows other collectors
+        share are written with ``writer``."""
+        self._run_job = run_job
+        self._writer = writer
         with contextlib.suppress(aioredis.ResponseError):  # BUSYGROUP: it exists
             await self.redis.xgroup_create(self.stream, GROUP, id="0", mkstream=True)
         self._cursor = await self.redis.hget(self.cursors, self.consumer) or "0-0"
@@ -146,7 +158,7 @@ class WorkQueue:
                 log.warning("work queue: closing a Redis client: %s", exc)
 
     # -- publishing (the run's owner) --------------------------------------------------------------------------------
-    async def run_shared(self, engine: Engine, rc: RunContext) -> None:
+    async def run_shared(self, rc: RunContext) -> None:
         """Publish ``rc``'s episodes and follow the shared counts until the run is done or stopped."""
         run = rc.run
         meta = {
@@ -257,7 +269,7 @@ class WorkQueue:
 
     async def _replicate(self) -> None:
         """Copy the rows other collectors publish into this collector's store, durably, in stream order."""
-        assert self.engine is not None
+        assert self._writer is not None
         next_beat = time.time() + 5
         while True:
             try:
@@ -276,7 +288,7 @@ class WorkQueue:
                 if last is None:
                     continue
                 if batch:
-                    await self.engine.writer.put(batch)  # durable (store or spool) before the cursor moves
+                    await self._writer.put(batch)  # durable (store or spool) before the cursor moves
                     for table, rows in batch.items():
                         metrics.ROWS_REPLICATED.labels(table).inc(len(rows))
                 self._cursor = last
@@ -349,7 +361,7 @@ class WorkQueue:
         return int(info[0]["times_delivered"]) if info else 1
 
     async def _handle(self, entry_id: str, fields: dict, claimed: bool) -> None:
-        assert self.engine is not None
+        assert self._run_job is not None
         run_id = fields["run_id"]
         job = EpisodeJob.from_json(fields["job"])
         spec, state, target = await self._spec(run_id)
@@ -364,21 +376,14 @@ class WorkQueue:
             await self._record(run_id, job.episode_id, target, dead=True)
             await self.redis.xack(self.stream, GROUP, entry_id)
             return
-        addresses = [a.strip() for a in spec.env_address.split(",") if a.strip()]
-        metrics.EPISODES_STARTED.inc()
-        metrics.IN_FLIGHT.inc()
         heartbeat = asyncio.create_task(self._keep_claimed(entry_id))
         try:
-            try:
-                ep = await run_episode(job, spec, self.engine.ctx, addresses)
-            finally:
-                metrics.IN_FLIGHT.dec()
-            await self.engine.store_episode(None, ep)  # durable (store or spool) when this returns
+            tally = await self._run_job(job, spec)  # durable (store or spool) when this returns
         finally:
             heartbeat.cancel()
-        outcome = "errored" if ep.error else "passed" if ep.passed else ""
-        summary = json_format.MessageToJson(ep.summary(), indent=None)
-        await self._record(run_id, job.episode_id, target, steps=len(ep.steps), outcome=outcome, summary=summary)
+        outcome = "errored" if tally.errored else "passed" if tally.passed else ""
+        summary = json_format.MessageToJson(tally.summary, indent=None)
+        await self._record(run_id, job.episode_id, target, steps=tally.steps, outcome=outcome, summary=summary)
         await self.redis.xack(self.stream, GROUP, entry_id)
 
     async def _keep_claimed(self, entry_id: str) -> None:

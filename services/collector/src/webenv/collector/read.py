@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 from google.protobuf import field_mask_pb2, json_format
 from webenv import errors
-from webenv.collector.episode import ENV_KIND_NAMES, LEVEL_NAMES, SPLIT_NAMES
+from webenv.collector.schema import ENV_KIND_NAMES, EPISODES, LEVEL_NAMES, SPLIT_NAMES, STEPS
 from webenv.collector.store import Store
 from webenv.v1 import collector_pb2, common_pb2
 
@@ -172,31 +172,30 @@ def stored_episode(row: dict, steps: list[dict] | None) -> collector_pb2.StoredE
 class EpisodeReader:
     """One ReadEpisodes request: :meth:`rows` selects the episodes, :meth:`batch` builds a batch of messages.
 
-    Both run on the store thread (``AsyncStore.call``); the servicer sends each batch before building the next.
+    Both run on the store thread (``AsyncStore.read``); the servicer sends each batch before building the next.
     """
 
-    def __init__(self, store: Store, request: collector_pb2.ReadEpisodesRequest) -> None:
-        self.store = store
+    def __init__(self, request: collector_pb2.ReadEpisodesRequest) -> None:
         self.request = request
         self.mask = request.read_mask if request.HasField("read_mask") and request.read_mask.paths else None
         self.with_steps = _wants(self.mask, "trajectory.steps") or _wants(self.mask, "trajectory.final_observation")
 
-    def rows(self) -> list[list[dict]]:
+    def rows(self, store: Store) -> list[list[dict]]:
         """The selected episode rows, ordered by run and episode id, in batches of STEP_BATCH."""
         where, params = episode_where(list(self.request.run_ids), self.request.filter, list(self.request.episode_ids))
         cols = _EPISODE_LIGHT + (", " + _EPISODE_FINAL if self.with_steps else "")
         limit = f" LIMIT {int(self.request.limit)}" if self.request.limit else ""
-        rows = self.store.query(
-            f"SELECT {cols} FROM {{db}}.episodes FINAL{where} ORDER BY run_id, episode_id{limit}", params)
+        rows = store.query(
+            f"SELECT {cols} FROM {{db}}.{EPISODES} FINAL{where} ORDER BY run_id, episode_id{limit}", params)
         return [rows[i:i + STEP_BATCH] for i in range(0, len(rows), STEP_BATCH)]
 
-    def batch(self, rows: list[dict]) -> list[collector_pb2.StoredEpisode]:
+    def batch(self, store: Store, rows: list[dict]) -> list[collector_pb2.StoredEpisode]:
         """StoredEpisodes for one batch of episode rows (their steps read in one query), trimmed to the mask."""
         steps: dict[tuple[str, str], list[dict]] = {}
         if self.with_steps:
             keep = " AND repeated_state = 0" if self.request.filter.drop_repeated else ""
-            for s in self.store.query(
-                "SELECT * EXCEPT (version) FROM {db}.steps FINAL WHERE (run_id, episode_id) IN "
+            for s in store.query(
+                f"SELECT * EXCEPT (version) FROM {{db}}.{STEPS} FINAL WHERE (run_id, episode_id) IN "
                 "(SELECT tupleElement(k, 1), tupleElement(k, 2) FROM "
                 "(SELECT arrayJoin({keys:Array(Tuple(String, String))}) AS k))" + keep
                 + " ORDER BY run_id, episode_id, step_index",
@@ -213,8 +212,3 @@ class EpisodeReader:
             out.append(ep)
         return out
 
-
-def read_run(store: Store, run_id: str, flt: collector_pb2.ExportFilter) -> list[collector_pb2.StoredEpisode]:
-    """One run's matching episodes with their steps (synchronous: call it on the store thread)."""
-    reader = EpisodeReader(store, collector_pb2.ReadEpisodesRequest(run_ids=[run_id], filter=flt))
-    return [ep for rows in reader.rows() for ep in reader.batch(rows)]

@@ -20,9 +20,11 @@ import grpc
 from webenv import errors
 from webenv.collector import metrics
 from webenv.collector import spec as specs
-from webenv.collector.engine import STATE_NAMES, TERMINAL, Engine
+from webenv.collector.engine import TERMINAL, Engine
 from webenv.collector.export import check_request, export
 from webenv.collector.read import EpisodeReader, validate
+from webenv.collector.run import run_from_row
+from webenv.collector.schema import STATE_NAMES
 from webenv.v1 import collector_pb2, collector_pb2_grpc, policy_pb2
 
 MAX_PAGE = 500
@@ -116,18 +118,16 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         if self.engine.queue is not None:
             await self.engine.queue.catch_up()  # runs other collectors share (embedded stores)
             await self.engine.writer.drain()
-        rows = await store.call(
-            store.store.list_runs, STATE_NAMES[request.state] if request.state else None, size + 1, offset
-        )
+        rows = await store.list_runs(STATE_NAMES[request.state] if request.state else None, size + 1, offset)
         runs = []
         for row in rows[:size]:
             live = self.engine.runs.get(row["run_id"])
             if live is None and self.engine.queue is not None and row["state"] in ("pending", "running"):
                 # A shared run's counts and end live in Redis (its owner may be gone).
                 shared = await self.engine.queue.get_run(row["run_id"])
-                runs.append(shared if shared is not None else Engine.run_from_row(row))
+                runs.append(shared if shared is not None else run_from_row(row))
                 continue
-            runs.append(live.run if live is not None else Engine.run_from_row(row))
+            runs.append(live.run if live is not None else run_from_row(row))
         token = base64.urlsafe_b64encode(f"o:{offset + size}".encode()).decode() if len(rows) > size else ""
         return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
 
@@ -155,9 +155,8 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         await self.engine.writer.drain()
         store = self.engine.store
         t0 = time.monotonic()
-        res = await store.call(
-            export, store.store, request.run_id, request.format, destination, request.filter,
-            request.transition_format,
+        res = await store.read(
+            export, request.run_id, request.format, destination, request.filter, request.transition_format
         )
         metrics.EXPORT_SECONDS.observe(time.monotonic() - t0)
         resp = collector_pb2.ExportRunResponse(
@@ -178,8 +177,8 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
             await self.engine.queue.catch_up()  # episodes other collectors ran (embedded stores)
         await self.engine.writer.drain()
         store = self.engine.store
-        reader = EpisodeReader(store.store, request)
-        for rows in await store.call(reader.rows):
-            for episode in await store.call(reader.batch, rows):
+        reader = EpisodeReader(request)
+        for rows in await store.read(reader.rows):
+            for episode in await store.read(reader.batch, rows):
                 metrics.EPISODES_READ.inc()
                 yield collector_pb2.ReadEpisodesResponse(episode=episode)

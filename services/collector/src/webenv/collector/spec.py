@@ -183,6 +183,11 @@ def horizon_for(spec: collector_pb2.RunSpec, task: common_pb2.Task) -> int:
     return min(cap, task.max_steps) if task.max_steps > 0 else cap
 
 
+def env_addresses(spec: collector_pb2.RunSpec) -> list[str]:
+    """The environment addresses episodes run on (``env_address`` is a comma-separated list; retries go to the next)."""
+    return [a.strip() for a in spec.env_address.split(",") if a.strip()]
+
+
 def url_task(url: str, index: int) -> common_pb2.Task:
     """A goal-less task for crawl and exploration runs starting at ``url``."""
     host = urlparse(url).hostname or ""

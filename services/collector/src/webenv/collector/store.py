@@ -1,11 +1,14 @@
 """The trajectory store: runs, episodes and steps in ClickHouse through clickhouse-connect.
 
 One client API for both deployments: ``chdb:///path`` opens embedded chDB (zero set-up, one process per data
-folder), ``http(s)://host:8123`` a ClickHouse server. Schema comes from versioned migrations. Every table is a
-ReplacingMergeTree keyed by natural ids, so writes are idempotent; exact reads use FINAL.
+folder), ``http(s)://host:8123`` a ClickHouse server. The tables come from versioned migrations and are described
+in ``schema.py`` (which inserts follow). Every table is a ReplacingMergeTree keyed by natural ids, so writes are
+idempotent; exact reads use FINAL.
 
-The ``Store`` is synchronous and used from one worker thread (``AsyncStore`` wraps it), because the chDB engine
-is one embedded server per process and serialising its calls is both safe and fast enough.
+The ``Store`` is synchronous and used from one worker thread, because the chDB engine is one embedded server per
+process and serialising its calls is both safe and fast enough. The service uses it only through ``AsyncStore``,
+whose typed methods run there; readers that build their results next to the query (exports, ReadEpisodes
+batches) are handed the ``Store`` on that thread by ``AsyncStore.read``.
 """
 
 from __future__ import annotations
@@ -13,51 +16,27 @@ from __future__ import annotations
 import asyncio
 import re
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from importlib import resources
-from typing import Any
+from typing import Concatenate, ParamSpec, TypeVar
 
 import clickhouse_connect
 from webenv import errors
+from webenv.collector.schema import EPISODES, INSERT_ORDER, RUNS, STEPS, TABLES
 
-EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+P = ParamSpec("P")
+T = TypeVar("T")
+
 _DB_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,63}$")
-
-RUN_COLUMNS = [
-    "run_id", "name", "spec_json", "state", "planned", "started", "finished", "passed", "errored", "steps",
-    "created_at", "finished_at", "error", "collector_id", "webenv_version", "version",
-]  # fmt: skip
-EPISODE_COLUMNS = [
-    "run_id", "episode_id", "episode_index", "task_id", "source", "site", "family", "split", "difficulty", "level",
-    "policy", "env_kind", "env_address", "instruction", "passed", "score", "answer_supported", "verdict_json",
-    "final_answer", "final_url", "final_axtree", "final_html", "final_markdown", "env_reward", "site_state_json",
-    "steps", "repeated_steps", "horizon", "truncated", "error", "attempts", "started_at", "finished_at",
-    "duration_seconds", "seed", "task_seed", "webenv_version", "collector_id", "browser_node", "policy_model",
-    "judge_version", "rubric_id", "rubric_version", "version", "task_pb", "policy_version",
-]  # fmt: skip
-STEP_COLUMNS = [
-    "run_id", "episode_id", "step_index", "url", "title", "axtree", "html", "markdown", "screenshot_key",
-    "action_text", "action_json", "raw_output", "parse_failed", "reward", "done", "last_action_error",
-    "repeated_state", "url_after", "policy_seconds", "env_seconds", "env_queue_seconds", "action_seconds",
-    "observe_seconds", "version", "target_element_id", "elements_json",
-]  # fmt: skip
-TABLES = {"runs": RUN_COLUMNS, "episodes": EPISODE_COLUMNS, "steps": STEP_COLUMNS}
-# Insert order: steps before their episode row, so an episode row implies its steps are stored.
-INSERT_ORDER = ("steps", "episodes", "runs")
-_DEFAULTS = {"String": "", "Int": 0, "Float": 0.0, "UInt": 0}
+_ZEROS = {name: table.zeros() for name, table in TABLES.items()}
 
 
 class StoreError(errors.Unavailable):
     """The store could not be reached or refused a statement (an RPC that meets it ends UNAVAILABLE)."""
 
     default_reason = "STORE_UNAVAILABLE"
-
-
-def _default_for(col: str) -> Any:
-    if col.endswith("_at"):
-        return EPOCH
-    return None
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -175,9 +154,8 @@ class Store:
                 rows = batch.get(table)
                 if not rows:
                     continue
-                cols = TABLES[table]
-                data = [[row.get(col, _default_for(col)) for col in cols] for row in rows]
-                data = [[_fill(v, col) for v, col in zip(r, cols, strict=True)] for r in data]
+                cols, zeros = TABLES[table].names, _ZEROS[table]
+                data = [[zeros[col] if (v := row.get(col)) is None else v for col in cols] for row in rows]
                 c.insert(table, data, column_names=cols, database=self.database)
 
         self._run(go)
@@ -198,14 +176,14 @@ class Store:
 
     def get_run(self, run_id: str) -> dict | None:
         """The latest row of a run, or None."""
-        rows = self.query("SELECT * FROM {db}.runs FINAL WHERE run_id = {r:String}", {"r": run_id})
+        rows = self.query(f"SELECT * FROM {{db}}.{RUNS} FINAL WHERE run_id = {{r:String}}", {"r": run_id})
         return rows[0] if rows else None
 
     def list_runs(self, state: str | None, limit: int, offset: int) -> list[dict]:
         """Runs newest first."""
         where = "WHERE state = {s:String}" if state else ""
         return self.query(
-            f"SELECT * FROM {{db}}.runs FINAL {where} ORDER BY created_at DESC, run_id DESC "
+            f"SELECT * FROM {{db}}.{RUNS} FINAL {where} ORDER BY created_at DESC, run_id DESC "
             f"LIMIT {int(limit)} OFFSET {int(offset)}",
             {"s": state} if state else None,
         )
@@ -214,45 +192,64 @@ class Store:
         """Exact episode and step counts of a run (FINAL: retried writes count once)."""
         e = self.query(
             "SELECT count() AS episodes, countIf(passed = 1) AS passed, countIf(error != '') AS errored "
-            "FROM {db}.episodes FINAL WHERE run_id = {r:String}",
+            f"FROM {{db}}.{EPISODES} FINAL WHERE run_id = {{r:String}}",
             {"r": run_id},
         )[0]
-        s = self.query("SELECT count() AS steps FROM {db}.steps FINAL WHERE run_id = {r:String}", {"r": run_id})[0]
+        s = self.query(f"SELECT count() AS steps FROM {{db}}.{STEPS} FINAL WHERE run_id = {{r:String}}", {"r": run_id})[0]
         return {**e, **s}
 
 
-def _fill(v: Any, col: str) -> Any:
-    if v is not None:
-        return v
-    if col.endswith("_at"):
-        return EPOCH
-    return _ZERO.get(col, "")
-
-
-_ZERO: dict[str, Any] = {
-    c: 0
-    for c in (
-        "planned started finished passed errored steps version episode_index score answer_supported env_reward "
-        "repeated_steps horizon truncated attempts duration_seconds seed task_seed rubric_version step_index "
-        "parse_failed reward done repeated_state policy_seconds env_seconds env_queue_seconds action_seconds "
-        "observe_seconds"
-    ).split()
-}
-
-
 class AsyncStore:
-    """The store used from asyncio: every call runs on one dedicated worker thread."""
+    """The store used from asyncio: every call runs on one dedicated worker thread (the inner ``Store`` stays here)."""
 
     def __init__(self, store: Store) -> None:
-        self.store = store
+        self._store = store
         self._pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="store")
 
-    async def call(self, fn, *args, **kwargs):
-        """Run ``fn(*args, **kwargs)`` on the store thread."""
+    @property
+    def url(self) -> str:
+        """Where the store is (``chdb:///path`` or ``http(s)://host:port``)."""
+        return self._store.url
+
+    async def call(self, fn: Callable[P, T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """Run other blocking work on the store thread (the spool's disk work, serialised with the store's)."""
         loop = asyncio.get_running_loop()
         return await loop.run_in_executor(self._pool, lambda: fn(*args, **kwargs))
 
+    async def read(self, fn: Callable[Concatenate[Store, P], T], *args: P.args, **kwargs: P.kwargs) -> T:
+        """``fn(store, *args)`` on the store thread: a reader that builds its result next to its queries (an export,
+        a batch of ReadEpisodes messages) without moving rows to the event loop first."""
+        return await self.call(fn, self._store, *args, **kwargs)
+
+    async def migrate(self) -> list[int]:
+        """Connect and apply pending migrations; the versions now applied."""
+        return await self.call(self._store.migrate)
+
+    async def insert(self, batch: dict[str, list[dict]]) -> None:
+        """Insert rows of several tables (idempotent by the tables' keys); StoreError when the store is down."""
+        await self.call(self._store.insert, batch)
+
+    async def query(self, sql: str, parameters: dict | None = None) -> list[dict]:
+        """Rows of a query as dicts; ``{db}`` in ``sql`` is the store's database."""
+        return await self.call(self._store.query, sql, parameters)
+
+    async def get_run(self, run_id: str) -> dict | None:
+        """The latest row of a run, or None."""
+        return await self.call(self._store.get_run, run_id)
+
+    async def list_runs(self, state: str | None, limit: int, offset: int) -> list[dict]:
+        """Run rows newest first (``state``: a stored state name, or None for every run)."""
+        return await self.call(self._store.list_runs, state, limit, offset)
+
+    async def counts(self, run_id: str) -> dict:
+        """Exact episode and step counts of a run."""
+        return await self.call(self._store.counts, run_id)
+
+    async def retarget(self, url: str) -> None:
+        """Point the store at another URL (operations, and the store-outage tests); reconnects on next use."""
+        await self.call(self._store.retarget, url)
+
     async def close(self) -> None:
         """Close the client and the worker thread."""
-        await self.call(self.store.close)
+        await self.call(self._store.close)
         self._pool.shutdown(wait=True)

@@ -21,7 +21,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
-from webenv.collector.stack import Stack
+from webenv.runtime.stack import Stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
 LEVELS = ("random_crawl", "exploration", "task_oriented")

@@ -116,7 +116,7 @@ class Writer:
                     # During an outage batches go straight to the spool: only the flusher probes the store, so
                     # a store that hangs on connect does not stall every batch.
                     raise StoreError("store marked down")
-                await self.store.call(self.store.store.insert, merged)
+                await self.store.insert(merged)
             except StoreError as exc:
                 if self.store_up:
                     log.warning("store unavailable, spooling to %s: %s", self.spool.folder, exc)
@@ -144,7 +144,7 @@ class Writer:
         while True:
             if self.store_up:  # the flusher reached the store again
                 try:
-                    await self.store.call(self.store.store.insert, batch)
+                    await self.store.insert(batch)
                     return False
                 except StoreError:
                     self.store_up = False
@@ -162,7 +162,7 @@ class Writer:
             for seg in await self.store.call(self.spool.segments):
                 batch = await self.store.call(self.spool.read, seg)
                 try:
-                    await self.store.call(self.store.store.insert, batch)
+                    await self.store.insert(batch)
                 except StoreError:
                     self.store_up = False
                     break
