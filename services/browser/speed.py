@@ -4,8 +4,9 @@ Three ways to do one click step on the same page, in the same script, interleave
 hits all alike:
 - raw naive: a Playwright loop, `page.click()` + CDP `Accessibility.getFullAXTree` (what a harness does first);
 - raw farm-work: a Playwright loop doing exactly the farm's work without a service: the farm's element
-  resolution (RESOLVE_JS) + trusted mouse events at the point, then the farm's observation pass (OBSERVE_JS
-  with the farm's settle options: quiet window, frame wait). The strongest baseline: what the farm does,
+  resolution (RESOLVE_JS) + trusted mouse events at the point, the read of whether the click started a
+  navigation (NAV_PENDING_JS), then the farm's observation pass (OBSERVE_JS with the farm's settle options:
+  quiet window, frame wait). The strongest baseline: what the farm does,
   minus gRPC, sessions, queues and bookkeeping;
 - farm: `python -m webenv.browser` over gRPC (bench.py's FarmProc), Step(click) with an AXTREE observation.
 And MiniWoB++ click-test (one session): a step (click the button; the page rewards it) and a reset (a new
@@ -21,7 +22,7 @@ from typing import Any
 
 from webenv.browser.actions import RESOLVE_JS
 from webenv.browser.observe import OBSERVE_JS, ObserveSettings
-from webenv.browser.pool import CLICK_WATCH_JS, NAV_WATCH_JS, POPUP_WATCH_JS
+from webenv.browser.pool import CLICK_WATCH_JS, NAV_PENDING_JS, NAV_WATCH_JS, POPUP_WATCH_JS
 from webenv.browser.tasks import MINIWOB_RESET_JS
 from webenv.v1 import common_pb2, environment_pb2
 
@@ -35,9 +36,11 @@ def observe_opts(miniwob: bool = False) -> dict[str, Any]:
 
 
 async def farm_work_step(page: Any, selector: str, miniwob: bool = False) -> dict[str, Any]:
-    """One click step the farm's way, in-process: resolve, mouse click at the point, observe with settle."""
+    """One click step the farm's way, in-process: resolve, mouse click at the point, read whether the click
+    started a navigation (settle.Settler.nav_started), observe with settle."""
     res = await page.evaluate(RESOLVE_JS, [{"sel": selector}, "point"])
     await page.mouse.click(res["x"], res["y"])
+    await page.evaluate(NAV_PENDING_JS)
     return json.loads(await page.evaluate(OBSERVE_JS, observe_opts(miniwob)))
 
 
