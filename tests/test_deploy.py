@@ -177,11 +177,11 @@ def metric_labels() -> dict[str, frozenset[str]]:
         module = ".".join(path.relative_to(ROOT / "services" / service / "src").with_suffix("").parts)
         importlib.import_module(module)
     out: dict[str, frozenset[str]] = {}
-    for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001 - the only way to list label names
+    for collector in list(REGISTRY._collector_to_names):  # the only way to list label names
         name, kind = getattr(collector, "_name", None), getattr(collector, "_type", None)
         if not name or not name.startswith(("webenv_", "grpc_")):
             continue
-        labels = frozenset(collector._labelnames)  # noqa: SLF001
+        labels = frozenset(collector._labelnames)
         if kind == "counter":
             out[f"{name}_total"] = labels
         elif kind in ("histogram", "summary"):
@@ -202,7 +202,7 @@ def documented_label_values() -> dict[str, frozenset[str]]:
 
     metric_labels()  # imports every module that defines metrics
     out: dict[str, frozenset[str]] = {}
-    for collector in list(REGISTRY._collector_to_names):  # noqa: SLF001
+    for collector in list(REGISTRY._collector_to_names):
         name, doc = getattr(collector, "_name", None), getattr(collector, "_documentation", "")
         if name and name.startswith("webenv_"):
             out[name] = frozenset(v.strip() for group in _DOCUMENTED_VALUES.findall(doc) for v in group.split(","))

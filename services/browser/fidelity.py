@@ -183,7 +183,7 @@ async def cdp_nodes(cdp: Any) -> list[dict[str, Any]]:
     for fid in frames:
         try:
             nodes += (await cdp.send("Accessibility.getFullAXTree", {"frameId": fid}))["nodes"]
-        except Exception:  # noqa: BLE001 - a cross-origin frame answers from its own target; not in MiniWoB
+        except Exception:  # a cross-origin frame answers from its own target; not in MiniWoB
             pass
     return nodes
 
@@ -218,7 +218,7 @@ async def reachable(cdp: Any, nodes: list[dict[str, Any]], ids: set[str]) -> tup
                 listeners = (await cdp.send("DOMDebugger.getEventListeners", {"objectId": obj}))["listeners"]
                 if not any(x["type"] in ("click", "mousedown", "mouseup") for x in listeners):
                     continue
-        except Exception:  # noqa: BLE001 - a node without a DOM element of its own
+        except Exception:  # a node without a DOM element of its own
             continue
         total += 1
         if eid and eid in ids:
@@ -277,7 +277,7 @@ async def run(tasks: list[str] | None, seed: int) -> dict[str, Any]:
                         raise RuntimeError(res["error"])
                 cdp = await ctx.new_cdp_session(page)
                 per[name] = await measure(page, cdp)
-            except Exception as exc:  # noqa: BLE001 - reported and counted as a failure
+            except Exception as exc:  # reported and counted as a failure
                 failed.append(f"{name}: {exc}")
             finally:
                 await page.close()

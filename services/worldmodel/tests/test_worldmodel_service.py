@@ -16,7 +16,7 @@ from webenv.worldmodel.dataset import read_transitions
 from webenv.worldmodel.formats import Format, convert
 
 
-async def _expect(code: grpc.StatusCode, call, reason: str | None = None) -> errors.WebenvError:  # noqa: ANN001
+async def _expect(code: grpc.StatusCode, call, reason: str | None = None) -> errors.WebenvError:
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await call
     assert info.value.code() == code, info.value.details()
@@ -33,7 +33,7 @@ async def test_health_serving(wm_channel: grpc.aio.Channel) -> None:
         assert resp.status == health_pb2.HealthCheckResponse.SERVING
 
 
-def _held_out(transitions_file: Path, action: str):  # noqa: ANN202
+def _held_out(transitions_file: Path, action: str):
     return next(r for r in read_transitions([transitions_file]) if r.split == "test" and r.action_text == action)
 
 
@@ -172,7 +172,7 @@ async def test_step_stream(wm_channel: grpc.aio.Channel) -> None:
     task = common_pb2.Task(start_url="http://s.web.test/", metadata={"start_state": '[1] heading "S" level=1\n[2] button "B"'})
     ids = [(await env.OpenSession(environment_pb2.OpenSessionRequest(task=task))).session.session_id for _ in range(3)]
 
-    async def requests():  # noqa: ANN202
+    async def requests():
         for i, sid in enumerate(ids):
             yield environment_pb2.StepStreamRequest(tag=f"t{i}", step=environment_pb2.StepRequest(
                 session_id=sid, action=parse_action("click(1)"), step_index=0))

@@ -118,7 +118,7 @@ class Collector:
         if self.queue is not None:
             try:
                 await asyncio.wait_for(self.queue.redis.ping(), timeout=max(self.settings.health_interval_seconds, 1.0))
-            except Exception as exc:  # noqa: BLE001 - any failure to answer means Redis is down
+            except Exception as exc:  # any failure to answer means Redis is down
                 return f"Redis at {self.settings.redis_url} does not answer: {type(exc).__name__}: {exc}"
         return ""
 
@@ -127,7 +127,7 @@ class Collector:
         while True:
             try:
                 why = await self.problem()
-            except Exception as exc:  # noqa: BLE001 - the monitor must outlive odd errors
+            except Exception as exc:  # the monitor must outlive odd errors
                 why = f"health check failed: {exc}"
             if why != self.engine.unavailable:
                 if why:

@@ -198,7 +198,7 @@ def up(
     stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count, worldmodel=str(worldmodel or ""))
     stopping = False
 
-    def on_signal(signum, frame):  # noqa: ARG001
+    def on_signal(signum, frame):
         nonlocal stopping
         stopping = True
 

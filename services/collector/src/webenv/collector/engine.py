@@ -308,7 +308,7 @@ class Engine:
             # A shared run outlives its owner's shutdown: other collectors go on with it through Redis.
             if self.queue is None or rc.stop.is_set() or not admitted:
                 rc.run.state = collector_pb2.RUN_STATE_STOPPED
-        except Exception as exc:  # noqa: BLE001 - a run failing as a whole is reported, not raised
+        except Exception as exc:  # a run failing as a whole is reported, not raised
             log.exception("run %s failed", rc.run.run_id)
             rc.run.state = collector_pb2.RUN_STATE_FAILED
             rc.run.error = str(exc)

@@ -296,7 +296,7 @@ class WorkQueue:
                 self._advanced.set()
             except asyncio.CancelledError:
                 raise
-            except Exception:  # noqa: BLE001 - Redis or store hiccups must not end the copying
+            except Exception:  # Redis or store hiccups must not end the copying
                 log.exception("shared rows: copy loop error")
                 await asyncio.sleep(1.0)
 
@@ -340,7 +340,7 @@ class WorkQueue:
                             metrics.QUEUE_DEPTH.set(g["lag"])
             except asyncio.CancelledError:
                 raise
-            except Exception as exc:  # noqa: BLE001 - Redis hiccups must not kill the worker loop
+            except Exception as exc:  # Redis hiccups must not kill the worker loop
                 if isinstance(exc, aioredis.ResponseError) and "NOGROUP" in str(exc):
                     # Redis came back empty (restarted without persistence): the group must exist again.
                     log.warning("consumer group %s is gone from Redis; creating it again", GROUP)
@@ -393,7 +393,7 @@ class WorkQueue:
             await asyncio.sleep(every)
             try:
                 await self.redis.xclaim(self.stream, GROUP, self.consumer, 0, [entry_id], justid=True)
-            except Exception as exc:  # noqa: BLE001 - Redis down: the entry may be claimed by others, as before
+            except Exception as exc:  # Redis down: the entry may be claimed by others, as before
                 log.debug("re-claiming %s failed: %s", entry_id, exc)
 
     async def _record(

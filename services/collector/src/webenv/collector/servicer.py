@@ -40,7 +40,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         self.export_root = Path(export_root).resolve() if export_root else None
         self._exports: OrderedDict[str, collector_pb2.ExportRunResponse] = OrderedDict()
 
-    async def StartRun(self, request, context):  # noqa: N802
+    async def StartRun(self, request, context):
         await self._check_checkpoint_policy(request.spec.policy)
         run = await self.engine.start_run(request.request_id, request.spec)
         return collector_pb2.StartRunResponse(run=run)
@@ -61,7 +61,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
                 "load a checkpoint with PolicyService.LoadCheckpoint first",
                 reason="UNKNOWN_POLICY", metadata={"field": "spec.policy"})
 
-    async def WatchRun(self, request, context) -> AsyncIterator[collector_pb2.WatchRunResponse]:  # noqa: N802
+    async def WatchRun(self, request, context) -> AsyncIterator[collector_pb2.WatchRunResponse]:
         run = await self.engine.get_run(request.run_id)
         rc = self.engine.runs.get(request.run_id)
         if rc is None:
@@ -92,13 +92,13 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(rc.ended.wait(), timeout=self.watch_interval)
 
-    async def StopRun(self, request, context):  # noqa: N802
+    async def StopRun(self, request, context):
         return collector_pb2.StopRunResponse(run=await self.engine.stop_run(request.run_id))
 
-    async def GetRun(self, request, context):  # noqa: N802
+    async def GetRun(self, request, context):
         return collector_pb2.GetRunResponse(run=await self.engine.get_run(request.run_id))
 
-    async def ListRuns(self, request, context):  # noqa: N802
+    async def ListRuns(self, request, context):
         if request.page_size < 0:
             raise errors.InvalidArgument("page_size: must be >= 0", reason="BAD_PAGE", metadata={"field": "page_size"})
         size = min(request.page_size or 50, MAX_PAGE)
@@ -143,7 +143,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
             )
         return str(path)
 
-    async def ExportRun(self, request, context):  # noqa: N802
+    async def ExportRun(self, request, context):
         if request.request_id and request.request_id in self._exports:
             return self._exports[request.request_id]
         check_request(request.format, request.destination, request.filter, request.transition_format)
@@ -168,7 +168,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
                 self._exports.popitem(last=False)
         return resp
 
-    async def ReadEpisodes(self, request, context) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:  # noqa: N802
+    async def ReadEpisodes(self, request, context) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:
         """Stored episodes of the named runs, a batch at a time (unknown runs are NOT_FOUND)."""
         validate(request)
         for run_id in dict.fromkeys(request.run_ids):

@@ -76,7 +76,7 @@ class Store:
                     self._client = clickhouse_connect.get_client(
                         dsn=self.url, connect_timeout=3, send_receive_timeout=30
                     )
-            except Exception as exc:  # noqa: BLE001 - any connection failure means "store down"
+            except Exception as exc:  # any connection failure means "store down"
                 raise StoreError(f"cannot connect to store {self.url}: {exc}") from exc
             if not self._migrated:
                 self._migrate()
@@ -93,7 +93,7 @@ class Store:
         if self._client is not None:
             try:
                 self._client.close()
-            except Exception:  # noqa: BLE001
+            except Exception:
                 pass
             self._client = None
 
@@ -110,7 +110,7 @@ class Store:
             except StoreError:
                 self._close_client()
                 raise
-            except Exception as exc:  # noqa: BLE001
+            except Exception as exc:
                 self._close_client()
                 raise StoreError(f"store {self.url}: {exc}") from exc
 

@@ -178,7 +178,7 @@ class Writer:
             await asyncio.sleep(self.spool_retry_seconds)
             try:
                 await self.flush_spool()
-            except Exception:  # noqa: BLE001 - the flusher must outlive odd errors
+            except Exception:  # the flusher must outlive odd errors
                 log.exception("spool flush failed")
 
 

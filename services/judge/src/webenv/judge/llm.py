@@ -397,7 +397,7 @@ class LlmJudge:
             except TimeoutError:
                 metrics.LLM_CALLS.labels(name, "timeout").inc()
                 return Check(UNDECIDABLE, f"LLM judge timed out after {timeout:g}s", **evidence), False
-            except Exception as exc:  # noqa: BLE001 - any backend failure is an undecidable fact, not a crash
+            except Exception as exc:  # any backend failure is an undecidable fact, not a crash
                 log.warning("LLM backend failed", extra={"backend": name, "error": repr(exc)})
                 metrics.LLM_CALLS.labels(name, "error").inc()
                 return Check(UNDECIDABLE, f"LLM backend error: {exc}"[:300], **evidence), False

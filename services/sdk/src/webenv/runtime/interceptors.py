@@ -52,7 +52,7 @@ def _tolerant(deserializer: Callable[[bytes], Any] | None) -> Callable[[bytes], 
     def deserialize(data: bytes) -> Any:
         try:
             return deserializer(data)
-        except Exception as exc:  # noqa: BLE001 - DecodeError, or anything a custom deserializer raises
+        except Exception as exc:  # DecodeError, or anything a custom deserializer raises
             return Undecodable(exc)
 
     return deserialize
@@ -186,7 +186,7 @@ def _wrap(
         except grpc.aio.AbortError:
             code = code_of(context)
             raise
-        except Exception as exc:  # noqa: BLE001 - every failure must end as a status
+        except Exception as exc:  # every failure must end as a status
             err = as_domain_error(exc, context)
             code = err.code
             await context.abort_with_status(err.to_status())  # raises AbortError
