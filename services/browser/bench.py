@@ -451,8 +451,8 @@ async def proxy_alone(sites_addr: str, n_conn: int = 100, n_req: int = 500) -> d
         try:
             row: dict[str, Any] = await asyncio.wait_for(
                 _proxy_rows(port, socks, n_req, n_conn, proxy_cpu, tid), 120)
-        except TimeoutError:  # seen: the busy-loop child's proxy thread starved (2026-11-30), the bench goes on
-            row = {"error": "no answer within 120 s"}
+        except (TimeoutError, OSError) as exc:  # seen 2026-11-30: the busy-loop child's proxy thread starved
+            row = {"error": f"{type(exc).__name__}: {exc}"[:120] if str(exc) else "no answer within 120 s"}
         finally:
             if child:
                 child.kill()
