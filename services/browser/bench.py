@@ -42,16 +42,16 @@ import psutil
 import speed  # services/browser/speed.py
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from playwright.async_api import async_playwright
+from speed import pct
 from webenv.browser.egress import EgressPolicy, EgressProxy
 from webenv.browser.guard import UrlGuard
 from webenv.browser.observe import OBSERVE_JS
 from webenv.browser.pool import chromium_args
 from webenv.client import make_channel
-from webenv.sites.miniwob import html_dir
 from webenv.testing import free_port
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc, task_pb2, task_pb2_grpc
 
-MINIWOB_HTML = (html_dir() or Path("/nonexistent")).resolve()
+MINIWOB_HTML = (fidelity.miniwob_html() or Path("/nonexistent")).resolve()
 CHROMIUM = os.environ.get("WEBENV_FARM_CHROMIUM_PATH", "/usr/lib/chromium/chromium")
 N_PRODUCTS = 100  # 100 x (link, price, button) + headings: ~300 elements
 
@@ -90,13 +90,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def log_message(self, *args: object) -> None:
         return
-
-
-def pct(xs: list[float], p: float) -> float:
-    if not xs:
-        return float("nan")
-    xs = sorted(xs)
-    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 def pss_mb(pids: list[int]) -> float:

@@ -78,10 +78,11 @@ async def raw_farm_work_run(browser: Any, url: str, k: int, seconds: float, n_ta
 
 
 def pct(xs: list[float], p: float) -> float:
+    """The p-th percentile (nearest rank) of xs; NaN when empty (bench.py uses this one too)."""
     if not xs:
         return float("nan")
-    s = sorted(xs)
-    return s[min(len(s) - 1, int(len(s) * p / 100))]
+    xs = sorted(xs)
+    return xs[min(len(xs) - 1, int(round(p / 100 * (len(xs) - 1))))]
 
 
 MINIWOB_TASK = common_pb2.Task(task_id="miniwob/click-test", source=common_pb2.TASK_SOURCE_MINIWOB,
