@@ -6,7 +6,8 @@ hits all alike:
 - raw farm-work: a Playwright loop doing exactly the farm's work without a service: the farm's element
   resolution (RESOLVE_JS) + trusted mouse events at the point, the read of whether the click started a
   navigation (NAV_PENDING_JS), then the farm's observation pass (OBSERVE_JS with the farm's settle options:
-  quiet window, frame wait). The strongest baseline: what the farm does,
+  quiet window counted from the click, as after a click on the same document). The strongest baseline:
+  what the farm does,
   minus gRPC, sessions, queues and bookkeeping;
 - farm: `python -m webenv.browser` over gRPC (bench.py's FarmProc), Step(click) with an AXTREE observation.
 And MiniWoB++ click-test (one session): a step (click the button; the page rewards it) and a reset (a new
@@ -22,17 +23,19 @@ from typing import Any
 
 from webenv.browser.actions import RESOLVE_JS
 from webenv.browser.observe import OBSERVE_JS, ObserveSettings
-from webenv.browser.pool import CLICK_WATCH_JS, NAV_PENDING_JS, NAV_WATCH_JS, POPUP_WATCH_JS
+from webenv.browser.pool import INIT_JS, NAV_PENDING_JS
 from webenv.browser.tasks import MINIWOB_RESET_JS
 from webenv.v1 import common_pb2, environment_pb2
 
 _SETTLE = ObserveSettings()
 
 
-def observe_opts(miniwob: bool = False) -> dict[str, Any]:
-    """The options the farm passes for an AXTREE observation after a click (observe.observe)."""
+def observe_opts(miniwob: bool = False, after_click: bool = True) -> dict[str, Any]:
+    """The options the farm passes for an AXTREE observation (observe.observe): after a click on the same
+    document (a click waits for no frame: sdk ACTION_KINDS), or of a new document (`after_click=False`)."""
     return {"formats": {"axtree": True}, "maxChars": _SETTLE.max_chars, "visibleOnly": False,
-            "quietMs": _SETTLE.quiet_ms, "maxMs": _SETTLE.settle_max_ms, "miniwob": miniwob, "frameWait": True}
+            "quietMs": _SETTLE.quiet_ms, "maxMs": _SETTLE.settle_max_ms, "miniwob": miniwob, "frameWait": False,
+            "quietSinceAction": after_click}
 
 
 async def farm_work_step(page: Any, selector: str, miniwob: bool = False) -> dict[str, Any]:
@@ -47,7 +50,7 @@ async def farm_work_step(page: Any, selector: str, miniwob: bool = False) -> dic
 async def new_raw_page(browser: Any, url: str, farm_work: bool) -> Any:
     ctx = await browser.new_context(viewport={"width": 1280, "height": 720})
     if farm_work:  # the farm's init scripts, so its in-page work is the same
-        await ctx.add_init_script(POPUP_WATCH_JS + NAV_WATCH_JS + CLICK_WATCH_JS)
+        await ctx.add_init_script(INIT_JS)
     page = await ctx.new_page()
     await page.goto(url)
     return page
@@ -118,7 +121,7 @@ async def miniwob_click_test(browser: Any, stub: Any, url: str, reps: int) -> di
 
         t0 = time.perf_counter()
         await work.evaluate(MINIWOB_RESET_JS, seed)
-        json.loads(await work.evaluate(OBSERVE_JS, observe_opts(True)))
+        json.loads(await work.evaluate(OBSERVE_JS, observe_opts(True, after_click=False)))
         t1 = time.perf_counter()
         got = await farm_work_step(work, "#subbtn", miniwob=True)
         t2 = time.perf_counter()

@@ -74,11 +74,13 @@ class PageDriver:
         self.capturing = 0
 
     async def observe(self, s: BrowserSession, spec: common_pb2.ObservationSpec, settle: bool = True,
-                      frame_wait: bool = False) -> tuple[common_pb2.Observation, dict[str, Any]]:
+                      frame_wait: bool = False, quiet_since_action: bool = False
+                      ) -> tuple[common_pb2.Observation, dict[str, Any]]:
         """One observation pass of the active tab (without the tabs' titles: `fill_tabs`)."""
         cdp = await s.cdp() if common_pb2.OBSERVATION_FORMAT_SCREENSHOT in spec.formats else None
         return await observe(s.page, cdp, spec, self.obs_cfg, settle=settle,
-                             miniwob=bool(s.adapter and s.adapter.miniwob), frame_wait=frame_wait)
+                             miniwob=bool(s.adapter and s.adapter.miniwob), frame_wait=frame_wait,
+                             quiet_since_action=quiet_since_action)
 
     async def fill_tabs(self, s: BrowserSession, obs: common_pb2.Observation) -> None:
         """Tabs with titles: the active one from the observation, others asked for (only when there are some)."""
@@ -119,7 +121,7 @@ class PageDriver:
             ta = time.perf_counter()
             await s.ensure_tab()
             nav_before = st.begin_step()
-            tab = s.tab
+            tab = tab_acted = s.tab
             loads_before = tab.loads
             outcome = await perform(s, action, kind, nav_timeout_ms=self.nav_timeout_ms)
             ts = time.perf_counter()
@@ -152,7 +154,10 @@ class PageDriver:
                 nav_seen = st.begin_pass()
                 tab = s.tab
                 loads_seen = tab.loads
-                obs, raw = await self.observe(s, spec, frame_wait=what.next_frame)
+                # the quiet window counts from the action only on the document the action ran in (a new document,
+                # its frames loading, gets a full window from now)
+                same_doc = attempt == 0 and not what.navigates and tab is tab_acted and tab.loads == loads_before
+                obs, raw = await self.observe(s, spec, frame_wait=what.next_frame, quiet_since_action=same_doc)
                 if raw.get("popups") and await self.settler.adopt_popup(s):
                     timings.settle += await self.settler.settle(s, -1)
                     reason = "popup"

@@ -9,21 +9,26 @@ async (opts) => {
   const visibleOnly = !!opts.visibleOnly;
 
   // --- settle: wait until the DOM has been quiet for quietMs (bounded by maxMs) -------------------
+  // After an action on this document (opts.quietSinceAction): quiet since the later of the last mutation and
+  // the last input event, which pool.QUIET_WATCH_JS keeps (the time spent since the action counts). Otherwise
+  // (a new document whose frames may still be loading, a page without the watch): quiet for quietMs from now.
   if (opts.quietMs > 0) {
     const start = performance.now();
-    let last = start;
-    let seen = false;
-    const mo = new MutationObserver(() => { last = performance.now(); seen = true; });
+    const watched = !!opts.quietSinceAction && typeof window.__webenvQuietSince === 'number';
+    let last = watched ? window.__webenvQuietSince : start;
+    const mo = new MutationObserver(() => { last = performance.now(); });
     mo.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
-    if (opts.frameWait) {
-      // scroll events and rAF callbacks run with the next frame: let one pass (capped: hidden tabs get no frames)
-      await Promise.race([new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0))),
-        new Promise((r) => setTimeout(r, 100))]);
-    }
+    // scroll events and rAF callbacks run with the next frame: let one pass (capped: hidden tabs get no frames),
+    // waited for beside the quiet window, not before it
+    let framed = !opts.frameWait;
+    const frame = framed ? null : Promise.race([new Promise((r) => requestAnimationFrame(() => setTimeout(r, 0))),
+      new Promise((r) => setTimeout(r, 100))]).then(() => { framed = true; });
     for (;;) {
-      await new Promise((r) => setTimeout(r, opts.quietMs));
       const now = performance.now();
-      if (!seen || now - last >= opts.quietMs || now - start >= opts.maxMs) break;
+      if (watched) last = Math.max(last, window.__webenvQuietSince);
+      if ((framed && now - last >= opts.quietMs) || now - start >= opts.maxMs) break;
+      const tick = new Promise((r) => setTimeout(r, Math.max(1, opts.quietMs - (now - last))));
+      await (framed ? tick : Promise.race([tick, frame]));
     }
     mo.disconnect();
   }

@@ -74,8 +74,12 @@ async def observe(
     settle: bool = True,
     miniwob: bool = False,
     frame_wait: bool = False,
+    quiet_since_action: bool = False,
 ) -> tuple[common_pb2.Observation, dict[str, Any]]:
-    """Build an Observation of `page` in the formats of `spec`; returns it with the raw JS result."""
+    """Build an Observation of `page` in the formats of `spec`; returns it with the raw JS result.
+
+    `quiet_since_action`: the DOM-quiet window counts from the page's last mutation or input event
+    (pool.QUIET_WATCH_JS) rather than from the pass's start: right after an action on the same document."""
     formats = wanted_formats(spec)
     shot = F.OBSERVATION_FORMAT_SCREENSHOT in formats
     marks = shot and spec.screenshot.set_of_marks
@@ -90,6 +94,7 @@ async def observe(
         "maxMs": cfg.settle_max_ms,
         "miniwob": miniwob,
         "frameWait": frame_wait and settle,
+        "quietSinceAction": quiet_since_action,
     }
     t0 = time.perf_counter()
     data = await page_data(page, opts, cfg.nav_timeout_ms)
