@@ -282,7 +282,7 @@ async def run(tasks: list[str] | None, seed: int) -> dict[str, Any]:
             try:
                 await page.goto(url, wait_until="load")
                 if mini:
-                    res = await page.evaluate(MINIWOB_RESET_JS, str(seed))
+                    res = await page.evaluate(MINIWOB_RESET_JS, [str(seed), 10000])
                     if res.get("error"):
                         raise RuntimeError(res["error"])
                 cdp = await ctx.new_cdp_session(page)

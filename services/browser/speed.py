@@ -111,7 +111,7 @@ async def miniwob_click_test(browser: Any, stub: Any, url: str, reps: int) -> di
     for i in range(reps):
         seed = str(i + 1)
         t0 = time.perf_counter()
-        await naive.evaluate(MINIWOB_RESET_JS, seed)
+        await naive.evaluate(MINIWOB_RESET_JS, [seed, 10000])
         t1 = time.perf_counter()
         await naive.click("#subbtn")
         await cdp.send("Accessibility.getFullAXTree")
@@ -120,7 +120,7 @@ async def miniwob_click_test(browser: Any, stub: Any, url: str, reps: int) -> di
         t["naive_step"].append(t2 - t1)
 
         t0 = time.perf_counter()
-        await work.evaluate(MINIWOB_RESET_JS, seed)
+        await work.evaluate(MINIWOB_RESET_JS, [seed, 10000])
         json.loads(await work.evaluate(OBSERVE_JS, observe_opts(True, after_click=False)))
         t1 = time.perf_counter()
         got = await farm_work_step(work, "#subbtn", miniwob=True)
