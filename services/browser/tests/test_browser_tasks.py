@@ -146,3 +146,34 @@ async def test_miniwob_reset_of_many_kinds(farm, name):
         assert "START" not in r.observation.axtree, r.observation.axtree[:500]  # the sync cover is hidden
     finally:
         await farm.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid))
+
+
+async def test_miniwob_start_pages_are_loaded_ahead(farm_factory):
+    """Once a MiniWoB task has been opened, the farm keeps contexts with its page loaded (primed): the next open
+    of that task takes one (no page load) and still gets its own seeded episode; another task's open never gets
+    a page primed for a different URL."""
+    async with farm_factory(farm_primed_contexts=2) as f:
+        pool, registry = f.farm.pool, f.farm.registry
+
+        async def open_(name: str, seed: int) -> tuple[str, str, str]:
+            r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task(name), seed=seed),
+                                        timeout=60)
+            sid = r.session.session_id
+            primed = registry.get(sid).slot.primed_url
+            await f.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid))
+            return r.instruction, primed, r.observation.url
+
+        cold, primed, _ = await open_("enter-text", 3)
+        assert not primed
+        for _ in range(300):  # the pool primes in the background (after its warm contexts)
+            if pool.primed_count() == 2:
+                break
+            await asyncio.sleep(0.1)
+        assert pool.primed_count() == 2
+        again, primed, url = await open_("enter-text", 3)
+        assert primed == url and url.endswith("/miniwob/enter-text.html")
+        assert again == cold  # the same seed, the same episode, primed or not
+        other, primed, url = await open_("enter-text", 4)  # another primed context, another seed
+        assert primed and other != cold
+        instr, primed, url = await open_("click-test", 1)  # not primed yet: a warm context, loaded now
+        assert instr == "Click the button." and not primed and url.endswith("/miniwob/click-test.html")

@@ -17,6 +17,9 @@ class Settings(ServiceSettings):
     farm_browsers: int = Field(1, ge=1, le=64, description="Chromium processes per node.")
     farm_max_sessions: int = Field(64, ge=1, description="Open sessions per node; more is RESOURCE_EXHAUSTED.")
     farm_warm_contexts: int = Field(4, ge=0, description="Pre-created contexts kept ready for OpenSession.")
+    farm_primed_contexts: int = Field(
+        2, ge=0, description="Contexts kept with their page loaded ahead at the start pages of MiniWoB tasks opened "
+        "lately (an open of such a task then skips the page load); 0: none.")
     farm_contexts_per_browser: int = Field(200, ge=1, description="Contexts a browser serves before it is recycled.")
     farm_headless: bool = True
     farm_extra_args: str = Field("", description="Extra Chromium switches, space separated.")

@@ -58,7 +58,7 @@ class Farm:
             guard=self.guard, viewport=(settings.farm_viewport_width, settings.farm_viewport_height),
             headless=settings.farm_headless, extra_args=settings.farm_extra_args, egress=self.egress,
             on_crash=lambda handle: self.registry.on_crash(handle),
-            busy=self.busy,
+            busy=self.busy, primed=settings.farm_primed_contexts,
         )
         self.registry = SessionRegistry(self.pool, node=self.node, max_sessions=settings.farm_max_sessions,
                                         reaper_interval_s=settings.farm_reaper_interval_seconds)
@@ -119,7 +119,7 @@ class Farm:
                 async with self.queues.open.slot():
                     vp = (req.viewport.width, req.viewport.height) if req.viewport.width else None
                     session = await self.registry.create(
-                        vp, guard=self.guard, spec=req.observation_spec,
+                        vp, prime_url=adapter.start_url if adapter.primable else "", guard=self.guard, spec=req.observation_spec,
                         lease_seconds=req.lease_seconds or self.settings.farm_lease_seconds,
                         task_id=task.task_id if task else "", labels=dict(req.labels), adapter=adapter)
                     try:

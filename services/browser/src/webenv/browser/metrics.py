@@ -20,6 +20,10 @@ QUEUE_WAIT_SECONDS = Histogram(
 )
 SESSIONS_ACTIVE = Gauge("webenv_browser_sessions_active", "Open sessions.")
 CONTEXTS_POOLED = Gauge("webenv_browser_contexts_pooled", "Pre-warmed contexts ready for OpenSession.")
+CONTEXTS_PRIMED = Gauge("webenv_browser_contexts_primed",
+                        "Contexts whose page is loaded ahead at a start page asked for lately (MiniWoB tasks).")
+OPEN_CONTEXTS = Counter("webenv_browser_open_contexts_total",
+                        "Contexts given to new sessions, by where they came from (primed, warm, new).", ("source",))
 BROWSERS = Gauge("webenv_browser_browsers", "Chromium processes running.")
 BROWSER_RESTARTS = Counter("webenv_browser_browser_restarts_total", "Chromium processes replaced, by reason.", ("reason",))
 ACTION_ERRORS = Counter("webenv_browser_action_errors_total", "Actions that failed on the page, by action kind.", ("kind",))

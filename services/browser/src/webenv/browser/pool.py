@@ -12,6 +12,7 @@ registry). The init scripts and network hooks installed here on every context ar
 from __future__ import annotations
 
 import asyncio
+import collections
 import contextlib
 import logging
 import re
@@ -158,7 +159,9 @@ def playwright_disabled_features() -> list[str]:
     return list(_FALLBACK_DISABLED)
 
 
-SITES_HOSTS = "*.web.test"  # the synthetic web: names the farm itself maps to the sites server
+SITES_HOSTS = "*.web.test"
+PRIME_WINDOW = 32  # the last opens whose start pages decide what is primed
+PRIME_TIMEOUT_MS = 10000  # the synthetic web: names the farm itself maps to the sites server
 
 
 def network_args(sites_http_addr: str, egress_port: int | None) -> list[str]:
@@ -276,6 +279,7 @@ class Slot:
     context: BrowserContext
     page: Page
     state: ContextState
+    primed_url: str = ""  # its page was loaded at this URL before its session began (BrowserPool, priming)
 
 
 class BrowserPool:
@@ -296,10 +300,12 @@ class BrowserPool:
         egress: EgressProxy | None = None,
         on_crash: Callable[[BrowserHandle], Awaitable[None]] | None = None,
         busy: Callable[[], bool] | None = None,
+        primed: int = 0,
     ) -> None:
         self.chromium_path = chromium_path
         self.n_browsers = browsers
         self.warm_target = warm
+        self.primed_target = primed
         self.contexts_per_browser = contexts_per_browser
         self.sites_http_addr = sites_http_addr
         self.guard = guard
@@ -313,6 +319,8 @@ class BrowserPool:
         self.restarts = 0
         self._pw: Playwright | None = None
         self._warm: list[Slot] = []
+        self._primed: dict[str, list[Slot]] = {}  # by URL, see `acquire`
+        self._recent: collections.deque[str] = collections.deque(maxlen=PRIME_WINDOW)
         self._refill_task: asyncio.Task[None] | None = None
         self._refill_wakeup = asyncio.Event()
         self._launch_lock = asyncio.Lock()
@@ -335,10 +343,11 @@ class BrowserPool:
             self._refill_task.cancel()
             with contextlib.suppress(asyncio.CancelledError, Exception):
                 await self._refill_task
-        for slot in self._warm:
+        for slot in self._warm + [p for slots in self._primed.values() for p in slots]:
             with contextlib.suppress(Exception):
                 await slot.context.close()
         self._warm.clear()
+        self._primed.clear()
         for h in self.handles:
             h.alive = False
             with contextlib.suppress(Exception):
@@ -386,6 +395,8 @@ class BrowserPool:
     async def _replace(self, handle: BrowserHandle, reason: str) -> None:
         self._warm = [s for s in self._warm if s.handle is not handle]
         metrics.CONTEXTS_POOLED.set(len(self._warm))
+        self._primed = {u: [s for s in slots if s.handle is not handle] for u, slots in self._primed.items()}
+        metrics.CONTEXTS_PRIMED.set(self.primed_count())
         if handle in self.handles:
             self.handles.remove(handle)
         self.restarts += 1
@@ -512,9 +523,19 @@ class BrowserPool:
 
         return on_failed
 
-    async def acquire(self, viewport: tuple[int, int] | None = None) -> Slot:
-        """A context for a new session: a warm one when the viewport matches, else a fresh one."""
+    async def acquire(self, viewport: tuple[int, int] | None = None, prime_url: str = "") -> Slot:
+        """A context for a new session: one primed at `prime_url` when there is one (and the viewport is the
+        default), else a warm one when the viewport matches, else a fresh one. `prime_url` (only for start
+        pages that may be loaded ahead: `tasks.TaskAdapter.primable`) also counts towards what is primed next."""
         slot: Slot | None = None
+        if prime_url and self.primed_target:
+            self._recent.append(prime_url)
+            if viewport in (None, self.viewport):
+                slot = await self._take_primed(prime_url)
+                if slot is not None:
+                    metrics.OPEN_CONTEXTS.labels("primed").inc()
+                    self._refill_wakeup.set()
+                    return slot
         while self._warm:
             cand = self._warm.pop()
             if cand.handle.alive and not cand.page.is_closed():
@@ -524,7 +545,9 @@ class BrowserPool:
         metrics.CONTEXTS_POOLED.set(len(self._warm))
         self._refill_wakeup.set()
         if slot is None:
+            metrics.OPEN_CONTEXTS.labels("new").inc()
             return await self._new_slot(viewport)
+        metrics.OPEN_CONTEXTS.labels("warm").inc()
         if viewport and viewport != self.viewport:
             await slot.page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
         return slot
@@ -551,15 +574,61 @@ class BrowserPool:
     async def _discard(self, slot: Slot) -> None:
         await self.release(slot.handle, slot.context)
 
+    def primed_count(self) -> int:
+        return sum(len(v) for v in self._primed.values())
+
+    async def _take_primed(self, url: str) -> Slot | None:
+        slots = self._primed.get(url) or []
+        while slots:
+            cand = slots.pop()
+            if cand.handle.alive and not cand.page.is_closed() and cand.page.url == url:
+                metrics.CONTEXTS_PRIMED.set(self.primed_count())
+                return cand
+            await self._discard(cand)
+        metrics.CONTEXTS_PRIMED.set(self.primed_count())
+        return None
+
+    async def _yield_to_work(self) -> None:
+        # Creating a context costs the browser ~100+ ms of CPU; doing it while a session is opening or
+        # stepping slows that open down several times and the step twice (measured), so refills yield to
+        # opens and steps (`busy`, Farm.busy) for 1 s at most.
+        waited = 0.0
+        while self.busy() and waited < 1.0:
+            await asyncio.sleep(0.02)
+            waited += 0.02
+
+    async def _fill_primed(self) -> None:
+        """Keep `primed_target` contexts with their page loaded at the start pages most asked for lately (one
+        each, round robin over them); a primed context of a URL no longer among them is closed."""
+        wanted = [u for u, _ in collections.Counter(self._recent).most_common(self.primed_target)]
+        for url in [u for u in self._primed if u not in wanted]:
+            for slot in self._primed.pop(url):
+                await self._discard(slot)
+        while not self._closing and wanted and self.primed_count() < self.primed_target:
+            url = min(wanted, key=lambda u: len(self._primed.get(u, [])))
+            await self._yield_to_work()
+            try:
+                slot = await self._new_slot()
+            except Exception as exc:  # browser died under us; the crash path relaunches
+                log.warning("primed context creation failed: %s", exc)
+                return
+            try:
+                await slot.page.goto(url, wait_until="load", timeout=PRIME_TIMEOUT_MS)
+                if slot.page.url != url:
+                    raise RuntimeError(f"it went on to {slot.page.url[:200]}")
+            except Exception as exc:  # a start page that does not load (or redirects) is not primed again
+                log.info("start page %s not primed: %s", url[:200], str(exc).splitlines()[0][:200] if str(exc) else exc)
+                await self._discard(slot)
+                self._recent = collections.deque((u for u in self._recent if u != url), maxlen=PRIME_WINDOW)
+                wanted.remove(url)
+                continue
+            slot.primed_url = url
+            self._primed.setdefault(url, []).append(slot)
+            metrics.CONTEXTS_PRIMED.set(self.primed_count())
+
     async def _fill_warm(self) -> None:
         while not self._closing and len(self._warm) < self.warm_target:
-            # Creating a context costs the browser ~100+ ms of CPU; doing it while a session is opening or
-            # stepping slows that open down several times and the step twice (measured), so refills yield to
-            # opens and steps (`busy`, Farm.busy) for 1 s at most.
-            waited = 0.0
-            while self.busy() and waited < 1.0:
-                await asyncio.sleep(0.02)
-                waited += 0.02
+            await self._yield_to_work()
             try:
                 slot = await self._new_slot()
             except Exception as exc:  # browser died under us; the crash path relaunches
@@ -574,3 +643,5 @@ class BrowserPool:
             await self._refill_wakeup.wait()
             self._refill_wakeup.clear()
             await self._fill_warm()
+            if self.primed_target:
+                await self._fill_primed()

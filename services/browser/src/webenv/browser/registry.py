@@ -130,13 +130,14 @@ class SessionRegistry:
         finally:
             self.opening -= n
 
-    async def create(self, viewport: tuple[int, int] | None, *, session_id: str = "",
+    async def create(self, viewport: tuple[int, int] | None, *, session_id: str = "", prime_url: str = "",
                      prepare: Callable[[Slot], Awaitable[None]] | None = None, **fields: Any) -> BrowserSession:
         """A new session on a context from the pool (`prepare`d first, e.g. a fork's cookies: the context goes
         back to the pool when that fails), registered and locked: busy until its open finishes, so the lease
         reaper leaves it alone (a lease shorter than the open, or an open slowed by load, had the reaper close
-        the context under it, and OpenSession ended INTERNAL). The caller releases the lock."""
-        slot = await self.pool.acquire(viewport)
+        the context under it, and OpenSession ended INTERNAL). The caller releases the lock. `prime_url`: the
+        start page, when it may be loaded ahead (`BrowserPool.acquire`)."""
+        slot = await self.pool.acquire(viewport, prime_url)
         if prepare is not None:
             try:
                 await prepare(slot)

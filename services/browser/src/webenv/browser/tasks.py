@@ -72,6 +72,10 @@ class TaskAdapter:
     """Base adapter: go to the start URL; no env-side reward; no evidence."""
 
     miniwob = False
+    # May its start page be loaded before the session begins (BrowserPool priming)? Only where loading it
+    # earlier changes nothing: a static page whose episode starts with the adapter's setup (MiniWoB), not a
+    # page whose server state the setup makes first (synthetic tasks) nor an arbitrary URL.
+    primable = False
     site_session = ""  # the `site_session` cookie value of a synthetic task's server-side state
 
     def __init__(self, task: common_pb2.Task | None, start_url: str) -> None:
@@ -105,9 +109,11 @@ class MiniWobAdapter(TaskAdapter):
     """MiniWoB++ protocol; reward from the page's globals."""
 
     miniwob = True
+    primable = True
 
     async def setup(self, session: BrowserSession, seed: int, nav_timeout_ms: int) -> str:
-        await super().setup(session, seed, nav_timeout_ms)
+        if session.slot.primed_url != self.start_url:  # a primed context has the page loaded already
+            await super().setup(session, seed, nav_timeout_ms)
         try:  # DOMContentLoaded is not enough: the episode display (click canvas, sync cover) is made on load
             res = await session.page.evaluate(MINIWOB_RESET_JS, [seed if seed else None, nav_timeout_ms])
         except PlaywrightError as exc:
