@@ -68,7 +68,7 @@ def ensure_venv(venv: Path = VENV) -> Path:
             # pip's notes about this machine's unused local indexes ("Location ... is ignored") are left out
             why = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "is ignored" not in ln]
             raise BrowserGymError(f"{' '.join(cmd[1:4])} failed (exit {proc.returncode}): "
-                                  + " | ".join(why[-5:])[-600:])
+                                  + " | ".join(ln[:200] for ln in why[-3:]))
     stamp.touch()
     return _python(venv)
 
@@ -114,7 +114,8 @@ def measure(miniwob_url: str, reps: int, chromium: str, timeout_s: float | None 
     raw = parse_child(proc.returncode, proc.stdout, proc.stderr)
     if "error" in raw:
         return raw
-    from speed import pct  # the bench's percentile (nearest rank); speed.py needs webenv, so not at module level
+    # the bench's percentile (nearest rank); speed.py imports webenv, so not at module level (the child's venv)
+    from speed import pct
 
     out = {k: v for k, v in raw.items() if k not in SERIES}
     for k in SERIES:
