@@ -67,7 +67,7 @@ def ensure_venv(venv: Path = VENV) -> Path:
             shutil.rmtree(venv, ignore_errors=True)
             # pip's notes about this machine's unused local indexes ("Location ... is ignored") are left out
             why = [ln for ln in (proc.stderr + proc.stdout).splitlines() if ln.strip() and "is ignored" not in ln]
-            raise BrowserGymError(f"{' '.join(cmd[1:4])} failed (exit {proc.returncode}): "
+            raise BrowserGymError(f"python {' '.join(cmd[1:4])} failed (exit {proc.returncode}): "
                                   + " | ".join(ln[:200] for ln in why[-3:]))
     stamp.touch()
     return _python(venv)
