@@ -11,7 +11,7 @@ STAMP := $(VENV)/.installed
 # Optional extras the tests need (services/<name>/pyproject.toml), installed with the editable service.
 EXTRAS_judge := [transformers]
 
-.PHONY: install install-vllm apt venv protos lock lint test test-vllm bench learn up demo worldmodel base-image images test-containers clean
+.PHONY: install install-vllm install-browsergym apt venv protos lock lint test test-vllm bench learn up demo worldmodel base-image images test-containers clean
 
 install: apt $(STAMP) protos  ## Debian packages, the venv with every service editable, generated stubs
 
@@ -61,7 +61,12 @@ test: install
 test-vllm: install-vllm
 	$(PY) -m pytest -m vllm services/policy/tests/test_policy_vllm.py
 
-bench: install-vllm
+# BrowserGym 0.14.3's own venv (.webenv/venv-browsergym, ~20 s of downloads; it pins playwright 1.44): the baseline of
+# the browser bench's MiniWoB comparison (services/browser/bgym.py). Not part of `make install`.
+install-browsergym: install
+	$(PY) services/browser/bgym.py install
+
+bench: install-vllm install-browsergym
 	$(PY) -m bench.run
 
 # The learning benchmark (bench/results/learning.md): a local stack, BC warm start on oracle demonstrations, RL

@@ -14,6 +14,9 @@ Then the network guard's cost (`--guard-only` runs just this part): two farms id
 WEBENV_FARM_EGRESS_PROXY, interleaved, clicks (no network) and navigations (a new document every step) at
 K = --guard-ks. Writes <out>/browser_guard.json and <out>/browser_guard.md.
 
+MiniWoB++ click-test also runs BrowserGym 0.14.3 (bgym.py, its own venv, built on first use) on the same pages, for
+its reset and step beside the farm's (`--browsergym-only` runs just that and writes <out>/browser_browsergym.json).
+
 Then session fork (`--fork-only` runs just this part, ~1 minute): the real sites service (subprocess) and a farm
 wired to it; a synthetic transaction task after --fork-prefix oracle steps; ForkSession(count=N) against its
 baseline, N concurrent chains of OpenSession + replaying the prefix, interleaved, for N in --fork-ns. Writes
@@ -36,7 +39,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import fidelity  # services/browser/fidelity.py (this script's folder is on sys.path)
+import bgym  # services/browser/bgym.py (this script's folder is on sys.path)
+import fidelity  # services/browser/fidelity.py
 import grpc
 import psutil
 import speed  # services/browser/speed.py
@@ -485,6 +489,8 @@ async def main() -> None:
     ap.add_argument("--guard-ks", default="1,16", help="K values of the network-guard comparison")
     ap.add_argument("--guard-only", action="store_true", help="run only the network-guard comparison")
     ap.add_argument("--fork-only", action="store_true", help="run only the session-fork comparison")
+    ap.add_argument("--browsergym-only", action="store_true",
+                    help="run only BrowserGym on MiniWoB click-test (its own venv, built on first use)")
     ap.add_argument("--speed-only", action="store_true",
                     help="run only the step-speed comparisons (K loop, MiniWoB, open) and fidelity; no guard or fork")
     ap.add_argument("--miniwob-reps", type=int, default=20, help="MiniWoB click-test episodes per way")
@@ -503,6 +509,15 @@ async def main() -> None:
     sites_addr = f"127.0.0.1:{srv.server_address[1]}"
     url = "http://bench.web.test/products"
     guard_ks = [int(x) for x in args.guard_ks.split(",")]
+    if args.browsergym_only:
+        try:
+            bg = await browsergym_click_test(sites_addr, args.miniwob_reps)
+        finally:
+            srv.shutdown()
+        write_browsergym_results(Path(args.out), bg)
+        if "error" in bg:
+            raise SystemExit(f"BrowserGym: {bg['error']}")
+        return
     if args.guard_only:
         try:
             write_guard_results(Path(args.out), await run_guard(sites_addr, url, guard_ks, args.seconds))
@@ -537,6 +552,8 @@ async def main() -> None:
                 work_browser, stub, "http://miniwob.web.test/miniwob/click-test.html", args.miniwob_reps)
             print("miniwob", result["miniwob"], flush=True)
             await work_browser.close()
+            result["browsergym"] = await browsergym_click_test(sites_addr, args.miniwob_reps)
+            result["miniwob"].update(farm_vs_browsergym(result["miniwob"], result["browsergym"]))
             best_raw = max(r["steps_per_s"] for r in raw)
             best_farm = max(r["steps_per_s"] for r in fr)
             result["best_raw_steps_per_s"], result["best_farm_steps_per_s"] = best_raw, best_farm
@@ -565,6 +582,8 @@ async def main() -> None:
             f["steps_per_s"] >= 0.95 * w["steps_per_s"] for f, w in zip(result["farm"], result["raw_farm_work"],
                                                                          strict=True)),
         "miniwob_step_le_raw_naive": result["miniwob"]["farm_step_p50_ms"] <= result["miniwob"]["naive_step_p50_ms"],
+        "miniwob_step_le_quarter_of_browsergym": result["miniwob"].get("farm_step_vs_browsergym", 1.0) <= 0.25,
+        "miniwob_reset_ge_30x_faster_than_browsergym": result["miniwob"].get("browsergym_reset_vs_farm", 0.0) >= 30,
         "fidelity_recall_precision_ge_0.98": all(g["recall"] >= 0.98 and g["precision"] >= 0.98
                                                  for g in result["fidelity"].values()),
     }
@@ -573,6 +592,30 @@ async def main() -> None:
     if guard is not None and fork is not None:
         write_guard_results(Path(args.out), guard)
         write_fork_results(Path(args.out), fork)  # its section goes into browser.md, written just above
+
+
+async def browsergym_click_test(sites_addr: str, reps: int) -> dict[str, Any]:
+    """BrowserGym on the same MiniWoB pages (this script's server, on loopback), from its own venv (bgym.py);
+    {"error": why} when it cannot run."""
+    print("browsergym: click-test in its own venv (built on first use)", flush=True)
+    r = await asyncio.to_thread(bgym.measure, f"http://{sites_addr}/miniwob/", reps, CHROMIUM)
+    print("browsergym", r, flush=True)
+    return r
+
+
+def write_browsergym_results(out: Path, bg: dict[str, Any]) -> None:
+    """<out>/browser_browsergym.json (`--browsergym-only`; the full run puts it in browser.json)."""
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "browser_browsergym.json").write_text(json.dumps(bg, indent=2))
+
+
+def farm_vs_browsergym(m: dict[str, Any], bg: dict[str, Any]) -> dict[str, float]:
+    """The farm's step as a fraction of BrowserGym's, and how many times faster its reset is (none without
+    BrowserGym's figures)."""
+    if "error" in bg:
+        return {}
+    return {"farm_step_vs_browsergym": m["farm_step_p50_ms"] / bg["step_p50_ms"],
+            "browsergym_reset_vs_farm": bg["reset_p50_ms"] / m["farm_reset_p50_ms"]}
 
 
 async def run_guard(sites_addr: str, url: str, ks: list[int], seconds: float) -> dict[str, Any]:
@@ -635,6 +678,20 @@ def write_results(out: Path, result: dict[str, Any]) -> None:
     print((out / "browser.md").read_text())
 
 
+def browsergym_md(bg: dict[str, Any] | None, m: dict[str, Any]) -> list[str]:
+    """BrowserGym's row of the MiniWoB table and the farm-vs-BrowserGym line (an error row when it did not run)."""
+    if bg is None:
+        return []
+    if "error" in bg:
+        return [f"| BrowserGym {bgym.VERSION} | did not run: {bg['error'][:300]} | |"]
+    v = bg["versions"]
+    return [f"| BrowserGym {v['browsergym']} (Playwright {v['playwright']}, headless, slow_mo 0, no pre-observation "
+            f"delay) | {bg['reset_p50_ms']:,.0f} (relaunches its 2 browsers: {bg['reset_launch_p50_ms']:.0f}) | "
+            f"{bg['step_p50_ms']:.0f} (observation {bg['step_observe_p50_ms']:.0f}: DOM, AXTree, screenshot) |", "",
+            f"Farm vs BrowserGym: step {m['farm_step_vs_browsergym']:.2f}x of BrowserGym's (target <= 0.25), "
+            f"reset {m['browsergym_reset_vs_farm']:.1f}x faster (target >= 30)."]
+
+
 def render_md(r: dict[str, Any]) -> str:
     lines = ["# Browser farm benchmark", "",
              f"Machine: {r['machine']['cpus']} CPUs, 1-min load {r['machine']['load_avg_1m_at_start']:.1f} at start, "
@@ -659,7 +716,7 @@ def render_md(r: dict[str, Any]) -> str:
               f"| raw farm-work | {m['work_reset_p50_ms']:.0f} | {m['work_step_p50_ms']:.0f} |",
               f"| farm | {m['farm_reset_p50_ms']:.0f} (OpenSession: context, page load, episode, observation) | "
               f"{m['farm_step_p50_ms']:.0f} (action {m['farm_action_p50_ms']:.0f}, settle {m['farm_settle_p50_ms']:.0f}, "
-              f"observe {m['farm_observe_p50_ms']:.0f}) |", "",
+              f"observe {m['farm_observe_p50_ms']:.0f}) |", *browsergym_md(r.get("browsergym"), m), "",
               f"Warm-pool OpenSession: p50 {r['open']['open_p50_ms']:.0f} ms client-side "
               f"(server {r['open']['open_server_p50_ms']:.0f} ms), p95 {r['open']['open_p95_ms']:.0f} ms (target <= 50 ms p50).",
               f"A11y tree: farm JS pass p50 {r['a11y']['farm_js_axtree_p50_ms']:.1f} ms "
