@@ -689,7 +689,10 @@ def browsergym_md(bg: dict[str, Any] | None, m: dict[str, Any]) -> list[str]:
             f"delay) | {bg['reset_p50_ms']:,.0f} (relaunches its 2 browsers: {bg['reset_launch_p50_ms']:.0f}) | "
             f"{bg['step_p50_ms']:.0f} (observation {bg['step_observe_p50_ms']:.0f}: DOM, AXTree, screenshot) |", "",
             f"Farm vs BrowserGym: step {m['farm_step_vs_browsergym']:.2f}x of BrowserGym's (target <= 0.25), "
-            f"reset {m['browsergym_reset_vs_farm']:.1f}x faster (target >= 30)."]
+            f"reset {m['browsergym_reset_vs_farm']:.1f}x faster (target >= 30); back to back (no time between "
+            f"episodes for the pool to refill) a whole farm episode (OpenSession + Step + CloseSession) takes "
+            f"{m['farm_episode_b2b_p50_ms']:.0f} ms vs BrowserGym's reset + step "
+            f"{bg['reset_p50_ms'] + bg['step_p50_ms']:,.0f} ms ({(bg['reset_p50_ms'] + bg['step_p50_ms']) / m['farm_episode_b2b_p50_ms']:.1f}x)."]
 
 
 def render_md(r: dict[str, Any]) -> str:
@@ -714,7 +717,8 @@ def render_md(r: dict[str, Any]) -> str:
               "| | reset (new episode) | step (click + observation) |", "| --- | --- | --- |",
               f"| raw naive | {m['naive_reset_p50_ms']:.0f} | {m['naive_step_p50_ms']:.0f} |",
               f"| raw farm-work | {m['work_reset_p50_ms']:.0f} | {m['work_step_p50_ms']:.0f} |",
-              f"| farm | {m['farm_reset_p50_ms']:.0f} (OpenSession: context, page load, episode, observation) | "
+              f"| farm | {m['farm_reset_p50_ms']:.0f} (OpenSession 0.4 s after the last episode: a context primed with "
+              "the page, the episode, the observation) | "
               f"{m['farm_step_p50_ms']:.0f} (action {m['farm_action_p50_ms']:.0f}, settle {m['farm_settle_p50_ms']:.0f}, "
               f"observe {m['farm_observe_p50_ms']:.0f}) |", *browsergym_md(r.get("browsergym"), m), "",
               f"Warm-pool OpenSession: p50 {r['open']['open_p50_ms']:.0f} ms client-side "

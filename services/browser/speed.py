@@ -93,13 +93,16 @@ MINIWOB_TASK = common_pb2.Task(task_id="miniwob/click-test", source=common_pb2.T
 SPEC = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE])
 
 
-async def miniwob_click_test(browser: Any, stub: Any, url: str, reps: int) -> dict[str, Any]:
+async def miniwob_click_test(browser: Any, stub: Any, url: str, reps: int, gap_s: float = 0.4) -> dict[str, Any]:
     """MiniWoB++ click-test, one session each way: reset (a new episode) and one step (click the button).
 
     raw naive: reset = core.startEpisodeReal(); step = page.click('#subbtn') + getFullAXTree.
     raw farm-work: reset = the same + the farm's observation; step = farm_work_step.
-    farm: reset = OpenSession(task) (a warm context, the page, the episode, the first observation); step =
-    Step(click #subbtn)."""
+    farm: reset = OpenSession(task) (a new context, its page, the episode, the first observation: from a
+    context primed with the page when the pool has one), `gap_s` after the previous episode (a client's think
+    time, in which the pool refills: as open_latency); step = Step(click #subbtn). And `farm_episode_b2b`:
+    OpenSession + Step + CloseSession back to back, no gap (the pool refills beside the episodes), vs
+    BrowserGym's reset + step."""
     out: dict[str, Any] = {}
     naive = await new_raw_page(browser, url, False)
     cdp = await naive.context.new_cdp_session(naive)
@@ -129,6 +132,7 @@ async def miniwob_click_test(browser: Any, stub: Any, url: str, reps: int) -> di
         t["work_reset"].append(t1 - t0)
         t["work_step"].append(t2 - t1)
 
+        await asyncio.sleep(gap_s)
         t0 = time.perf_counter()
         o = await stub.OpenSession(environment_pb2.OpenSessionRequest(task=MINIWOB_TASK, seed=i + 1,
                                                                        observation_spec=SPEC))
@@ -146,6 +150,15 @@ async def miniwob_click_test(browser: Any, stub: Any, url: str, reps: int) -> di
         t["farm_observe"].append(r.timings.observe_seconds)
     for p in (naive, work):
         await p.context.close()
+    t["farm_episode_b2b"] = []
+    for i in range(reps):
+        t0 = time.perf_counter()
+        o = await stub.OpenSession(environment_pb2.OpenSessionRequest(task=MINIWOB_TASK, seed=i + 1,
+                                                                       observation_spec=SPEC))
+        r = await stub.Step(environment_pb2.StepRequest(session_id=o.session.session_id, action=click, step_index=0))
+        assert r.done and r.raw_reward == 1.0, r.reward_reason
+        await stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=o.session.session_id))
+        t["farm_episode_b2b"].append(time.perf_counter() - t0)
     for k, v in t.items():
         out[f"{k}_p50_ms"] = pct(v, 50) * 1e3
     out["reps"] = reps
