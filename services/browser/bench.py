@@ -671,6 +671,7 @@ async def scale_memory(sites_addr: str, url: str, ks: list[int]) -> dict[str, An
         await many_sessions(stub, url, 4)  # the first pages (fonts, caches), not measured
         await asyncio.sleep(2)  # the warm pool refilled
         points = [{"k": 0, "opened": 0, "errors": 0, **pss()}]
+        avail = psutil.virtual_memory().available / 2**20
         for k in ks:
             r = await many_sessions(stub, url, k, while_open=pss)
             points.append({key: r[key] for key in ("opened", "errors", "error_kinds", "open_all_s", "farm_mb",
@@ -681,10 +682,11 @@ async def scale_memory(sites_addr: str, url: str, ks: list[int]) -> dict[str, An
         farm.stop()
     a, b = points[-2], points[-1]
     slope = (b["total_mb"] - a["total_mb"]) / (b["k"] - a["k"])
-    ram = psutil.virtual_memory().total / 2**20
     return {"max_sessions": max(ks) + 8, "open_concurrency": 8, "points": points, "slope_from_k": a["k"],
             "slope_to_k": b["k"], "slope_mb_per_session": slope, "per_session_at_max_mb": b["total_mb"] / b["k"],
-            "sessions_fit_in_ram": int((ram - points[0]["total_mb"]) / slope)}
+            "ram_available_mb_at_k0": avail,
+            "sessions_fit_in_total_ram": int((psutil.virtual_memory().total / 2**20 - points[0]["total_mb"]) / slope),
+            "sessions_fit_in_available_ram": int(avail / slope)}
 
 
 def write_guard_results(out: Path, r: dict[str, Any]) -> None:

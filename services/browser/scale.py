@@ -36,14 +36,18 @@ STACK = ("sites", "browser", "policy", "judge")
 
 
 def _cpu(st: Stack, cpu_of: CpuOf) -> dict[str, float]:
-    """CPU seconds so far of each process tree of the stack (a node's includes its Chromium)."""
+    """CPU seconds so far of each process of the stack; a farm node's as its own process and its Chromium."""
     out = {}
     for name, p in st.procs.items():
         try:
             own, kids = cpu_of(psutil.Process(p.pid))
         except psutil.Error:
             continue
-        out[name] = own + kids
+        if name.startswith("browser"):
+            node = "node-a" if name == "browser" else name.removeprefix("browser-")
+            out[f"{node} farm"], out[f"{node} Chromium"] = own, kids
+        else:
+            out[name] = own + kids
     return out
 
 
@@ -71,7 +75,8 @@ async def _run(stub: Any, st: Stack, addresses: list[str], episodes: int, concur
     exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
         run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_JSONL, destination=str(export_dir / run.run_id)),
         timeout=120)
-    eps = [json.loads(line) for line in Path(exp.paths[0]).read_text().splitlines()]
+    text = await asyncio.to_thread(Path(exp.paths[0]).read_text)
+    eps = [json.loads(line) for line in text.splitlines()]
     steps = max(c.steps, 1)
     cpu_ms = {k: (cpu1[k] - cpu0.get(k, 0.0)) * 1e3 / steps for k in cpu1}
     ours = sum(cpu1[k] - cpu0.get(k, 0.0) for k in cpu1)
@@ -161,12 +166,26 @@ def render_md(r: dict[str, Any]) -> str:
         lines.append(f"| {i} | {x['nodes']} | {x['steps_per_s']:.2f} | {x['episodes_per_s']:.2f} | {x['wall_s']:.1f} | "
                      f"{x['load_avg_1m_at_start']:.1f} | {by} | {x['retried']} |")
     procs = sorted(set(one["cpu_ms_per_step"]) | set(two["cpu_ms_per_step"]))
-    lines += ["", "CPU ms per step by process tree (a farm node's includes its Chromium):", "",
+    lines += ["", "CPU ms per step by process (a farm node: its own process, and its Chromium processes together):",
+              "",
               "| nodes | " + " | ".join(procs) + " | all of the stack |", "| --- " * (len(procs) + 2) + "|"]
     for n, s in ((1, one), (2, two)):
         c = s["cpu_ms_per_step"]
         lines.append(f"| {n} | " + " | ".join(f"{c.get(p, 0.0):.1f}" for p in procs) + f" | {sum(c.values()):.1f} |")
-    lines += ["", "## Memory per session (PSS)", "",
+    cpu1, cpu2 = sum(one["cpu_ms_per_step"].values()), sum(two["cpu_ms_per_step"].values())
+    farm1 = sum(v for k, v in one["cpu_ms_per_step"].items() if k.startswith("node-"))
+    lines += ["", f"Where the cores go: a step costs the whole stack {cpu1:.0f} ms of CPU on one node and {cpu2:.0f} ms "
+              f"on two ({farm1 / cpu1:.0%} of it the farm and its Chromium on one node); at that cost the "
+              f"{m0['cpus']} cores of this machine, were they the stack's alone, would cap it near "
+              f"{m0['cpus'] * 1000 / cpu1:.0f} steps/s on one node and {m0['cpus'] * 1000 / cpu2:.0f} on two. During "
+              f"the runs the machine was {one['machine_busy_cores']:.2f} / {two['machine_busy_cores']:.2f} cores busy "
+              f"(one / two nodes), the stack's share of that {one['stack_share_of_busy']:.0%} / "
+              f"{two['stack_share_of_busy']:.0%} (the rest: other work on the machine). A second node on the same "
+              "cores adds a second farm event loop and a second Chromium (more CPU per step), not cores: it pays "
+              "where each node has cores of its own (another machine or pod). Here it shows the collector spreading "
+              f"episodes over the nodes (episodes by node above) at {nb['two_vs_one_steps_per_s']:.2f}x the "
+              "throughput of one node.",
+              "", "## Memory per session (PSS)", "",
               f"One farm node (`WEBENV_FARM_MAX_SESSIONS={mem['max_sessions']}`), K concurrent sessions on the "
               f"~300-element product page (opened {mem['open_concurrency']} at a time), one StepStream step each, "
               "then PSS (proportional set size: shared pages split between the processes that map them) of the farm "
@@ -179,10 +198,12 @@ def render_md(r: dict[str, Any]) -> str:
                      f"{p['total_mb']:.0f} | {per} | {p['chromium_processes']} |")
     lines += ["", f"Marginal PSS per session (slope from K={mem['slope_from_k']} to K={mem['slope_to_k']}): "
               f"**{mem['slope_mb_per_session']:.1f} MB**; at K={mem['slope_to_k']}, "
-              f"{mem['per_session_at_max_mb']:.1f} MB per session all in. At that slope the "
-              f"{m0['ram_total_mb'] / 1024:.1f} GiB of this machine hold about **{mem['sessions_fit_in_ram']}** "
-              f"sessions of this page (RAM total less the K=0 node, over the slope; one node's "
-              "`WEBENV_FARM_MAX_SESSIONS` is 64 by default)."]
+              f"{mem['per_session_at_max_mb']:.1f} MB per session all in. At that slope, memory would hold about "
+              f"**{mem['sessions_fit_in_total_ram']}** sessions of this page in the {m0['ram_total_mb'] / 1024:.1f} GiB "
+              f"of this machine, **{mem['sessions_fit_in_available_ram']}** in the "
+              f"{mem['ram_available_mb_at_k0'] / 1024:.1f} GiB available with the idle node up (its K=0 PSS taken off "
+              "the total, the rest over the slope); the CPU, not memory, bounds how many of them can step at a useful "
+              "rate (one node's `WEBENV_FARM_MAX_SESSIONS` is 64 by default)."]
     if r.get("notes"):
         lines += [""] + r["notes"]
     return "\n".join(lines) + "\n"
