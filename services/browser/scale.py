@@ -182,9 +182,14 @@ def render_md(r: dict[str, Any]) -> str:
               f"(one / two nodes), the stack's share of that {one['stack_share_of_busy']:.0%} / "
               f"{two['stack_share_of_busy']:.0%} (the rest: other work on the machine). A second node on the same "
               "cores adds a second farm event loop and a second Chromium (more CPU per step), not cores: it pays "
-              "where each node has cores of its own (another machine or pod). Here it shows the collector spreading "
-              f"episodes over the nodes (episodes by node above) at {nb['two_vs_one_steps_per_s']:.2f}x the "
-              "throughput of one node.",
+              "where each node has cores of its own (another machine or pod). A farm's own process is not what "
+              f"limits one node: {one['cpu_ms_per_step'].get('node-a farm', 0.0):.1f} ms of its event loop per step "
+              "(its Chromium does the rest). Here the second node shows the collector spreading episodes over the "
+              f"nodes (episodes by node above) at {nb['two_vs_one_steps_per_s']:.2f}x the throughput of one node"
+              + ("; on cores shared with other work, that gain is the stack's larger share of them (more runnable "
+                 "processes under the same scheduler), not cores of its own."
+                 if nb["two_vs_one_steps_per_s"] > 1.05 and two["stack_share_of_busy"] > one["stack_share_of_busy"]
+                 else "."),
               "", "## Memory per session (PSS)", "",
               f"One farm node (`WEBENV_FARM_MAX_SESSIONS={mem['max_sessions']}`), K concurrent sessions on the "
               f"~300-element product page (opened {mem['open_concurrency']} at a time), one StepStream step each, "
