@@ -14,29 +14,16 @@ import asyncio
 import json
 import os
 import signal
-import subprocess
 from collections import Counter
 from pathlib import Path
 
 import grpc
 import pytest
-from webenv.runtime.stack import Stack, wait_serving
-from webenv.testing import free_port
+from webenv.runtime.stack import Stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
 pytestmark = pytest.mark.timeout(300)
 EPISODES = 10
-
-
-def spawn_node(st: Stack, name: str, log_path: Path) -> tuple[subprocess.Popen, str]:
-    """Another farm node like the stack's, on its own ports."""
-    port = free_port()
-    env = {**st.env_for("browser"), "WEBENV_GRPC_PORT": str(port), "WEBENV_METRICS_PORT": str(free_port()),
-           "WEBENV_NODE_NAME": name}
-    with open(log_path, "wb") as log:
-        proc = subprocess.Popen([st.python, "-m", "webenv.browser"], env=env, stdout=log, stderr=log,
-                                start_new_session=True)
-    return proc, f"127.0.0.1:{port}"
 
 
 def read_jsonl(path: str) -> list[dict]:
@@ -46,11 +33,9 @@ def read_jsonl(path: str) -> list[dict]:
 async def test_episodes_of_a_killed_farm_node_are_retried_on_the_other_once(tmp_path: Path) -> None:
     st = Stack(tmp_path / "stack", free_ports=True, sites_count=12,
                extra_env={"WEBENV_LOG_JSON": "false", "WEBENV_FARM_WARM_CONTEXTS": "2", "WEBENV_NODE_NAME": "node-a"})
-    node_b: subprocess.Popen | None = None
     try:
         st.start(("sites", "browser", "policy", "judge"), timeout=120)
-        node_b, b_addr = spawn_node(st, "node-b", tmp_path / "stack" / "logs" / "browser-b.log")
-        await asyncio.to_thread(wait_serving, b_addr, 120, node_b, "browser-b")
+        b_addr = await asyncio.to_thread(st.add_browser_node, "node-b")
         st.start(("collector",), timeout=120)
         node_a = st.procs["browser"]
 
@@ -88,10 +73,4 @@ async def test_episodes_of_a_killed_farm_node_are_retried_on_the_other_once(tmp_
         assert all(e["browser_node"] == "node-b" for e in retried)
         assert all(not e["error"] for e in episodes)
     finally:
-        st.stop()
-        if node_b is not None and node_b.poll() is None:
-            node_b.terminate()
-            try:
-                node_b.wait(15)
-            except subprocess.TimeoutExpired:
-                node_b.kill()
+        st.stop()  # node-b too

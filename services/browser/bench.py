@@ -21,6 +21,9 @@ Then session fork (`--fork-only` runs just this part, ~1 minute): the real sites
 wired to it; a synthetic transaction task after --fork-prefix oracle steps; ForkSession(count=N) against its
 baseline, N concurrent chains of OpenSession + replaying the prefix, interleaved, for N in --fork-ns. Writes
 <out>/browser_fork.json and the "Session fork" section of <out>/browser.md.
+
+Then scale (`--scale-only` runs just this part, ~5 minutes; scale.py): PSS per session with K = --scale-ks sessions
+open on one farm, and the same collector run over one farm node vs two. Writes <out>/browser_scale.json and .md.
 """
 
 from __future__ import annotations
@@ -43,6 +46,7 @@ import bgym  # services/browser/bgym.py (this script's folder is on sys.path)
 import fidelity  # services/browser/fidelity.py
 import grpc
 import psutil
+import scale  # services/browser/scale.py
 import speed  # services/browser/speed.py
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from playwright.async_api import async_playwright
@@ -353,8 +357,10 @@ async def open_latency(stub: Any, url: str, n: int = 15) -> dict[str, Any]:
             "open_server_p50_ms": statistics.median(server) * 1e3}
 
 
-async def many_sessions(stub: Any, url: str, n: int) -> dict[str, Any]:
-    """n concurrent sessions, opened 8 at a time, then one StepStream step each; errors counted."""
+async def many_sessions(stub: Any, url: str, n: int, while_open: Callable[[], dict[str, Any]] | None = None
+                        ) -> dict[str, Any]:
+    """n concurrent sessions, opened 8 at a time, then one StepStream step each; errors counted. `while_open()`, run
+    after the step while all are still open, adds its figures to the result."""
     sem = asyncio.Semaphore(8)
     errors: list[str] = []
 
@@ -384,10 +390,11 @@ async def many_sessions(stub: Any, url: str, n: int) -> dict[str, Any]:
         if msg.WhichOneof("result") == "error":
             errors.append(f"step: {msg.error.reason}")
     step_s = time.perf_counter() - t1
+    extra = while_open() if while_open is not None else {}
     for s in sids:
         await stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=s))
     return {"sessions": n, "opened": len(sids), "answered": answered, "errors": len(errors),
-            "error_kinds": sorted(set(errors)), "open_all_s": open_s, "step_all_s": step_s}
+            "error_kinds": sorted(set(errors)), "open_all_s": open_s, "step_all_s": step_s, **extra}
 
 
 # -- the egress proxy alone ------------------------------------------------------------------------
@@ -497,6 +504,10 @@ async def main() -> None:
     ap.add_argument("--fork-ns", default="1,4", help="copies per ForkSession")
     ap.add_argument("--fork-prefix", type=int, default=5, help="oracle steps taken before the fork")
     ap.add_argument("--fork-reps", type=int, default=7, help="repetitions per N")
+    ap.add_argument("--scale-only", action="store_true", help="run only the scale part (scale.py: 1 vs 2 nodes, PSS)")
+    ap.add_argument("--scale-episodes", type=int, default=60, help="episodes per run of the 1-vs-2-node comparison")
+    ap.add_argument("--scale-concurrency", type=int, default=8, help="episodes in flight in that comparison")
+    ap.add_argument("--scale-ks", default="1,16,128", help="concurrent sessions at which PSS is measured")
     args = ap.parse_args()
     fork_args = ([int(x) for x in args.fork_ns.split(",")], args.fork_prefix, args.fork_reps)
     if args.fork_only:
@@ -517,6 +528,12 @@ async def main() -> None:
         write_browsergym_results(Path(args.out), bg)
         if "error" in bg:
             raise SystemExit(f"BrowserGym: {bg['error']}")
+        return
+    if args.scale_only:
+        try:
+            await run_scale(args, sites_addr, url)
+        finally:
+            srv.shutdown()
         return
     if args.guard_only:
         try:
@@ -568,6 +585,7 @@ async def main() -> None:
         if not args.speed_only:
             result["guard"] = await run_guard(sites_addr, url, guard_ks, args.seconds)
             result["fork"] = await fork_bench(*fork_args)
+            await run_scale(args, sites_addr, url)
     finally:
         farm.stop()
         srv.shutdown()
@@ -625,6 +643,50 @@ async def run_guard(sites_addr: str, url: str, ks: list[int], seconds: float) ->
     r["proxy_alone"] = await proxy_alone(sites_addr)
     r["machine"] = {"cpus": os.cpu_count(), "load_avg_1m_at_start": load0, "load_avg_1m_at_end": os.getloadavg()[0]}
     return r
+
+
+async def run_scale(args: argparse.Namespace, sites_addr: str, url: str) -> None:
+    """scale.py's two parts (1 vs 2 farm nodes behind a collector; PSS per session) -> <out>/browser_scale.*"""
+    r: dict[str, Any] = {"machine_at_start": scale.machine()}
+    r["memory"] = await scale_memory(sites_addr, url, [int(x) for x in args.scale_ks.split(",")])
+    r["nodes"] = await scale.nodes_bench(args.scale_episodes, args.scale_concurrency, cpu_seconds)
+    r["machine_at_end"] = scale.machine()
+    scale.write_results(Path(args.out), r)
+
+
+async def scale_memory(sites_addr: str, url: str, ks: list[int]) -> dict[str, Any]:
+    """PSS of one farm (its process + all its Chromium) with K sessions open (many_sessions), K in `ks` ascending;
+    K=0 first: the idle node with its warm pool."""
+    farm = FarmProc(sites_addr, max(ks) + 8)
+    try:
+        await farm.ready()
+        channel = make_channel(farm.address, timeout=120)
+        stub = environment_pb2_grpc.EnvironmentServiceStub(channel)
+
+        def pss() -> dict[str, Any]:
+            kids = chromium_pids(farm.proc.pid)
+            own, browsers = pss_mb([farm.proc.pid]), pss_mb(kids)
+            return {"farm_mb": own, "chromium_mb": browsers, "total_mb": own + browsers, "chromium_processes": len(kids)}
+
+        await many_sessions(stub, url, 4)  # the first pages (fonts, caches), not measured
+        await asyncio.sleep(2)  # the warm pool refilled
+        points = [{"k": 0, "opened": 0, "errors": 0, **pss()}]
+        avail = psutil.virtual_memory().available / 2**20
+        for k in ks:
+            r = await many_sessions(stub, url, k, while_open=pss)
+            points.append({key: r[key] for key in ("opened", "errors", "error_kinds", "open_all_s", "farm_mb",
+                                                    "chromium_mb", "total_mb", "chromium_processes")} | {"k": k})
+            print("scale memory", points[-1], flush=True)
+        await channel.close()
+    finally:
+        farm.stop()
+    a, b = points[-2], points[-1]
+    slope = (b["total_mb"] - a["total_mb"]) / (b["k"] - a["k"])
+    return {"max_sessions": max(ks) + 8, "open_concurrency": 8, "points": points, "slope_from_k": a["k"],
+            "slope_to_k": b["k"], "slope_mb_per_session": slope, "per_session_at_max_mb": b["total_mb"] / b["k"],
+            "ram_available_mb_at_k0": avail,
+            "sessions_fit_in_total_ram": int((psutil.virtual_memory().total / 2**20 - points[0]["total_mb"]) / slope),
+            "sessions_fit_in_available_ram": int(avail / slope)}
 
 
 def write_guard_results(out: Path, r: dict[str, Any]) -> None:

@@ -151,22 +151,37 @@ class Stack:
 
     def start(self, services: tuple[str, ...] = (), timeout: float = 120.0, on_ready=None) -> None:
         """Start ``services`` (default: all of this stack's) in order, each health-gated."""
-        logs = self.data_dir / "logs"
-        logs.mkdir(parents=True, exist_ok=True)
         for name in services or self.services:
-            with open(logs / f"{name}.log", "ab") as log:
-                self.procs[name] = subprocess.Popen(
-                    [self.python, "-m", f"webenv.{name}"], env=self.env_for(name), stdout=log, stderr=log,
-                    start_new_session=True,  # Ctrl-C goes to us; we stop the children in order
-                )
-            try:
-                wait_serving(self.address(name), timeout, self.procs[name], name)
-            except RuntimeError as exc:
-                tail = (logs / f"{name}.log").read_text(errors="replace")[-2000:]
-                self.stop()
-                raise RuntimeError(f"{exc}\n--- {logs / f'{name}.log'} (tail) ---\n{tail}") from None
+            self._launch(name, name, self.env_for(name), timeout)
             if on_ready is not None:
                 on_ready(name, self.address(name))
+
+    def add_browser_node(self, node: str, timeout: float = 120.0) -> str:
+        """One more browser farm node like the stack's own (same settings) on free ports, ``WEBENV_NODE_NAME=node``,
+        health-gated and stopped with the stack (``procs["browser-<node>"]``). Returns its address: a collector run
+        spreads its episodes over the nodes its ``env_address`` lists ("a,b")."""
+        key = f"browser-{node}"
+        self.ports[key] = (free_port(), free_port())
+        env = self.env_for("browser") | {"WEBENV_GRPC_PORT": str(self.ports[key][0]),
+                                         "WEBENV_METRICS_PORT": str(self.ports[key][1]), "WEBENV_NODE_NAME": node}
+        self._launch(key, "browser", env, timeout)
+        return self.address(key)
+
+    def _launch(self, key: str, service: str, env: dict[str, str], timeout: float) -> None:
+        """``python -m webenv.<service>`` as ``procs[key]`` (log ``logs/<key>.log``), then wait until it serves."""
+        logs = self.data_dir / "logs"
+        logs.mkdir(parents=True, exist_ok=True)
+        with open(logs / f"{key}.log", "ab") as log:
+            self.procs[key] = subprocess.Popen(
+                [self.python, "-m", f"webenv.{service}"], env=env, stdout=log, stderr=log,
+                start_new_session=True,  # Ctrl-C goes to us; we stop the children in order
+            )
+        try:
+            wait_serving(self.address(key), timeout, self.procs[key], service)
+        except RuntimeError as exc:
+            tail = (logs / f"{key}.log").read_text(errors="replace")[-2000:]
+            self.stop()
+            raise RuntimeError(f"{exc}\n--- {logs / f'{key}.log'} (tail) ---\n{tail}") from None
 
     def write_state(self) -> Path:
         """Record where the stack runs (``data_dir/stack.json``) so later commands find it without flags."""
