@@ -56,6 +56,8 @@ from webenv.browser.guard import UrlGuard
 from webenv.browser.observe import OBSERVE_JS
 from webenv.browser.pool import chromium_args
 from webenv.client import make_channel
+from webenv.errors import WebenvError
+from webenv.streams import Multiplexer
 from webenv.testing import free_port
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc, task_pb2, task_pb2_grpc
 
@@ -238,10 +240,14 @@ def cpu_seconds(root: psutil.Process) -> tuple[float, float]:
 
 
 async def step_loop(stub: Any, sids: list[str], seconds: float, action: Callable[[int], common_pb2.Action],
-                    farm: FarmProc | None = None) -> dict[str, Any]:
+                    farm: FarmProc | None = None, stream: bool = False) -> dict[str, Any]:
     """Each session steps `action(j)` back to back for `seconds`; steps/s, client-side latency and, with `farm`,
-    CPU seconds of the farm process and of its browsers (steadier than wall time on a loaded machine)."""
+    CPU seconds of the farm process and of its browsers (steadier than wall time on a loaded machine).
+    `stream`: the steps go over one shared StepStream (as the collector sends them), else unary Step calls."""
     root = psutil.Process(farm.proc.pid) if farm else None
+    mux = Multiplexer("StepStream", stub.StepStream,
+                      lambda tag, step: environment_pb2.StepStreamRequest(tag=tag, step=step)) if stream else None
+    send = mux.request if mux else stub.Step
     cpu0 = cpu_seconds(root) if root else (0.0, 0.0)
     lat: list[float] = []
     errors: list[str] = []
@@ -253,13 +259,15 @@ async def step_loop(stub: Any, sids: list[str], seconds: float, action: Callable
         while time.perf_counter() < stop:
             t = time.perf_counter()
             try:
-                r = await stub.Step(environment_pb2.StepRequest(session_id=sid, action=action(j), step_index=-1))
+                r = await send(environment_pb2.StepRequest(session_id=sid, action=action(j), step_index=-1))
                 assert r.observation.axtree
                 srv.append(r.timings.observe_seconds)
                 if r.observation.last_action_error:
                     errors.append(r.observation.last_action_error[:200])
             except grpc.aio.AioRpcError as exc:
                 errors.append(f"{exc.code().name}: {(exc.details() or '')[:200]}")
+            except WebenvError as exc:  # an error answer on the stream
+                errors.append(f"{type(exc).__name__}: {str(exc)[:200]}")
             lat.append(time.perf_counter() - t)
             j += 1
 
@@ -267,6 +275,8 @@ async def step_loop(stub: Any, sids: list[str], seconds: float, action: Callable
     await asyncio.gather(*(worker(s) for s in sids))
     wall = time.perf_counter() - t0
     cpu1 = cpu_seconds(root) if root else (0.0, 0.0)
+    if mux:
+        await mux.close(grace=10)
     return {"k": len(sids), "steps": len(lat), "errors": len(errors), "error_kinds": sorted(set(errors))[:5],
             "steps_per_s": len(lat) / wall, "wall_s": wall,
             "p50_ms": pct(lat, 50) * 1e3, "p95_ms": pct(lat, 95) * 1e3, "observe_p50_ms": pct(srv, 50) * 1e3,
@@ -274,9 +284,15 @@ async def step_loop(stub: Any, sids: list[str], seconds: float, action: Callable
 
 
 async def farm_run(stub: Any, farm: FarmProc, url: str, k: int, seconds: float) -> dict[str, Any]:
+    """K sessions clicking for `seconds` with unary Step calls, then as long over one StepStream (the collector's
+    way); the farm process's own CPU per step of each."""
     sids = [(await stub.OpenSession(environment_pb2.OpenSessionRequest(start_url=url, observation_spec=SPEC))).session.session_id
             for _ in range(k)]
-    out = await step_loop(stub, sids, seconds, click)
+    out = await step_loop(stub, sids, seconds, click, farm)
+    st = await step_loop(stub, sids, seconds, click, farm, stream=True)
+    out.update(stream_steps_per_s=st["steps_per_s"], stream_p50_ms=st["p50_ms"], stream_errors=st["errors"],
+               farm_cpu_ms_per_step=out["farm_cpu_s"] / max(1, out["steps"]) * 1e3,
+               stream_farm_cpu_ms_per_step=st["farm_cpu_s"] / max(1, st["steps"]) * 1e3)
     for key in ("lat", "wall_s", "farm_cpu_s", "browser_cpu_s", "error_kinds"):
         out.pop(key)
     out["pss_per_session_mb"] = pss_mb(chromium_pids(farm.proc.pid)) / k
@@ -572,7 +588,7 @@ async def main() -> None:
             result["browsergym"] = await browsergym_click_test(sites_addr, args.miniwob_reps)
             result["miniwob"].update(farm_vs_browsergym(result["miniwob"], result["browsergym"]))
             best_raw = max(r["steps_per_s"] for r in raw)
-            best_farm = max(r["steps_per_s"] for r in fr)
+            best_farm = max(r["stream_steps_per_s"] for r in fr)  # StepStream: the collector's way
             result["best_raw_steps_per_s"], result["best_farm_steps_per_s"] = best_raw, best_farm
             result["speedup_best"] = best_farm / best_raw
             if args.max_sessions and not args.speed_only:
@@ -596,9 +612,9 @@ async def main() -> None:
         "open_p50_le_50ms": result["open"]["open_p50_ms"] <= 50,
         "a11y_p50_le_15ms": result["a11y"]["farm_js_axtree_p50_ms"] <= 15,
         "many_sessions_without_errors": bool(result.get("many")) and result["many"]["errors"] == 0,
-        "farm_within_5pct_of_raw_farm_work_every_k": all(
-            f["steps_per_s"] >= 0.95 * w["steps_per_s"] for f, w in zip(result["farm"], result["raw_farm_work"],
-                                                                         strict=True)),
+        "farm_within_5pct_of_raw_farm_work_every_k": all(  # over StepStream, the collector's way
+            f["stream_steps_per_s"] >= 0.95 * w["steps_per_s"] for f, w in zip(result["farm"], result["raw_farm_work"],
+                                                                                strict=True)),
         "miniwob_step_le_raw_naive": result["miniwob"]["farm_step_p50_ms"] <= result["miniwob"]["naive_step_p50_ms"],
         "miniwob_step_le_quarter_of_browsergym": result["miniwob"].get("farm_step_vs_browsergym", 1.0) <= 0.25,
         "miniwob_reset_ge_30x_faster_than_browsergym": result["miniwob"].get("browsergym_reset_vs_farm", 0.0) >= 30,
@@ -764,13 +780,17 @@ def render_md(r: dict[str, Any]) -> str:
              f"Page: ~{r['page_elements']} elements; {r['seconds_per_point']} s per point. Click + AXTREE observation: "
              "raw naive = Playwright `page.click()` + CDP getFullAXTree; raw farm-work = the farm's own work in a "
              "Playwright loop, no service (speed.py); farm = `python -m webenv.browser` over gRPC.", "",
-             "| K | raw naive steps/s | raw farm-work steps/s | farm steps/s | farm / farm-work | farm / naive "
-             "| farm-work p50 ms | farm p50 ms | farm p95 ms | raw PSS/session MB | farm PSS/session MB |",
-             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+             "| K | raw naive steps/s | raw farm-work steps/s | farm Step steps/s | farm StepStream steps/s "
+             "| Step / farm-work | StepStream / farm-work | StepStream / naive | farm-work p50 ms | farm Step p50 ms "
+             "| farm StepStream p50 ms | farm-work client CPU ms/step | farm process CPU ms/step (Step / StepStream) "
+             "| raw PSS/session MB | farm PSS/session MB |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for a, w, b in zip(r["raw"], r["raw_farm_work"], r["farm"], strict=True):
         lines.append(f"| {a['k']} | {a['steps_per_s']:.1f} | {w['steps_per_s']:.1f} | {b['steps_per_s']:.1f} | "
-                     f"{b['steps_per_s'] / w['steps_per_s']:.2f}x | {b['steps_per_s'] / a['steps_per_s']:.2f}x | "
-                     f"{w['p50_ms']:.0f} | {b['p50_ms']:.0f} | {b['p95_ms']:.0f} | "
+                     f"{b['stream_steps_per_s']:.1f} | {b['steps_per_s'] / w['steps_per_s']:.2f}x | "
+                     f"{b['stream_steps_per_s'] / w['steps_per_s']:.2f}x | {b['stream_steps_per_s'] / a['steps_per_s']:.2f}x | "
+                     f"{w['p50_ms']:.0f} | {b['p50_ms']:.0f} | {b['stream_p50_ms']:.0f} | {w['client_cpu_ms_per_step']:.2f} | "
+                     f"{b['farm_cpu_ms_per_step']:.2f} / {b['stream_farm_cpu_ms_per_step']:.2f} | "
                      f"{a['pss_per_session_mb']:.0f} | {b['pss_per_session_mb']:.0f} |")
     m = r["miniwob"]
     lines += ["", f"Best: farm {r['best_farm_steps_per_s']:.1f} steps/s vs raw naive {r['best_raw_steps_per_s']:.1f} "

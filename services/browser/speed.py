@@ -21,6 +21,7 @@ import json
 import time
 from typing import Any
 
+import psutil
 from webenv.browser.actions import RESOLVE_JS
 from webenv.browser.observe import OBSERVE_JS, ObserveSettings
 from webenv.browser.pool import INIT_JS, NAV_PENDING_JS
@@ -57,8 +58,11 @@ async def new_raw_page(browser: Any, url: str, farm_work: bool) -> Any:
 
 
 async def raw_farm_work_run(browser: Any, url: str, k: int, seconds: float, n_targets: int) -> dict[str, Any]:
-    """K pages, each looping the farm's click step for `seconds`."""
+    """K pages, each looping the farm's click step for `seconds`; with this process's CPU per step (its Playwright
+    client: the part of the farm process's CPU that is not the service's)."""
     pages = [await new_raw_page(browser, url, True) for _ in range(k)]
+    me = psutil.Process()
+    cpu0 = sum(me.cpu_times()[:2])
     lat: list[float] = []
     stop = time.perf_counter() + seconds
 
@@ -74,10 +78,11 @@ async def raw_farm_work_run(browser: Any, url: str, k: int, seconds: float, n_ta
     t0 = time.perf_counter()
     await asyncio.gather(*(worker(p) for p in pages))
     wall = time.perf_counter() - t0
+    cpu = sum(me.cpu_times()[:2]) - cpu0
     for p in pages:
         await p.context.close()
     return {"k": k, "steps": len(lat), "steps_per_s": len(lat) / wall, "p50_ms": pct(lat, 50) * 1e3,
-            "p95_ms": pct(lat, 95) * 1e3}
+            "p95_ms": pct(lat, 95) * 1e3, "client_cpu_ms_per_step": cpu / max(1, len(lat)) * 1e3}
 
 
 def pct(xs: list[float], p: float) -> float:
