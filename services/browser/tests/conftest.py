@@ -20,6 +20,15 @@ from webenv.client import EnvironmentClient, make_channel
 from webenv.v1 import browser_pb2_grpc, common_pb2, environment_pb2_grpc
 
 PAGES: dict[str, str] = {
+    # effects that come after the click: 8 ms later, and a chain of updates 10 ms apart (the DOM-quiet window)
+    "late": """<!doctype html><html><body><button id="once">once</button><button id="chain">chain</button>
+<p id="out">nothing yet</p><script>
+const out = document.getElementById('out');
+document.getElementById('once').onclick = () => setTimeout(() => { out.textContent = 'late once'; }, 8);
+document.getElementById('chain').onclick = () => {
+  let n = 0; const tick = () => { n += 1; out.textContent = 'chain ' + n; if (n < 5) setTimeout(tick, 10); };
+  setTimeout(tick, 10);
+};</script></body></html>""",
     # what the tree must follow (test_browser_fidelity.py; services/browser/fidelity.py measures it against CDP)
     "shadow": """<!doctype html><html><body><h1>Shop</h1><product-card></product-card><p id="out"></p>
 <script>customElements.define('product-card', class extends HTMLElement { constructor() { super();

@@ -190,3 +190,17 @@ def test_the_farm_performs_every_kind_the_sdk_knows():
     from webenv.browser.actions import PERFORM
 
     assert set(PERFORM) == set(ACTION_KINDS)
+
+
+async def test_effects_that_come_after_the_click_are_in_its_observation(env, page_server):
+    """The DOM-quiet window counts from the click (its last input event or mutation), so the time the step already
+    spent counts, but an update a few ms after the click, and a chain of updates each within the window, are
+    still waited for."""
+    o = await env.open(start_url=page_server.url("late"))
+    sid = o.session.session_id
+    for _ in range(3):
+        r = await env.step(sid, 'click("#once")')
+        assert 'StaticText "late once"' in r.observation.axtree, r.observation.axtree
+        r = await env.step(sid, 'click("#chain")')
+        assert 'StaticText "chain 5"' in r.observation.axtree, r.observation.axtree
+    await env.close(sid)
