@@ -387,7 +387,9 @@ class EgressProxy:
     `start`/`close` serve on the calling loop; the farm uses `start_thread`/`close`, which serve on a loop of
     the proxy's own thread (uvloop when installed): measured (bench.py --guard-only, "the proxy alone") beside a
     loop kept busy in 2 ms slices the way a loaded farm's is, a proxy on that loop added 34 ms per request and
-    228 ms per new connection, on its own thread 0.3 ms and 3.8 ms."""
+    228 ms per new connection, on its own thread 0.3 ms and 3.8 ms (a run of 2026-11-29; later runs of that
+    harness variant got no answer: its pure-Python busy loop holds the GIL for whole switch intervals, which the
+    farm's loop does not; the real farm with the proxy on vs off is in bench/results/browser_guard.md)."""
 
     def __init__(self, policy: EgressPolicy, idle_timeout: float = IDLE_TIMEOUT_S) -> None:
         self.policy = policy
