@@ -9,14 +9,12 @@ async (opts) => {
   const visibleOnly = !!opts.visibleOnly;
 
   // --- settle: wait until the DOM has been quiet for quietMs (bounded by maxMs) -------------------
-  // After an action on this document (opts.quietSinceAction), or on a document that has fired its load event
-  // (its frames loaded too): quiet since the later of the last mutation and the last input event, which
-  // pool.QUIET_WATCH_JS keeps (the time already spent counts). Otherwise (a new document whose frames may
-  // still be loading, a page without the watch): quiet for quietMs from now.
+  // After an action on this document (opts.quietSinceAction): quiet since the later of the last mutation and
+  // the last input event, which pool.QUIET_WATCH_JS keeps (the time already spent counts). Otherwise (a first
+  // observation, a new document whose frames may still be loading, a page without the watch): from now.
   if (opts.quietMs > 0) {
     const start = performance.now();
-    const watched = (!!opts.quietSinceAction || document.readyState === 'complete') &&
-      typeof window.__webenvQuietSince === 'number';
+    const watched = !!opts.quietSinceAction && typeof window.__webenvQuietSince === 'number';
     let last = watched ? window.__webenvQuietSince : start;
     const mo = new MutationObserver(() => { last = performance.now(); });
     mo.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});

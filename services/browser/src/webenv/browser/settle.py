@@ -12,9 +12,9 @@ The rule, after every action (bounded by the caps below and by the step deadline
 2. network: wait until no request of the context is in flight (cap: WEBENV_FARM_NETWORK_IDLE_MS);
 3. DOM: inside the observation's JS pass (and one rendered frame for scroll-like actions, waited for beside
    it), wait until no mutation for WEBENV_FARM_SETTLE_QUIET_MS (cap: WEBENV_FARM_SETTLE_MAX_MS), counted from
-   the page's last mutation or input event (pool.QUIET_WATCH_JS) after an action on the same document or on a
-   document past its load event, else from the pass's start (a new document whose frames may still load:
-   DOMContentLoaded does not wait for frames, the load event does); a navigation that starts
+   the page's last mutation or input event (pool.QUIET_WATCH_JS) after an action on the same document, else
+   from the pass's start (a first observation, a new document whose frames may still load); a navigation that
+   starts
    during the pass (seen by the network hooks or counted in the page) is waited for as in 0. and the page
    observed again (driver.PageDriver, at most 3 passes); an evaluate interrupted by a navigation (element
    resolution, the observation pass) waits for the new document's DOMContentLoaded and runs once more there.
