@@ -198,6 +198,7 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
         self.slow_tasks: dict[str, float] = {}  # task_id -> seconds per act
         self.delay_fn = None  # (request) -> seconds
         self.requests = 0
+        self.seen: dict[str, list[common_pb2.Task]] = {}  # policy -> the task of every request it received
 
     def choose(self, req: policy_pb2.ActRequest) -> policy_pb2.ActResponse:
         if req.policy == "oracle":
@@ -222,6 +223,7 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
         async def answer(item):
             self.requests += 1
             req = item.request
+            self.seen.setdefault(req.policy, []).append(req.task)
             d = self.slow_tasks.get(req.task.task_id, self.delay)
             if self.delay_fn is not None:
                 d = self.delay_fn(req)

@@ -154,3 +154,52 @@ async def test_crawl_run_from_start_urls(stub, watch, collector, world):
     rows = await episodes(collector, run.run_id)
     assert len(rows) == 3 and all(r["level"] == "random_crawl" and r["steps"] == 4 for r in rows)
     assert all(r["verdict_json"] == "" for r in rows)  # no goal, no judge
+
+
+async def test_only_the_oracle_is_shown_solutions(stub, watch, collector, world):
+    # What the policy service received: a policy without needs_solution gets the instruction and the task's
+    # identity, never its rubric, oracle, metadata or seed; the oracle (needs_solution) gets the whole task.
+    from webenv import solutions
+
+    world.policy.seen.clear()
+    run = await start(stub, policy="random", horizons=collector_pb2.Horizons(easy=2, medium=2, hard=2))
+    await watch(stub, run.run_id)
+    by_id = {t.task_id: t for t in world.tasks}
+    seen = world.policy.seen["random"]
+    assert len(seen) == 2 * len(world.tasks)
+    for task in seen:
+        assert task == solutions.policy_task(by_id[task.task_id]) and task.instruction
+        assert not task.oracle and not task.HasField("rubric") and not task.metadata and not task.seed
+    run = await start(stub, policy="oracle")
+    last = await watch(stub, run.run_id)
+    assert last.run.counts.passed == len(world.tasks)
+    assert all(task == by_id[task.task_id] for task in world.policy.seen["oracle"])
+    # the store keeps the whole task (the judge and the trainer's provenance need it)
+    rows = await episodes(collector, run.run_id)
+    stored = common_pb2.Task()
+    stored.ParseFromString(bytes.fromhex(rows[0]["task_pb"]))
+    assert stored == by_id[stored.task_id]
+
+
+async def test_oracle_slack_raises_caps_to_the_solution(stub, watch, collector, world):
+    # caps of 1 step are below every oracle (1-3 clicks + an answer); with a slack of 2 each task's cap is its
+    # oracle's length + 2, recorded as the episode's horizon, and the oracle solves every task under it
+    h = collector_pb2.Horizons(easy=1, medium=1, hard=1, oracle_slack=2)
+    run = await start(stub, policy="random", horizons=h)
+    await watch(stub, run.run_id)
+    need = {t.task_id: len(t.oracle) for t in world.tasks}
+    rows = await episodes(collector, run.run_id)
+    assert rows and all(r["horizon"] == need[r["task_id"]] + 2 == r["steps"] for r in rows)
+    run = await start(stub, policy="oracle", horizons=h)
+    assert (await watch(stub, run.run_id)).run.counts.passed == len(world.tasks)
+    run = await start(stub, policy="oracle", horizons=collector_pb2.Horizons(easy=1, medium=1, hard=1))
+    assert (await watch(stub, run.run_id)).run.counts.passed == 0  # without the slack no task is feasible
+
+
+async def test_bad_oracle_slack_is_refused(stub):
+    import grpc
+    import pytest
+
+    with pytest.raises(grpc.aio.AioRpcError) as exc:
+        await start(stub, horizons=collector_pb2.Horizons(oracle_slack=-1))
+    assert exc.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "spec.horizons.oracle_slack" in exc.value.details()

@@ -102,7 +102,7 @@ class Engine:
             self._admission()
             resolved = specs.resolve(spec, self.config.defaults)
             self._check_size(resolved.episodes or resolved.repeats, "spec.episodes" if resolved.episodes else "spec.repeats")
-            solvable = await self._solvable(resolved.policy)
+            solvable, reveal = await self._solvable(resolved.policy)
             tasks, skipped = await self._tasks(resolved, solvable)
             if not resolved.episodes:
                 self._check_size(len(sampling.eligible(tasks, resolved.sampling)) * resolved.repeats,
@@ -125,7 +125,8 @@ class Engine:
                 while len(self._requests) > REQUEST_IDS_KEPT:
                     self._requests.popitem(last=False)
             jobs = [
-                EpisodeJob(run_id, f"{run_id}-{p.index:06d}", p.index, p.task, p.seed, specs.horizon_for(resolved, p.task))
+                EpisodeJob(run_id, f"{run_id}-{p.index:06d}", p.index, p.task, p.seed, specs.horizon_for(resolved, p.task),
+                           reveal_solution=reveal)
                 for p in planned
             ]
             run = collector_pb2.Run(run_id=run_id, spec=resolved, state=collector_pb2.RUN_STATE_PENDING)
@@ -141,8 +142,9 @@ class Engine:
         await self.persist(rc)
         return run
 
-    async def _solvable(self, policy: str) -> Callable[[common_pb2.Task], bool] | None:
-        """Which tasks ``policy`` can act on (None: any), from the policy service's ListPolicies.
+    async def _solvable(self, policy: str) -> tuple[Callable[[common_pb2.Task], bool] | None, bool]:
+        """Which tasks ``policy`` can act on (None: any) and whether it is shown their solutions, from the policy
+        service's ListPolicies (only a policy that declares ``needs_solution`` is: `webenv.solutions`).
 
         A policy the service does not offer is refused here, before a run whose every episode would error.
         """
@@ -151,7 +153,7 @@ class Engine:
             resp = await peer.stub.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=10)
         except grpc.aio.AioRpcError as exc:
             if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                return None  # a policy service without ListPolicies: no planning help, episodes tell
+                return None, False  # a policy service without ListPolicies: no planning help, no solutions
             raise errors.Unavailable(
                 f"policy service at {peer.address} failed: {exc.code().name}: {exc.details()}",
                 reason="POLICY_UNAVAILABLE",
@@ -169,9 +171,9 @@ class Engine:
                 metadata={"field": "spec.policy", "policy": policy},
             )
         if not info.needs_solution:
-            return None
+            return None, False
         solved = set(info.solved_task_ids)
-        return lambda t: bool(len(t.oracle)) or t.task_id in solved
+        return (lambda t: bool(len(t.oracle)) or t.task_id in solved), True
 
     async def _run_for_request(self, request_id: str) -> collector_pb2.Run:
         run_id = self._requests[request_id]

@@ -15,7 +15,7 @@ from datetime import UTC, datetime
 
 import grpc
 from google.protobuf import json_format
-from webenv import errors
+from webenv import errors, solutions
 from webenv.collector import metrics, repetition
 from webenv.collector.blobs import BlobStore
 from webenv.collector.peers import Peers
@@ -59,6 +59,8 @@ class EpisodeJob:
     task: common_pb2.Task
     seed: int
     horizon: int
+    # whether the policy declared needs_solution (the oracle): only then does it get the whole task
+    reveal_solution: bool = False
 
     def to_json(self) -> str:
         """Serialised for the Redis stream."""
@@ -70,6 +72,7 @@ class EpisodeJob:
                 "task": self.task.SerializeToString().hex(),
                 "seed": self.seed,
                 "horizon": self.horizon,
+                "reveal_solution": self.reveal_solution,
             }
         )
 
@@ -79,7 +82,13 @@ class EpisodeJob:
         d = json.loads(text)
         task = common_pb2.Task()
         task.ParseFromString(bytes.fromhex(d["task"]))
-        return cls(d["run_id"], d["episode_id"], d["index"], task, d["seed"], d["horizon"])
+        return cls(d["run_id"], d["episode_id"], d["index"], task, d["seed"], d["horizon"],
+                   bool(d.get("reveal_solution", False)))
+
+    def policy_task(self) -> common_pb2.Task:
+        """The task as the policy is shown it: whole for a policy that needs the solution, else stripped of
+        everything that grades or solves it (`webenv.solutions`)."""
+        return self.task if self.reveal_solution else solutions.policy_task(self.task)
 
 
 @dataclass(frozen=True)
@@ -145,6 +154,7 @@ class Episode:
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     t0: float = field(default_factory=time.monotonic)
     finished_at: datetime | None = None
+    _policy_task: common_pb2.Task | None = None
 
     # -- phases ------------------------------------------------------------------------------------------------------
     async def open(self) -> None:
@@ -175,12 +185,14 @@ class Episode:
             self.finished = True
 
     async def act(self) -> policy_pb2.ActResponse:
-        """Ask the policy for the next action."""
+        """Ask the policy for the next action (showing it the task only as far as its kind of policy may see it)."""
         assert self.observation is not None
+        if self._policy_task is None:
+            self._policy_task = self.job.policy_task()
         req = policy_pb2.ActRequest(
             episode_id=self.job.episode_id,
             policy=self.spec.policy,
-            task=self.job.task,
+            task=self._policy_task,
             observation=self.observation,
             history=self.history[-HISTORY_WINDOW:],
             step_index=len(self.steps),

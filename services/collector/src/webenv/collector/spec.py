@@ -67,6 +67,8 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
         v = getattr(spec.horizons, name)
         if v < 0 or v > 1000:
             raise _bad(f"{f}.horizons.{name}", f"must be in [0, 1000], got {v}")
+    if not 0 <= spec.horizons.oracle_slack <= 100:
+        raise _bad(f"{f}.horizons.oracle_slack", f"must be in [0, 100], got {spec.horizons.oracle_slack}")
     if spec.policy and spec.policy not in KNOWN_POLICIES and not CHECKPOINT_POLICY.match(spec.policy):
         raise _bad(f"{f}.policy", f"unknown policy {spec.policy[:80]!r}; expected one of {', '.join(KNOWN_POLICIES)} "
                                   "or a checkpoint the policy service loaded ('<name>' or '<name>@<version>')")
@@ -174,13 +176,23 @@ def resolve(spec: collector_pb2.RunSpec, defaults: Defaults) -> collector_pb2.Ru
 
 
 def horizon_for(spec: collector_pb2.RunSpec, task: common_pb2.Task) -> int:
-    """Step cap for one task: the run's horizon by difficulty (medium when unknown), lowered by the task's own cap."""
+    """Step cap for one task: the run's horizon by difficulty (medium when unknown), lowered by the task's own cap,
+    then, with ``horizons.oracle_slack``, raised to the oracle solution's length plus the slack.
+
+    The collector knows the oracle even when the policy is not shown it, so a cap below what the task needs is never
+    chosen for it: under the caps by difficulty alone, hard tasks whose solution is longer than the cap could fail
+    whatever the policy did, and counted as the policy's failures.
+    """
     h = spec.horizons
     cap = {
         common_pb2.DIFFICULTY_EASY: h.easy or 10,
         common_pb2.DIFFICULTY_HARD: h.hard or 30,
     }.get(task.difficulty, h.medium or 20)
-    return min(cap, task.max_steps) if task.max_steps > 0 else cap
+    if task.max_steps > 0:
+        cap = min(cap, task.max_steps)
+    if h.oracle_slack > 0 and len(task.oracle):
+        cap = max(cap, len(task.oracle) + h.oracle_slack)
+    return cap
 
 
 def env_addresses(spec: collector_pb2.RunSpec) -> list[str]:

@@ -1,5 +1,10 @@
 """PolicyService over gRPC: Act, ActStream (many episodes multiplexed, answered in completion order)
-and ListPolicies."""
+and ListPolicies.
+
+A policy that does not declare ``needs_solution`` is handed the task as ``webenv.solutions.policy_task`` strips
+it, whatever the client sent: the collector strips it too, and this is the second wall, so no client (an old
+collector, a script calling Act with a catalog task) can hand a trained checkpoint or an LLM the rubric or the
+oracle's solution."""
 
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ from collections.abc import AsyncIterator
 import grpc
 from webenv import errors
 from webenv.actions import format_action
+from webenv.solutions import policy_task
 from webenv.streams import serve_in_completion_order
 from webenv.v1 import policy_pb2, policy_pb2_grpc
 
@@ -57,6 +63,8 @@ class PolicyServicer(policy_pb2_grpc.PolicyServiceServicer):
                 raise errors.InvalidArgument(f"{field}: {len(value)} characters, more than {limit}",
                                              reason="FIELD_TOO_LONG", metadata={"field": field})
         policy = self._policy(request)
+        if request.HasField("task") and not getattr(policy, "needs_solution", False):
+            request.task.CopyFrom(policy_task(request.task))
         decision: Decision = await policy.act(request)
         total = time.perf_counter() - started
         metrics.ACT_SECONDS.labels(policy.name).observe(total)
