@@ -4,7 +4,8 @@ Oracle demonstrations of a few synthetic tasks are collected through the farm, r
 from the store (CollectorService.ReadEpisodes), trained into a checkpoint (behaviour cloning on the
 element-id actions the farm resolved from the oracle's selectors), loaded by the policy service without
 a restart, and run again: the checkpoint must solve the tasks it was trained on, every episode must
-record the policy version, and the test split must be refused as training data. A second job is killed
+record the policy version, and the validation and test splits and a held-out site family must be refused
+as training data. A second job is killed
 with its trainer and must resume from its resume state when the trainer comes back.
 """
 
@@ -130,7 +131,12 @@ def test_bad_job_specs_name_the_field(stack):
     collector, trainer, _, _ = stubs(stack)
     good = trainer_pb2.JobSpec(name="x", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC,
                                model=trainer_pb2.MODEL_KIND_SCORER, data=trainer_pb2.TrainingData(run_ids=["run-1"]))
-    cases = {
+    cases = [
+        ("spec.data.filter.split", dict(data=trainer_pb2.TrainingData(
+            run_ids=["run-1"], filter=collector_pb2.ExportFilter(split=common_pb2.SPLIT_VALIDATION)))),
+        ("spec.data.exclude_families[1]", dict(data=trainer_pb2.TrainingData(
+            run_ids=["run-1"], exclude_families=["shop", "bad family!"]))),
+    ] + list({
         "spec.name": dict(name="Bad Name"),
         "spec.algorithm": dict(algorithm=0),
         "spec.model": dict(model=0),
@@ -140,8 +146,8 @@ def test_bad_job_specs_name_the_field(stack):
             run_ids=["run-1"], filter=collector_pb2.ExportFilter(split=common_pb2.SPLIT_TEST))),
         "spec.hyper.learning_rate": dict(hyper=trainer_pb2.Hyperparameters(learning_rate=3)),
         "spec.base_model_path": dict(model=trainer_pb2.MODEL_KIND_CAUSAL_LM),
-    }
-    for field, change in cases.items():
+    }.items())
+    for field, change in cases:
         spec = trainer_pb2.JobSpec()
         spec.CopyFrom(good)
         for k, v in change.items():
@@ -159,18 +165,37 @@ def test_bad_job_specs_name_the_field(stack):
     assert job.state == trainer_pb2.JOB_STATE_FAILED and "spec.data" in job.error
 
 
-def test_test_split_refused_even_when_read_without_a_filter(stack):
+def easy_task(sites, split: int, **filters) -> common_pb2.Task:
+    flt = task_pb2.TaskFilter(split=split, sources=[common_pb2.TASK_SOURCE_SYNTHETIC],
+                              difficulties=[common_pb2.DIFFICULTY_EASY], **filters)
+    return sites.ListTasks(task_pb2.ListTasksRequest(filter=flt, page_size=5), timeout=30).tasks[0]
+
+
+def test_held_out_splits_refused_even_when_read_without_a_filter(stack):
     collector, trainer, _, sites = stubs(stack)
-    flt = task_pb2.TaskFilter(split=common_pb2.SPLIT_TEST, sources=[common_pb2.TASK_SOURCE_SYNTHETIC],
-                              difficulties=[common_pb2.DIFFICULTY_EASY])
-    test_task = sites.ListTasks(task_pb2.ListTasksRequest(filter=flt, page_size=5), timeout=30).tasks[0]
-    r = run(collector, "oracle", [test_task.task_id])
+    held_out = [easy_task(sites, split) for split in (common_pb2.SPLIT_TEST, common_pb2.SPLIT_VALIDATION)]
+    assert [t.split for t in held_out] == [common_pb2.SPLIT_TEST, common_pb2.SPLIT_VALIDATION]
+    r = run(collector, "oracle", [t.task_id for t in held_out])
     spec = trainer_pb2.JobSpec(name="leak", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC,
                                model=trainer_pb2.MODEL_KIND_SCORER, data=trainer_pb2.TrainingData(run_ids=[r.run_id]))
     job = finish(trainer, start_job(trainer, spec).job_id)
-    # the trainer asks the collector for the train split only: a test-only run yields no examples at all
+    # the trainer asks the collector for the train split only: a held-out-only run yields no examples at all
     assert job.state == trainer_pb2.JOB_STATE_FAILED and "no training examples" in job.error
     assert not list(trainer.ListCheckpoints(trainer_pb2.ListCheckpointsRequest(name="leak"), timeout=10).checkpoints)
+
+
+def test_a_held_out_family_is_refused(stack):
+    # a leave-one-family-out suite: a train-split episode of the excluded family fails the job, naming the field
+    collector, trainer, _, sites = stubs(stack)
+    task = easy_task(sites, common_pb2.SPLIT_TRAIN)
+    r = run(collector, "oracle", [task.task_id], seed=7)
+    data = trainer_pb2.TrainingData(run_ids=[r.run_id], exclude_families=[task.family])
+    spec = trainer_pb2.JobSpec(name="famleak", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC,
+                               model=trainer_pb2.MODEL_KIND_SCORER, data=data)
+    job = finish(trainer, start_job(trainer, spec).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_FAILED
+    assert "spec.data.exclude_families" in job.error and task.family in job.error
+    assert not list(trainer.ListCheckpoints(trainer_pb2.ListCheckpointsRequest(name="famleak"), timeout=10).checkpoints)
 
 
 def test_job_resumes_after_a_trainer_crash(stack):

@@ -58,7 +58,7 @@ def test_split_leakage_is_zero() -> None:
             assert t.split == split_of(t.site)
     assert all(len(v) == 1 for v in split_by_site.values())
     splits = {t.split for t in world.tasks.tasks if t.source == pb.TASK_SOURCE_SYNTHETIC}
-    assert splits == {pb.SPLIT_TRAIN, pb.SPLIT_TEST}
+    assert splits == {pb.SPLIT_TRAIN, pb.SPLIT_VALIDATION, pb.SPLIT_TEST}
 
 
 def test_default_catalog_scale_and_task_shapes() -> None:

@@ -1,8 +1,12 @@
-"""Which split a website belongs to: the platform's one rule, so train and test websites never mix.
+"""Which split a website belongs to: the platform's one rule, so train, validation and test websites never mix.
 
-The split is a function of the host name alone (a stable hash), so a site is wholly train or wholly test whatever
-the seed, whichever service asks (the sites service's catalog, task files loaded by a user's `webenv run
---task-file`, the trainer's guard), and no task can leak across the split.
+The split is a function of the host name alone (a stable hash bucket 0-99), so a site is wholly in one split
+whatever the seed, whichever service asks (the sites service's catalog, task files loaded by a user's `webenv
+run --task-file`, the trainer's guard), and no task can leak across the split. Buckets below
+``TEST_FRACTION_PERCENT`` are test; the next ``VALIDATION_FRACTION_PERCENT`` are validation, taken from what
+were train hosts, so every test site stays a test site and test figures stay comparable across the change.
+Training reads only train sites; every choice (epochs, temperature, the checkpoint reported) is made on
+validation sites; test sites are reported and never tuned on.
 """
 
 from __future__ import annotations
@@ -15,9 +19,20 @@ from webenv.v1 import common_pb2
 SYNTHETIC_DOMAIN = "web.test"
 #: Share of hosts in the test split, in percent.
 TEST_FRACTION_PERCENT = 20
+#: Share of hosts in the validation split, in percent (taken from the train hosts).
+VALIDATION_FRACTION_PERCENT = 10
+#: The split names the store, the CLI and reports use.
+SPLIT_NAMES = {common_pb2.SPLIT_TRAIN: "train", common_pb2.SPLIT_VALIDATION: "validation",
+               common_pb2.SPLIT_TEST: "test"}
+#: Splits never trained on.
+HELD_OUT = frozenset({common_pb2.SPLIT_VALIDATION, common_pb2.SPLIT_TEST})
 
 
 def split_of(host: str) -> int:
-    """SPLIT_TRAIN or SPLIT_TEST for a host: deterministic, seed-independent, never both."""
+    """SPLIT_TRAIN, SPLIT_VALIDATION or SPLIT_TEST for a host: deterministic, seed-independent, exactly one."""
     bucket = int.from_bytes(hashlib.sha256(f"split|{host}".encode()).digest()[:8], "big") % 100
-    return common_pb2.SPLIT_TEST if bucket < TEST_FRACTION_PERCENT else common_pb2.SPLIT_TRAIN
+    if bucket < TEST_FRACTION_PERCENT:
+        return common_pb2.SPLIT_TEST
+    if bucket < TEST_FRACTION_PERCENT + VALIDATION_FRACTION_PERCENT:
+        return common_pb2.SPLIT_VALIDATION
+    return common_pb2.SPLIT_TRAIN

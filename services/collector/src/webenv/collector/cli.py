@@ -23,7 +23,7 @@ import typer
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
-from webenv import errors
+from webenv import errors, splits
 from webenv.runtime.stack import DEFAULT_WORLDMODEL, Stack, running_stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
@@ -37,7 +37,7 @@ COLLECTOR = SITES = BROWSER = None
 DEFAULT_ADDRS = {"collector": "localhost:50056", "sites": "localhost:50055", "browser": "localhost:50051",
                  "trainer": "localhost:50057", "policy": "localhost:50052"}
 DIFFICULTIES = {"easy": common_pb2.DIFFICULTY_EASY, "medium": common_pb2.DIFFICULTY_MEDIUM, "hard": common_pb2.DIFFICULTY_HARD}
-SPLITS = {"train": common_pb2.SPLIT_TRAIN, "test": common_pb2.SPLIT_TEST}
+SPLITS = {name: value for value, name in splits.SPLIT_NAMES.items()}
 SAMPLING = {
     "uniform": collector_pb2.SAMPLING_STRATEGY_UNIFORM,
     "easy-only": collector_pb2.SAMPLING_STRATEGY_EASY_ONLY,
@@ -246,7 +246,7 @@ def run(
     source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml, rubric-json or real-web (repeatable)."),
     kind: list[str] = typer.Option(None, help="information, navigation, transaction or open-ended (repeatable)."),
     difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
-    split: str = typer.Option(None, help="train or test."),
+    split: str = typer.Option(None, help="train, validation or test."),
     family: list[str] = typer.Option(None, help="Site family (repeatable)."),
     site: list[str] = typer.Option(None, help="Site host, e.g. shop-0001.web.test (repeatable)."),
     start_url: list[str] = typer.Option(None, help="Crawl from these URLs instead of tasks (repeatable)."),
@@ -342,7 +342,7 @@ def export(
     format: str = typer.Option("parquet", "--format", help="jsonl, parquet, hf, transitions or traces."),
     dest: Path = typer.Option(Path("export"), help="Destination folder on the collector's machine; a relative one "
                                                    "lands in its export root (images: /data/exports) or working folder."),
-    split: str = typer.Option(None, help="train or test."),
+    split: str = typer.Option(None, help="train, validation or test."),
     passed: bool = typer.Option(None, "--passed/--failed", help="Only passed or only failed episodes."),
     drop_repeated: bool = typer.Option(False, help="Drop steps flagged as repeated states."),
     level: str = typer.Option(None, help="Only this collection level: random-crawl, exploration or task-oriented."),
@@ -403,7 +403,7 @@ def replay(
 @app.command()
 def tasks(
     difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
-    split: str = typer.Option(None, help="train or test."),
+    split: str = typer.Option(None, help="train, validation or test."),
     family: list[str] = typer.Option(None, help="Site family (repeatable)."),
     source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml, rubric-json or real-web (repeatable)."),
     kind: list[str] = typer.Option(None, help="information, navigation, transaction or open-ended (repeatable)."),
@@ -508,6 +508,15 @@ def train(
     collect: int = typer.Option(300, help="Episodes collected per iteration (train split)."),
     eval_episodes: int = typer.Option(200, "--eval", help="Test-split episodes per evaluation (same tasks each time)."),
     train_eval: int = typer.Option(100, help="Train-split episodes per evaluation."),
+    validation_eval: int = typer.Option(100, help="Validation-split episodes per evaluation: the checkpoint reported "
+                                                  "is the best on these, never on test."),
+    holdout_family: str = typer.Option("", help="A site family never trained on (e.g. shop), evaluated as its own "
+                                                "suite: its sites are left out of training and the trainer refuses them."),
+    family_eval: int = typer.Option(100, help="Episodes on the held-out family's websites per evaluation."),
+    miniwob_tasks: int = typer.Option(20, help="MiniWoB++ tasks the oracle solves, run zero-shot by every checkpoint "
+                                               "and by random (0 = skip)."),
+    oracle_slack: int = typer.Option(4, help="No task's step cap below its oracle's length plus this."),
+    oracle_ceiling: bool = typer.Option(True, help="Run the oracle on every suite's tasks under the same caps."),
     temperature: float = typer.Option(1.0, help="Sampling temperature while collecting."),
     algorithm: str = typer.Option("filtered_bc", help="filtered_bc (WebGym) or policy_gradient."),
     bc_epochs: int = typer.Option(40),
@@ -540,7 +549,14 @@ def train(
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
                      sampling=sampling, concurrency=concurrency,
                      baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
-                     out_dir=str(out), dyna=dyna)
+                     out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
+                     family_episodes=family_eval, miniwob_tasks=miniwob_tasks, oracle_slack=oracle_slack,
+                     oracle_ceiling=oracle_ceiling)
+    for option, value, low, high in (("--validation-eval", validation_eval, 0, 10_000),
+                                     ("--family-eval", family_eval, 1, 10_000), ("--miniwob-tasks", miniwob_tasks, 0, 1000),
+                                     ("--oracle-slack", oracle_slack, 0, 100)):
+        if not low <= value <= high:
+            raise typer.BadParameter(f"must be in [{low}, {high}], got {value}", param_hint=option)
     if dyna:
         if not (worldmodel / "config.json").exists():
             raise typer.BadParameter(f"{worldmodel} is not a model directory (no config.json): `make worldmodel` "
@@ -557,22 +573,24 @@ def train(
         local = Stack(data_dir, free_ports=True, sites_count=sites_count, worldmodel=str(worldmodel) if dyna else "")
         with console.status("starting the stack...") as status:
             local.start(on_ready=lambda n, a: status.update(f"{n} SERVING at {a}"))
-        collector, trainer, policy = (local.address(n) for n in ("collector", "trainer", "policy"))
+        collector, trainer, policy, sites = (local.address(n) for n in ("collector", "trainer", "policy", "sites"))
         if dyna:
             cfg.sim_env = local.address("worldmodel")
         console.print(f"stack up ({', '.join(local.services)}); data in {data_dir.resolve()}")
     else:
-        collector, trainer, policy = (address(n, v) for n, v in
-                                      (("collector", collector), ("trainer", trainer), ("policy", policy)))
+        collector, trainer, policy, sites = (address(n, v) for n, v in (("collector", collector), ("trainer", trainer),
+                                                                         ("policy", policy), ("sites", None)))
         if dyna:
             if not sim_env:
                 raise typer.BadParameter("the world model's address (or --stack)", param_hint="--sim-env")
             cfg.sim_env = sim_env
     try:
-        loop = Loop(cfg, collector=collector, trainer=trainer, policy=policy, say=console.print)
+        loop = Loop(cfg, collector=collector, trainer=trainer, policy=policy, sites=sites, say=console.print)
         result = loop.run_loop()
     except grpc.RpcError as exc:
         raise _fail(exc) from None
+    except ValueError as exc:  # a loop option the catalog or the oracle cannot serve, named by the field
+        raise typer.BadParameter(str(exc), param_hint="--" + str(exc).partition(":")[0].replace("_", "-")) from None
     except RuntimeError as exc:
         console.print(f"[red]error[/red] {exc}")
         raise typer.Exit(1) from None

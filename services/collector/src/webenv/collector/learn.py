@@ -1,9 +1,19 @@
 """The learning loop across the services (`webenv train`): every arrow an RPC, every number from the store.
 
-    oracle demos (train sites) -> trainer BC (warm start, v1) -> policy LoadCheckpoint -> evaluate (test sites)
+    oracle demos (train sites) -> trainer BC (warm start, v1) -> policy LoadCheckpoint -> evaluate
     then N times: collect with the current version (train sites, sampling temperature)
                   -> judge (in the collector) -> trainer FILTERED_BC / POLICY_GRADIENT from the parent
-                  -> LoadCheckpoint -> evaluate (test sites, greedy; train sites, greedy)
+                  -> LoadCheckpoint -> evaluate (greedy)
+
+Every checkpoint is evaluated on the suites of `SUITES`, each saying what "unseen" means for its row: validation
+websites (the one the loop chooses on: the checkpoint reported is the best on validation, never on test), test
+websites (new instances of known templates on websites never trained on), with `holdout_family` a site family
+never trained on (its sites are left out of every training run and the trainer refuses its episodes,
+TrainingData.exclude_families), and MiniWoB++ tasks the oracle solves (zero-shot: the family "miniwob" is
+excluded from every training job). Policies are shown only the instruction, the observation and their own
+history (`webenv.solutions`); the oracle, which is shown the solution, runs the same test tasks under the same step
+caps as the ceiling of each task kind. Caps are at least the oracle's length plus `oracle_slack` (Horizons), so a
+task the policy fails is one it could have solved in the steps it had.
 
 Iterations are bounded-staleness off-policy: iteration k collects with version k, and version k+1 is
 trained from k on the judged rollouts of every iteration so far plus the demonstrations (filtered BC keeps
@@ -17,9 +27,11 @@ WatchJob, which is retried while the trainer restarts: a job resumes from its la
 
 from __future__ import annotations
 
+import hashlib
 import json
 import math
 import os
+import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
@@ -27,15 +39,29 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
+from webenv.splits import SPLIT_NAMES
 from webenv.v1 import (
     collector_pb2,
     collector_pb2_grpc,
     common_pb2,
     policy_pb2,
     policy_pb2_grpc,
+    task_pb2,
+    task_pb2_grpc,
     trainer_pb2,
     trainer_pb2_grpc,
 )
+
+#: What "unseen" means on each suite's rows.
+SUITES = {
+    "train": "seen: the training websites themselves",
+    "validation": "websites never trained on, of trained families; every choice (checkpoint) is made here",
+    "test": "new instances of known task templates on websites never trained on (reported, never tuned on)",
+    "family": "a site family never trained on (leave-one-family-out)",
+    "miniwob": "MiniWoB++ tasks, zero-shot (no MiniWoB episode is ever trained on)",
+}
+#: The family of the MiniWoB++ tasks (the sites service's catalog), excluded from every training job.
+MINIWOB_FAMILY = "miniwob"
 
 KINDS = {common_pb2.TASK_KIND_INFORMATION: "information", common_pb2.TASK_KIND_NAVIGATION: "navigation",
          common_pb2.TASK_KIND_TRANSACTION: "transaction"}
@@ -62,6 +88,12 @@ class LoopConfig:
     baselines: tuple[str, ...] = ("random", "explore")
     baseline_episodes: int = 100  # test episodes per baseline policy
     horizons: tuple[int, int, int] = (12, 16, 20)  # step caps by difficulty (WebGym's horizon caps)
+    oracle_slack: int = 4  # no task's cap below its oracle's length + this (Horizons.oracle_slack)
+    validation_episodes: int = 100  # validation split, greedy: the checkpoint reported is chosen on these
+    holdout_family: str = ""  # a site family never trained on, evaluated as its own suite ("" = none)
+    family_episodes: int = 100  # episodes on the held-out family's websites per evaluation
+    miniwob_tasks: int = 20  # MiniWoB++ tasks the oracle solves, one episode each per evaluation (0 = skip)
+    oracle_ceiling: bool = True  # the oracle on every suite's tasks under the same caps
     seed: int = 1
     out_dir: str = "bench/results"
     # Dyna (`webenv train --dyna`): instead of the RL iterations, one step from the BC checkpoint with the same
@@ -74,12 +106,14 @@ class LoopConfig:
 @dataclass
 class Evaluation:
     version: str
-    split: str
+    split: str  # the suite: train, validation, test, family:<name>, miniwob
     run_id: str
     episodes: int
     passed: int
     by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [passed, total]
     by_difficulty: dict[str, list[int]] = field(default_factory=dict)
+    truncated: int = 0  # episodes cut at their step cap
+    tasks: str = ""  # digest of the task ids run: equal digests = the same tasks
 
     @property
     def rate(self) -> float:
@@ -111,7 +145,7 @@ class Timing:
 class Loop:
     """Drives the services; `say` receives one line per event for the CLI."""
 
-    def __init__(self, cfg: LoopConfig, *, collector: str, trainer: str, policy: str,
+    def __init__(self, cfg: LoopConfig, *, collector: str, trainer: str, policy: str, sites: str = "",
                  say: Callable[[str], None] = print) -> None:
         self.cfg = cfg
         self.say = say
@@ -119,6 +153,9 @@ class Loop:
         self.trainer_addr = trainer
         self.trainer = trainer_pb2_grpc.TrainerServiceStub(grpc.insecure_channel(trainer))
         self.policy = policy_pb2_grpc.PolicyServiceStub(grpc.insecure_channel(policy))
+        self.sites = task_pb2_grpc.TaskServiceStub(grpc.insecure_channel(sites)) if sites else None
+        self.train_families: tuple[str, ...] = ()  # with a held-out family: every other one (set by prepare)
+        self.miniwob_ids: tuple[str, ...] = ()  # MiniWoB++ tasks of the zero-shot suite (set by prepare)
         self.timing = Timing()
         self.evals: list[Evaluation] = []
         self.runs: dict[str, str] = {}
@@ -126,17 +163,25 @@ class Loop:
 
     # -- collector ------------------------------------------------------------------------------------------------
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
-            kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = ()) -> collector_pb2.Run:
+            kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = (),
+            families: tuple[str, ...] | None = None, task_ids: tuple[str, ...] = ()) -> collector_pb2.Run:
+        """A run on synthetic tasks of ``split`` (of the trained families unless ``families`` names others), or on
+        the MiniWoB++ ``task_ids``."""
         spec = collector_pb2.RunSpec(
             name=f"{self.cfg.name}/{label}", policy=policy, episodes=episodes, seed=seed, env_address=env_address,
             concurrency=self.cfg.concurrency, level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
             sampling=collector_pb2.SamplingStrategy.Value(f"SAMPLING_STRATEGY_{self.cfg.sampling.upper().replace('-', '_')}"),
             act_options=policy_pb2.ActOptions(temperature=temperature),
             horizons=collector_pb2.Horizons(easy=self.cfg.horizons[0], medium=self.cfg.horizons[1],
-                                            hard=self.cfg.horizons[2]),
+                                            hard=self.cfg.horizons[2], oracle_slack=self.cfg.oracle_slack),
         )
-        spec.tasks.split = split
-        spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
+        if task_ids:
+            spec.tasks.sources.append(common_pb2.TASK_SOURCE_MINIWOB)
+            spec.tasks.task_ids.extend(task_ids)
+        else:
+            spec.tasks.split = split
+            spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
+            spec.tasks.families.extend(self.train_families if families is None else families)
         spec.tasks.kinds.extend(kinds)
         spec.tasks.sites.extend(sites)
         # the judge reads HTML (page criteria); the policy and the trainer read the AXTREE, the one format kept
@@ -157,29 +202,99 @@ class Loop:
         return last
 
     def evaluate(self, version: str, split: int, episodes: int, label: str) -> Evaluation:
+        """``version`` on the seeded tasks of a split's websites (the same tasks for every version)."""
+        name = SPLIT_NAMES[split]
+        seed = self.cfg.seed * 7919 + {common_pb2.SPLIT_TEST: 1, common_pb2.SPLIT_TRAIN: 2}.get(split, split)
+        return self._evaluate(version, name, label, dict(split=split, episodes=episodes, seed=seed))
+
+    def evaluate_family(self, version: str, label: str) -> Evaluation:
+        """``version`` on the held-out family's websites (every split of it: none was trained on)."""
+        seed = self.cfg.seed * 7919 + 4
+        return self._evaluate(version, f"family:{self.cfg.holdout_family}", label,
+                              dict(split=common_pb2.SPLIT_UNSPECIFIED, episodes=self.cfg.family_episodes, seed=seed,
+                                   families=(self.cfg.holdout_family,)))
+
+    def evaluate_miniwob(self, version: str, label: str) -> Evaluation:
+        """``version`` zero-shot on the MiniWoB++ suite, one episode per task."""
+        return self._evaluate(version, "miniwob", label, dict(split=common_pb2.SPLIT_UNSPECIFIED,
+                                                              episodes=len(self.miniwob_ids), seed=self.cfg.seed * 7919 + 5,
+                                                              task_ids=self.miniwob_ids))
+
+    def _evaluate(self, version: str, suite: str, label: str, run_args: dict) -> Evaluation:
         t0 = time.monotonic()
-        seed = self.cfg.seed * 7919 + (1 if split == common_pb2.SPLIT_TEST else 2)
-        run = self.run(label, policy=version, split=split, episodes=episodes, seed=seed)
-        ev = self.score(run.run_id, version, "test" if split == common_pb2.SPLIT_TEST else "train")
+        run = self.run(label, policy=version, **run_args)
+        ev = self.score(run.run_id, version, suite)
         self.timing.evaluate += time.monotonic() - t0
         self.evals.append(ev)
         lo, hi = ev.interval()
-        self.say(f"  {version} on {ev.split} sites: {ev.rate:.1%} [{lo:.1%}, {hi:.1%}] ({ev.passed}/{ev.episodes})")
+        self.say(f"  {version} on {suite}: {ev.rate:.1%} [{lo:.1%}, {hi:.1%}] ({ev.passed}/{ev.episodes})")
         return ev
+
+    def evaluate_checkpoint(self, version: str, it: str) -> None:
+        """A version on every held-out suite (validation first: it is the one the loop chooses on)."""
+        cfg = self.cfg
+        if cfg.validation_episodes:
+            self.evaluate(version, common_pb2.SPLIT_VALIDATION, cfg.validation_episodes, f"eval-{it}-validation")
+        self.evaluate(version, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{it}-test")
+        if cfg.holdout_family:
+            self.evaluate_family(version, f"eval-{it}-family")
+        if self.miniwob_ids:
+            self.evaluate_miniwob(version, f"eval-{it}-miniwob")
+        if cfg.train_eval_episodes:
+            self.evaluate(version, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, f"eval-{it}-train")
+
+    def prepare(self) -> None:
+        """The held-out family's complement and the MiniWoB++ suite, from the catalog and the oracle's ListPolicies."""
+        cfg = self.cfg
+        if cfg.holdout_family:
+            if self.sites is None:
+                raise RuntimeError("a held-out family needs the task catalog's address (sites)")
+            families = self.families()
+            if cfg.holdout_family not in families:
+                raise ValueError(f"holdout_family: {cfg.holdout_family!r} is not a site family of the catalog; "
+                                 f"it has {', '.join(sorted(families))}")
+            self.train_families = tuple(sorted(families - {cfg.holdout_family}))
+            self.say(f"held-out family {cfg.holdout_family}: training on {', '.join(self.train_families)}")
+        if cfg.miniwob_tasks:
+            listed = self.policy.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=30).policies
+            oracle = next((p for p in listed if p.name == "oracle"), None)
+            solved = sorted(t for t in (oracle.solved_task_ids if oracle else ()) if t.startswith("miniwob/"))
+            if len(solved) < cfg.miniwob_tasks:
+                raise ValueError(f"miniwob_tasks: the oracle solves {len(solved)} MiniWoB++ tasks, "
+                                 f"fewer than {cfg.miniwob_tasks}")
+            rng = random.Random(cfg.seed)
+            self.miniwob_ids = tuple(sorted(rng.sample(solved, cfg.miniwob_tasks)))
+
+    def families(self) -> set[str]:
+        """The site families of the synthetic catalog."""
+        out: set[str] = set()
+        token = ""
+        while True:
+            resp = self.sites.ListTasks(task_pb2.ListTasksRequest(
+                filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]), page_size=1000,
+                page_token=token), timeout=60)
+            out.update(t.family for t in resp.tasks)
+            token = resp.next_page_token
+            if not token:
+                return out
 
     def score(self, run_id: str, version: str, split: str) -> Evaluation:
         """Success of a run, from the stored episodes (errored episodes count as failures)."""
         ev = Evaluation(version, split, run_id, 0, 0, defaultdict(lambda: [0, 0]), defaultdict(lambda: [0, 0]))
         req = collector_pb2.ReadEpisodesRequest(run_ids=[run_id], filter=collector_pb2.ExportFilter(include_errored=True))
+        ids = []
         for resp in self.collector.ReadEpisodes(req, timeout=600):
             ep = resp.episode
+            ids.append(ep.task.task_id)
             ev.episodes += 1
             ev.passed += int(ep.passed)
+            ev.truncated += int(ep.truncated)
             for table, key in ((ev.by_kind, KINDS.get(ep.task.kind, "other")),
                                (ev.by_difficulty, DIFFS.get(ep.task.difficulty, "other"))):
                 table[key][0] += int(ep.passed)
                 table[key][1] += 1
         ev.by_kind, ev.by_difficulty = dict(ev.by_kind), dict(ev.by_difficulty)
+        ev.tasks = hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:12]
         return ev
 
     # -- trainer --------------------------------------------------------------------------------------------------
@@ -189,7 +304,8 @@ class Loop:
             name=self.cfg.name, algorithm=algorithm, model=trainer_pb2.MODEL_KIND_SCORER, parent=parent,
             # demonstrations the judge failed (a flaky page, not the oracle) are not imitated either
             data=trainer_pb2.TrainingData(run_ids=run_ids, filter=collector_pb2.ExportFilter(drop_repeated=True,
-                                                                                             passed=True)),
+                                                                                             passed=True),
+                                          exclude_families=self.excluded_families()),
             hyper=trainer_pb2.Hyperparameters(epochs=epochs, seed=self.cfg.seed, checkpoint_every=20),
             labels={"loop": label},
         )
@@ -211,6 +327,10 @@ class Loop:
         loaded = self.policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=cp.ref), timeout=120)
         self.say(f"  policy serves {loaded.policy.version} (loaded in {loaded.load_seconds * 1000:.0f} ms)")
         return cp
+
+    def excluded_families(self) -> list[str]:
+        """Families no training job may read: MiniWoB++ (the zero-shot suite) and the held-out family."""
+        return [MINIWOB_FAMILY] + ([self.cfg.holdout_family] if self.cfg.holdout_family else [])
 
     def watch_job(self, job_id: str, patience: float = 300.0) -> trainer_pb2.Job:
         """Follow a job to its end, riding out trainer restarts (UNAVAILABLE) for up to ``patience`` seconds."""
@@ -243,7 +363,7 @@ class Loop:
                          seed=cfg.seed * 31)
         self.timing.demos += time.monotonic() - t0
         cp = self.train("bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
-        self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-bc-test")
+        self.evaluate_checkpoint(cp.ref, "bc")
         return demos, cp
 
     def rl_algorithm(self) -> int:
@@ -255,12 +375,9 @@ class Loop:
         if cfg.dyna:
             return self.run_dyna()
         t_start = time.monotonic()
-        for base in cfg.baselines:
-            self.say(f"baseline {base}")
-            self.evaluate(base, common_pb2.SPLIT_TEST, cfg.baseline_episodes, f"eval-{base}-test")
+        self.prepare()
+        self.baselines_and_ceiling()
         demos, cp = self.warm_start()
-        if cfg.train_eval_episodes:
-            self.evaluate(cp.ref, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, "eval-bc-train")
         algorithm = self.rl_algorithm()
         data = [demos.run_id]  # the replay set: demonstrations + every iteration's rollouts (judged)
         for it in range(1, cfg.iterations + 1):
@@ -271,9 +388,7 @@ class Loop:
             self.timing.collect += time.monotonic() - t0
             data.append(run.run_id)
             cp = self.train(f"rl-{it}", algorithm, list(data), cp.ref, cfg.rl_epochs)
-            self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{it}-test")
-            if cfg.train_eval_episodes:
-                self.evaluate(cp.ref, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, f"eval-{it}-train")
+            self.evaluate_checkpoint(cp.ref, str(it))
         if cfg.reference_demo_episodes:
             self.say(f"reference: BC on {cfg.reference_demo_episodes} oracle demonstrations")
             ref_name = f"{cfg.name}-ref"
@@ -284,13 +399,51 @@ class Loop:
                 ref = self.train("reference-bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
             finally:
                 self.cfg.name = saved
-            self.evaluate(ref.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-reference-test")
+            self.evaluate_checkpoint(ref.ref, "reference")
         return self.result(t_start)
+
+    def baselines_and_ceiling(self) -> None:
+        """The baselines on the test suite, and the oracle (the ceiling) and random on every held-out suite."""
+        cfg = self.cfg
+        for base in cfg.baselines:
+            self.say(f"baseline {base}")
+            self.evaluate(base, common_pb2.SPLIT_TEST, cfg.baseline_episodes, f"eval-{base}-test")
+        if cfg.oracle_ceiling:
+            self.say("ceiling: the oracle on the same tasks under the same step caps")
+            self.evaluate("oracle", common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-oracle-test")
+            if cfg.holdout_family:
+                self.evaluate_family("oracle", "eval-oracle-family")
+            if self.miniwob_ids:
+                self.evaluate_miniwob("oracle", "eval-oracle-miniwob")
+        if cfg.holdout_family and "random" in cfg.baselines:
+            self.evaluate_family("random", "eval-random-family")
+        if self.miniwob_ids:
+            self.evaluate_miniwob("random", "eval-random-miniwob")
+
+    def selected(self) -> dict:
+        """The checkpoint the loop reports: the best on validation (ties: the later), with its test figures."""
+        trained = [c["ref"] for c in self.checkpoints if not c["ref"].split("@")[0].endswith("-ref")]
+        val = {e.version: e for e in self.evals if e.split == "validation"}
+        pool = [r for r in trained if r in val]
+        if not pool:
+            return {}
+        best = max(reversed(pool), key=lambda r: val[r].rate)
+        return {"ref": best, "by": "validation", "validation_rate": val[best].rate,
+                "suites": {e.split: e.rate for e in self.evals if e.version == best}}
 
     def result(self, t_start: float) -> dict:
         return {"config": asdict(self.cfg), "wall_seconds": round(time.monotonic() - t_start, 1),
                 "timing": asdict(self.timing), "runs": self.runs, "checkpoints": self.checkpoints,
+                "selected": self.selected(), "suites": self.suites(),
                 "evaluations": [asdict(e) | {"rate": e.rate, "ci95": e.interval()} for e in self.evals]}
+
+    def suites(self) -> dict[str, str]:
+        """The suites this loop evaluated, each with what "unseen" means on it."""
+        out = {}
+        for e in self.evals:
+            key = e.split.partition(":")[0]
+            out[e.split] = SUITES[key] + (f": {e.split.partition(':')[2]}" if key == "family" else "")
+        return out
 
     def run_dyna(self) -> dict:
         """World-model rollouts as training data (Dyna), against the same budget of real ones.
@@ -327,28 +480,45 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
     stem = "dyna" if dyna else "learning"
     (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
     title = ("# Dyna: world-model rollouts vs the same budget of real rollouts, success on unseen websites" if dyna
-             else "# Learning loop: success on unseen (test-split) websites")
+             else "# Learning loop: success on unseen websites, task families and MiniWoB++")
     lines = [title, "", f"Command: `{command}`", "",
              f"Wall time {result['wall_seconds']:.0f} s: " + ", ".join(
-                 f"{k} {v:.0f} s ({v / max(result['wall_seconds'], 1e-9):.0%})" for k, v in result["timing"].items()), "",
-             "| policy | split | success | 95% CI | episodes | run |", "| --- | --- | --- | --- | --- | --- |"]
+                 f"{k} {v:.0f} s ({v / max(result['wall_seconds'], 1e-9):.0%})" for k, v in result["timing"].items()), ""]
+    suites = result.get("suites", {})
+    if suites:
+        lines += ["What \"unseen\" means on each suite's rows:", "", "| suite | unseen |", "| --- | --- |"]
+        lines += [f"| {k} | {v} |" for k, v in suites.items()]
+        lines.append("")
+    cfg = result["config"]
+    lines.append(f"Policies other than the oracle are shown the instruction, the observation and their own history, "
+                 f"never a task's solution or rubric. Step caps {tuple(cfg['horizons'])} by difficulty, raised to the "
+                 f"oracle's length + {cfg.get('oracle_slack', 0)} (each episode records its cap); `oracle` rows are "
+                 "the ceiling: the same tasks (same task digest) under the same caps.")
+    sel = result.get("selected") or {}
+    if sel:
+        figures = ", ".join(f"{k} {v:.1%}" for k, v in sel["suites"].items())
+        lines += ["", f"**Selected checkpoint (best on validation, never chosen on test): {sel['ref']}**: {figures}."]
+    lines += ["", "| policy | suite | success | 95% CI | episodes | cut at cap | tasks | run |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
     for e in evals:
         lo, hi = e["ci95"]
-        lines.append(f"| {e['version']} | {e['split']} | {e['rate']:.1%} | [{lo:.1%}, {hi:.1%}] | {e['episodes']} | "
-                     f"`{e['run_id']}` |")
-    lines += ["", "By task kind and difficulty (test split):", "",
-              "| policy | " + " | ".join(list(KINDS.values()) + list(DIFFS.values())) + " |",
-              "| --- |" + " --- |" * (len(KINDS) + len(DIFFS))]
-    for e in evals:
-        if e["split"] != "test":
-            continue
-        cells = []
-        for table, keys in ((e["by_kind"], KINDS.values()), (e["by_difficulty"], DIFFS.values())):
-            for k in keys:
-                p, n = table.get(k, [0, 0])
-                cells.append(f"{p}/{n}" + (f" ({p / n:.0%})" if n else ""))
-        lines.append(f"| {e['version']} | " + " | ".join(cells) + " |")
-    lines += ["", "Checkpoints:", "", "| ref | parent | from | episodes | examples | steps | loss | val acc | ex/s |",
+        name = f"{e['version']} (ceiling)" if e["version"] == "oracle" else e["version"]
+        lines.append(f"| {name} | {e['split']} | {e['rate']:.1%} | [{lo:.1%}, {hi:.1%}] | {e['episodes']} | "
+                     f"{e.get('truncated', 0)} | `{e.get('tasks', '')}` | `{e['run_id']}` |")
+    for suite in [s for s in dict.fromkeys(e["split"] for e in evals) if s not in ("train", "miniwob")]:
+        lines += ["", f"By task kind and difficulty ({suite}; the oracle row is the ceiling):", "",
+                  "| policy | " + " | ".join(list(KINDS.values()) + list(DIFFS.values())) + " |",
+                  "| --- |" + " --- |" * (len(KINDS) + len(DIFFS))]
+        for e in evals:
+            if e["split"] != suite:
+                continue
+            cells = []
+            for table, keys in ((e["by_kind"], KINDS.values()), (e["by_difficulty"], DIFFS.values())):
+                for k in keys:
+                    p, n = table.get(k, [0, 0])
+                    cells.append(f"{p}/{n}" + (f" ({p / n:.0%})" if n else ""))
+            lines.append(f"| {e['version']} | " + " | ".join(cells) + " |")
+    lines += ["", "Checkpoints:", "", "| ref | parent | from | episodes | examples | steps | loss | held-out examples acc | ex/s |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in result["checkpoints"]:
         lines.append(f"| {c['ref']} | {c['parent'] or '-'} | {c['label']} | {c['episodes']} | {c['examples']} | "
@@ -375,8 +545,11 @@ def plot(result: dict, path: Path) -> Path:
     for e in result["evaluations"]:
         v = e["version"]
         lo, hi = e["ci95"]
+        if e["split"] not in ("train", "validation", "test"):
+            continue
         if "@" not in v:
-            baselines[v] = e["rate"]
+            if e["split"] == "test":
+                baselines[v] = e["rate"]
             continue
         if v.split("@")[0].endswith("-ref"):
             baselines["BC, larger demo budget"] = e["rate"]
@@ -386,7 +559,7 @@ def plot(result: dict, path: Path) -> Path:
     for split, pts in sorted(series.items()):
         pts.sort()
         xs = [p[0] for p in pts]
-        ax.plot(xs, [p[1] for p in pts], marker="o", label=f"{split} sites")
+        ax.plot(xs, [p[1] for p in pts], marker="o", label=f"{split} websites")
         ax.fill_between(xs, [p[2] for p in pts], [p[3] for p in pts], alpha=0.15)
     for i, (name, rate) in enumerate(sorted(baselines.items())):
         ax.axhline(rate, linestyle="--", linewidth=1, color=f"C{i + 2}", label=name)

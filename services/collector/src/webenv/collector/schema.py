@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
+from webenv import splits
 from webenv.v1 import collector_pb2, common_pb2
 
 #: What a DateTime column left empty holds (never NULL: the columns are not Nullable).
@@ -102,7 +103,7 @@ INSERT_ORDER = (STEPS.name, EPISODES.name, RUNS.name)
 STATE_NAMES = {v: collector_pb2.RunState.Name(v).removeprefix("RUN_STATE_").lower() for v in collector_pb2.RunState.values()}
 STATE_VALUES = {v: k for k, v in STATE_NAMES.items()}
 #: episodes.split, episodes.difficulty, episodes.level, episodes.env_kind.
-SPLIT_NAMES = {common_pb2.SPLIT_TRAIN: "train", common_pb2.SPLIT_TEST: "test"}
+SPLIT_NAMES = splits.SPLIT_NAMES
 DIFFICULTY_NAMES = {common_pb2.DIFFICULTY_EASY: "easy", common_pb2.DIFFICULTY_MEDIUM: "medium", common_pb2.DIFFICULTY_HARD: "hard"}
 LEVEL_NAMES = {
     collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL: "random_crawl",

@@ -1,7 +1,7 @@
 """The synthetic web: which sites exist, what each one holds, and which split it belongs to.
 
 A site is a pure function of (family, number, seed): its name, layout variant, theme, wording, users
-and items. The split is a function of the host name alone, so a site is wholly train or wholly test
+and items. The split is a function of the host name alone, so a site is wholly train, validation or test
 whatever the seed, and no task can leak across the split.
 """
 

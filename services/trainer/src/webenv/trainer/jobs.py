@@ -263,7 +263,7 @@ class JobManager:
                 log.info("job succeeded", extra={"job_id": job_id, "checkpoint": meta.ref})
             except errors.WebenvError as exc:
                 await self._set(job, trainer_pb2.JOB_STATE_FAILED, exc.message)
-            except data.TestSplitLeak as exc:
+            except data.HeldOutLeak as exc:
                 await self._set(job, trainer_pb2.JOB_STATE_FAILED, str(exc))
             except asyncio.CancelledError:
                 raise
