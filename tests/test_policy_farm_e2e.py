@@ -165,7 +165,7 @@ async def test_oracle_solves_scripted_miniwob_tasks(web):
             for seed in (1, 2, 3):
                 task.seed = seed
                 try:
-                    history, last, _ = await run_oracle(stub, env, task, max_steps=4)
+                    history, last, _ = await run_oracle(stub, env, task, max_steps=8)
                     ok, detail = last.done and last.raw_reward > 0, ([h.action_text for h in history],
                                                                      last.raw_reward, last.reward_reason)
                 except AssertionError as exc:

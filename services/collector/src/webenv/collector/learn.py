@@ -186,6 +186,8 @@ class Loop:
         spec.tasks.sites.extend(sites)
         # the judge reads HTML (page criteria); the policy and the trainer read the AXTREE, the one format kept
         spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
+        if task_ids:  # MiniWoB's links are spans the oracle's click-link script finds in the DOM format
+            spec.observation_spec.formats.append(common_pb2.OBSERVATION_FORMAT_DOM)
         spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
         run = self.collector.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec),
                                       timeout=60).run

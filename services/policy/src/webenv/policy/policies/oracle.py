@@ -2,7 +2,10 @@
 
 Synthetic-web tasks carry their solution in Task.oracle (actions addressed by CSS selector, ending
 with an answer); step i answers oracle[i], and past the end the final answer again. MiniWoB tasks
-have no stored solution: for a few of them a script reads the utterance and the observation.
+have no stored solution: for 22 of them a script reads the utterance and the observation (enough for the
+learning loop's zero-shot MiniWoB++ suite of 20). Scripts count steps rather than read back a control's
+checked state or value, which an AXTREE observation need not show (the learning loop's format: enter-text
+filled its field again and again under it).
 """
 
 from __future__ import annotations
@@ -72,20 +75,16 @@ def _click_link(instruction: str, obs: common_pb2.Observation, step: int) -> com
     return build.noop()
 
 
+def _enter_text_counted(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    # Enter "x" into the text field and press Submit: fill, then submit (counted, as an AXTREE need not show
+    # the field's value).
+    words = _quoted(instruction)
+    return _fill_css("#tt", words[0] if words else "") if step == 0 else _css("#subbtn")
+
+
 def _focus_text(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
     target = _find(candidates(obs), lambda c: c.fillable)
     return build.click(target.element_id) if target else build.noop()
-
-
-def _enter_text(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
-    words = _quoted(instruction)
-    text = words[0] if words else ""
-    cands = candidates(obs)
-    field = _find(cands, lambda c: c.fillable)
-    if field is not None and field.value != text:
-        return build.fill(field.element_id, text)
-    submit = _find(cands, lambda c: _is_button(c) and "submit" in c.label.lower()) or _find(cands, _is_button)
-    return build.click(submit.element_id) if submit else build.noop()
 
 
 def _text_inputs(cands: list[Candidate]) -> list[Candidate]:
@@ -148,14 +147,119 @@ def _click_button_sequence(instruction: str, obs: common_pb2.Observation, step: 
     return _click_visible_part(obs, target.element_id) if target else build.noop()
 
 
+def _css(selector: str) -> common_pb2.Action:
+    return common_pb2.Action(click=common_pb2.ClickAction(target=common_pb2.ElementTarget(selector=selector)))
+
+
+def _fill_css(selector: str, text: str) -> common_pb2.Action:
+    return common_pb2.Action(fill=common_pb2.FillAction(target=common_pb2.ElementTarget(selector=selector), text=text))
+
+
+def _enter_text_2(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    # Type "ALICE" in all lower case letters in the text input and press Submit.
+    words = _quoted(instruction)
+    text = words[0] if words else ""
+    text = text.lower() if "lower case" in instruction else text.upper()
+    return _fill_css("#tt", text) if step == 0 else _css("#subbtn")
+
+
+def _focus_text_2(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    # Focus into the 2nd input textbox.
+    m = re.search(r"(\d)(?:st|nd|rd|th) input", instruction)
+    return _css(f"#tt{m.group(1)}") if m else build.noop()
+
+
+def _choice_label(c: Candidate) -> str:
+    return c.label.strip()
+
+
+def _click_option(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    # Select qJz and click Submit. Step-counted: an AXTREE observation need not show the radio's checked state.
+    m = re.match(r"Select (.*) and click Submit", instruction.strip())
+    want = m.group(1) if m else ""
+    cands = candidates(obs)
+    target = _find(cands, lambda c: c.role == "radio" and _choice_label(c) == want) or _find(
+        cands, lambda c: _choice_label(c) == want)
+    if step == 0 and target is not None:
+        return build.click(target.element_id)
+    return _css("#subbtn")
+
+
+def _click_checkboxes(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    # Select a, b, c and click Submit. (or "Select nothing and click Submit.") The page starts with every box
+    # unchecked; step i clicks the i-th wanted one (counted, as an AXTREE need not show checked states).
+    m = re.match(r"Select (.*) and click Submit", instruction.strip())
+    names = m.group(1) if m else ""
+    want = set() if names == "nothing" else {w.strip() for w in names.split(",")}
+    boxes = [c for c in candidates(obs) if c.role == "checkbox" and _choice_label(c) in want]
+    return build.click(boxes[step].element_id) if step < len(boxes) else _css("#subbtn")
+
+
+def _click_collapsible(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    return _css("#area h3") if step == 0 else _css("#subbtn")
+
+
+def _click_dialog(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    return _css("button.ui-dialog-titlebar-close")
+
+
+def _click_dialog_2(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    # Click the button in the dialog box labeled "OK" ("x" is the title bar's close button).
+    words = _quoted(instruction)
+    want = words[0] if words else ""
+    if want == "x":
+        return _css("button.ui-dialog-titlebar-close")
+    target = _find(candidates(obs), lambda c: _is_button(c) and c.label.strip() == want)
+    return build.click(target.element_id) if target else build.noop()
+
+
+def _click_tab(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    m = re.search(r"Tab #(\d)", instruction)  # Click on Tab #2.
+    return _css(f'#area ul a[href="#tabs-{m.group(1)}"]') if m else build.noop()
+
+
+def _choose_list(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    m = re.match(r"Select (.*) from the list and click Submit", instruction.strip())
+    if step == 0 and m:
+        return common_pb2.Action(select=common_pb2.SelectAction(
+            target=common_pb2.ElementTarget(selector="#options"), options=[m.group(1)]))
+    button = _find(candidates(obs), _is_button)
+    return build.click(button.element_id) if button else build.noop()
+
+
+def _enter_date(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    m = re.search(r"(\d{2})/(\d{2})/(\d{4})", instruction)  # Enter 05/12/2016 as the date and hit submit.
+    if step == 0 and m:
+        return _fill_css("#tt", f"{m.group(3)}-{m.group(1)}-{m.group(2)}")
+    return _css("#subbtn")
+
+
+def _use_spinner(instruction: str, obs: common_pb2.Observation, step: int) -> common_pb2.Action:
+    m = re.search(r"Select (-?\d+) with the spinner", instruction)
+    return _fill_css("#spinner", m.group(1)) if step == 0 and m else _css("#subbtn")
+
+
 #: MiniWoB task name -> script reading (utterance, observation, step).
 MINIWOB_SCRIPTS: dict[str, Script] = {
+    "enter-text-dynamic": _enter_text_counted,
+    "enter-text-2": _enter_text_2,
+    "focus-text-2": _focus_text_2,
+    "click-option": _click_option,
+    "click-checkboxes": _click_checkboxes,
+    "click-collapsible": _click_collapsible,
+    "click-dialog": _click_dialog,
+    "click-dialog-2": _click_dialog_2,
+    "click-tab": _click_tab,
+    "unicode-test": _click_button,
+    "choose-list": _choose_list,
+    "enter-date": _enter_date,
+    "use-spinner": _use_spinner,
     "click-test": _click_test,
     "click-test-2": _click_button,
     "click-button": _click_button,
     "click-link": _click_link,
     "focus-text": _focus_text,
-    "enter-text": _enter_text,
+    "enter-text": _enter_text_counted,
     "login-user": _login_user,
     "enter-password": _enter_password,
     "click-button-sequence": _click_button_sequence,
