@@ -35,6 +35,7 @@ import random
 import time
 from collections import defaultdict
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -93,6 +94,13 @@ class LoopConfig:
     holdout_family: str = ""  # a site family never trained on, evaluated as its own suite ("" = none)
     family_episodes: int = 100  # episodes on the held-out family's websites per evaluation
     miniwob_tasks: int = 20  # MiniWoB++ tasks the oracle solves, one episode each per evaluation (0 = skip)
+    # MiniWoB's pages give an episode 10 s from the start: 20 sessions opened at once on 2 loaded cores all ran out
+    # before their first step (smoke run), so its suite runs a few at a time
+    miniwob_concurrency: int = 2
+    # Evaluate version k while iteration k+1 collects with the same version k (`--overlap`): no rollout is older
+    # than in the sequential loop (the collection uses the version being evaluated), only the wall time changes.
+    # Evaluation was 53% of the sequential loop's wall time (bench/results/learning.md before this option).
+    overlap: bool = False
     oracle_ceiling: bool = True  # the oracle on every suite's tasks under the same caps
     seed: int = 1
     out_dir: str = "bench/results"
@@ -160,16 +168,18 @@ class Loop:
         self.evals: list[Evaluation] = []
         self.runs: dict[str, str] = {}
         self.checkpoints: list[dict] = []
+        self.iterations: list[dict] = []  # per RL iteration: wall time, the sum of its phases, what overlapped
 
     # -- collector ------------------------------------------------------------------------------------------------
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
             kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = (),
-            families: tuple[str, ...] | None = None, task_ids: tuple[str, ...] = ()) -> collector_pb2.Run:
+            families: tuple[str, ...] | None = None, task_ids: tuple[str, ...] = (),
+            concurrency: int = 0) -> collector_pb2.Run:
         """A run on synthetic tasks of ``split`` (of the trained families unless ``families`` names others), or on
         the MiniWoB++ ``task_ids``."""
         spec = collector_pb2.RunSpec(
             name=f"{self.cfg.name}/{label}", policy=policy, episodes=episodes, seed=seed, env_address=env_address,
-            concurrency=self.cfg.concurrency, level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
+            concurrency=concurrency or self.cfg.concurrency, level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
             sampling=collector_pb2.SamplingStrategy.Value(f"SAMPLING_STRATEGY_{self.cfg.sampling.upper().replace('-', '_')}"),
             act_options=policy_pb2.ActOptions(temperature=temperature),
             horizons=collector_pb2.Horizons(easy=self.cfg.horizons[0], medium=self.cfg.horizons[1],
@@ -220,7 +230,8 @@ class Loop:
         """``version`` zero-shot on the MiniWoB++ suite, one episode per task."""
         return self._evaluate(version, "miniwob", label, dict(split=common_pb2.SPLIT_UNSPECIFIED,
                                                               episodes=len(self.miniwob_ids), seed=self.cfg.seed * 7919 + 5,
-                                                              task_ids=self.miniwob_ids))
+                                                              task_ids=self.miniwob_ids,
+                                                              concurrency=self.cfg.miniwob_concurrency))
 
     def _evaluate(self, version: str, suite: str, label: str, run_args: dict) -> Evaluation:
         t0 = time.monotonic()
@@ -356,8 +367,17 @@ class Loop:
                 time.sleep(2.0)
 
     # -- the loop -------------------------------------------------------------------------------------------------
-    def warm_start(self) -> tuple[collector_pb2.Run, trainer_pb2.Checkpoint]:
-        """Oracle demonstrations on train sites -> BC -> evaluated on the test sites: (demo run, checkpoint)."""
+    def collect(self, it: int, version: str) -> collector_pb2.Run:
+        """Iteration ``it``'s rollouts with ``version`` on train sites, sampled at the loop's temperature."""
+        cfg = self.cfg
+        t0 = time.monotonic()
+        run = self.run(f"collect-{it}", policy=version, split=common_pb2.SPLIT_TRAIN, episodes=cfg.collect_episodes,
+                       seed=cfg.seed * 1000 + it, temperature=cfg.temperature)
+        self.timing.collect += time.monotonic() - t0
+        return run
+
+    def warm_start(self, evaluate: bool = True) -> tuple[collector_pb2.Run, trainer_pb2.Checkpoint]:
+        """Oracle demonstrations on train sites -> BC -> evaluated on every suite: (demo run, checkpoint)."""
         cfg = self.cfg
         self.say(f"warm start: {cfg.demo_episodes} oracle demonstrations on train sites")
         t0 = time.monotonic()
@@ -365,7 +385,8 @@ class Loop:
                          seed=cfg.seed * 31)
         self.timing.demos += time.monotonic() - t0
         cp = self.train("bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
-        self.evaluate_checkpoint(cp.ref, "bc")
+        if evaluate:
+            self.evaluate_checkpoint(cp.ref, "bc")
         return demos, cp
 
     def rl_algorithm(self) -> int:
@@ -379,18 +400,33 @@ class Loop:
         t_start = time.monotonic()
         self.prepare()
         self.baselines_and_ceiling()
-        demos, cp = self.warm_start()
+        demos, cp = self.warm_start(evaluate=not cfg.overlap)
+        pending = (cp.ref, "bc") if cfg.overlap else None  # (version, label) evaluated during the next collection
         algorithm = self.rl_algorithm()
         data = [demos.run_id]  # the replay set: demonstrations + every iteration's rollouts (judged)
         for it in range(1, cfg.iterations + 1):
-            self.say(f"iteration {it}/{cfg.iterations}: collect with {cp.ref}")
-            t0 = time.monotonic()
-            run = self.run(f"collect-{it}", policy=cp.ref, split=common_pb2.SPLIT_TRAIN, episodes=cfg.collect_episodes,
-                           seed=cfg.seed * 1000 + it, temperature=cfg.temperature)
-            self.timing.collect += time.monotonic() - t0
+            self.say(f"iteration {it}/{cfg.iterations}: collect with {cp.ref}"
+                     + (f" while evaluating {pending[0]}" if pending else ""))
+            t0, phases = time.monotonic(), sum(asdict(self.timing).values())
+            if pending:
+                with ThreadPoolExecutor(1) as pool:
+                    collecting = pool.submit(self.collect, it, cp.ref)
+                    self.evaluate_checkpoint(*pending)
+                    run = collecting.result()
+            else:
+                run = self.collect(it, cp.ref)
             data.append(run.run_id)
+            collected_with = cp.ref
             cp = self.train(f"rl-{it}", algorithm, list(data), cp.ref, cfg.rl_epochs)
-            self.evaluate_checkpoint(cp.ref, str(it))
+            overlapped, pending = (pending[0] if pending else ""), ((cp.ref, str(it)) if cfg.overlap else None)
+            if not cfg.overlap:
+                self.evaluate_checkpoint(cp.ref, str(it))
+            self.iterations.append({"iteration": it, "collected_with": collected_with,
+                                    "evaluated_during_collection": overlapped,
+                                    "wall_seconds": round(time.monotonic() - t0, 1),
+                                    "phase_seconds": round(sum(asdict(self.timing).values()) - phases, 1)})
+        if pending:
+            self.evaluate_checkpoint(*pending)
         if cfg.reference_demo_episodes:
             self.say(f"reference: BC on {cfg.reference_demo_episodes} oracle demonstrations")
             ref_name = f"{cfg.name}-ref"
@@ -436,7 +472,7 @@ class Loop:
     def result(self, t_start: float) -> dict:
         return {"config": asdict(self.cfg), "wall_seconds": round(time.monotonic() - t_start, 1),
                 "timing": asdict(self.timing), "runs": self.runs, "checkpoints": self.checkpoints,
-                "selected": self.selected(), "suites": self.suites(),
+                "selected": self.selected(), "suites": self.suites(), "iterations": self.iterations,
                 "evaluations": [asdict(e) | {"rate": e.rate, "ci95": e.interval()} for e in self.evals]}
 
     def suites(self) -> dict[str, str]:
@@ -520,6 +556,16 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
                     p, n = table.get(k, [0, 0])
                     cells.append(f"{p}/{n}" + (f" ({p / n:.0%})" if n else ""))
             lines.append(f"| {e['version']} | " + " | ".join(cells) + " |")
+    iters = result.get("iterations") or []
+    if iters:
+        mode = ("overlapped: version k is evaluated while iteration k+1 collects with it" if cfg.get("overlap")
+                else "sequential: collect, train, then evaluate")
+        lines += ["", f"Wall time per RL iteration ({mode}; phases are the sum of its collection, training and "
+                      "evaluation times, which is about what the sequential loop spends on the same episodes):", "",
+                  "| iteration | collected with | evaluated meanwhile | wall s | phases s |",
+                  "| --- | --- | --- | --- | --- |"]
+        lines += [f"| {i['iteration']} | {i['collected_with']} | {i['evaluated_during_collection'] or '-'} | "
+                  f"{i['wall_seconds']:.0f} | {i['phase_seconds']:.0f} |" for i in iters]
     lines += ["", "Checkpoints:", "", "| ref | parent | from | episodes | examples | steps | loss | held-out examples acc | ex/s |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in result["checkpoints"]:

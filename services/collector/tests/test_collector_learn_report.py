@@ -1,0 +1,42 @@
+"""The learning report's honesty rules, on a loop's recorded evaluations: the checkpoint reported is chosen on
+validation (never on test), every suite row says what "unseen" means, the oracle rows are the ceiling."""
+
+from __future__ import annotations
+
+import json
+import time
+
+from webenv.collector.learn import Evaluation, Loop, LoopConfig, Timing, write_report
+
+
+def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:
+    loop = Loop.__new__(Loop)  # no services: only the recorded evaluations and checkpoints are read
+    loop.cfg, loop.evals, loop.runs, loop.timing = LoopConfig(holdout_family="shop", overlap=True), evals, {}, Timing()
+    loop.checkpoints = [{"ref": r, "parent": "", "label": r, "episodes": 1, "examples": 1, "steps": 1, "loss": 0.1,
+                         "validation_accuracy": 0.5, "examples_per_second": 1.0} for r in refs]
+    loop.iterations = [{"iteration": 1, "collected_with": "agent@1", "evaluated_during_collection": "agent@1",
+                        "wall_seconds": 10.0, "phase_seconds": 16.0}]
+    return loop
+
+
+def ev(version: str, suite: str, passed: int, n: int = 10) -> Evaluation:
+    return Evaluation(version, suite, f"run-{version}-{suite}", n, passed, {"information": [passed, n]}, {}, 0, "d")
+
+
+def test_the_checkpoint_reported_is_chosen_on_validation_never_on_test(tmp_path):
+    evals = [ev("oracle", "test", 9), ev("random", "test", 0),
+             ev("agent@1", "validation", 2), ev("agent@1", "test", 8), ev("agent@1", "family:shop", 1),
+             ev("agent@2", "validation", 5), ev("agent@2", "test", 3), ev("agent@2", "miniwob", 4, 20),
+             ev("agent-ref@1", "validation", 9), ev("agent-ref@1", "test", 9)]
+    result = loop_with(evals, ["agent@1", "agent@2", "agent-ref@1"]).result(time.monotonic())
+    # agent@1 is better on test, agent@2 on validation: the loop reports agent@2; the reference is not a candidate
+    assert result["selected"]["ref"] == "agent@2" and result["selected"]["by"] == "validation"
+    assert result["selected"]["suites"] == {"validation": 0.5, "test": 0.3, "miniwob": 0.2}
+    assert set(result["suites"]) == {"test", "validation", "family:shop", "miniwob"}
+    assert "family never trained on" in result["suites"]["family:shop"] and "zero-shot" in result["suites"]["miniwob"]
+    md, js = write_report(result, tmp_path, "webenv train")[:2]
+    text = md.read_text()
+    assert "Selected checkpoint (best on validation, never chosen on test): agent@2" in text
+    assert "| oracle (ceiling) | test | 90.0%" in text and "By task kind and difficulty (family:shop" in text
+    assert "| 1 | agent@1 | agent@1 | 10 | 16 |" in text  # wall time per iteration beside the sum of its phases
+    assert json.loads(js.read_text())["selected"]["ref"] == "agent@2"
