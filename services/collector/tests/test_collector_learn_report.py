@@ -20,7 +20,7 @@ def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:
 
 
 def ev(version: str, suite: str, passed: int, n: int = 10) -> Evaluation:
-    return Evaluation(version, suite, f"run-{version}-{suite}", n, passed, {"information": [passed, n]}, {}, 0, "d")
+    return Evaluation(version, suite, f"run-{version}-{suite}", n, passed, {"information": [passed, n]}, {}, 0, 1, "d")
 
 
 def test_the_checkpoint_reported_is_chosen_on_validation_never_on_test(tmp_path):
@@ -37,6 +37,6 @@ def test_the_checkpoint_reported_is_chosen_on_validation_never_on_test(tmp_path)
     md, js = write_report(result, tmp_path, "webenv train")[:2]
     text = md.read_text()
     assert "Selected checkpoint (best on validation, never chosen on test): agent@2" in text
-    assert "| oracle (ceiling) | test | 90.0%" in text and "By task kind and difficulty (family:shop" in text
+    assert "| oracle (ceiling) | test | 90.0% | [59.6%, 98.2%] | 10 | 1 | 0 | `d` |" in text and "By task kind and difficulty (family:shop" in text
     assert "| 1 | agent@1 | agent@1 | 10 | 16 |" in text  # wall time per iteration beside the sum of its phases
     assert json.loads(js.read_text())["selected"]["ref"] == "agent@2"

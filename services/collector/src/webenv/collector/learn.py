@@ -121,6 +121,7 @@ class Evaluation:
     by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [passed, total]
     by_difficulty: dict[str, list[int]] = field(default_factory=dict)
     truncated: int = 0  # episodes cut at their step cap
+    errored: int = 0  # episodes the environment or a peer failed (counted as failures)
     tasks: str = ""  # digest of the task ids run: equal digests = the same tasks
 
     @property
@@ -302,6 +303,7 @@ class Loop:
             ev.episodes += 1
             ev.passed += int(ep.passed)
             ev.truncated += int(ep.truncated)
+            ev.errored += int(bool(ep.error))
             for table, key in ((ev.by_kind, KINDS.get(ep.task.kind, "other")),
                                (ev.by_difficulty, DIFFS.get(ep.task.difficulty, "other"))):
                 table[key][0] += int(ep.passed)
@@ -536,13 +538,13 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
     if sel:
         figures = ", ".join(f"{k} {v:.1%}" for k, v in sel["suites"].items())
         lines += ["", f"**Selected checkpoint (best on validation, never chosen on test): {sel['ref']}**: {figures}."]
-    lines += ["", "| policy | suite | success | 95% CI | episodes | cut at cap | tasks | run |",
-              "| --- | --- | --- | --- | --- | --- | --- | --- |"]
+    lines += ["", "| policy | suite | success | 95% CI | episodes | errored | cut at cap | tasks | run |",
+              "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for e in evals:
         lo, hi = e["ci95"]
         name = f"{e['version']} (ceiling)" if e["version"] == "oracle" else e["version"]
         lines.append(f"| {name} | {e['split']} | {e['rate']:.1%} | [{lo:.1%}, {hi:.1%}] | {e['episodes']} | "
-                     f"{e.get('truncated', 0)} | `{e.get('tasks', '')}` | `{e['run_id']}` |")
+                     f"{e.get('errored', 0)} | {e.get('truncated', 0)} | `{e.get('tasks', '')}` | `{e['run_id']}` |")
     for suite in [s for s in dict.fromkeys(e["split"] for e in evals) if s not in ("train", "miniwob")]:
         lines += ["", f"By task kind and difficulty ({suite}; the oracle row is the ceiling):", "",
                   "| policy | " + " | ".join(list(KINDS.values()) + list(DIFFS.values())) + " |",
