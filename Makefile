@@ -71,7 +71,7 @@ bench: install-vllm install-browsergym
 
 # The learning benchmark (bench/results/learning.md): a local stack, BC warm start on oracle demonstrations, RL
 # iterations of WebGym's filtered BC, success on unseen test-split websites. About an hour on 2 cores.
-LEARN_ARGS ?= --demos 50 --iterations 3 --collect 250 --eval 200 --train-eval 0 --baseline-eval 100 --reference-demos 300
+LEARN_ARGS ?= --demos 50 --iterations 3 --collect 250 --eval 200 --train-eval 0 --baseline-eval 100 --reference-demos 300 --holdout-family shop
 learn: install
 	$(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --out bench/results
 
