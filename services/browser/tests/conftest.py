@@ -67,6 +67,12 @@ document.getElementById('trash').addEventListener('click', () => log('trash'));
 <iframe src="/pages/inner" id="frame" style="width:300px;height:100px"></iframe>
 <div style="display:none"><button id="hidden-btn">Hidden</button></div>
 </body></html>""",
+    # form fields whose values are typed text of a kind (numbers)
+    "numbers": """<!doctype html><html><body><label for="qty">Quantity</label><input type="number" id="qty" min="0">
+<label for="price">Price</label><input type="number" id="price" step="0.01"><p id="out"></p><script>
+for (const id of ['qty', 'price']) document.getElementById(id).addEventListener('input', (e) => {
+  document.getElementById('out').textContent = id + '=' + e.target.value; });
+</script></body></html>""",
     "second": """<!doctype html><html><head><title>Second</title></head><body><h2>Second page</h2>
 <a href="/pages/basic" id="back">Back</a></body></html>""",
     "inner": """<!doctype html><html><body><button id="inner-btn" onclick="this.textContent='inner clicked'">Inner</button></body></html>""",

@@ -16,6 +16,7 @@ Playwright's `click()` actionability checks, with the same "is it really clickab
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from webenv import errors
-from webenv.browser.errortext import BLOCKED_BY_CLIENT, UNKNOWN_KEY, interrupted_by_navigation
+from webenv.browser.errortext import BLOCKED_BY_CLIENT, NOT_A_NUMBER, UNKNOWN_KEY, interrupted_by_navigation
 from webenv.browser.guard import BlockedUrl
 from webenv.envcontract import element_ref as _target
 from webenv.v1 import common_pb2
@@ -32,6 +33,20 @@ if TYPE_CHECKING:
     from webenv.browser.session import BrowserSession
 
 FILL_TIMEOUT_MS = 5000
+# What a number field takes from the keyboard (digits, sign, decimal point, exponent, spaces around).
+_NOT_NUMBER_CHARS = re.compile(r"[^0-9.eE+\- ]")
+# Is the focused element (through same-origin frames and open shadow roots) an input[type=number]?
+FOCUSED_NUMBER_JS = """() => {
+  let el = document.activeElement;
+  for (;;) {
+    if (el && el.shadowRoot && el.shadowRoot.activeElement) { el = el.shadowRoot.activeElement; continue; }
+    let inner = null;
+    if (el && el.tagName === 'IFRAME') { try { inner = el.contentDocument && el.contentDocument.activeElement; } catch (e) {} }
+    if (!inner) break;
+    el = inner;
+  }
+  return !!el && el.localName === 'input' && el.type === 'number';
+}"""
 _BUTTONS = {common_pb2.MOUSE_BUTTON_UNSPECIFIED: "left", common_pb2.MOUSE_BUTTON_LEFT: "left",
             common_pb2.MOUSE_BUTTON_MIDDLE: "middle", common_pb2.MOUSE_BUTTON_RIGHT: "right"}
 
@@ -209,7 +224,14 @@ async def _on_element(session: BrowserSession, msg: Any, step: _Step) -> ActionO
     if step.kind == "fill":
         # Playwright waits for the element to be editable; 2 s failed real fills on a loaded 2-core
         # machine (dozens of Chromium processes), 5 s did not. Non-text elements fail at once.
-        await el.fill(msg.text, timeout=FILL_TIMEOUT_MS)
+        try:
+            await el.fill(msg.text, timeout=FILL_TIMEOUT_MS)
+        except PlaywrightError as exc:
+            if NOT_A_NUMBER.of(exc):
+                return ActionOutcome(error=f"fill: {_describe(ref)} is a number field (input[type=number]); "
+                                           f"{msg.text[:100]!r} is not a number, nothing was filled",
+                                     target_element_id=step.resolved)
+            raise
     elif step.kind == "select":
         err = await el.evaluate(SELECT_JS, list(msg.options))
         if err:
@@ -246,6 +268,11 @@ async def _click_at(session: BrowserSession, msg: Any, step: _Step) -> ActionOut
 
 
 async def _type(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    """Keys into the focused element. Chromium drops, without a word, the characters a focused number field
+    cannot hold: text with one of them is refused as an action error instead (looked up only then)."""
+    if _NOT_NUMBER_CHARS.search(msg.text) and await session.page.evaluate(FOCUSED_NUMBER_JS):
+        return ActionOutcome(error=f"type: the focused element is a number field (input[type=number]); "
+                                   f"{msg.text[:100]!r} is not a number, nothing was typed")
     await session.page.keyboard.type(msg.text)
     return ActionOutcome()
 
