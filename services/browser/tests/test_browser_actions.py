@@ -235,3 +235,32 @@ async def test_number_fields_take_numeric_text_and_refuse_other_text_as_an_actio
     r = await env.step(sid, "noop()")
     assert r.observation.last_action_error == "" and 'StaticText "qty=128"' in r.observation.axtree
     await env.close(sid)
+
+
+async def test_clicks_aim_where_a_user_would_click(env, page_server):
+    """A click lands on the element's own visible line box, not on the centre of its bounding box: a link wrapped
+    onto two lines (its box's centre lies on the paragraph), inline buttons, a rotated element, a button partly
+    scrolled out of its scroll box, and a button the page scrolled to under a sticky header."""
+    o = await env.open(start_url=page_server.url("aim"), formats=[F.OBSERVATION_FORMAT_AXTREE, F.OBSERVATION_FORMAT_ELEMENTS])
+    sid = o.session.session_id
+    for target in ("wrapped", "ib1", "ib2", "tilt", "half"):
+        r = await env.step(sid, f'click("#{target}")')
+        assert not r.observation.last_action_error, (target, r.observation.last_action_error)
+        assert f'StaticText "clicked {target}"' in r.observation.axtree, (target, r.observation.axtree)
+    # hover aims the same way
+    r = await env.step(sid, 'hover("#wrapped")')
+    assert not r.observation.last_action_error, r.observation.last_action_error
+    # a button the page's scroll put under the sticky header (the top 60 px) is scrolled out from under it
+    r = await env.step(sid, "scroll(0, 2000)")
+    under = next(e for e in r.observation.elements if e.name == "under")
+    r = await env.step(sid, f"scroll(0, {under.bbox.y - 20:.0f})")
+    under = next(e for e in r.observation.elements if e.name == "under")
+    assert 0 <= under.bbox.y < 40, under.bbox
+    r = await env.step(sid, 'click("#under")')
+    assert not r.observation.last_action_error, r.observation.last_action_error
+    assert 'StaticText "clicked under"' in r.observation.axtree, r.observation.axtree
+    # a button covered wherever it shows is reported, not clicked
+    r = await env.step(sid, 'click("#veiled")')
+    assert r.observation.last_action_error == 'selector \'#veiled\' is covered by div#veil; click not performed'
+    assert 'StaticText "clicked veiled"' not in r.observation.axtree
+    await env.close(sid)
