@@ -126,7 +126,7 @@ def test_malformed_rubric_json_names_every_field(tmp_path: Path) -> None:
     with pytest.raises(TaskFileError) as info:
         rubricjson.load_file(f)
     lines = str(info.value).splitlines()
-    assert lines[0].startswith(f"{f}[0]: website: Value error, must be an http(s) URL"), lines
+    assert lines[0] == f"{f}[0]: website: Value error, task 'a': start URL 'ftp://x' scheme ftp: is not http or https", lines
     assert [ln.split(": ")[1] for ln in lines[1:]] == ["task_id", "instruction", "fact_groups"], lines
 
 
@@ -153,3 +153,22 @@ async def test_miniwob_episode_runs_in_chromium(sites_service, browser) -> None:
     reward = await page.evaluate("WOB_RAW_REWARD_GLOBAL")
     assert reward > 0
     await ctx.close()
+
+
+def test_task_file_start_urls_are_checked_when_read(tmp_path: Path) -> None:
+    """A start URL no browser can open (a port left as a placeholder) is a problem of the file, naming the task and
+    the field, found when the file is read rather than once per episode."""
+    f = tmp_path / "mine.json"
+    f.write_text('[{"task_id": "ok", "website": "http://127.0.0.1:8080/a", "task": "t", "fact_groups": [{"facts": ["f"]}]},'
+                 ' {"task_id": "mine-1", "website": "http://127.0.0.1:PORT/a", "task": "t", "fact_groups": [{"facts": ["f"]}]}]')
+    with pytest.raises(TaskFileError) as info:
+        rubricjson.load_file(f)
+    [line] = str(info.value).splitlines()
+    assert line.startswith(f"{f}[1]: website: ") and "task 'mine-1'" in line and "port 'PORT' is not a number" in line, line
+    y = tmp_path / "mine.yaml"
+    y.write_text("name: mine_2\ndescription: d\nstart_url: http://127.0.0.1:PORT/\nsuccess_criteria:\n"
+                 "  - type: url_contains\n    value: /a\n")
+    with pytest.raises(TaskFileError) as info:
+        seedyaml.load_file(y)
+    [line] = str(info.value).splitlines()
+    assert line.startswith(f"{y}:3: start_url: ") and "task 'mine_2'" in line and "port 'PORT' is not a number" in line, line

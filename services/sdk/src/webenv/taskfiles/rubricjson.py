@@ -14,7 +14,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from google.protobuf import json_format
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from webenv.envcontract import web_url_problem
 from webenv.splits import SYNTHETIC_DOMAIN as DOMAIN
 from webenv.splits import split_of
 from webenv.taskfiles.common import TaskFileError, difficulty_of, load_folders
@@ -55,11 +56,11 @@ class TaskIn(BaseModel):
 
     @field_validator("website")
     @classmethod
-    def _url(cls, v: str) -> str:
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"must be an http(s) URL, got {v!r}")
-        return v
+    def _url(cls, v: str, info: ValidationInfo) -> str:
+        problem = web_url_problem(v)  # the farm's rule for start URLs, so a bad one fails here, not per episode
+        if problem:
+            raise ValueError(f"task {info.data.get('task_id', '?')!r}: start URL {v[:200]!r} {problem}")
+        return v.strip()
 
     @field_validator("kind")
     @classmethod
