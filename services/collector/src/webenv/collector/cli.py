@@ -184,6 +184,11 @@ def up(
     free_ports: bool = typer.Option(False, help="Pick free ports instead of the defaults."),
     worldmodel: Path = typer.Option(None, help="World model directory to serve too (default: the one `webenv "
                                                "worldmodel build` left in .webenv/worldmodel/model, if any)."),
+    checkpoints: Path = typer.Option(None, envvar="WEBENV_POLICY_CHECKPOINT_DIR",
+                                     help="Folder of trained checkpoints to serve, e.g. DATA_DIR/checkpoints of a "
+                                          "`webenv train --stack` run: each family's latest version is a policy "
+                                          "(`webenv run --policy NAME` or NAME@N) from the start, and the trainer "
+                                          "publishes there (default: DATA_DIR/checkpoints, loaded on demand)."),
 ) -> None:
     """Start sites, browser farm, policy, judge, collector, trainer and gateway (and the world model when there is
     one); stop them all on Ctrl-C or SIGTERM.
@@ -195,7 +200,10 @@ def up(
         worldmodel = DEFAULT_WORLDMODEL
     if worldmodel is not None and not (worldmodel / "config.json").exists():
         raise typer.BadParameter(f"{worldmodel} is not a model directory (no config.json)", param_hint="--worldmodel")
-    stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count, worldmodel=str(worldmodel or ""))
+    if checkpoints is not None and not checkpoints.is_dir():
+        raise typer.BadParameter(f"{checkpoints}: no such folder", param_hint="--checkpoints")
+    stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count, worldmodel=str(worldmodel or ""),
+                  checkpoints=str(checkpoints or ""))
     stopping = False
 
     def on_signal(signum, frame):
@@ -218,6 +226,10 @@ def up(
                       f"logs: {(data_dir / 'logs').resolve()}")
         console.print(f"addresses in {state} (webenv run/runs/tasks/export/replay read it)")
         console.print(f"console and REST API: http://127.0.0.1:{stack.gateway_http_port}/")
+        if checkpoints is not None:
+            served = stack.served_checkpoints()
+            console.print(f"checkpoints from {stack.checkpoint_dir}: "
+                          + (", ".join(served) + " (webenv run --policy NAME)" if served else "none yet"))
         console.print("Ctrl-C stops everything.")
         while not stopping:
             dead = stack.dead()
@@ -237,7 +249,10 @@ def up(
 
 @app.command()
 def run(
-    policy: str = typer.Option("oracle", help="oracle, random, explore or llm."),
+    policy: str = typer.Option("oracle", help="oracle, random, explore, llm, or a trained checkpoint the policy "
+                                              "service serves: NAME (its latest version) or NAME@N (`webenv up "
+                                              "--checkpoints DIR` serves a folder of them, e.g. a `webenv train` "
+                                              "result)."),
     episodes: int = typer.Option(0, help="Episodes (0 = tasks x repeats)."),
     repeats: int = typer.Option(1, help="Episodes per task when --episodes is 0."),
     task: list[str] = typer.Option(None, "--task", help="Task id (repeatable); unknown ids are named."),
