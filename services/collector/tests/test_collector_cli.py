@@ -210,3 +210,12 @@ def test_up_serves_a_folder_of_checkpoints(tmp_path, monkeypatch):
     assert res.exit_code == 2 and "--checkpoints" in said(res) and "no such folder" in said(res), res.output
     res = invoke("run", "--help")
     assert res.exit_code == 0 and "checkpoint" in said(res) and "--checkpoints" in said(res), res.output
+
+
+
+def test_real_web_is_no_source_of_its_own():
+    """Rubric JSON tasks are `rubric-json` whatever their host (a file's tasks: --from-file)."""
+    r = invoke("tasks", "--source", "real-web")
+    assert r.exit_code == 2 and "rubric-json" in r.output, r.output
+    r = invoke("tasks", "--help")
+    assert "--from-file" in r.output

@@ -56,8 +56,7 @@ OBS = {"axtree": common_pb2.OBSERVATION_FORMAT_AXTREE, "html": common_pb2.OBSERV
 OBS_ALL = {**OBS, "elements": common_pb2.OBSERVATION_FORMAT_ELEMENTS, "dom": common_pb2.OBSERVATION_FORMAT_DOM,
            "screenshot": common_pb2.OBSERVATION_FORMAT_SCREENSHOT}  # fmt: skip
 SOURCES = {"synthetic": common_pb2.TASK_SOURCE_SYNTHETIC, "miniwob": common_pb2.TASK_SOURCE_MINIWOB,
-           "yaml": common_pb2.TASK_SOURCE_YAML, "rubric-json": common_pb2.TASK_SOURCE_RUBRIC_JSON,
-           "real-web": common_pb2.TASK_SOURCE_REAL_WEB}  # fmt: skip
+           "yaml": common_pb2.TASK_SOURCE_YAML, "rubric-json": common_pb2.TASK_SOURCE_RUBRIC_JSON}  # fmt: skip
 KINDS = {"information": common_pb2.TASK_KIND_INFORMATION, "navigation": common_pb2.TASK_KIND_NAVIGATION,
          "transaction": common_pb2.TASK_KIND_TRANSACTION, "open-ended": common_pb2.TASK_KIND_OPEN_ENDED}  # fmt: skip
 LEVELS = {"random-crawl": collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL,
@@ -258,7 +257,9 @@ def run(
     task: list[str] = typer.Option(None, "--task", help="Task id (repeatable); unknown ids are named."),
     task_file: list[Path] = typer.Option(None, help="One's own tasks: a YAML or rubric JSON file (repeatable), "
                                                      "sent with the run (no service restart)."),
-    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml, rubric-json or real-web (repeatable)."),
+    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml or rubric-json (repeatable)."),
+    from_file: list[str] = typer.Option(None, help="Catalog tasks read from this task file, by name (real_web.json) "
+                                                   "or path (repeatable)."),
     kind: list[str] = typer.Option(None, help="information, navigation, transaction or open-ended (repeatable)."),
     difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
     split: str = typer.Option(None, help="train or test."),
@@ -294,6 +295,7 @@ def run(
     spec.tasks.families.extend(family or [])
     spec.tasks.sites.extend(site or [])
     spec.tasks.task_ids.extend(task or [])
+    spec.tasks.task_files.extend(from_file or [])
     spec.tasks.split = _choice(split, SPLITS, "--split")
     if task_file:
         if spec.tasks.ListFields():
@@ -420,7 +422,9 @@ def tasks(
     difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
     split: str = typer.Option(None, help="train or test."),
     family: list[str] = typer.Option(None, help="Site family (repeatable)."),
-    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml, rubric-json or real-web (repeatable)."),
+    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml or rubric-json (repeatable)."),
+    from_file: list[str] = typer.Option(None, help="Catalog tasks read from this task file, by name (real_web.json) "
+                                                   "or path (repeatable)."),
     kind: list[str] = typer.Option(None, help="information, navigation, transaction or open-ended (repeatable)."),
     site: list[str] = typer.Option(None, help="Site host (repeatable)."),
     task: list[str] = typer.Option(None, "--task", help="Task id (repeatable)."),
@@ -434,7 +438,7 @@ def tasks(
         total = len(found)
     else:
         flt = task_pb2.TaskFilter(families=family or [], split=_choice(split, SPLITS, "--split"), sites=site or [],
-                                  task_ids=task or [])
+                                  task_ids=task or [], task_files=from_file or [])
         flt.difficulties.extend(_choices(difficulty, DIFFICULTIES, "--difficulty"))
         flt.sources.extend(_choices(source, SOURCES, "--source"))
         flt.kinds.extend(_choices(kind, KINDS, "--kind"))
