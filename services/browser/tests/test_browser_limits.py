@@ -312,11 +312,12 @@ def _gauge(text: str, name: str) -> float:
     return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
 
 
-async def test_opens_given_up_midway_leave_no_context_behind(farm_factory, page_server):
+@pytest.mark.parametrize("primed", [0, 2])
+async def test_opens_given_up_midway_leave_no_context_behind(farm_factory, page_server, primed):
     """OpenSessions whose callers give up at every point of the open, as a run stopped right after it starts does
     to its episodes: while the context is being made (cancelled the moment the browser is asked for it), while
     the start page loads, and at random gRPC deadlines from 20 ms to 0.7 s (MiniWoB resets, first observations).
-    Afterwards no session is open, the farm's live contexts are its warm one (webenv_browser_contexts_live), and
+    Afterwards no session is open, the farm's live contexts are its warm and primed ones (webenv_browser_contexts_live), and
     its Chromium processes are back to where they were. Before, a context whose creation was cancelled lived on
     in the browser, unowned, with its renderer."""
     import random
@@ -326,7 +327,7 @@ async def test_opens_given_up_midway_leave_no_context_behind(farm_factory, page_
                                metadata={"miniwob_task": name})
 
     rng = random.Random(7)
-    async with farm_factory(farm_warm_contexts=1, farm_primed_contexts=0, farm_max_sessions=32) as f:
+    async with farm_factory(farm_warm_contexts=1, farm_primed_contexts=primed, farm_max_sessions=32) as f:
         pool = f.farm.pool
 
         async def settled() -> tuple[int, float]:
@@ -336,18 +337,23 @@ async def test_opens_given_up_midway_leave_no_context_behind(farm_factory, page_
             while asyncio.get_running_loop().time() < until:
                 text = scrape(f.metrics_port)
                 seen = {n: _gauge(text, f"webenv_browser_{n}") for n in ("contexts_live", "contexts_pooled",
-                                                                         "sessions_active")}
+                                                                         "contexts_primed", "sessions_active")}
                 if (not f.farm.registry.opening and seen["sessions_active"] == 0 and seen["contexts_pooled"] == 1
-                        and seen["contexts_live"] == seen["contexts_pooled"]):
+                        and seen["contexts_primed"] == primed
+                        and seen["contexts_live"] == seen["contexts_pooled"] + seen["contexts_primed"]):
                     await asyncio.sleep(1.0)  # closed contexts' renderers exit
                     return _chromium_processes(f.farm), seen["contexts_live"]
                 await asyncio.sleep(0.2)
-            owned = {id(x.context) for x in pool._warm}
+            owned = {id(x.context) for x in pool._warm} | {id(x.context) for v in pool._primed.values() for x in v}
             stray = [[p.url for p in c.pages] for h in pool.handles for c in h.browser.contexts if id(c) not in owned]
             raise AssertionError(f"the farm did not settle: {seen}; contexts no session or pool owns: {stray}")
 
+        if primed:  # MiniWoB opens make its start page primed
+            for _ in range(2):
+                r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task("click-test")), timeout=60)
+                await f.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=r.session.session_id))
         procs0, live0 = await settled()
-        assert live0 == 1
+        assert live0 == 1 + primed
 
         # cancelled the moment the context is asked for (the warm one taken first), and during the page load
         for start in (page_server.url("basic"), page_server.url("basic"), "http://pages.web.test/slow/page?ms=300"):

@@ -169,8 +169,7 @@ def test_up_serves_a_folder_of_checkpoints(tmp_path, monkeypatch):
     `webenv run --help` says checkpoint names are policies. A real policy process is started on the folder."""
     import grpc
     import torch
-    from webenv.agent import checkpoints
-    from webenv.agent import scorer
+    from webenv.agent import checkpoints, scorer
     from webenv.v1 import policy_pb2, policy_pb2_grpc, trainer_pb2
 
     def said(res) -> str:  # the output, unwrapped

@@ -93,28 +93,34 @@ RESOLVE_JS = """
   const reaches = (hit) => hit === el || el.contains(hit) || hit.control === el || el.tagName === 'OPTION';
   // The element's own boxes (one per line for wrapped inline content), each cut to what shows: the frame's and
   // the top window's viewports and every ancestor that clips its overflow; the first whose centre hit-tests to
-  // the element (or inside it) is where a user would click.
+  // the element (or inside it) is where a user would click. The hit test decides: a box cut only to the viewports
+  // is tried after the others (an absolutely positioned menu escapes an overflow ancestor that is not its
+  // containing block).
   const aim = () => {
     const [ox, oy] = offsets();
-    let clip = [Math.max(0, -ox), Math.max(0, -oy), Math.min(win.innerWidth, window.innerWidth - ox),
-                Math.min(win.innerHeight, window.innerHeight - oy)];
-    for (let a = el.parentElement || (el.parentNode && el.parentNode.host); a && a !== el.ownerDocument.documentElement;
-         a = a.parentElement || (a.parentNode && a.parentNode.host)) {
+    const view = [Math.max(0, -ox), Math.max(0, -oy), Math.min(win.innerWidth, window.innerWidth - ox),
+                  Math.min(win.innerHeight, window.innerHeight - oy)];
+    let clip = view.slice();
+    for (let a = el.parentElement || (el.parentNode && el.parentNode.host); a && a !== el.ownerDocument.documentElement
+         && a !== el.ownerDocument.body; a = a.parentElement || (a.parentNode && a.parentNode.host)) {
       const st = win.getComputedStyle(a);
       if (st.overflowX === 'visible' && st.overflowY === 'visible') continue;
       const c = a.getBoundingClientRect();
       const l = c.left + a.clientLeft, t = c.top + a.clientTop;
       clip = [Math.max(clip[0], l), Math.max(clip[1], t), Math.min(clip[2], l + a.clientWidth), Math.min(clip[3], t + a.clientHeight)];
     }
+    const rects = Array.from(el.getClientRects());
     let covered = null;
-    for (const r of el.getClientRects()) {
-      const x0 = Math.max(r.left, clip[0]), y0 = Math.max(r.top, clip[1]);
-      const x1 = Math.min(r.right, clip[2]), y1 = Math.min(r.bottom, clip[3]);
-      if (x1 - x0 < 1 || y1 - y0 < 1) continue;
-      const cx = (x0 + x1) / 2, cy = (y0 + y1) / 2;
-      const hit = root.elementFromPoint(cx, cy);
-      if (hit && reaches(hit)) return {x: cx + ox, y: cy + oy};
-      if (hit && !covered) covered = hit;
+    for (const box of [clip, view]) {
+      for (const r of rects) {
+        const x0 = Math.max(r.left, box[0]), y0 = Math.max(r.top, box[1]);
+        const x1 = Math.min(r.right, box[2]), y1 = Math.min(r.bottom, box[3]);
+        if (x1 - x0 < 1 || y1 - y0 < 1) continue;
+        const cx = (x0 + x1) / 2, cy = (y0 + y1) / 2;
+        const hit = root.elementFromPoint(cx, cy);
+        if (hit && reaches(hit)) return {x: cx + ox, y: cy + oy};
+        if (hit && !covered) covered = hit;
+      }
     }
     return {covered};
   };

@@ -36,7 +36,13 @@ from webenv.browser.registry import SessionRegistry
 from webenv.browser.session import BrowserSession
 from webenv.browser.settle import Settler
 from webenv.browser.tasks import adapter_for
-from webenv.envcontract import is_retry, validate_action, validate_lease, validate_screenshot_spec, web_url_problem
+from webenv.envcontract import (
+    is_retry,
+    validate_action,
+    validate_lease,
+    validate_screenshot_spec,
+    web_url_problem,
+)
 from webenv.envcontract import validate_observation_spec as validate_spec
 from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
