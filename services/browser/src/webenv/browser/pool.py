@@ -611,7 +611,11 @@ class BrowserPool:
             return await self._new_slot(viewport, order)
         metrics.OPEN_CONTEXTS.labels("warm").inc()
         if viewport and viewport != self.viewport:
-            await slot.page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
+            try:
+                await slot.page.set_viewport_size({"width": viewport[0], "height": viewport[1]})
+            except BaseException:  # the warm context taken is closed, not dropped
+                self._chore(self._discard(slot))
+                raise
         return slot
 
     async def release(self, slot_handle: BrowserHandle, context: BrowserContext) -> None:
