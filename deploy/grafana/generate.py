@@ -238,6 +238,7 @@ def rollouts() -> Board:
     b.graph("Sessions and pool", [
         ("sum by (instance) (webenv_browser_sessions_active)", "sessions {{instance}}"),
         ("sum by (instance) (webenv_browser_contexts_pooled)", "warm contexts {{instance}}"),
+        ("sum by (instance) (webenv_browser_contexts_live)", "live contexts {{instance}} (leak: above sessions + warm + primed)"),
         ("sum by (instance) (webenv_browser_browsers)", "browsers {{instance}}"),
     ])
     b.graph("Queue waits p95 by queue", quantiles("webenv_browser_queue_wait_seconds", "", "queue", (0.95,)), unit="s")

@@ -67,6 +67,30 @@ document.getElementById('trash').addEventListener('click', () => log('trash'));
 <iframe src="/pages/inner" id="frame" style="width:300px;height:100px"></iframe>
 <div style="display:none"><button id="hidden-btn">Hidden</button></div>
 </body></html>""",
+    # form fields whose values are typed text of a kind (numbers)
+    "numbers": """<!doctype html><html><body><label for="qty">Quantity</label><input type="number" id="qty" min="0">
+<label for="price">Price</label><input type="number" id="price" step="0.01"><p id="out"></p><script>
+for (const id of ['qty', 'price']) document.getElementById(id).addEventListener('input', (e) => {
+  document.getElementById('out').textContent = id + '=' + e.target.value; });
+</script></body></html>""",
+    # where a user clicks: a link wrapped onto two lines, inline buttons, a transformed element, one partly
+    # scrolled out of its box, and one under a sticky header
+    "aim": """<!doctype html><html><head><style>body { margin: 0; font: 16px/20px sans-serif; }
+header { position: sticky; top: 0; height: 60px; background: #ccc; z-index: 2; }
+.col { width: 220px; } #tilt { display: inline-block; transform: rotate(45deg) translateX(30px); width: 120px; }
+#clip { height: 60px; overflow: auto; width: 300px; } #clip > div { height: 400px; }
+#veil { position: absolute; left: 0; top: 0; width: 200px; height: 40px; background: #fff; }</style></head><body>
+<header id="hdr">Header</header>
+<p class="col">Some words before the link <a href="#" id="wrapped">a link that wraps onto the second line</a> after.</p>
+<p class="col">Press <button id="ib1">one</button> or <button id="ib2">two</button> inline.</p>
+<p><span id="tilt">tilted</span></p>
+<div id="clip"><div><button id="half" style="margin-top:52px">half out</button></div></div>
+<div style="position:relative; height:40px"><button id="veiled">veiled</button><div id="veil"></div></div>
+<div style="position:relative; height:2600px"><button id="under" style="position:absolute; top:1000px">under</button></div>
+<p id="log"></p><script>
+for (const id of ['wrapped', 'ib1', 'ib2', 'tilt', 'half', 'under', 'veiled']) document.getElementById(id).addEventListener('click',
+  (e) => { e.preventDefault(); document.getElementById('log').textContent = 'clicked ' + id; });
+</script></body></html>""",
     "second": """<!doctype html><html><head><title>Second</title></head><body><h2>Second page</h2>
 <a href="/pages/basic" id="back">Back</a></body></html>""",
     "inner": """<!doctype html><html><body><button id="inner-btn" onclick="this.textContent='inner clicked'">Inner</button></body></html>""",

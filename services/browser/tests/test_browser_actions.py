@@ -204,3 +204,63 @@ async def test_effects_that_come_after_the_click_are_in_its_observation(env, pag
         r = await env.step(sid, 'click("#chain")')
         assert 'StaticText "chain 5"' in r.observation.axtree, r.observation.axtree
     await env.close(sid)
+
+
+async def test_number_fields_take_numeric_text_and_refuse_other_text_as_an_action_error(env, page_server):
+    """fill and type into input[type=number]: numeric text sets the value (with its input event); text that is
+    not a number is the policy's mistake, reported in last_action_error in the farm's own words, and the session
+    goes on."""
+    o = await env.open(start_url=page_server.url("numbers"))
+    sid = o.session.session_id
+    for text, value in (("42", "42"), (" 7 ", "7"), ("-3.5", "-3.5"), ("1e3", "1e3"), ("", "")):
+        r = await env.step(sid, f'fill("#qty", "{text}")')
+        assert not r.observation.last_action_error, (text, r.observation.last_action_error)
+        line = next(x for x in r.observation.axtree.splitlines() if 'spinbutton "Quantity"' in x)
+        assert (f'value="{value}"' in line) if value else "value=" not in line, line
+    r = await env.step(sid, 'fill("#price", "19.99")')
+    assert 'StaticText "price=19.99"' in r.observation.axtree
+    for bad in ("abc", "12 apples", "1,5"):
+        r = await env.step(sid, f'fill("#qty", "{bad}")')
+        err = r.observation.last_action_error
+        assert err.startswith("fill: ") and "number field" in err and repr(bad) in err, err
+        assert "ElementHandle" not in err and "Error:" not in err, err
+    # type: keys into the focused number field
+    await env.step(sid, 'fill("#qty", "")')
+    await env.step(sid, 'click("#qty")')
+    r = await env.step(sid, 'type("128")')
+    assert not r.observation.last_action_error and 'StaticText "qty=128"' in r.observation.axtree, r.observation
+    r = await env.step(sid, 'type("x")')
+    err = r.observation.last_action_error
+    assert "number field" in err and "'x'" in err, err
+    r = await env.step(sid, "noop()")
+    assert r.observation.last_action_error == "" and 'StaticText "qty=128"' in r.observation.axtree
+    await env.close(sid)
+
+
+async def test_clicks_aim_where_a_user_would_click(env, page_server):
+    """A click lands on the element's own visible line box, not on the centre of its bounding box: a link wrapped
+    onto two lines (its box's centre lies on the paragraph), inline buttons, a rotated element, a button partly
+    scrolled out of its scroll box, and a button the page scrolled to under a sticky header."""
+    o = await env.open(start_url=page_server.url("aim"), formats=[F.OBSERVATION_FORMAT_AXTREE, F.OBSERVATION_FORMAT_ELEMENTS])
+    sid = o.session.session_id
+    for target in ("wrapped", "ib1", "ib2", "tilt", "half"):
+        r = await env.step(sid, f'click("#{target}")')
+        assert not r.observation.last_action_error, (target, r.observation.last_action_error)
+        assert f'StaticText "clicked {target}"' in r.observation.axtree, (target, r.observation.axtree)
+    # hover aims the same way
+    r = await env.step(sid, 'hover("#wrapped")')
+    assert not r.observation.last_action_error, r.observation.last_action_error
+    # a button the page's scroll put under the sticky header (the top 60 px) is scrolled out from under it
+    r = await env.step(sid, "scroll(0, 2000)")
+    under = next(e for e in r.observation.elements if e.name == "under")
+    r = await env.step(sid, f"scroll(0, {under.bbox.y - 20:.0f})")
+    under = next(e for e in r.observation.elements if e.name == "under")
+    assert 0 <= under.bbox.y < 40, under.bbox
+    r = await env.step(sid, 'click("#under")')
+    assert not r.observation.last_action_error, r.observation.last_action_error
+    assert 'StaticText "clicked under"' in r.observation.axtree, r.observation.axtree
+    # a button covered wherever it shows is reported, not clicked
+    r = await env.step(sid, 'click("#veiled")')
+    assert r.observation.last_action_error == 'selector \'#veiled\' is covered by div#veil; click not performed'
+    assert 'StaticText "clicked veiled"' not in r.observation.axtree
+    await env.close(sid)

@@ -17,6 +17,7 @@ from webenv.browser.errortext import (
     DETACHED,
     NAVIGATION,
     NO_CONTEXT,
+    NOT_A_NUMBER,
     SOCKS_REFUSED,
     TARGET_CLOSED,
     UNKNOWN_KEY,
@@ -113,6 +114,18 @@ async def test_unknown_key(chromium_path: str) -> None:
         page = await browser.new_page()
         exc = await _error_of(page.keyboard.press("NoSuchKey"))
         assert UNKNOWN_KEY.of(exc) and errortext.retry_case(exc) is None, str(exc)
+
+
+async def test_not_a_number(chromium_path: str) -> None:
+    async with chromium(chromium_path) as browser:
+        page = await browser.new_page()
+        await page.set_content('<input type="number" id="n">')
+        el = await page.query_selector("#n")
+        assert el is not None
+        await el.fill(" 42 ")  # numeric text is set
+        assert await el.input_value() == "42"
+        exc = await _error_of(el.fill("forty-two"))
+        assert NOT_A_NUMBER.of(exc) and errortext.retry_case(exc) is None, str(exc)
 
 
 async def test_blocked_by_client(chromium_path: str) -> None:

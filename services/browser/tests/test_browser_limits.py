@@ -293,3 +293,96 @@ async def test_capture_screenshot_is_a_preview_not_a_step(env, farm, page_server
         await farm.admin.CaptureScreenshot(browser_pb2.CaptureScreenshotRequest(session_id="nope"))
     assert exc.value.code() == grpc.StatusCode.NOT_FOUND
     await env.close(sid)
+
+
+def _chromium_processes(farm) -> int:
+    """The farm's Chromium processes: each browser and every process under it (renderers, GPU, utility)."""
+    import psutil
+
+    n = 0
+    for h in farm.pool.handles:
+        pid = h.pid()
+        if pid is not None:
+            with contextlib.suppress(psutil.NoSuchProcess):
+                n += 1 + len(psutil.Process(pid).children(recursive=True))
+    return n
+
+
+def _gauge(text: str, name: str) -> float:
+    return next(float(line.split()[-1]) for line in text.splitlines() if line.startswith(name + " "))
+
+
+@pytest.mark.parametrize("primed", [0, 2])
+async def test_opens_given_up_midway_leave_no_context_behind(farm_factory, page_server, primed):
+    """OpenSessions whose callers give up at every point of the open, as a run stopped right after it starts does
+    to its episodes: while the context is being made (cancelled the moment the browser is asked for it), while
+    the start page loads, and at random gRPC deadlines from 20 ms to 0.7 s (MiniWoB resets, first observations).
+    Afterwards no session is open, the farm's live contexts are its warm and primed ones (webenv_browser_contexts_live), and
+    its Chromium processes are back to where they were. Before, a context whose creation was cancelled lived on
+    in the browser, unowned, with its renderer."""
+    import random
+
+    def miniwob_task(name: str) -> common_pb2.Task:
+        return common_pb2.Task(task_id=f"miniwob/{name}", source=common_pb2.TASK_SOURCE_MINIWOB,
+                               metadata={"miniwob_task": name})
+
+    rng = random.Random(7)
+    async with farm_factory(farm_warm_contexts=1, farm_primed_contexts=primed, farm_max_sessions=32) as f:
+        pool = f.farm.pool
+
+        async def settled() -> tuple[int, float]:
+            """Once the pool is refilled: the farm's Chromium processes and live contexts."""
+            seen: dict[str, float] = {}
+            until = asyncio.get_running_loop().time() + 150  # a loaded CI machine makes and closes slowly
+            while asyncio.get_running_loop().time() < until:
+                text = scrape(f.metrics_port)
+                seen = {n: _gauge(text, f"webenv_browser_{n}") for n in ("contexts_live", "contexts_pooled",
+                                                                         "contexts_primed", "sessions_active")}
+                if (not f.farm.registry.opening and seen["sessions_active"] == 0 and seen["contexts_pooled"] == 1
+                        and seen["contexts_primed"] == primed
+                        and seen["contexts_live"] == seen["contexts_pooled"] + seen["contexts_primed"]):
+                    await asyncio.sleep(1.0)  # closed contexts' renderers exit
+                    return _chromium_processes(f.farm), seen["contexts_live"]
+                await asyncio.sleep(0.2)
+            owned = {id(x.context) for x in pool._warm} | {id(x.context) for v in pool._primed.values() for x in v}
+            stray = [[p.url for p in c.pages] for h in pool.handles for c in h.browser.contexts if id(c) not in owned]
+            raise AssertionError(f"the farm did not settle: {seen}; contexts no session or pool owns: {stray}")
+
+        if primed:  # MiniWoB opens make its start page primed
+            for _ in range(2):
+                r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(task=miniwob_task("click-test")), timeout=60)
+                await f.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=r.session.session_id))
+        procs0, live0 = await settled()
+        assert live0 == 1 + primed
+
+        # cancelled the moment the context is asked for (the warm one taken first), and during the page load
+        for start in (page_server.url("basic"), page_server.url("basic"), "http://pages.web.test/slow/page?ms=300"):
+            made = sum(h.contexts_created for h in pool.handles)
+            opening = asyncio.create_task(f.farm.open(environment_pb2.OpenSessionRequest(start_url=start)))
+            while sum(h.contexts_created for h in pool.handles) == made and not opening.done():  # noqa: ASYNC110
+                await asyncio.sleep(0)
+            if "slow" in start:
+                await asyncio.sleep(0.15)
+            opening.cancel()  # what grpc does to the handler when the client's deadline passes or it goes away
+            with contextlib.suppress(asyncio.CancelledError):
+                r = await opening
+                await f.farm.close_session(environment_pb2.CloseSessionRequest(session_id=r.session.session_id))
+
+        async def give_up(k: int) -> None:
+            req = (environment_pb2.OpenSessionRequest(task=miniwob_task("click-test"), seed=k) if k % 3 == 0 else
+                   environment_pb2.OpenSessionRequest(start_url=page_server.url("basic")) if k % 3 == 1 else
+                   environment_pb2.OpenSessionRequest(start_url=f"http://pages.web.test/slow/page?ms={rng.randint(50, 400)}"))
+            try:
+                r = await f.env.OpenSession(req, timeout=rng.uniform(0.02, 0.7))
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() == grpc.StatusCode.DEADLINE_EXCEEDED, exc
+                return
+            await f.env.CloseSession(environment_pb2.CloseSessionRequest(session_id=r.session.session_id))
+
+        for _ in range(3):
+            await asyncio.gather(*(give_up(k) for k in range(12)))
+        procs, live = await settled()
+        cap = await f.admin.GetCapacity(browser_pb2.GetCapacityRequest())
+        assert cap.active_sessions == 0
+        assert live == live0 == sum(len(h.browser.contexts) for h in pool.handles)
+        assert procs <= procs0 + 1, (procs, procs0)  # one spare renderer process may come and go

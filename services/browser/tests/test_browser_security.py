@@ -21,6 +21,33 @@ async def test_open_refuses_blocked_start_url(env, url):
     assert exc.value.reason == "URL_BLOCKED"
 
 
+async def test_start_urls_no_browser_can_open_are_bad_requests_naming_the_field(env, farm_factory, page_server):
+    """The sdk's URL rule (the one task files apply when read): a placeholder port is INVALID_ARGUMENT naming the
+    field, with the URL guard on and off, instead of Chromium's "Cannot navigate to invalid URL" per episode."""
+    bad = "http://pages.web.test:PORT/pages/basic"
+    with pytest.raises(errors.InvalidArgument) as exc:
+        await env.open(start_url=bad)
+    assert (exc.value.reason, exc.value.metadata["field"]) == ("BAD_START", "start_url")
+    assert "port 'PORT' is not a number" in exc.value.message
+    task = common_pb2.Task(task_id="rubric/mine", source=common_pb2.TASK_SOURCE_RUBRIC_JSON, start_url=bad)
+    async with farm_factory(farm_url_guard=False, farm_warm_contexts=0) as f:
+        from webenv.client import EnvironmentClient
+
+        async with EnvironmentClient(f.channel) as client:
+            with pytest.raises(errors.InvalidArgument) as exc:
+                await client.open(task=task)
+            assert exc.value.metadata["field"] == "task.start_url" and "PORT" in exc.value.message
+            o = await client.open(start_url=page_server.url("basic"))  # a navigation to it is the policy's error
+            r = await client.step(o.session.session_id, f'goto("{bad}")')
+            assert "navigation to" in r.observation.last_action_error and r.observation.url.endswith("/pages/basic")
+            await client.close(o.session.session_id)
+    o = await env.open(start_url=page_server.url("basic"))
+    r = await env.step(o.session.session_id, f'goto("{bad}")')
+    assert "refused by the URL guard" in r.observation.last_action_error and "port 'PORT' is not a number" in \
+        r.observation.last_action_error
+    await env.close(o.session.session_id)
+
+
 async def test_navigation_refusals_keep_the_session(env, page_server):
     o = await env.open(start_url=page_server.url("basic"))
     sid = o.session.session_id

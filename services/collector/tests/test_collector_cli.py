@@ -170,3 +170,60 @@ def test_train_refuses_out_of_range_suite_options():
         res = invoke("train", option, value, "--collector", "127.0.0.1:1")
         text = " ".join(res.output.replace("│", " ").split())
         assert res.exit_code == 2 and option in text, (option, text)
+
+
+def test_up_serves_a_folder_of_checkpoints(tmp_path, monkeypatch):
+    """`webenv up --checkpoints DIR` (or WEBENV_POLICY_CHECKPOINT_DIR) serves the checkpoints of a folder, e.g. what
+    `webenv train --stack` left in its data folder, by name from the start (the trainer publishes there too);
+    `webenv run --help` says checkpoint names are policies. A real policy process is started on the folder."""
+    import grpc
+    import torch
+    from webenv.agent import checkpoints, scorer
+    from webenv.v1 import policy_pb2, policy_pb2_grpc, trainer_pb2
+
+    def said(res) -> str:  # the output, unwrapped
+        return " ".join(res.output.replace("│", " ").split())
+
+    ckpts = tmp_path / "train-1" / "checkpoints"
+    ckpts.mkdir(parents=True)
+    torch.manual_seed(1)
+    for version in (1, 2):
+        staging = tmp_path / f"staging-{version}"
+        staging.mkdir()
+        scorer.save(scorer.ScorerModel(scorer.ScorerConfig(buckets=1 << 10, dim=8, hidden=16)), staging)
+        checkpoints.publish(staging, ckpts, trainer_pb2.Checkpoint(
+            name="agent", version=version, ref=f"agent@{version}", model=trainer_pb2.MODEL_KIND_SCORER))
+
+    monkeypatch.delenv("WEBENV_POLICY_CHECKPOINT_DIR", raising=False)
+    monkeypatch.delenv("WEBENV_POLICY_CHECKPOINTS", raising=False)
+    plain = Stack(tmp_path / "data", free_ports=True)  # no folder named: the stack's own, nothing loaded at start
+    assert plain.env_for("policy")["WEBENV_POLICY_CHECKPOINT_DIR"] == str(tmp_path / "data" / "checkpoints")
+    assert "WEBENV_POLICY_CHECKPOINTS" not in plain.env_for("policy")
+    monkeypatch.setenv("WEBENV_POLICY_CHECKPOINT_DIR", str(ckpts))  # the setting is honoured, not overwritten
+    stack = Stack(tmp_path / "data", free_ports=True)
+    env = stack.env_for("policy")
+    assert env["WEBENV_POLICY_CHECKPOINT_DIR"] == str(ckpts.resolve()) and env["WEBENV_POLICY_CHECKPOINTS"] == "agent"
+    assert stack.env_for("trainer")["WEBENV_TRAINER_CHECKPOINT_DIR"] == str(ckpts.resolve())
+    monkeypatch.delenv("WEBENV_POLICY_CHECKPOINT_DIR")
+    stack = Stack(tmp_path / "data", free_ports=True, checkpoints=str(ckpts))
+    try:
+        stack.start(("policy",))
+        with grpc.insecure_channel(stack.address("policy")) as ch:
+            served = policy_pb2_grpc.PolicyServiceStub(ch).ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=30)
+        assert {(p.name, p.version) for p in served.policies} >= {("agent", "agent@2")}, served
+    finally:
+        stack.stop()
+
+    res = invoke("up", "--checkpoints", str(tmp_path / "nowhere"))
+    assert res.exit_code == 2 and "--checkpoints" in said(res) and "no such folder" in said(res), res.output
+    res = invoke("run", "--help")
+    assert res.exit_code == 0 and "checkpoint" in said(res) and "--checkpoints" in said(res), res.output
+
+
+
+def test_real_web_is_no_source_of_its_own():
+    """Rubric JSON tasks are `rubric-json` whatever their host (a file's tasks: --from-file)."""
+    r = invoke("tasks", "--source", "real-web")
+    assert r.exit_code == 2 and "rubric-json" in r.output, r.output
+    r = invoke("tasks", "--help")
+    assert "--from-file" in r.output

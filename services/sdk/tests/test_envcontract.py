@@ -29,3 +29,19 @@ def test_actions_and_leases_are_checked_naming_the_field() -> None:
     with pytest.raises(errors.InvalidArgument) as info:
         validate_lease(61, 60)
     assert (info.value.reason, info.value.metadata["field"]) == ("BAD_LEASE", "lease_seconds")
+
+
+def test_web_urls_are_checked_as_a_browser_would_open_them() -> None:
+    """The one rule for start URLs and navigations (farm, task files): what Chromium cannot navigate to is named."""
+    from webenv.envcontract import web_url_problem
+
+    for ok in ("http://shop-0001.web.test/", "https://example.com:8443/a?b=c#d", "http://127.0.0.1:8080/x",
+               "http://[::1]:9000/", "  http://a.b/  "):
+        assert web_url_problem(ok) == "", ok
+    for bad, why in (("http://127.0.0.1:PORT/tasks", "port 'PORT' is not a number"),
+                     ("http://127.0.0.1:70000/", "port 70000 is out of range"),
+                     ("http://a.b:0/", "port 0 is out of range"),
+                     ("ftp://a.b/", "scheme ftp: is not http or https"), ("shop.web.test/x", "scheme (none):"),
+                     ("http:///path", "has no host"), ("http://a b.test/", "host 'a b.test' is not a host name"),
+                     ("http://[::1/", "is not a URL"), ("", "is empty")):
+        assert why in web_url_problem(bad), (bad, web_url_problem(bad))

@@ -70,5 +70,5 @@ async def test_bad_task_files_exit_2_with_one_line_per_problem(tmp_path) -> None
         f"{ydir / 'a.yaml'}:4: success_criteria[0].selector: required for type dom_contains",
         f"{ydir / 'b.yaml'}:3: max_steps: must be an integer, got str 'lots'",
         f"{ydir / 'b.yaml'}:4: success_criteria: must be a non-empty list",
-        f"{rdir / 'c.json'}[0]: website: Value error, must be an http(s) URL, got 'ftp://x'",
+        f"{rdir / 'c.json'}[0]: website: Value error, task 'c': start URL 'ftp://x' scheme ftp: is not http or https",
     ], text

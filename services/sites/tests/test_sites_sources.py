@@ -48,8 +48,9 @@ def test_shipped_yaml_and_rubric_examples_load() -> None:
     assert rub[0].source == pb.TASK_SOURCE_RUBRIC_JSON and rub[0].subtasks
     kinds = {f.criterion.WhichOneof("kind") for g in rub[0].rubric.groups for f in g.facts}
     assert kinds == {"url", "answer", "llm"}
-    real = rubricjson.load_file(DATA / "rubric" / "real_web.json")
-    assert {t.source for t in real} == {pb.TASK_SOURCE_REAL_WEB}
+    real = rubricjson.load_file(DATA / "rubric" / "real_web.json")  # the public web: rubric JSON tasks too
+    assert {t.source for t in real} == {pb.TASK_SOURCE_RUBRIC_JSON} and all(t.task_id.startswith("rubric/") for t in real)
+    assert {t.metadata["rubric_file"] for t in real} == {str(DATA / "rubric" / "real_web.json")}
 
 
 @pytest.mark.parametrize(("body", "line", "field"), [
@@ -126,7 +127,7 @@ def test_malformed_rubric_json_names_every_field(tmp_path: Path) -> None:
     with pytest.raises(TaskFileError) as info:
         rubricjson.load_file(f)
     lines = str(info.value).splitlines()
-    assert lines[0].startswith(f"{f}[0]: website: Value error, must be an http(s) URL"), lines
+    assert lines[0] == f"{f}[0]: website: Value error, task 'a': start URL 'ftp://x' scheme ftp: is not http or https", lines
     assert [ln.split(": ")[1] for ln in lines[1:]] == ["task_id", "instruction", "fact_groups"], lines
 
 
@@ -153,3 +154,61 @@ async def test_miniwob_episode_runs_in_chromium(sites_service, browser) -> None:
     reward = await page.evaluate("WOB_RAW_REWARD_GLOBAL")
     assert reward > 0
     await ctx.close()
+
+
+def test_task_file_start_urls_are_checked_when_read(tmp_path: Path) -> None:
+    """A start URL no browser can open (a port left as a placeholder) is a problem of the file, naming the task and
+    the field, found when the file is read rather than once per episode."""
+    f = tmp_path / "mine.json"
+    f.write_text('[{"task_id": "ok", "website": "http://127.0.0.1:8080/a", "task": "t", "fact_groups": [{"facts": ["f"]}]},'
+                 ' {"task_id": "mine-1", "website": "http://127.0.0.1:PORT/a", "task": "t", "fact_groups": [{"facts": ["f"]}]}]')
+    with pytest.raises(TaskFileError) as info:
+        rubricjson.load_file(f)
+    [line] = str(info.value).splitlines()
+    assert line.startswith(f"{f}[1]: website: ") and "task 'mine-1'" in line and "port 'PORT' is not a number" in line, line
+    y = tmp_path / "mine.yaml"
+    y.write_text("name: mine_2\ndescription: d\nstart_url: http://127.0.0.1:PORT/\nsuccess_criteria:\n"
+                 "  - type: url_contains\n    value: /a\n")
+    with pytest.raises(TaskFileError) as info:
+        seedyaml.load_file(y)
+    [line] = str(info.value).splitlines()
+    assert line.startswith(f"{y}:3: start_url: ") and "task 'mine_2'" in line and "port 'PORT' is not a number" in line, line
+
+
+async def test_rubric_tasks_on_any_host_are_rubric_json_selectable_by_their_file(tmp_path: Path) -> None:
+    """A team's own rubric JSON tasks on local or intranet hosts are TASK_SOURCE_RUBRIC_JSON (`--source rubric-json`
+    selects them), like those on the synthetic web, and ListTasks selects a file's tasks by the file's name or path."""
+    import grpc
+    from webenv.sites.config import Settings
+    from webenv.sites.service import SitesService
+    from webenv.v1 import task_pb2, task_pb2_grpc
+
+    rdir = tmp_path / "rubric"
+    rdir.mkdir()
+    (rdir / "intranet.json").write_text(
+        '[{"task_id": "wiki-owner", "website": "http://wiki.corp.example:8080/", "task": "t", "fact_groups": [{"facts": ["f"]}]},'
+        ' {"task_id": "local-app", "website": "http://127.0.0.1:3000/", "task": "t", "fact_groups": [{"facts": ["f"]}]}]')
+    (rdir / "shop.json").write_text(
+        '{"task_id": "shop-one", "website": "http://shop-0001.web.test/", "task": "t", "fact_groups": [{"facts": ["f"]}]}')
+    tasks = rubricjson.load_file(rdir / "intranet.json")
+    assert [(t.task_id, t.source) for t in tasks] == [("rubric/wiki-owner", pb.TASK_SOURCE_RUBRIC_JSON),
+                                                      ("rubric/local-app", pb.TASK_SOURCE_RUBRIC_JSON)]
+    assert tasks[1].metadata["rubric_file"] == str(rdir / "intranet.json") and tasks[1].metadata["rubric_index"] == "1"
+    settings = Settings(host="127.0.0.1", grpc_port=0, metrics_port=0, http_port=0, http_host="127.0.0.1", sites_count=8,
+                        log_json=False, sites_rubric_dirs=[str(rdir)], sites_miniwob=False)
+    async with SitesService(settings) as svc, \
+            grpc.aio.insecure_channel(f"127.0.0.1:{svc.port}") as ch:
+        stub = task_pb2_grpc.TaskServiceStub(ch)
+
+        async def ids(**flt: object) -> set[str]:
+            r = await stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(**flt), page_size=1000))
+            return {t.task_id for t in r.tasks}
+
+        mine = {"rubric/wiki-owner", "rubric/local-app", "rubric/shop-one"}
+        assert mine <= await ids(sources=[pb.TASK_SOURCE_RUBRIC_JSON])
+        assert await ids(task_files=["intranet.json"]) == {"rubric/wiki-owner", "rubric/local-app"}
+        assert await ids(task_files=[str(rdir / "shop.json")], sources=[pb.TASK_SOURCE_RUBRIC_JSON]) == {"rubric/shop-one"}
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await ids(task_files=["nowhere.json"])
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "filter.task_files" in info.value.details()
+        assert "nowhere.json" in info.value.details() and "intranet.json" in info.value.details()

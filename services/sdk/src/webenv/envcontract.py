@@ -11,11 +11,45 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
+from urllib.parse import urlsplit
 
 from webenv import errors
 from webenv.actions import ACTION_KINDS
 from webenv.streams import serve_in_completion_order
 from webenv.v1 import common_pb2, environment_pb2
+
+
+def web_url_problem(url: str) -> str:
+    """What keeps a browser from opening ``url`` as a page ('' when nothing): it must parse, be http or https, have a
+    host name (no spaces or control characters in it) and, when it has a port, a number within 1..65535. The farm
+    applies it to every start URL and top-level navigation (with its URL guard, or alone where the guard is off),
+    task files to their start URLs when they are read: a port left as a placeholder (``http://127.0.0.1:PORT/``)
+    passed both and then failed once per episode with Chromium's "Cannot navigate to invalid URL"."""
+    raw = url.strip()
+    if not raw:
+        return "is empty"
+    try:
+        parts = urlsplit(raw)
+    except ValueError as exc:
+        return f"is not a URL: {exc}"
+    scheme = parts.scheme.lower()
+    if scheme not in ("http", "https"):
+        return f"scheme {scheme or '(none)'}: is not http or https"
+    host = parts.hostname or ""
+    if not host:
+        return "has no host"
+    if any(c.isspace() or ord(c) < 32 or c in "<>\\^|%\"" for c in host):
+        return f"host {host!r} is not a host name"
+    try:
+        port = parts.port
+    except ValueError:
+        given = parts.netloc.rsplit("]", 1)[-1].rpartition(":")[2]
+        if given.isdigit():
+            return f"port {given} is out of range 1..65535"
+        return f"port {given!r} is not a number"
+    if port == 0:
+        return "port 0 is out of range 1..65535"
+    return ""
 
 
 def element_ref(msg: Any, field: str, required: bool = True) -> dict[str, str] | None:

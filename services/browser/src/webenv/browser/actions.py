@@ -8,14 +8,15 @@ Two kinds of failure, kept apart on purpose:
   refused by the guard) returns a message that becomes `Observation.last_action_error`; the
   session goes on.
 
-Clicks resolve the element in one JS call (scroll into view, centre point, hit test, same-origin
-frames included) and then use trusted mouse events at that point: ~3 ms instead of the ~48 ms of
+Clicks resolve the element in one JS call (its visible line boxes, hit test, scroll into view when none
+hits, same-origin frames included) and then use trusted mouse events at that point: ~3 ms instead of the ~48 ms of
 Playwright's `click()` actionability checks, with the same "is it really clickable" answer.
 """
 
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -23,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from webenv import errors
-from webenv.browser.errortext import BLOCKED_BY_CLIENT, UNKNOWN_KEY, interrupted_by_navigation
+from webenv.browser.errortext import BLOCKED_BY_CLIENT, NOT_A_NUMBER, UNKNOWN_KEY, interrupted_by_navigation
 from webenv.browser.guard import BlockedUrl
 from webenv.envcontract import element_ref as _target
 from webenv.v1 import common_pb2
@@ -32,11 +33,29 @@ if TYPE_CHECKING:
     from webenv.browser.session import BrowserSession
 
 FILL_TIMEOUT_MS = 5000
+# What a number field takes from the keyboard (digits, sign, decimal point, exponent, spaces around).
+_NOT_NUMBER_CHARS = re.compile(r"[^0-9.eE+\- ]")
+# Is the focused element (through same-origin frames and open shadow roots) an input[type=number]?
+FOCUSED_NUMBER_JS = """() => {
+  let el = document.activeElement;
+  for (;;) {
+    if (el && el.shadowRoot && el.shadowRoot.activeElement) { el = el.shadowRoot.activeElement; continue; }
+    let inner = null;
+    if (el && el.tagName === 'IFRAME') { try { inner = el.contentDocument && el.contentDocument.activeElement; } catch (e) {} }
+    if (!inner) break;
+    el = inner;
+  }
+  return !!el && el.localName === 'input' && el.type === 'number';
+}"""
 _BUTTONS = {common_pb2.MOUSE_BUTTON_UNSPECIFIED: "left", common_pb2.MOUSE_BUTTON_LEFT: "left",
             common_pb2.MOUSE_BUTTON_MIDDLE: "middle", common_pb2.MOUSE_BUTTON_RIGHT: "right"}
 
-# Find an element by id or selector (searching same-origin frames), bring it into view and say
-# where its centre is in top-level viewport coordinates and whether that point hits it.
+# Find an element by id or selector (searching same-origin frames) and say where a user would click it, in
+# top-level viewport coordinates: the centre of the first of its own line boxes (getClientRects, cut to what
+# shows) that hit-tests to it, as Playwright's content quads do. A link wrapped onto two lines has its bounding
+# box's centre on the paragraph around it; that point said "covered by p". When no box of it hits (out of view,
+# scrolled out of its container, under a sticky header), it is scrolled to the centre and aimed at once more;
+# then the element that covers it is named.
 RESOLVE_JS = """
 ([ref, mode]) => {
   const sel = ref.id ? '[data-webenv-id="' + CSS.escape(ref.id) + '"]' : ref.sel;
@@ -62,30 +81,60 @@ RESOLVE_JS = """
   if (!got) return {error: 'NOT_FOUND'};
   const [el, frames] = got;
   if (mode === 'handle') return el;
+  const win = el.ownerDocument.defaultView;
   const offsets = () => {
     let x = 0, y = 0;
     for (const f of frames) { const r = f.getBoundingClientRect(); x += r.x + f.clientLeft; y += r.y + f.clientTop; }
     return [x, y];
   };
-  const win = el.ownerDocument.defaultView;
-  let r = el.getBoundingClientRect();
-  let [offX, offY] = offsets();
-  const outside = (rr, ox, oy) => rr.bottom + oy < 0 || rr.right + ox < 0 || rr.top + oy > window.innerHeight ||
-    rr.left + ox > window.innerWidth || rr.bottom < 0 || rr.right < 0 || rr.top > win.innerHeight || rr.left > win.innerWidth;
-  if (outside(r, offX, offY)) {
+  const box = el.getBoundingClientRect();
+  if (box.width === 0 || box.height === 0) return {error: 'NOT_VISIBLE'};
+  const root = el.getRootNode();  // a shadow root answers hit tests with its own elements
+  const reaches = (hit) => hit === el || el.contains(hit) || hit.control === el || el.tagName === 'OPTION';
+  // The element's own boxes (one per line for wrapped inline content), each cut to what shows: the frame's and
+  // the top window's viewports and every ancestor that clips its overflow; the first whose centre hit-tests to
+  // the element (or inside it) is where a user would click. The hit test decides: a box cut only to the viewports
+  // is tried after the others (an absolutely positioned menu escapes an overflow ancestor that is not its
+  // containing block).
+  const aim = () => {
+    const [ox, oy] = offsets();
+    const view = [Math.max(0, -ox), Math.max(0, -oy), Math.min(win.innerWidth, window.innerWidth - ox),
+                  Math.min(win.innerHeight, window.innerHeight - oy)];
+    let clip = view.slice();
+    for (let a = el.parentElement || (el.parentNode && el.parentNode.host); a && a !== el.ownerDocument.documentElement
+         && a !== el.ownerDocument.body; a = a.parentElement || (a.parentNode && a.parentNode.host)) {
+      const st = win.getComputedStyle(a);
+      if (st.overflowX === 'visible' && st.overflowY === 'visible') continue;
+      const c = a.getBoundingClientRect();
+      const l = c.left + a.clientLeft, t = c.top + a.clientTop;
+      clip = [Math.max(clip[0], l), Math.max(clip[1], t), Math.min(clip[2], l + a.clientWidth), Math.min(clip[3], t + a.clientHeight)];
+    }
+    const rects = Array.from(el.getClientRects());
+    let covered = null;
+    for (const box of [clip, view]) {
+      for (const r of rects) {
+        const x0 = Math.max(r.left, box[0]), y0 = Math.max(r.top, box[1]);
+        const x1 = Math.min(r.right, box[2]), y1 = Math.min(r.bottom, box[3]);
+        if (x1 - x0 < 1 || y1 - y0 < 1) continue;
+        const cx = (x0 + x1) / 2, cy = (y0 + y1) / 2;
+        const hit = root.elementFromPoint(cx, cy);
+        if (hit && reaches(hit)) return {x: cx + ox, y: cy + oy};
+        if (hit && !covered) covered = hit;
+      }
+    }
+    return {covered};
+  };
+  let at = aim();
+  if (at.x === undefined) {  // out of view, clipped or covered where it shows (a sticky header): centre it, aim again
     for (const f of frames) f.scrollIntoView({block: 'center', inline: 'center', behavior: 'instant'});
     el.scrollIntoView({block: 'center', inline: 'center', behavior: 'instant'});
-    r = el.getBoundingClientRect();
-    [offX, offY] = offsets();
+    at = aim();
   }
-  if (r.width === 0 || r.height === 0) return {error: 'NOT_VISIBLE'};
-  const cx = Math.min(Math.max(r.left + r.width / 2, 0), win.innerWidth - 1);
-  const cy = Math.min(Math.max(r.top + r.height / 2, 0), win.innerHeight - 1);
-  if (mode === 'scroll') return {ok: true};
-  const hit = el.getRootNode().elementFromPoint(cx, cy);  // a shadow root answers with its own elements
-  const covered = hit && hit !== el && !el.contains(hit) && !(hit.control === el) && !(el.tagName === 'OPTION');
-  return {eid: el.getAttribute('data-webenv-id') || '', x: cx + offX, y: cy + offY, covered: covered ? (hit.tagName.toLowerCase() + (hit.id ? '#' + hit.id : '')) : '',
-          disabled: !!el.disabled};
+  const base = {eid: el.getAttribute('data-webenv-id') || '', disabled: !!el.disabled};
+  if (at.x !== undefined) return {...base, x: at.x, y: at.y, covered: ''};
+  if (!at.covered) return {...base, error: 'CLIPPED'};
+  const c = at.covered;
+  return {...base, covered: c.tagName.toLowerCase() + (c.id ? '#' + c.id : '')};
 }
 """
 
@@ -150,6 +199,8 @@ def _point_error(ref: dict[str, str], res: dict[str, Any], verb: str) -> str:
         return f"{_describe(ref)} not found on the page"
     if res.get("error") == "NOT_VISIBLE":
         return f"{_describe(ref)} is not visible (zero size)"
+    if res.get("error") == "CLIPPED":
+        return f"{_describe(ref)} is not visible (outside the viewport or clipped by a scrolled container)"
     if res.get("covered"):
         return f"{_describe(ref)} is covered by {res['covered']}; {verb} not performed"
     if res.get("disabled"):
@@ -209,7 +260,14 @@ async def _on_element(session: BrowserSession, msg: Any, step: _Step) -> ActionO
     if step.kind == "fill":
         # Playwright waits for the element to be editable; 2 s failed real fills on a loaded 2-core
         # machine (dozens of Chromium processes), 5 s did not. Non-text elements fail at once.
-        await el.fill(msg.text, timeout=FILL_TIMEOUT_MS)
+        try:
+            await el.fill(msg.text, timeout=FILL_TIMEOUT_MS)
+        except PlaywrightError as exc:
+            if NOT_A_NUMBER.of(exc):
+                return ActionOutcome(error=f"fill: {_describe(ref)} is a number field (input[type=number]); "
+                                           f"{msg.text[:100]!r} is not a number, nothing was filled",
+                                     target_element_id=step.resolved)
+            raise
     elif step.kind == "select":
         err = await el.evaluate(SELECT_JS, list(msg.options))
         if err:
@@ -246,6 +304,11 @@ async def _click_at(session: BrowserSession, msg: Any, step: _Step) -> ActionOut
 
 
 async def _type(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
+    """Keys into the focused element. Chromium drops, without a word, the characters a focused number field
+    cannot hold: text with one of them is refused as an action error instead (looked up only then)."""
+    if _NOT_NUMBER_CHARS.search(msg.text) and await session.page.evaluate(FOCUSED_NUMBER_JS):
+        return ActionOutcome(error=f"type: the focused element is a number field (input[type=number]); "
+                                   f"{msg.text[:100]!r} is not a number, nothing was typed")
     await session.page.keyboard.type(msg.text)
     return ActionOutcome()
 

@@ -68,6 +68,12 @@ UNKNOWN_KEY = ErrorText(
     'Keyboard.press: Unknown key: "Nope"',
     "Playwright's key-name check: the action named a key that does not exist, a bad request "
     "(INVALID_ARGUMENT on action.press.key), not a failure on the page.")
+NOT_A_NUMBER = ErrorText(
+    "not_a_number", "Cannot type text into input[type=number]",
+    "ElementHandle.fill: Error: Cannot type text into input[type=number]",
+    "Playwright's fill refuses text that is not a number for a number field (numeric text it sets): the policy "
+    "chose a value the field cannot hold, so the action error says so in the farm's words (which field, which "
+    "text), not Playwright's.")
 BLOCKED_BY_CLIENT = ErrorText(
     "blocked_by_client", "ERR_BLOCKED_BY_CLIENT",
     "Page.goto: net::ERR_BLOCKED_BY_CLIENT at http://10.0.0.1/",
@@ -78,7 +84,7 @@ SOCKS_REFUSED = ErrorText(
     "net::ERR_SOCKS_CONNECTION_FAILED",
     "Chromium's request failure when the egress proxy (SOCKS5) refused the connection: the proxy is asked why "
     "(`EgressProxy.why_refused`) and the reason recorded as a refused URL.")
-CASES = (*RETRY_CASES, UNKNOWN_KEY, BLOCKED_BY_CLIENT, SOCKS_REFUSED)
+CASES = (*RETRY_CASES, UNKNOWN_KEY, NOT_A_NUMBER, BLOCKED_BY_CLIENT, SOCKS_REFUSED)
 
 
 def retry_case(exc: BaseException) -> ErrorText | None:

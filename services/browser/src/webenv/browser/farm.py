@@ -36,7 +36,13 @@ from webenv.browser.registry import SessionRegistry
 from webenv.browser.session import BrowserSession
 from webenv.browser.settle import Settler
 from webenv.browser.tasks import adapter_for
-from webenv.envcontract import is_retry, validate_action, validate_lease, validate_screenshot_spec
+from webenv.envcontract import (
+    is_retry,
+    validate_action,
+    validate_lease,
+    validate_screenshot_spec,
+    web_url_problem,
+)
 from webenv.envcontract import validate_observation_spec as validate_spec
 from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
@@ -108,6 +114,12 @@ class Farm:
         task = req.task if start == "task" else None
         adapter = adapter_for(task, req.start_url if start == "start_url" else "", self.settings.sites_addr)
         if adapter.start_url:
+            # an http(s) URL no browser can open is a bad request, with the guard off too (other schemes: the guard's)
+            problem = web_url_problem(adapter.start_url)
+            if problem and adapter.start_url.strip().lower().startswith(("http:", "https:")):
+                field = "start_url" if start == "start_url" else "task.start_url"
+                raise errors.InvalidArgument(f"{field}: {adapter.start_url[:200]!r} {problem}", reason="BAD_START",
+                                             metadata={"field": field})
             try:
                 await self.guard.acheck(adapter.start_url, top_level=True)
             except BlockedUrl as exc:

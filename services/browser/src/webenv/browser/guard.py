@@ -30,6 +30,8 @@ import socket
 from dataclasses import dataclass, field
 from urllib.parse import urlsplit
 
+from webenv.envcontract import web_url_problem
+
 _ALWAYS_BLOCKED_SCHEMES = {"file", "chrome", "chrome-extension", "view-source", "javascript",
                            "filesystem", "devtools", "chrome-untrusted", "ws", "wss", "ftp"}
 _SUBRESOURCE_SCHEMES = {"data", "blob", "about"}
@@ -142,9 +144,10 @@ class UrlGuard:
             return raw
         if scheme in _ALWAYS_BLOCKED_SCHEMES or scheme not in ("http", "https"):
             raise BlockedUrl(f"scheme {scheme or '(none)'}: is not allowed (only http and https)")
+        problem = web_url_problem(raw)  # the sdk's rule, which task files apply to their start URLs too
+        if problem:
+            raise BlockedUrl(f"URL {raw[:80]!r} {problem}")
         host = (parts.hostname or "").rstrip(".").lower()
-        if not host:
-            raise BlockedUrl(f"URL has no host: {raw[:80]!r}")
         if self.host_allowlisted(host):
             return raw
         ip = canonical_ip(host)

@@ -22,6 +22,9 @@ SESSIONS_ACTIVE = Gauge("webenv_browser_sessions_active", "Open sessions.")
 CONTEXTS_POOLED = Gauge("webenv_browser_contexts_pooled", "Pre-warmed contexts ready for OpenSession.")
 CONTEXTS_PRIMED = Gauge("webenv_browser_contexts_primed",
                         "Contexts whose page is loaded ahead at a start page asked for lately (MiniWoB tasks).")
+CONTEXTS_LIVE = Gauge(
+    "webenv_browser_contexts_live",
+    "Browser contexts alive in the farm's Chromium processes: sessions' plus warm and primed ones (more means leaked).")
 OPEN_CONTEXTS = Counter("webenv_browser_open_contexts_total",
                         "Contexts given to new sessions, by where they came from (primed, warm, new).", ("source",))
 BROWSERS = Gauge("webenv_browser_browsers", "Chromium processes running.")

@@ -56,8 +56,7 @@ OBS = {"axtree": common_pb2.OBSERVATION_FORMAT_AXTREE, "html": common_pb2.OBSERV
 OBS_ALL = {**OBS, "elements": common_pb2.OBSERVATION_FORMAT_ELEMENTS, "dom": common_pb2.OBSERVATION_FORMAT_DOM,
            "screenshot": common_pb2.OBSERVATION_FORMAT_SCREENSHOT}  # fmt: skip
 SOURCES = {"synthetic": common_pb2.TASK_SOURCE_SYNTHETIC, "miniwob": common_pb2.TASK_SOURCE_MINIWOB,
-           "yaml": common_pb2.TASK_SOURCE_YAML, "rubric-json": common_pb2.TASK_SOURCE_RUBRIC_JSON,
-           "real-web": common_pb2.TASK_SOURCE_REAL_WEB}  # fmt: skip
+           "yaml": common_pb2.TASK_SOURCE_YAML, "rubric-json": common_pb2.TASK_SOURCE_RUBRIC_JSON}  # fmt: skip
 KINDS = {"information": common_pb2.TASK_KIND_INFORMATION, "navigation": common_pb2.TASK_KIND_NAVIGATION,
          "transaction": common_pb2.TASK_KIND_TRANSACTION, "open-ended": common_pb2.TASK_KIND_OPEN_ENDED}  # fmt: skip
 LEVELS = {"random-crawl": collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL,
@@ -184,6 +183,11 @@ def up(
     free_ports: bool = typer.Option(False, help="Pick free ports instead of the defaults."),
     worldmodel: Path = typer.Option(None, help="World model directory to serve too (default: the one `webenv "
                                                "worldmodel build` left in .webenv/worldmodel/model, if any)."),
+    checkpoints: Path = typer.Option(None, envvar="WEBENV_POLICY_CHECKPOINT_DIR",
+                                     help="Folder of trained checkpoints to serve, e.g. DATA_DIR/checkpoints of a "
+                                          "`webenv train --stack` run: each family's latest version is a policy "
+                                          "(`webenv run --policy NAME` or NAME@N) from the start, and the trainer "
+                                          "publishes there (default: DATA_DIR/checkpoints, loaded on demand)."),
 ) -> None:
     """Start sites, browser farm, policy, judge, collector, trainer and gateway (and the world model when there is
     one); stop them all on Ctrl-C or SIGTERM.
@@ -195,7 +199,10 @@ def up(
         worldmodel = DEFAULT_WORLDMODEL
     if worldmodel is not None and not (worldmodel / "config.json").exists():
         raise typer.BadParameter(f"{worldmodel} is not a model directory (no config.json)", param_hint="--worldmodel")
-    stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count, worldmodel=str(worldmodel or ""))
+    if checkpoints is not None and not checkpoints.is_dir():
+        raise typer.BadParameter(f"{checkpoints}: no such folder", param_hint="--checkpoints")
+    stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count, worldmodel=str(worldmodel or ""),
+                  checkpoints=str(checkpoints or ""))
     stopping = False
 
     def on_signal(signum, frame):
@@ -218,6 +225,10 @@ def up(
                       f"logs: {(data_dir / 'logs').resolve()}")
         console.print(f"addresses in {state} (webenv run/runs/tasks/export/replay read it)")
         console.print(f"console and REST API: http://127.0.0.1:{stack.gateway_http_port}/")
+        if checkpoints is not None:
+            served = stack.served_checkpoints()
+            console.print(f"checkpoints from {stack.checkpoint_dir}: "
+                          + (", ".join(served) + " (webenv run --policy NAME)" if served else "none yet"))
         console.print("Ctrl-C stops everything.")
         while not stopping:
             dead = stack.dead()
@@ -237,13 +248,18 @@ def up(
 
 @app.command()
 def run(
-    policy: str = typer.Option("oracle", help="oracle, random, explore or llm."),
+    policy: str = typer.Option("oracle", help="oracle, random, explore, llm, or a trained checkpoint the policy "
+                                              "service serves: NAME (its latest version) or NAME@N (`webenv up "
+                                              "--checkpoints DIR` serves a folder of them, e.g. a `webenv train` "
+                                              "result)."),
     episodes: int = typer.Option(0, help="Episodes (0 = tasks x repeats)."),
     repeats: int = typer.Option(1, help="Episodes per task when --episodes is 0."),
     task: list[str] = typer.Option(None, "--task", help="Task id (repeatable); unknown ids are named."),
     task_file: list[Path] = typer.Option(None, help="One's own tasks: a YAML or rubric JSON file (repeatable), "
                                                      "sent with the run (no service restart)."),
-    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml, rubric-json or real-web (repeatable)."),
+    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml or rubric-json (repeatable)."),
+    from_file: list[str] = typer.Option(None, help="Catalog tasks read from this task file, by name (real_web.json) "
+                                                   "or path (repeatable)."),
     kind: list[str] = typer.Option(None, help="information, navigation, transaction or open-ended (repeatable)."),
     difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
     split: str = typer.Option(None, help="train, validation or test."),
@@ -279,6 +295,7 @@ def run(
     spec.tasks.families.extend(family or [])
     spec.tasks.sites.extend(site or [])
     spec.tasks.task_ids.extend(task or [])
+    spec.tasks.task_files.extend(from_file or [])
     spec.tasks.split = _choice(split, SPLITS, "--split")
     if task_file:
         if spec.tasks.ListFields():
@@ -405,7 +422,9 @@ def tasks(
     difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
     split: str = typer.Option(None, help="train, validation or test."),
     family: list[str] = typer.Option(None, help="Site family (repeatable)."),
-    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml, rubric-json or real-web (repeatable)."),
+    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml or rubric-json (repeatable)."),
+    from_file: list[str] = typer.Option(None, help="Catalog tasks read from this task file, by name (real_web.json) "
+                                                   "or path (repeatable)."),
     kind: list[str] = typer.Option(None, help="information, navigation, transaction or open-ended (repeatable)."),
     site: list[str] = typer.Option(None, help="Site host (repeatable)."),
     task: list[str] = typer.Option(None, "--task", help="Task id (repeatable)."),
@@ -419,7 +438,7 @@ def tasks(
         total = len(found)
     else:
         flt = task_pb2.TaskFilter(families=family or [], split=_choice(split, SPLITS, "--split"), sites=site or [],
-                                  task_ids=task or [])
+                                  task_ids=task or [], task_files=from_file or [])
         flt.difficulties.extend(_choices(difficulty, DIFFICULTIES, "--difficulty"))
         flt.sources.extend(_choices(source, SOURCES, "--source"))
         flt.kinds.extend(_choices(kind, KINDS, "--kind"))

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from webenv import errors
+from webenv.envcontract import web_url_problem
 from webenv.v1 import collector_pb2, common_pb2
 
 DEFAULT_FORMATS = (common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML)
@@ -90,9 +91,9 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
         if fmt not in produced:
             raise _bad(f"{f}.keep_formats[{i}]", f"format {common_pb2.ObservationFormat.Name(fmt) if _enum_ok(common_pb2.ObservationFormat, fmt) else fmt} is not among observation_spec.formats")
     for i, url in enumerate(spec.start_urls):
-        p = urlparse(url)
-        if p.scheme not in ("http", "https") or not p.netloc:
-            raise _bad(f"{f}.start_urls[{i}]", f"must be an absolute http(s) URL, got {url!r}")
+        problem = web_url_problem(url)  # the farm's rule: a URL it cannot open fails here, not once per episode
+        if problem:
+            raise _bad(f"{f}.start_urls[{i}]", f"start URL {url[:200]!r} {problem}")
     if spec.start_urls and spec.level == collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED:
         raise _bad(f"{f}.start_urls", "a task-oriented run takes tasks, not start URLs")
     if spec.start_urls and spec.episodes == 0 and spec.repeats == 0:
@@ -126,9 +127,9 @@ def _validate_inline(spec: collector_pb2.RunSpec, f: str) -> None:
         if t.task_id in seen:
             raise _bad(f"{f}.inline_tasks[{i}].task_id", f"duplicate task id {t.task_id!r}")
         seen.add(t.task_id)
-        p = urlparse(t.start_url)
-        if p.scheme not in ("http", "https") or not p.netloc:
-            raise _bad(f"{f}.inline_tasks[{i}].start_url", f"must be an absolute http(s) URL, got {t.start_url!r}")
+        problem = web_url_problem(t.start_url)
+        if problem:
+            raise _bad(f"{f}.inline_tasks[{i}].start_url", f"task {t.task_id!r}: start URL {t.start_url[:200]!r} {problem}")
 
 
 def resolve(spec: collector_pb2.RunSpec, defaults: Defaults) -> collector_pb2.RunSpec:

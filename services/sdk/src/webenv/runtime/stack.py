@@ -89,6 +89,7 @@ class Stack:
     free_ports: bool = False
     sites_count: int = 200
     worldmodel: str = ""  # a model directory: the world model is served too (same EnvironmentService, simulated)
+    checkpoints: str = ""  # a folder of trained checkpoints to serve (default: WEBENV_POLICY_CHECKPOINT_DIR, if set)
     extra_env: dict[str, str] = field(default_factory=dict)
     procs: dict[str, subprocess.Popen] = field(default_factory=dict)
     ports: dict[str, tuple[int, int]] = field(default_factory=dict)
@@ -107,6 +108,24 @@ class Stack:
     @property
     def services(self) -> tuple[str, ...]:
         return SERVICES + (("worldmodel",) if self.worldmodel else ())
+
+    @property
+    def checkpoint_dir(self) -> Path:
+        """The checkpoint folder the policy reads and the trainer publishes to: the one named (``checkpoints``, else
+        WEBENV_POLICY_CHECKPOINT_DIR), else the stack's own ``<data_dir>/checkpoints``."""
+        named = self.checkpoints or os.environ.get("WEBENV_POLICY_CHECKPOINT_DIR", "")
+        return Path(named).resolve() if named else self.data_dir / "checkpoints"
+
+    def served_checkpoints(self) -> list[str]:
+        """The checkpoint families of a named folder, which the policy loads at start (latest version of each) so
+        their names are policies from the first run; the stack's own folder is loaded on demand (LoadCheckpoint)."""
+        if not (self.checkpoints or os.environ.get("WEBENV_POLICY_CHECKPOINT_DIR")):
+            return []
+        root = self.checkpoint_dir
+        if not root.is_dir():
+            return []
+        return sorted(p.name for p in root.iterdir() if p.is_dir() and any((v / "checkpoint.json").is_file()
+                                                                          for v in p.glob("v[0-9]*")))
 
     def address(self, name: str) -> str:
         return f"127.0.0.1:{self.ports[name][0]}"
@@ -132,13 +151,16 @@ class Stack:
             env |= {"WEBENV_FARM_SITES_HTTP_ADDR": f"127.0.0.1:{self.http_port}"}
         elif name == "policy":
             env.setdefault("WEBENV_POLICY_BACKEND", "none")
-            env |= {"WEBENV_POLICY_CHECKPOINT_DIR": str(self.data_dir / "checkpoints")}
+            env |= {"WEBENV_POLICY_CHECKPOINT_DIR": str(self.checkpoint_dir)}
+            served = self.served_checkpoints()
+            if served and not env.get("WEBENV_POLICY_CHECKPOINTS"):
+                env["WEBENV_POLICY_CHECKPOINTS"] = ",".join(served)
         elif name == "judge":
             env.setdefault("WEBENV_JUDGE_LLM_BACKEND", "none")
         elif name == "collector":
             env |= {"WEBENV_DATA_DIR": str(self.data_dir)}
         elif name == "trainer":
-            env |= {"WEBENV_TRAINER_CHECKPOINT_DIR": str(self.data_dir / "checkpoints"),
+            env |= {"WEBENV_TRAINER_CHECKPOINT_DIR": str(self.checkpoint_dir),
                     "WEBENV_TRAINER_DATA_DIR": str(self.data_dir / "trainer")}
         elif name == "gateway":  # serves the collector's screenshots (the collector creates the folder first)
             env |= {"WEBENV_HTTP_PORT": str(self.gateway_http_port), "WEBENV_HTTP_HOST": "127.0.0.1",

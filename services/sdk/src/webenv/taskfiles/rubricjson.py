@@ -3,7 +3,8 @@
 A file holds one task object, a list of them, `{"tasks": [...]}`, or JSON Lines. A fact is either a
 string (judged by an LLM from keypoint evidence, as WebGym does for the real web) or an object with a
 `criterion` in the contract's JSON form (`{"answer": {"mode": "MATCH_MODE_CONTAINS", "expected": "42"}}`).
-Tasks on hosts outside the synthetic web are REAL_WEB tasks.
+Every task is TASK_SOURCE_RUBRIC_JSON whatever its host (the synthetic web, one's own local or intranet sites, the
+public web), selectable by the file it came from (``metadata["rubric_file"]``, TaskFilter.task_files).
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from google.protobuf import json_format
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from webenv.envcontract import web_url_problem
 from webenv.splits import SYNTHETIC_DOMAIN as DOMAIN
 from webenv.splits import split_of
 from webenv.taskfiles.common import TaskFileError, difficulty_of, load_folders
@@ -55,11 +57,11 @@ class TaskIn(BaseModel):
 
     @field_validator("website")
     @classmethod
-    def _url(cls, v: str) -> str:
-        parts = urlsplit(v)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise ValueError(f"must be an http(s) URL, got {v!r}")
-        return v
+    def _url(cls, v: str, info: ValidationInfo) -> str:
+        problem = web_url_problem(v)  # the farm's rule for start URLs, so a bad one fails here, not per episode
+        if problem:
+            raise ValueError(f"task {info.data.get('task_id', '?')!r}: start URL {v[:200]!r} {problem}")
+        return v.strip()
 
     @field_validator("kind")
     @classmethod
@@ -69,11 +71,14 @@ class TaskIn(BaseModel):
         return v
 
 
-def convert(t: TaskIn, where: str) -> pb.Task:
+def convert(t: TaskIn, where: str, path: Path | None = None, index: str = "") -> pb.Task:
+    """The contract's Task of one rubric JSON task (``where``: its place in the file, for errors). Every such task is
+    TASK_SOURCE_RUBRIC_JSON, ``rubric/<task_id>``, whatever its host: a team's own local or intranet sites are not
+    the real web; ``metadata["rubric_file"]`` (the file) and ``["rubric_index"]`` keep where it came from, and
+    TaskFilter.task_files selects by the file."""
     host = urlsplit(t.website).hostname or ""
     synthetic = host.endswith("." + DOMAIN)
-    source = pb.TASK_SOURCE_RUBRIC_JSON if synthetic else pb.TASK_SOURCE_REAL_WEB
-    task_id = ("rubric/" if synthetic else "realweb/") + t.task_id
+    task_id = "rubric/" + t.task_id
     rubric = pb.Rubric(rubric_id=task_id, version=1)
     n = 0
     for gi, g in enumerate(t.fact_groups):
@@ -93,14 +98,15 @@ def convert(t: TaskIn, where: str) -> pb.Task:
     subtasks = [pb.Subtask(subtask_id=f"{task_id}/sub-{i}", instruction=g.description, group_ids=[g.group_id or f"g{i}"])
                 for i, g in enumerate(t.fact_groups) if g.description and len(t.fact_groups) > 1]
     return pb.Task(
-        task_id=task_id, source=source, kind=KINDS[t.kind], instruction=t.task, start_url=t.website, site=host,
+        task_id=task_id, source=pb.TASK_SOURCE_RUBRIC_JSON, kind=KINDS[t.kind], instruction=t.task, start_url=t.website, site=host,
         family=family, split=split_of(host), difficulty=difficulty_of(n), rubric=rubric, subtasks=subtasks,
-        max_steps=t.max_steps, timeout_seconds=t.timeout_seconds, category=t.category, metadata={"rubric_file": where},
+        max_steps=t.max_steps, timeout_seconds=t.timeout_seconds, category=t.category, metadata={"rubric_file": str(path) if path else where, "rubric_index": index},
     )
 
 
-def _objects(path: Path) -> tuple[list[tuple[str, Any]], list[ValueError]]:
-    """(where, object) of every task in the file, and the problems of lines that are not JSON."""
+def _objects(path: Path) -> tuple[list[tuple[str, str, Any]], list[ValueError]]:
+    """(where, index, object) of every task in the file (index: in the list, or the line of JSON Lines), and the
+    problems of lines that are not JSON."""
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
@@ -112,14 +118,14 @@ def _objects(path: Path) -> tuple[list[tuple[str, Any]], list[ValueError]]:
         for i, line in enumerate(text.splitlines(), 1):
             if line.strip():
                 try:
-                    out.append((f"{path}:{i}", json.loads(line)))
+                    out.append((f"{path}:{i}", str(i), json.loads(line)))
                 except json.JSONDecodeError as exc:
                     problems.append(RubricError(f"{path}:{i}: not JSON: {exc.msg}"))
         return out, problems
     if isinstance(data, dict) and "tasks" in data:
         data = data["tasks"]
     items = data if isinstance(data, list) else [data]
-    return [(f"{path}[{i}]", obj) for i, obj in enumerate(items)], []
+    return [(f"{path}[{i}]", str(i), obj) for i, obj in enumerate(items)], []
 
 
 def load_file(path: str | Path) -> list[pb.Task]:
@@ -127,7 +133,7 @@ def load_file(path: str | Path) -> list[pb.Task]:
     path = Path(path)
     out = []
     objects, problems = _objects(path)
-    for where, obj in objects:
+    for where, index, obj in objects:
         try:
             t = TaskIn.model_validate(obj)
         except ValidationError as exc:
@@ -136,7 +142,7 @@ def load_file(path: str | Path) -> list[pb.Task]:
                 problems.append(RubricError(f"{where}: {loc}: {e['msg']}"))
             continue
         try:
-            out.append(convert(t, where))
+            out.append(convert(t, where, path, index))
         except RubricError as exc:
             problems.append(exc)
     if problems:

@@ -29,6 +29,7 @@ from typing import TypeVar
 from urllib.parse import urlsplit
 
 import yaml
+from webenv.envcontract import web_url_problem
 from webenv.splits import SYNTHETIC_DOMAIN as DOMAIN
 from webenv.splits import split_of
 from webenv.taskfiles.common import TaskFileError, difficulty_of, load_folders
@@ -119,9 +120,11 @@ def _convert(doc: _Doc, root: yaml.Node, index: int) -> pb.Task | None:
 
     def start_url_of() -> str:
         url = str(doc.value(top["start_url"][1], "start_url", str))
-        if urlsplit(url).scheme not in ("http", "https") or not urlsplit(url).hostname:
-            raise doc.err(top["start_url"][1], "start_url", f"must be an http(s) URL, got {url!r}")
-        return url
+        problem = web_url_problem(url)  # the farm's rule for start URLs, so a bad one fails here, not per episode
+        if problem:
+            name = top["name"][1].value if "name" in top and isinstance(top["name"][1], yaml.ScalarNode) else "?"
+            raise doc.err(top["start_url"][1], "start_url", f"task {name!r}: start URL {url[:200]!r} {problem}")
+        return url.strip()
 
     def positive(key: str, typ: type | tuple[type, ...]) -> float:
         v = doc.value(top[key][1], key, typ)

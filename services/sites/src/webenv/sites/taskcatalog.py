@@ -12,6 +12,7 @@ import hashlib
 import json
 from collections import Counter
 from collections.abc import Iterable
+from pathlib import PurePath
 
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import task_pb2
@@ -71,6 +72,13 @@ class TaskCatalog:
         self._cols = [(t.source, t.family, t.split, t.difficulty, t.kind, t.site) for t in self.tasks]
         self.families = {t.family for t in self.tasks if t.family}
         self.sites = {t.site for t in self.tasks if t.site}
+        # the task file of each task read from one (YAML, rubric JSON), by path and by file name
+        self.by_file: dict[str, set[int]] = {}
+        for i, t in enumerate(self.tasks):
+            path = t.metadata.get("yaml_file") or t.metadata.get("rubric_file")
+            if path:
+                for key in {path, PurePath(path).name}:
+                    self.by_file.setdefault(key, set()).add(i)
 
     def __len__(self) -> int:
         return len(self.tasks)
@@ -96,6 +104,11 @@ class TaskCatalog:
         unknown = [x for x in f.sites if x not in self.sites]
         if unknown:
             raise BadRequest("filter.sites", f"filter.sites has {len(unknown)} unknown sites: {_some(unknown)}")
+        unknown = [x for x in f.task_files if x not in self.by_file]
+        if unknown:
+            files = sorted({k for k in self.by_file if PurePath(k).name == k})
+            raise BadRequest("filter.task_files", f"filter.task_files has {len(unknown)} files no task was read from: "
+                                                  f"{_some(unknown)}; task files: {_some(files)}")
 
     def select(self, f: task_pb2.TaskFilter) -> list[int]:
         self.validate_filter(f)
@@ -103,9 +116,12 @@ class TaskCatalog:
         kinds, sites = set(f.kinds), set(f.sites)
         if f.task_ids:
             idx = {id(t): i for i, t in enumerate(self.tasks)}
-            cand = sorted(idx[id(self.by_id[t])] for t in set(f.task_ids) if t in self.by_id)
+            cand: Iterable[int] = sorted(idx[id(self.by_id[t])] for t in set(f.task_ids) if t in self.by_id)
         else:
             cand = range(len(self.tasks))
+        if f.task_files:
+            from_files = set().union(*(self.by_file[x] for x in f.task_files))
+            cand = sorted(i for i in cand if i in from_files)
         out = []
         cols = self._cols
         for i in cand:
