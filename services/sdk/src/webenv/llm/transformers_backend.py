@@ -66,8 +66,8 @@ class TransformersBackend:
             from transformers import AutoModelForCausalLM, AutoTokenizer
             from transformers.utils import logging as hf_logging
         except ImportError as exc:
-            raise LLMError("the transformers backend needs torch and transformers "
-                           "(pip install 'webenv-sdk[transformers]')") from exc
+            raise LLMError("the transformers backend needs torch and transformers (pip install "
+                           "'webenv-sdk[transformers]', or the service's extra: 'webenv-judge[transformers]')") from exc
         hf_logging.disable_progress_bar()
         if self.threads:
             torch.set_num_threads(self.threads)
