@@ -126,6 +126,13 @@ async def test_sequential_decoding_is_the_greedy_output(batched: TransformersBac
                 assert g.logprobs == pytest.approx(r.logprobs, rel=2e-3)  # padding moves fp sums slightly
 
 
+def test_lookup_drafts_from_the_last_ngram() -> None:
+    from webenv.llm.transformers_backend import _lookup
+
+    assert _lookup([1, 2, 3, 9, 9, 1, 2, 3], 3) == [9, 9, 1]
+    assert _lookup([5, 6, 7], 4) == []
+
+
 async def test_choices_are_scored_by_likelihood(batched: TransformersBackend) -> None:
     import torch
 
