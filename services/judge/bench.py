@@ -28,7 +28,7 @@ from webenv.judge.cache import VerdictCache
 from webenv.judge.context import EvalContext
 from webenv.judge.engine import Judge, to_result
 from webenv.judge.examples import fact, shop_episode, task_for
-from webenv.judge.llm import LlmJudge, TransformersBackend
+from webenv.judge.llm import LlmJudge
 from webenv.judge.rubric import _compile
 from webenv.judge.verdict import answer_supported, assemble
 from webenv.testing import free_port, wait_for_port
@@ -137,12 +137,13 @@ def start_server(cpu: str) -> tuple[subprocess.Popen[bytes], int]:
 
 async def llm_latency(reps: int) -> dict[str, Any]:
     """Latency of a verdict with 2 LLM facts (tiny local model) + 8 deterministic, uncached and cached."""
-    from webenv.judge.tinymodel import build_tiny_model
+    from webenv.judge.examples import build_tiny_judge_model
+    from webenv.llm.transformers_backend import TransformersBackend
 
     with tempfile.TemporaryDirectory() as d:
-        build_tiny_model(d)
-        backend = TransformersBackend(d, constrained=True)
-        judge = Judge(llm=LlmJudge(backend, VerdictCache(1024), max_tokens=8, timeout_seconds=60))
+        build_tiny_judge_model(d)
+        backend = TransformersBackend(d, device="cpu", dtype="float32")
+        judge = Judge(llm=LlmJudge(backend, VerdictCache(1024), constrained=True, max_tokens=8, timeout_seconds=60))
         ep = shop_episode(steps=STEPS, seed=1)
         task = task_for(ep)
         g = task.rubric.groups[1]

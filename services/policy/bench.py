@@ -29,8 +29,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from webenv.client import make_channel
-from webenv.policy.synthetic import random_observation, request
-from webenv.policy.tinymodel import build_tiny_model
+from webenv.llm.tinymodel import build_tiny_model
+from webenv.policy.synthetic import corpus, random_observation, request
 from webenv.testing import free_port
 from webenv.v1 import policy_pb2, policy_pb2_grpc
 
@@ -194,7 +194,7 @@ async def main() -> None:
     args.out.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(prefix="policy-bench-") as tmpdir:
         tmp = Path(tmpdir)
-        model = build_tiny_model(tmp / "tiny-model")
+        model = build_tiny_model(tmp / "tiny-model", corpus())
         from transformers import AutoConfig, AutoTokenizer
         from webenv.agent.prompt import build_prompt
         cfg = AutoConfig.from_pretrained(model)

@@ -88,8 +88,8 @@ def main() -> None:
     import torch
     from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
     from webenv.agent.prompt import build_prompt
-    from webenv.policy.backends.base import GenerationParams
-    from webenv.policy.backends.hf_backend import TransformersBackend
+    from webenv.llm import GenerationRequest, Message, SamplingParams
+    from webenv.llm.transformers_backend import TransformersBackend
     from webenv.policy.parse import parse_output
     from webenv.trainer.algorithms import select
     from webenv.trainer.train_lm import train_causal_lm
@@ -141,7 +141,8 @@ def main() -> None:
         prompts = [build_prompt(st.request, st.ctx.instruction, fmt="axtree", history_window=5, max_chars=3000)
                    for st in steps]
         t = time.perf_counter()
-        gens = await backend.generate(prompts, GenerationParams(max_new_tokens=48))
+        gens = await backend.generate([GenerationRequest((Message("system", p.system), Message("user", p.user)),
+                                                         SamplingParams(max_tokens=48)) for p in prompts])
         gen_s = time.perf_counter() - t
         parsed = [parse_output(g.text) for g in gens]
         await backend.close()

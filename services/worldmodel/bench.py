@@ -158,6 +158,28 @@ BENCH_STARTS = Path(tempfile.gettempdir()) / "wm-bench-starts.jsonl"
 DEFAULT_MODEL = Path(".webenv") / "worldmodel" / "model"
 
 
+async def fidelity(records: list, model: str, a) -> dict:
+    """The fidelity report of `model`, and with --reasoning-model the reasoning-injection comparison."""
+    predictor = await load_world_model("transformers", model, threads=1)
+    # the language model alone: here on its own, or below beside a reasoning-trained one (same steps, same data)
+    res = await evaluate(records, predictor, rollout_episodes=32, compare_lm=not a.reasoning_model,
+                         lm_limit=a.lm_limit)
+    if a.reasoning_model:
+        with_reasoning = await load_world_model("transformers", a.reasoning_model, threads=1, mode="lm")
+        test_eps = episodes(r for r in records if r.split == "test")
+        plain = await load_world_model("transformers", a.lm_model or model, threads=1, mode="lm", reason=False)
+        models = {"lm_only (no reasoning data)": plain, "lm_only, reasoning data, reasoning off": with_reasoning}
+        import copy
+
+        on = copy.copy(with_reasoning)
+        on.reason = True
+        models["lm_only, reasoning data, reasoning on"] = on
+        rs = await single_step(test_eps, models, a.lm_limit)
+        res["reasoning_injection"] = {"model": a.reasoning_model, "without": a.lm_model or model,
+                                      "transitions": rs["transitions"], "overall": rs["overall"]}
+    return res
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--out", type=Path, default=Path("bench/results"))
@@ -190,22 +212,7 @@ def main() -> None:
         if build.exists():
             report["build"] = json.loads(build.read_text())
     records = read_transitions([data])
-    predictor = load_world_model("transformers", model, threads=1)
-    # the language model alone: here on its own, or below beside a reasoning-trained one (same steps, same data)
-    res = evaluate(records, predictor, rollout_episodes=32, compare_lm=not a.reasoning_model, lm_limit=a.lm_limit)
-    if a.reasoning_model:
-        with_reasoning = load_world_model("transformers", a.reasoning_model, threads=1, mode="lm")
-        test_eps = episodes(r for r in records if r.split == "test")
-        plain = load_world_model("transformers", a.lm_model or model, threads=1, mode="lm", reason=False)
-        models = {"lm_only (no reasoning data)": plain, "lm_only, reasoning data, reasoning off": with_reasoning}
-        import copy
-
-        on = copy.copy(with_reasoning)
-        on.reason = True
-        models["lm_only, reasoning data, reasoning on"] = on
-        rs = single_step(test_eps, models, a.lm_limit)
-        res["reasoning_injection"] = {"model": a.reasoning_model, "without": a.lm_model or model,
-                                      "transitions": rs["transitions"], "overall": rs["overall"]}
+    res = asyncio.run(fidelity(records, model, a))
     report["eval"] = res
     a.out.mkdir(parents=True, exist_ok=True)
     if res["rollout"]["per_step"]:

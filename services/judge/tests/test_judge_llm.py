@@ -24,15 +24,11 @@ from webenv.judge.calibrate import agreement, calibrate, format_report
 from webenv.judge.context import EvalContext
 from webenv.judge.engine import Judge
 from webenv.judge.examples import fact, shop_episode, task_for
-from webenv.judge.llm import (
-    LlmError,
-    LlmJudge,
-    OpenAICompatibleBackend,
-    TransformersBackend,
-    VllmBackend,
-    parse_reply,
-    select_keypoints,
-)
+from webenv.judge.llm import LlmJudge, parse_reply, select_keypoints
+from webenv.llm import GenerationRequest, LLMError, SamplingParams
+from webenv.llm.openai_backend import OpenAIBackend
+from webenv.llm.transformers_backend import TransformersBackend
+from webenv.llm.vllm_backend import VllmBackend
 from webenv.runtime import Server
 from webenv.v1 import common_pb2 as C
 from webenv.v1 import judge_pb2, judge_pb2_grpc
@@ -113,7 +109,7 @@ def _reset(request: pytest.FixtureRequest) -> None:
 async def openai_server(
     fake_openai: FakeOpenAI, judge_starter: Any
 ) -> AsyncIterator[tuple[Server, judge_pb2_grpc.JudgeServiceStub]]:
-    backend = OpenAICompatibleBackend(f"http://127.0.0.1:{fake_openai.port}/v1", model="judge-test")
+    backend = OpenAIBackend(f"http://127.0.0.1:{fake_openai.port}/v1", model="judge-test")
     server = await judge_starter(Judge(llm=LlmJudge(backend, VerdictCache(64), timeout_seconds=5)))
     channel = make_channel(f"127.0.0.1:{server.port}", timeout=30)
     yield server, judge_pb2_grpc.JudgeServiceStub(channel)
@@ -232,9 +228,10 @@ async def test_openai_failures_are_undecidable(openai_server: Any, fake_openai: 
 
 
 async def test_openai_completions_endpoint(fake_openai: FakeOpenAI) -> None:
-    backend = OpenAICompatibleBackend(f"http://127.0.0.1:{fake_openai.port}/v1", api="completions")
-    out = await backend.complete("FACT: the receipt\n", max_tokens=8, time_limit=5)
-    assert out.startswith("VERDICT: HOLDS")
+    backend = OpenAIBackend(f"http://127.0.0.1:{fake_openai.port}/v1", api="completions")
+    [out] = await backend.generate([GenerationRequest("FACT: the receipt\n", SamplingParams(max_tokens=8),
+                                                      timeout_seconds=5)])
+    assert out.text.startswith("VERDICT: HOLDS")
     assert fake_openai.requests[-1]["path"] == "/v1/completions" and "model" not in fake_openai.requests[-1]
     await backend.close()
 
@@ -258,8 +255,10 @@ async def tiny_servers(
 ) -> AsyncIterator[dict[str, judge_pb2_grpc.JudgeServiceStub]]:
     stubs, servers, channels = {}, [], []
     for constrained in (True, False):
-        backend = TransformersBackend(str(tiny_model), constrained=constrained)
-        server = await judge_starter(Judge(llm=LlmJudge(backend, VerdictCache(64), max_tokens=8, timeout_seconds=60)))
+        backend = TransformersBackend(str(tiny_model), device="cpu", dtype="float32")
+        judge = LlmJudge(backend, VerdictCache(64), constrained=constrained, max_tokens=8, timeout_seconds=60)
+        await judge.start()
+        server = await judge_starter(Judge(llm=judge))
         channel = make_channel(f"127.0.0.1:{server.port}", timeout=120)
         stubs["constrained" if constrained else "free"] = judge_pb2_grpc.JudgeServiceStub(channel)
         servers.append(server)
@@ -310,7 +309,7 @@ def test_agreement_metrics() -> None:
 
 
 async def test_calibrate_reports_per_kind(fake_openai: FakeOpenAI) -> None:
-    backend = OpenAICompatibleBackend(f"http://127.0.0.1:{fake_openai.port}/v1")
+    backend = OpenAIBackend(f"http://127.0.0.1:{fake_openai.port}/v1")
     report = await calibrate(LlmJudge(backend, VerdictCache(0)), n=2, steps=3)
     assert set(report["per_kind"]) == {"url", "page", "category", "answer", "site_state", "element_state",
                                        "env_reward"}
@@ -319,13 +318,14 @@ async def test_calibrate_reports_per_kind(fake_openai: FakeOpenAI) -> None:
     await backend.close()
 
 
-def test_vllm_backend_is_lazy_and_explains_a_missing_package(tiny_model: Path) -> None:
+async def test_vllm_backend_is_lazy_and_explains_a_missing_package(tiny_model: Path) -> None:
     import importlib.util
 
     if importlib.util.find_spec("vllm") is not None:
         pytest.skip("vllm is installed here; the GPU path is exercised where a device is lent")
-    with pytest.raises(LlmError, match="needs the `vllm` package"):
-        VllmBackend(str(tiny_model))
+    backend = VllmBackend(str(tiny_model))  # nothing imported yet
+    with pytest.raises(LLMError, match="needs the `vllm` package"):
+        await backend.start()
 
 
 def test_calibrate_command_writes_the_report_and_names_a_missing_backend(fake_openai: FakeOpenAI, tmp_path: Path,

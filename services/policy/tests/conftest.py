@@ -36,9 +36,10 @@ async def stub_for(server: Server) -> AsyncIterator[policy_pb2_grpc.PolicyServic
 @pytest.fixture(scope="session")
 def tiny_model(tmp_path_factory) -> Path:
     """A tiny Llama + tokenizer built here (random weights: it babbles, which exercises parse failures)."""
-    from webenv.policy.tinymodel import build_tiny_model
+    from webenv.llm.tinymodel import build_tiny_model
+    from webenv.policy.synthetic import corpus
 
-    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"))
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), corpus())
 
 
 @pytest.fixture

@@ -1,4 +1,5 @@
-"""The fast decoding paths give exactly what transformers gives: same logits, same greedy output."""
+"""The world model's decoding (webenv.llm's sequential transformers path): FastLlama on its weights gives
+transformers' logits, and every greedy variant gives the same completions of world-model prompts."""
 
 from __future__ import annotations
 
@@ -6,9 +7,10 @@ from pathlib import Path
 
 import torch
 from transformers import AutoModelForCausalLM
-from webenv.worldmodel.backends import TransformersBackend, _lookup
+from webenv.llm import GenerationRequest, encode, make_backend
+from webenv.llm.fastdecode import FastLlama, supported
 from webenv.worldmodel.dataset import build_examples, read_transitions
-from webenv.worldmodel.fastdecode import FastLlama, supported
+from webenv.worldmodel.predict import Predictor, Query, backend_config, model_info
 
 
 def test_fast_forward_matches_transformers(tiny_model: str) -> None:
@@ -25,19 +27,25 @@ def test_fast_forward_matches_transformers(tiny_model: str) -> None:
     assert torch.allclose(fast.forward(ids[150:160], all_logits=True), ref[150:160], atol=1e-4)
 
 
-def test_greedy_variants_agree(tiny_model: str, transitions_file: Path) -> None:
-    backend = TransformersBackend(tiny_model, threads=1)
-    assert backend.fast is not None
-    prompts = [e.prompt for e in build_examples(read_transitions([transitions_file]))[:4]]
+async def test_greedy_variants_agree(tiny_model: str, transitions_file: Path) -> None:
+    backend = make_backend(backend_config("transformers", tiny_model, threads=1))
+    await backend.start()
+    assert backend.fast is not None  # the world model's CPU path
+    records = read_transitions([transitions_file])
+    predictor = Predictor(backend, model_info(tiny_model, "transformers"))
+    requests = [predictor.request(Query(r.page, r.action_text, instruction=r.instruction, max_new_tokens=40))
+                for r in records[:4]]
+    tok = backend.tokenizer
+    for e in build_examples(records)[:4]:  # a served prompt is the token sequence training saw
+        served = encode(tok, GenerationRequest(e.prompt, prepend_bos=True), 10**6)
+        assert served == [tok.bos_token_id, *tok(e.prompt, add_special_tokens=False)["input_ids"]]
     outputs = []
     for fast in (backend.fast, None):
         for draft in (0, 10):
             saved, backend.fast, backend.lookup_draft = backend.fast, fast, draft
-            outputs.append([g.text for g in backend.generate(prompts, 40, 0.0)])
+            outputs.append([g.text for g in await backend.generate(requests)])
             backend.fast = saved
+    backend.sequential = False  # the batched generate path decodes the same greedy text
+    outputs.append([g.text for g in await backend.generate(requests)])
+    await backend.close()
     assert all(o == outputs[0] for o in outputs)
-
-
-def test_lookup_drafts_from_the_last_ngram() -> None:
-    assert _lookup([1, 2, 3, 9, 9, 1, 2, 3], 3) == [9, 9, 1]
-    assert _lookup([5, 6, 7], 4) == []

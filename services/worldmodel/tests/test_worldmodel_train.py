@@ -6,7 +6,8 @@ import json
 from pathlib import Path
 
 from transformers import AutoModelForCausalLM, AutoTokenizer
-from webenv.worldmodel.backends import TransformersBackend
+from webenv.llm import make_backend
+from webenv.worldmodel.predict import backend_config
 from webenv.worldmodel.train import TrainConfig, TrainResult, train
 
 
@@ -26,7 +27,9 @@ def test_loss_goes_down_and_model_reloads(tiny_training: TrainResult) -> None:
     sites = {json.loads(line)["site"] for name in ("page_actions.jsonl", "exemplars.jsonl")
              for line in (model_dir / name).read_text().splitlines()}
     assert sites == {"shop-0000.web.test"}  # never a held-out website
-    assert TransformersBackend(str(model_dir)).info.parameters == tiny_training.parameters
+    backend = make_backend(backend_config("transformers", str(model_dir)))
+    backend.load()
+    assert backend.parameters == tiny_training.parameters
     curve = [json.loads(line) for line in (model_dir.parent / "metrics.jsonl").read_text().splitlines()]
     assert [r["step"] for r in curve if "loss" in r][:3] == [1, 2, 3]
     assert curve[0]["step"] == 0 and "eval_loss" in curve[0]

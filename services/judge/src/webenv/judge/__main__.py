@@ -28,13 +28,14 @@ log = logging.getLogger("webenv.judge")
 
 
 def make_llm_judge(settings: Settings) -> LlmJudge | None:
-    """The LLM judge with the configured backend, or None (loads the model: may take a while)."""
+    """The LLM judge with the configured backend (not started), or None."""
     backend = make_backend(settings)
     if backend is None:
         return None
     return LlmJudge(
         backend,
         VerdictCache(settings.judge_cache_size),
+        constrained=settings.judge_llm_constrained,
         concurrency=settings.judge_llm_concurrency,
         timeout_seconds=settings.judge_llm_timeout_seconds,
         max_tokens=settings.judge_llm_max_tokens,
@@ -48,7 +49,10 @@ async def main(settings: Settings) -> None:
     judge = Judge(RubricCache(settings.judge_rubric_cache_size, settings.judge_max_regex_chars))
 
     async def start() -> None:  # the port is bound with health NOT_SERVING while the model loads
-        judge.llm = await asyncio.to_thread(make_llm_judge, settings)
+        llm = make_llm_judge(settings)
+        if llm is not None:
+            await llm.start()  # loads the model (may take a while)
+        judge.llm = llm
         log.info("judge ready", extra={"llm_backend": settings.judge_llm_backend})
 
     async def close() -> None:
@@ -69,9 +73,9 @@ cli = app  # the console script (pyproject.toml)
 def build_tiny_model_command(out: str = typer.Option(..., help="Folder to write the model and tokenizer to."),
                              seed: int = typer.Option(0)) -> None:
     """Write a tiny local judge model and tokenizer (tests, benchmarks, demos; no downloads)."""
-    from webenv.judge.tinymodel import build_tiny_model
+    from webenv.judge.examples import build_tiny_judge_model
 
-    path = build_tiny_model(out, seed=seed)
+    path = build_tiny_judge_model(out, seed=seed)
     typer.echo(f"tiny judge model written to {path}")
 
 
@@ -93,11 +97,11 @@ def calibrate(
     """Agreement of the LLM judge with ground truth: offline shop episodes, or live ones with --sites and --browser."""
     from webenv.judge import calibrate as cal
 
-    backend = cal.backend(model, free=free, base_url=base_url, model_name=model_name, api=api)
+    backend = cal.backend(model, base_url=base_url, model_name=model_name, api=api)
     if backend is None:
         raise typer.BadParameter("give --model DIR or --base-url URL, or set WEBENV_JUDGE_LLM_BACKEND",
                                  param_hint="--model")
-    llm = LlmJudge(backend, VerdictCache(0), timeout_seconds=timeout, max_tokens=24)
+    llm = LlmJudge(backend, VerdictCache(0), constrained=not free, timeout_seconds=timeout, max_tokens=24)
     if sites and browser:
         report = asyncio.run(cal.calibrate_live(llm, sites, browser, n, seed))
     else:

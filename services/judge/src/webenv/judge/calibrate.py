@@ -22,7 +22,8 @@ from typing import Any
 
 from webenv.judge.engine import Judge
 from webenv.judge.examples import shop_episode, task_for
-from webenv.judge.llm import LlmBackend, LlmJudge, OpenAICompatibleBackend, TransformersBackend
+from webenv.judge.llm import LlmJudge
+from webenv.llm import LLMBackend, make_backend
 from webenv.v1 import common_pb2, judge_pb2
 
 HOLDS = common_pb2.FACT_OUTCOME_HOLDS
@@ -132,7 +133,7 @@ async def calibrate(llm: LlmJudge, n: int = 20, steps: int = 8, seed: int = 0) -
     for i in range(n):
         ep = shop_episode(steps=steps, seed=seed + i, success=i % 2 == 0)
         await pairs.add(task_for(ep), ep.trajectory)
-    return pairs.report(llm.backend.model_id, "generated shop episodes", steps)
+    return pairs.report(llm.model_id, "generated shop episodes", steps)
 
 
 async def run_oracle(
@@ -193,7 +194,7 @@ async def calibrate_live(llm: LlmJudge, sites_addr: str, browser_addr: str, n: i
     finally:
         await sites_ch.close()
         await farm_ch.close()
-    return pairs.report(llm.backend.model_id, f"live: TaskService {sites_addr}, farm {browser_addr}", steps)
+    return pairs.report(llm.model_id, f"live: TaskService {sites_addr}, farm {browser_addr}", steps)
 
 
 def format_report(report: dict[str, Any]) -> str:
@@ -213,16 +214,18 @@ def format_report(report: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def backend(model: str = "", *, free: bool = False, base_url: str = "", model_name: str = "",
-            api: str = "chat") -> LlmBackend | None:
+def backend(model: str = "", *, base_url: str = "", model_name: str = "", api: str = "chat") -> LLMBackend | None:
     """The backend to calibrate: a local model folder, else an OpenAI-compatible server, else the judge's configured
     one (WEBENV_JUDGE_LLM_*); None when none is given."""
-    if model:
-        return TransformersBackend(model, constrained=not free)
-    if base_url:
-        return OpenAICompatibleBackend(base_url, model_name, api)
     from webenv.judge.config import Settings
-    from webenv.judge.llm import make_backend
+
+    if model:
+        return make_backend(Settings.model_construct(judge_llm_backend="transformers", judge_model_path=model)
+                            .backend_config())
+    if base_url:
+        return make_backend(Settings.model_construct(judge_llm_backend="openai", judge_llm_base_url=base_url,
+                                                     judge_llm_model=model_name, judge_llm_api=api).backend_config())
+    from webenv.judge.llm import make_backend as from_settings
     from webenv.runtime import load_settings
 
-    return make_backend(load_settings(Settings, "webenv-judge calibrate"))
+    return from_settings(load_settings(Settings, "webenv-judge calibrate"))

@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import Literal
 
 from pydantic import Field, SecretStr, model_validator
+from webenv.llm import BackendConfig
 from webenv.runtime import ServiceSettings
 
 
@@ -27,7 +28,8 @@ class Settings(ServiceSettings):
     )
     judge_llm_api_key: SecretStr = Field(SecretStr(""), description="Bearer key for the OpenAI-compatible server.")
     judge_llm_constrained: bool = Field(
-        True, description="transformers backend: choose HOLDS/FAILS by likelihood, generate only the reason."
+        True, description="Choose HOLDS/FAILS among the two verdicts (transformers: by likelihood; vllm: constrained "
+        "decoding), generate only the reason. The openai backend always generates the whole reply."
     )
     judge_llm_timeout_seconds: float = Field(30.0, gt=0, le=600, description="Default time limit of one LLM call.")
     judge_llm_max_tokens: int = Field(48, ge=4, le=1024, description="Tokens the judge may generate per fact.")
@@ -37,6 +39,13 @@ class Settings(ServiceSettings):
     judge_cache_size: int = Field(4096, ge=0, description="Entries of the LLM verdict cache (0 disables it).")
     judge_rubric_cache_size: int = Field(1024, ge=1, description="Compiled rubrics kept.")
     judge_max_regex_chars: int = Field(512, ge=1, le=10_000, description="Longest regex a rubric may carry.")
+
+    def backend_config(self) -> BackendConfig:
+        """The LLM backend these settings ask for (webenv.llm.make_backend builds it)."""
+        return BackendConfig(
+            backend=self.judge_llm_backend, model_path=self.judge_model_path, model_name=self.judge_llm_model,
+            device="cpu", dtype="float32", base_url=self.judge_llm_base_url, api=self.judge_llm_api,
+            api_key=self.judge_llm_api_key.get_secret_value(), timeout_seconds=60.0)
 
     @model_validator(mode="after")
     def _backend_needs(self) -> Settings:

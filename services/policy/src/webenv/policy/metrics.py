@@ -22,3 +22,14 @@ PARSE_FAILURES = Counter("webenv_policy_parse_failures_total", "Model outputs th
 STREAM_ERRORS = Counter("webenv_policy_stream_errors_total", "ActStream items answered with a StreamError.",
                         ["reason"])
 CHECKPOINT_LOADS = Counter("webenv_policy_checkpoint_loads_total", "Trained checkpoints loaded (LoadCheckpoint).")
+
+
+class BatchMetrics:
+    """The LLM batcher's measurements as the histograms above (webenv.llm.BatchObserver)."""
+
+    def batch(self, size: int, inference_seconds: float) -> None:
+        BATCH_SIZE.observe(size)
+        INFERENCE_SECONDS.observe(inference_seconds)
+
+    def queued(self, seconds: float) -> None:
+        QUEUE_SECONDS.observe(seconds)

@@ -1,7 +1,9 @@
-"""Generated observations and requests, for tests and the benchmark (no browser needed).
+"""Generated observations, requests and prompt-shaped texts, for tests, the benchmark and the tiny model.
 
 Pages mix links, buttons, text inputs, selects with options (DOM format), checkboxes, hidden,
 disabled and non-interactive elements, so policies meet the awkward cases an observation can hold.
+`corpus` is text in the memory prompt's shape (accessibility trees, the prompt, answers in the action
+grammar): what `webenv-policy build-tiny-model` trains the tiny model's tokenizer (and optional warm-up) on.
 """
 
 from __future__ import annotations
@@ -65,3 +67,41 @@ def request(obs: common_pb2.Observation, *, policy: str, episode_id: str = "ep-1
         task=common_pb2.Task(task_id="synthetic/shop-0001/t1", instruction=instruction,
                              source=common_pb2.TASK_SOURCE_SYNTHETIC),
     )
+
+
+_ROLES = ["link", "button", "textbox", "checkbox", "heading", "combobox", "searchbox", "img", "listitem"]
+_WORDS = ("home shop cart search login price product review order total add buy next page submit click "
+          "enter text field button link name email password city date blue red green item list menu help "
+          "account settings checkout apply filter sort results memory progress intention action answer done").split()
+
+
+def _tree(rng: random.Random) -> tuple[str, list[str]]:
+    lines, ids = [], []
+    for i in range(rng.randint(3, 10)):
+        eid = str(rng.randint(1, 200))
+        ids.append(eid)
+        lines.append(f'[{eid}] {rng.choice(_ROLES)} "{" ".join(rng.sample(_WORDS, rng.randint(1, 3)))}"')
+        if i == 0:
+            lines.append(f'[{eid}] heading "{rng.choice(_WORDS)}"')
+    return "\n".join(lines), ids
+
+
+def _answer(rng: random.Random, ids: list[str]) -> str:
+    eid = rng.choice(ids)
+    action = rng.choice([f"click({eid})", f'fill({eid}, "{rng.choice(_WORDS)}")', "scroll(0, 300)",
+                         f"click({eid})", 'answer("done")', "go_back()"])
+    return (f"Memory: {' '.join(rng.sample(_WORDS, 4))}\nProgress: {' '.join(rng.sample(_WORDS, 3))}\n"
+            f"Intention: {' '.join(rng.sample(_WORDS, 3))}\nAction: {action}")
+
+
+def corpus(n: int = 2000, seed: int = 0) -> list[str]:
+    """Synthetic memory prompts with answers, rendered as the tiny model's chat template renders them."""
+    from webenv.agent.prompt import SYSTEM_PROMPT
+
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(n):
+        obs, ids = _tree(rng)
+        texts.append(f"<|system|>\n{SYSTEM_PROMPT}\n<|user|>\nInstruction: {' '.join(rng.sample(_WORDS, 6))}\n"
+                     f"Observation:\n{obs}\n<|assistant|>\n{_answer(rng, ids)}</s>")
+    return texts

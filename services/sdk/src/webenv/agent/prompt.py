@@ -124,8 +124,9 @@ def messages(prompt: Prompt) -> list[dict[str, str]]:
 
 
 def render(tokenizer, prompt: Prompt) -> str:
-    """Text to feed a local model: its chat template when it has one (the trainer renders training
-    prompts with the same function, so a fine-tuned model sees at serving time what it saw in training)."""
-    if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template(messages(prompt), tokenize=False, add_generation_prompt=True)
-    return f"{prompt.system}\n\n{prompt.user}\n\n"
+    """Text to feed a local model: its chat template when it has one. The trainer renders training prompts
+    with this function and the LLM backends serve the same turns through webenv.llm.render_chat, the one
+    renderer, so a fine-tuned model sees at serving time what it saw in training."""
+    from webenv.llm.types import Message, render_chat
+
+    return render_chat(tokenizer, [Message(m["role"], m["content"]) for m in messages(prompt)])

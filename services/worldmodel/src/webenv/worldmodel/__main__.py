@@ -6,6 +6,7 @@ modules are imported when a command runs, not before: serving and `--help` do no
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 from typing import Literal
@@ -122,9 +123,17 @@ def evaluate(
         records = read_transitions(data)
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--data") from None
-    predictor = load_world_model(backend, model, threads=threads, mode=mode,
-                                 reason={"auto": None, "on": True, "off": False}[reasoning]) if model else None
-    res = score(records, predictor, limit, rollout_episodes, rollout_steps, compare_lm, lm_limit)
+
+    async def run() -> dict:  # the model loads and predicts on one event loop (vLLM's engine is bound to it)
+        predictor = await load_world_model(backend, model, threads=threads, mode=mode,
+                                           reason={"auto": None, "on": True, "off": False}[reasoning]) if model else None
+        try:
+            return await score(records, predictor, limit, rollout_episodes, rollout_steps, compare_lm, lm_limit)
+        finally:
+            if predictor is not None and predictor.llm is not None:
+                await predictor.llm.close()
+
+    res = asyncio.run(run())
     md = to_markdown(res)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)

@@ -11,9 +11,8 @@ from pathlib import Path
 from webenv import runtime
 from webenv.runtime import Server
 from webenv.v1 import environment_pb2_grpc, worldmodel_pb2_grpc
-from webenv.worldmodel.batcher import Batcher
 from webenv.worldmodel.config import Settings
-from webenv.worldmodel.predict import START_STATES_FILE, load_start_states, load_world_model
+from webenv.worldmodel.predict import START_STATES_FILE, Predictor, load_start_states, load_world_model
 from webenv.worldmodel.servicer import WorldModelServicer
 from webenv.worldmodel.simenv import SimulatedEnvironment
 
@@ -27,27 +26,29 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelS
     env = SimulatedEnvironment(None, {}, settings.worldmodel_horizon, settings.worldmodel_lease_seconds,
                                settings.worldmodel_max_sessions, settings.worldmodel_max_state_chars,
                                settings.worldmodel_max_lease_seconds, settings.worldmodel_max_wait_ms)
-    batchers: list[Batcher] = []
+    loaded: list[Predictor] = []
 
     async def start() -> None:
         reason = {"auto": None, "on": True, "off": False}[settings.worldmodel_reasoning]
-        predictor = await asyncio.to_thread(load_world_model, settings.worldmodel_backend, settings.worldmodel_model_path,
-                                            settings.worldmodel_device, settings.worldmodel_threads,
-                                            settings.worldmodel_max_new_tokens, reason)
-        batchers.append(batcher := Batcher(predictor, settings.worldmodel_max_batch))
+        predictor = await load_world_model(settings.worldmodel_backend, settings.worldmodel_model_path,
+                                           settings.worldmodel_device, settings.worldmodel_threads,
+                                           settings.worldmodel_max_new_tokens, reason,
+                                           batch=settings.worldmodel_max_batch)
+        loaded.append(predictor)
         own = Path(settings.worldmodel_model_path) / START_STATES_FILE
         files = [*([own] if own.exists() else []), *(p for p in settings.worldmodel_start_states.split(",") if p)]
         starts = await asyncio.to_thread(load_start_states, files)
         env.start_states = starts
-        wm.batcher = env.batcher = batcher
-        info = predictor.backend.info
+        wm.predictor = env.predictor = predictor
+        info = predictor.info
         log.info("model loaded", extra={"model": info.model, "backend": info.backend, "parameters": info.parameters,
                                         "exemplars": len(predictor.exemplars), "start_states": len(starts),
                                         "reasoning": predictor.reason})
 
     async def close() -> None:
-        for batcher in batchers:
-            await batcher.close()
+        for predictor in loaded:
+            if predictor.llm is not None:
+                await predictor.llm.close()
 
     services = [(worldmodel_pb2_grpc.add_WorldModelServiceServicer_to_server, wm, "webenv.v1.WorldModelService"),
                 (environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, env, "webenv.v1.EnvironmentService")]

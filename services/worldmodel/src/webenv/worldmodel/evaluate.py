@@ -91,15 +91,15 @@ def variants(predictor: Predictor, compare_lm: bool) -> dict[str, Predictor]:
     import copy
 
     out = {"model": predictor}
-    if compare_lm and predictor.backend is not None:
-        for reason in (False, True) if predictor.backend.info.reasoning else (False,):
+    if compare_lm and predictor.llm is not None:
+        for reason in (False, True) if predictor.info.reasoning else (False,):
             v = copy.copy(predictor)
             v.mode, v.reason = "lm", reason
             out[f"lm_only{'_reasoning' if reason else ''}"] = v
     return out
 
 
-def single_step(test_eps: dict[str, list[TransitionRecord]], models: dict[str, Predictor], limit: int = 0,
+async def single_step(test_eps: dict[str, list[TransitionRecord]], models: dict[str, Predictor], limit: int = 0,
                 lm_limit: int = 0) -> dict:
     """Scores per system; language-model-only variants (slow on CPU) on the first `lm_limit` transitions."""
     systems = ["copy_state", "lookup", *models]
@@ -131,7 +131,7 @@ def single_step(test_eps: dict[str, list[TransitionRecord]], models: dict[str, P
             for name, predictor in models.items():
                 if name != "model" and not with_lm:
                     continue
-                p = predictor.predict(_query(r, r.page, history, memory))
+                p = await predictor.predict(_query(r, r.page, history, memory))
                 total[name].add(p.next_state, p.next_url, r)
                 by_kind[kind][name].add(p.next_state, p.next_url, r)
                 if name == "model":
@@ -166,7 +166,7 @@ def single_step(test_eps: dict[str, list[TransitionRecord]], models: dict[str, P
     return out
 
 
-def rollouts(test_eps: dict[str, list[TransitionRecord]], predictor: Predictor, steps: int = 30,
+async def rollouts(test_eps: dict[str, list[TransitionRecord]], predictor: Predictor, steps: int = 30,
              episodes_max: int = 32) -> dict:
     """Open-loop replay of held-out episodes of at least `steps` steps: F1 per horizon, model vs baselines."""
     eps = [ep for ep in test_eps.values() if len(ep) >= steps][:episodes_max]
@@ -183,7 +183,7 @@ def rollouts(test_eps: dict[str, list[TransitionRecord]], predictor: Predictor, 
                 page, mem, hist = runs[name]
                 q = _query(r, page, hist[-3:], mem)
                 if name == "model":
-                    pred = predictor.predict(q)
+                    pred = await predictor.predict(q)
                 else:
                     nxt = lookup(q)
                     pred = Prediction(nxt, "lookup", navigated=nxt.url != page.url or action_kind(r.action_text) in HISTORY)
@@ -203,7 +203,7 @@ def rollouts(test_eps: dict[str, list[TransitionRecord]], predictor: Predictor, 
     }
 
 
-def evaluate(records: list[TransitionRecord], predictor: Predictor | None, limit: int = 0, rollout_episodes: int = 32,
+async def evaluate(records: list[TransitionRecord], predictor: Predictor | None, limit: int = 0, rollout_episodes: int = 32,
              rollout_steps: int = 30, compare_lm: bool = False, lm_limit: int = 300) -> dict:
     """All scores as a JSON-able dict."""
     test_eps = episodes(r for r in records if r.split == "test")
@@ -212,10 +212,10 @@ def evaluate(records: list[TransitionRecord], predictor: Predictor | None, limit
     res: dict = {
         "test_sites": len({r.site for ep in test_eps.values() for r in ep}), "train_sites": len({r.site for r in train}),
         "train_transitions": len(train), "test_transitions": sum(len(ep) for ep in test_eps.values()),
-        "single_step": single_step(test_eps, models, limit, lm_limit),
+        "single_step": await single_step(test_eps, models, limit, lm_limit),
     }
     if predictor is not None:
-        res["rollout"] = rollouts(test_eps, predictor, rollout_steps, rollout_episodes)
+        res["rollout"] = await rollouts(test_eps, predictor, rollout_steps, rollout_episodes)
         res["mode"] = predictor.mode
         res["reasoning"] = predictor.reason
     return res

@@ -12,18 +12,22 @@ One step of a simulated browser is decided in this order (each part is measured 
    composed by analogy with a training transition of the same kind (compose.Exemplars).
 Shared by the Predict RPC, the simulated environment and the evaluation, so all three measure the same thing.
 A malformed completion keeps the current page and sets `fallback`; the simulation goes on instead of failing.
+The language model is a backend of the sdk's LLM layer (webenv.llm; served behind its Batcher, so concurrent
+steps of many sessions share backend calls): prompts go in as raw text with the BOS token training used, and
+come back with the special markers (`<same>`, `<nav>`) kept.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from webenv.llm import BackendConfig, GenerationRequest, LLMBackend, SamplingParams, make_backend
 from webenv.worldmodel import metrics
 from webenv.worldmodel.analogy import PageActions, apply_outcome, context, fill_template
-from webenv.worldmodel.backends import Backend
 from webenv.worldmodel.compose import Exemplars, PageMemory, PageView, compose, refresh_chrome
 from webenv.worldmodel.dataset import (
     HISTORY,
@@ -42,6 +46,34 @@ PAGE_ACTIONS_FILE = "page_actions.jsonl"
 START_STATES_FILE = "start_states.jsonl"
 #: Who decides page actions: analogy with the language model as fallback (served), or either alone (evaluation).
 MODES = ("analogy+lm", "analogy", "lm")
+
+
+@dataclass
+class ModelInfo:
+    """What GetModelInfo reports, and the prompt settings training used."""
+
+    model: str
+    backend: str
+    formats: list[str]
+    parameters: int
+    max_context_tokens: int
+    history_window: int = 3
+    max_lines: int = 24
+    reasoning: bool = False
+
+
+def read_meta(path: str) -> dict:
+    """The worldmodel.json written by training (formats, history window, prompt window), or defaults."""
+    meta = Path(path) / "worldmodel.json"
+    return json.loads(meta.read_text()) if meta.exists() else {}
+
+
+def model_info(path: str, backend: str = "", parameters: int = 0, max_context_tokens: int = 0) -> ModelInfo:
+    """ModelInfo from the worldmodel.json training wrote next to the weights (prompt settings, reasoning)."""
+    meta = read_meta(path)
+    return ModelInfo(model=path, backend=backend, formats=meta.get("formats", ["axtree"]), parameters=parameters,
+                     max_context_tokens=max_context_tokens, history_window=meta.get("history_window", 3),
+                     max_lines=meta.get("max_lines", 24), reasoning=bool(meta.get("reasoning_fraction", 0.0)))
 
 
 @dataclass
@@ -106,14 +138,16 @@ def _navigate_url(action_text: str) -> str:
 class Predictor:
     """Builds prompts the way training did, parses completions and supplies the pages of new documents."""
 
-    def __init__(self, backend: Backend | None, exemplars: Exemplars | None = None,
+    def __init__(self, llm: LLMBackend | None, info: ModelInfo, exemplars: Exemplars | None = None,
                  page_actions: PageActions | None = None, default_max_new_tokens: int = 256, repair: bool = True,
                  reason: bool = False, mode: str = "analogy+lm") -> None:
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
-        if backend is None and mode != "analogy":
+        if llm is None and mode != "analogy":
             raise ValueError(f"mode {mode!r} needs a language model")
-        self.backend = backend
+        #: The language model (a started backend, or a Batcher in front of one).
+        self.llm = llm
+        self.info = info
         self.exemplars = exemplars or Exemplars()
         self.page_actions = page_actions or PageActions()
         self.repair = repair
@@ -131,7 +165,19 @@ class Predictor:
             return PageView(url, q.page.state, q.page.links), "keep"
         return compose(q.page, q.action_text, url, ex), "compose"
 
-    def predict_many(self, queries: list[Query]) -> list[Prediction]:
+    async def predict_many(self, queries: list[Query]) -> list[Prediction]:
+        """Predictions of `queries`, in order: rules and analogy on a worker thread (they parse whole pages), the
+        language model's share in one generate call."""
+        out, lm = await asyncio.to_thread(self._decide, queries)
+        if lm:
+            await self._language_model([queries[i] for i in lm], lm, out)
+        for p in out:
+            assert p is not None
+            metrics.observe_prediction(p.latency_seconds, p.completion_tokens, p.fallback, p.source)
+        return out  # type: ignore[return-value]
+
+    def _decide(self, queries: list[Query]) -> tuple[list[Prediction | None], list[int]]:
+        """Predictions of the queries rules or analogy decide, and the positions left to the language model."""
         out: list[Prediction | None] = [None] * len(queries)
         lm: list[int] = []
         for i, q in enumerate(queries):
@@ -156,12 +202,7 @@ class Predictor:
                 out[i] = Prediction(q.page, "keep", decided_by="analogy", latency_seconds=time.perf_counter() - t0)
             else:
                 lm.append(i)
-        if lm:
-            self._language_model([queries[i] for i in lm], lm, out)
-        for p in out:
-            assert p is not None
-            metrics.observe_prediction(p.latency_seconds, p.completion_tokens, p.fallback, p.source)
-        return out  # type: ignore[return-value]
+        return out, lm
 
     def _analogy(self, q: Query) -> Prediction | None:
         """The effect of a page action by analogy, or None when no training action matches (or it cannot be
@@ -183,15 +224,19 @@ class Predictor:
             return None
         return Prediction(PageView(q.page.url, state, q.page.links), "edit", decided_by="analogy")
 
-    def _language_model(self, queries: list[Query], where: list[int], out: list[Prediction | None]) -> None:
-        assert self.backend is not None
-        info = self.backend.info
-        window = info.history_window
-        prompts = [build_prompt(q.instruction, q.history[-window:] if window else [], q.page, q.action_text,
-                                info.max_lines, self.reason if q.reason is None else q.reason) for q in queries]
-        max_new = max(q.max_new_tokens or self.default_max_new_tokens for q in queries)
+    def request(self, q: Query) -> GenerationRequest:
+        """The language model's request for a query: the prompt as training built it, BOS first, markers kept."""
+        window = self.info.history_window
+        prompt = build_prompt(q.instruction, q.history[-window:] if window else [], q.page, q.action_text,
+                              self.info.max_lines, self.reason if q.reason is None else q.reason)
+        params = SamplingParams(max_tokens=q.max_new_tokens or self.default_max_new_tokens,
+                                temperature=q.temperature, skip_special_tokens=False)
+        return GenerationRequest(prompt, params, prepend_bos=True)
+
+    async def _language_model(self, queries: list[Query], where: list[int], out: list[Prediction | None]) -> None:
+        assert self.llm is not None
         t0 = time.perf_counter()
-        gens = self.backend.generate(prompts, max_new, queries[0].temperature)
+        gens = await self.llm.generate([self.request(q) for q in queries])
         metrics.GENERATE_SECONDS.observe(time.perf_counter() - t0)
         for i, q, g in zip(where, queries, gens, strict=True):
             t1 = time.perf_counter()
@@ -203,11 +248,11 @@ class Predictor:
             if parsed.repaired:
                 metrics.REPAIRED.inc()
             out[i] = Prediction(page, source, parsed.navigates, "lm", parsed.edit, parsed.reasoning, g.prompt_tokens,
-                                g.completion_tokens, g.seconds + time.perf_counter() - t1, parsed.fallback,
+                                g.completion_tokens, g.inference_seconds + time.perf_counter() - t1, parsed.fallback,
                                 parsed.error, parsed.repaired)
 
-    def predict(self, query: Query) -> Prediction:
-        return self.predict_many([query])[0]
+    async def predict(self, query: Query) -> Prediction:
+        return (await self.predict_many([query]))[0]
 
 
 def advance(memory: PageMemory, query: Query, pred: Prediction) -> None:
@@ -305,13 +350,33 @@ def load_start_states(paths: list[Path | str]) -> dict[str, tuple[PageView, str]
     return out
 
 
-def load_world_model(backend: str, path: str, device: str = "cpu", threads: int = 0, max_new_tokens: int = 256,
-                     reason: bool | None = None, mode: str = "analogy+lm") -> Predictor:
-    """The served world model of a model directory: its language model on `backend`, its page actions and
-    exemplars; reasoning on when the model was trained with reasoning examples (unless `reason` says otherwise)."""
-    from webenv.worldmodel.backends import load_backend
+def backend_config(backend: str, path: str, device: str = "cpu", threads: int = 0) -> BackendConfig:
+    """The world model's language model on `backend` (transformers: sequential decoding with prompt-lookup
+    drafts, FastLlama on the CPU; vllm: the GPU path)."""
+    return BackendConfig(backend=backend, model_path=path, model_name=path, device=device, threads=threads,
+                         sequential=True, gpu_memory_utilization=0.5, enforce_eager=False)
 
-    lm = load_backend(backend, path, device, threads) if mode != "analogy" else None
-    trained_with = bool(lm and lm.info.reasoning)
-    return Predictor(lm, load_exemplars(Path(path) / EXEMPLARS_FILE), load_page_actions(Path(path) / PAGE_ACTIONS_FILE),
-                     max_new_tokens, reason=trained_with if reason is None else reason, mode=mode)
+
+async def load_world_model(backend: str, path: str, device: str = "cpu", threads: int = 0, max_new_tokens: int = 256,
+                           reason: bool | None = None, mode: str = "analogy+lm", llm: LLMBackend | None = None,
+                           batch: int = 0) -> Predictor:
+    """The served world model of a model directory: its language model on `backend` (started here; behind a
+    webenv.llm Batcher of `batch` requests when `batch` > 0), its page actions and exemplars; reasoning on when the
+    model was trained with reasoning examples (unless `reason` says otherwise). `llm` passes a backend in instead."""
+    info = model_info(path, backend)
+    if mode != "analogy" and llm is None:
+        lm = make_backend(backend_config(backend, path, device, threads))
+        assert lm is not None
+        if batch > 0:
+            from webenv.llm import Batcher
+
+            lm = Batcher(lm, max_batch=batch, window_seconds=0.0, label="worldmodel")
+        await lm.start()
+        llm = lm
+    if llm is not None:
+        info.parameters, info.max_context_tokens = llm.parameters, llm.max_context_tokens
+    exemplars, page_actions = await asyncio.to_thread(
+        lambda: (load_exemplars(Path(path) / EXEMPLARS_FILE), load_page_actions(Path(path) / PAGE_ACTIONS_FILE)))
+    trained_with = llm is not None and info.reasoning
+    return Predictor(llm, info, exemplars, page_actions, max_new_tokens,
+                     reason=trained_with if reason is None else reason, mode=mode)

@@ -7,11 +7,9 @@ from webenv import errors
 from webenv.actions import format_action
 from webenv.envcontract import validate_action
 from webenv.v1 import worldmodel_pb2, worldmodel_pb2_grpc
-from webenv.worldmodel.backends import ModelInfo
-from webenv.worldmodel.batcher import Batcher
 from webenv.worldmodel.compose import PageView
 from webenv.worldmodel.formats import Format, convert
-from webenv.worldmodel.predict import Query
+from webenv.worldmodel.predict import ModelInfo, Predictor, Query
 
 FORMAT_OF = {
     worldmodel_pb2.STATE_FORMAT_AXTREE: Format.AXTREE,
@@ -22,11 +20,11 @@ FORMAT_OF = {
 PB_FORMAT = {v: k for k, v in FORMAT_OF.items()}
 
 
-def ready(batcher: Batcher | None) -> Batcher:
-    """The batcher, or UNAVAILABLE while the model is still loading (health is NOT_SERVING then too)."""
-    if batcher is None:
+def ready(predictor: Predictor | None) -> Predictor:
+    """The predictor, or UNAVAILABLE while the model is still loading (health is NOT_SERVING then too)."""
+    if predictor is None:
         raise errors.Unavailable("the model is still loading", reason="MODEL_LOADING")
-    return batcher
+    return predictor
 
 
 def check_format(value: int, info: ModelInfo) -> tuple[Format, Format]:
@@ -49,23 +47,23 @@ def check_format(value: int, info: ModelInfo) -> tuple[Format, Format]:
 class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
     """Predicts next states with the loaded backend."""
 
-    def __init__(self, batcher: Batcher | None, max_state_chars: int, max_wait_ms: int = 10_000) -> None:
-        self._batcher = batcher  # None while the model loads (the port binds first)
+    def __init__(self, predictor: Predictor | None, max_state_chars: int, max_wait_ms: int = 10_000) -> None:
+        self._predictor = predictor  # None while the model loads (the port binds first)
         self.max_state_chars = max_state_chars
         self.max_wait_ms = max_wait_ms
 
     @property
-    def batcher(self) -> Batcher:
-        return ready(self._batcher)
+    def predictor(self) -> Predictor:
+        return ready(self._predictor)
 
-    @batcher.setter
-    def batcher(self, batcher: Batcher) -> None:
-        """The loaded model's batcher (the service answers UNAVAILABLE until it is set)."""
-        self._batcher = batcher
+    @predictor.setter
+    def predictor(self, predictor: Predictor) -> None:
+        """The loaded world model (the service answers UNAVAILABLE until it is set)."""
+        self._predictor = predictor
 
     @property
     def info(self) -> ModelInfo:
-        return self.batcher.predictor.backend.info
+        return self.predictor.info
 
     async def Predict(self, request: worldmodel_pb2.PredictRequest, context: grpc.aio.ServicerContext) -> worldmodel_pb2.PredictResponse:
         fmt, model_fmt = check_format(request.format, self.info)
@@ -82,7 +80,7 @@ class WorldModelServicer(worldmodel_pb2_grpc.WorldModelServiceServicer):
         except Exception as exc:
             raise errors.InvalidArgument(f"state: not valid {fmt.value}: {exc}", reason="STATE_MALFORMED",
                                          metadata={"field": "state"}) from exc
-        pred = await self.batcher.predict(Query(
+        pred = await self.predictor.predict(Query(
             PageView(request.url, state, dict(request.links)), format_action(request.action),
             history=[(t.url, t.action_text) for t in request.history], instruction=request.instruction,
             max_new_tokens=request.max_new_tokens, temperature=request.temperature))

@@ -44,10 +44,9 @@ from webenv.envcontract import (
 )
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from webenv.worldmodel import metrics
-from webenv.worldmodel.batcher import Batcher
 from webenv.worldmodel.compose import PageMemory, PageView
 from webenv.worldmodel.formats import axtree_to_markdown
-from webenv.worldmodel.predict import Query, advance
+from webenv.worldmodel.predict import Predictor, Query, advance
 from webenv.worldmodel.servicer import ready
 
 _SUPPORTED = {common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_MARKDOWN}
@@ -95,10 +94,10 @@ class SimSession:
 class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
     """Sessions whose observations come from the world model."""
 
-    def __init__(self, batcher: Batcher | None, start_states: dict[str, tuple[PageView, str]] | None = None,
+    def __init__(self, predictor: Predictor | None, start_states: dict[str, tuple[PageView, str]] | None = None,
                  horizon: int = 30, lease_seconds: float = 300.0, max_sessions: int = 1000,
                  max_state_chars: int = 200_000, max_lease_seconds: float = 3600.0, max_wait_ms: int = 10_000) -> None:
-        self._batcher = batcher  # None while the model loads
+        self._predictor = predictor  # None while the model loads
         self.start_states = start_states or {}
         self.horizon = horizon
         self.lease_seconds = lease_seconds
@@ -112,13 +111,13 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         self.node = socket.gethostname()
 
     @property
-    def batcher(self) -> Batcher:
-        return ready(self._batcher)
+    def predictor(self) -> Predictor:
+        return ready(self._predictor)
 
-    @batcher.setter
-    def batcher(self, batcher: Batcher) -> None:
-        """The loaded model's batcher (the service answers UNAVAILABLE until it is set)."""
-        self._batcher = batcher
+    @predictor.setter
+    def predictor(self, predictor: Predictor) -> None:
+        """The loaded world model (the service answers UNAVAILABLE until it is set)."""
+        self._predictor = predictor
 
     # --- helpers ------------------------------------------------------------------------------------
     def _expire(self) -> None:
@@ -283,7 +282,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
             kind = request.action.WhichOneof("kind")
             action_text = format_action(request.action)
             query = Query(s.page, action_text, history=list(s.history), instruction=s.instruction, memory=s.memory)
-            pred = await self.batcher.predict(query)
+            pred = await self.predictor.predict(query)
             advance(s.memory, query, pred)
             s.history.append((s.page.url, action_text))
             s.page = pred.page
@@ -306,7 +305,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
 
     async def StepStream(self, request_iterator, context: grpc.aio.ServicerContext):
         """Each item runs as its own task and answers leave in completion order (`webenv.envcontract`, as the
-        farm's); concurrent items share backend calls (the batcher)."""
+        farm's); concurrent items share backend calls (the LLM layer's Batcher)."""
         async for msg in step_stream(request_iterator, self._step):
             yield msg
 

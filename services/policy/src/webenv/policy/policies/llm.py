@@ -5,12 +5,11 @@ from __future__ import annotations
 import logging
 
 from webenv import errors
-from webenv.agent.prompt import FORMAT_NAMES, build_prompt
+from webenv.agent.prompt import FORMAT_NAMES, Prompt, build_prompt
+from webenv.llm import Batcher, GenerationRequest, ImageInput, Message, SamplingParams
 from webenv.v1 import common_pb2, policy_pb2
 
 from .. import metrics
-from ..backends import GenerationParams
-from ..batcher import Batcher
 from ..constrain import answer_regex
 from ..parse import parse_output
 from .base import Decision
@@ -37,9 +36,9 @@ class LLMPolicy:
         self.temperature = temperature
         self.max_chars = max_observation_chars
         # Constrained decoding only where the backend can do it (vLLM); elsewhere the parser copes.
-        self.constrained = constrained and batcher.backend.supports_constraints
+        self.constrained = constrained and batcher.capabilities.regex
         # Screenshots go with every prompt only when asked for and the backend takes images.
-        self.vision = vision and batcher.backend.supports_images
+        self.vision = vision and batcher.capabilities.images
 
     def prompt_for(self, request: policy_pb2.ActRequest):
         """The prompt a request gets (exposed for tests and debugging)."""
@@ -55,7 +54,7 @@ class LLMPolicy:
             if opts.prompt_format == common_pb2.OBSERVATION_FORMAT_SCREENSHOT:
                 fmt = "screenshot"
                 backend = self.batcher.backend
-                if not backend.supports_images:
+                if not backend.capabilities.images:
                     raise errors.InvalidArgument(
                         f"options.prompt_format SCREENSHOT needs a backend that takes images; '{backend.name}' "
                         "does not (use the openai backend with a vision model)", reason="BAD_PROMPT_FORMAT",
@@ -76,27 +75,29 @@ class LLMPolicy:
         return build_prompt(request, instruction, fmt=fmt, history_window=window, max_chars=self.max_chars,
                             with_image=self.vision)
 
-    def params_for(self, request: policy_pb2.ActRequest) -> GenerationParams:
+    def params_for(self, request: policy_pb2.ActRequest) -> SamplingParams:
         opts = request.options
         if opts.max_new_tokens < 0 or opts.temperature < 0:
             raise errors.InvalidArgument("options.max_new_tokens and options.temperature must be >= 0",
                                          reason="BAD_OPTIONS", metadata={"field": "options"})
-        return GenerationParams(max_new_tokens=opts.max_new_tokens or self.max_new_tokens,
-                                temperature=opts.temperature if opts.temperature else self.temperature,
-                                seed=request.seed,
-                                regex=answer_regex(request.observation) if self.constrained else "")
+        return SamplingParams(max_tokens=opts.max_new_tokens or self.max_new_tokens,
+                              temperature=opts.temperature if opts.temperature else self.temperature,
+                              seed=request.seed,
+                              regex=answer_regex(request.observation) if self.constrained else "")
+
+    def generation_request(self, request: policy_pb2.ActRequest) -> GenerationRequest:
+        """The LLM request of an act: the memory prompt as system + user turns, the screenshot as an image."""
+        return as_request(self.prompt_for(request), self.params_for(request))
 
     async def act(self, request: policy_pb2.ActRequest) -> Decision:
-        prompt = self.prompt_for(request)
-        params = self.params_for(request)
+        gen_request = self.generation_request(request)
         try:
-            served = await self.batcher.submit(prompt, params)
+            gen = await self.batcher.submit(gen_request)
         except errors.WebenvError:
             raise
         except Exception as exc:
             raise errors.Unavailable(f"LLM backend '{self.backend}' failed: {exc}", reason="BACKEND_FAILED",
                                      metadata={"backend": self.backend}) from exc
-        gen = served.generation
         parsed = parse_output(gen.text)
         metrics.PROMPT_TOKENS.inc(gen.prompt_tokens)
         metrics.COMPLETION_TOKENS.inc(gen.completion_tokens)
@@ -104,5 +105,11 @@ class LLMPolicy:
             metrics.PARSE_FAILURES.inc()
         return Decision(action=parsed.action, raw_output=gen.text, parse_failed=parsed.failed,
                         parse_error=parsed.error, memory=parsed.memory, prompt_tokens=gen.prompt_tokens,
-                        completion_tokens=gen.completion_tokens, model=self.model, batch_size=served.batch_size,
-                        queue_seconds=served.queue_seconds, inference_seconds=served.inference_seconds)
+                        completion_tokens=gen.completion_tokens, model=self.model, batch_size=gen.batch_size,
+                        queue_seconds=gen.queue_seconds, inference_seconds=gen.inference_seconds)
+
+
+def as_request(prompt: Prompt, params: SamplingParams) -> GenerationRequest:
+    """A memory prompt as an LLM request (chat turns; its screenshot, if any, as an image input)."""
+    images = (ImageInput(prompt.image, prompt.image_mime or "image/png"),) if prompt.image else ()
+    return GenerationRequest((Message("system", prompt.system), Message("user", prompt.user)), params, images=images)

