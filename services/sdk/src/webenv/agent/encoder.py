@@ -18,12 +18,8 @@ Design for 2 CPU cores, a bi-encoder:
   so an epoch runs just the top layers over each batch's distinct texts; when acting, pooled
   embeddings are cached by text (candidate texts repeat across the steps of a site).
 
-Measured on this machine (2 shared cores, other jobs running; one intra-op thread; a step of ~60
-candidates; `services/trainer/bench_encoder.py`): see the figures below.
-
-    act latency per step, p50:    scorer 4 ms;  encoder 175 ms cold (every text new), 12 ms warm (texts cached)
-    training examples/s:          scorer ~900;  encoder tune_layers=2: 14 (first epoch), 24 (later epochs);
-                                  tune_layers=0 (head only): 60 / 900; all 6 layers: 4
+Measured figures (act latency, training examples/s vs the hashed scorer): `python services/trainer/bench.py`
+writes them to bench/results/trainer.md.
 
 A checkpoint folder holds `encoder/` (the fine-tuned encoder and its tokenizer, Hugging Face format),
 `head.pt` and `encoder.json` (EncoderConfig); the trainer adds `checkpoint.json` (provenance). The
