@@ -10,8 +10,8 @@ trained policy's act latency vs the random policy, side by side on one stack.
    embeddings, one thread) and (b) the naive way (dense Adam over all embedding rows, torch's default threads),
    so the ratio says what the sparse design buys and what the service costs over the raw loop.
 4. The encoder ranker (webenv.agent.encoder) beside it: a BC job through the service (`--encoder-epochs`), and in
-   this process its examples/s with the top 2 layers tuned (first epoch: frozen states computed; later epochs:
-   cached), the head only, and all 6 layers.
+   this process its examples/s with the context tower's top 2 layers tuned (the default; first epoch: frozen states
+   computed, later epochs: cached), the head only, the top 2 layers tuned for candidates too, and all 6 layers.
 5. PolicyService.Act over the demonstrations' observations: both checkpoints vs the random policy (p50, p95).
 The learning result itself (success on unseen websites) is `webenv train`: bench/results/learning.md.
 """
@@ -131,10 +131,10 @@ def main() -> None:
 
         out["encoder_service"] = job("benchenc", trainer_pb2.MODEL_KIND_ENCODER, args.encoder_epochs)
 
-        def raw_encoder(tune_layers: int) -> dict:
+        def raw_encoder(tune_layers: int, tune_candidates: bool = False) -> dict:
             torch.set_num_threads(1)
             torch.manual_seed(1)
-            model = enc.new(enc.EncoderConfig(tune_layers=tune_layers))
+            model = enc.new(enc.EncoderConfig(tune_layers=tune_layers, tune_candidates=tune_candidates))
             wrap = enc.Encoder(model)
             exs = [wrap.example(st.ctx, st.candidates, st.target, w) for st, w, _ in selected.steps[:args.encoder_examples]]
             rates = []
@@ -143,9 +143,10 @@ def main() -> None:
                                        checkpoint_every=0, resume_path=Path(tmp) / f"e{tune_layers}-{epoch}.pt",
                                        report=lambda _: None, stopped=lambda: False)
                 rates.append(round(r.examples_per_second, 1))
-            return {"tune_layers": tune_layers, "examples": len(exs), "first_epoch": rates[0], "later_epoch": rates[1]}
+            return {"tune_layers": tune_layers, "tune_candidates": tune_candidates, "examples": len(exs),
+                    "first_epoch": rates[0], "later_epoch": rates[1]}
 
-        out["raw_encoder"] = [raw_encoder(n) for n in (2, 0, 6)]
+        out["raw_encoder"] = [raw_encoder(2), raw_encoder(0), raw_encoder(2, True), raw_encoder(6, True)]
 
         policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="bench"), timeout=120)
         policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="benchenc"), timeout=300)
@@ -173,11 +174,13 @@ def main() -> None:
         f"Service vs raw loop: {s['examples_per_second'] / max(r1['examples_per_second'], 1e-9):.2f}x; "
         f"sparse vs dense: {r1['examples_per_second'] / max(rd['examples_per_second'], 1e-9):.1f}x. "
         f"Featurisation: {out['featurize_steps_per_second']} steps/s.", "",
-        f"Encoder ranker (all-MiniLM-L6-v2, top 2 layers tuned): TrainerService job {out['encoder_service']['examples']} "
+        f"Encoder ranker (all-MiniLM-L6-v2, the context tower's top 2 layers tuned): TrainerService job {out['encoder_service']['examples']} "
         f"examples x {args.encoder_epochs} epochs at {out['encoder_service']['examples_per_second']} examples/s "
         f"({out['encoder_service']['wall_seconds']} s, loss {out['encoder_service']['loss']}). In this process, 1 thread:", "",
-        "| tuned layers | examples | examples/s, first epoch | examples/s, later epochs |", "| --- | --- | --- | --- |",
-        *[f"| {r['tune_layers']} | {r['examples']} | {r['first_epoch']} | {r['later_epoch']} |" for r in out["raw_encoder"]],
+        "| tuned layers | candidates tuned too | examples | examples/s, first epoch | examples/s, later epochs |",
+        "| --- | --- | --- | --- | --- |",
+        *[f"| {r['tune_layers']} | {'yes' if r['tune_candidates'] else 'no'} | {r['examples']} | {r['first_epoch']} | "
+          f"{r['later_epoch']} |" for r in out["raw_encoder"]],
         "",
         "PolicyService.Act on the demonstrations' observations (ms; `benchenc` is the encoder, its embeddings cached by "
         "text after a first sight):", "",

@@ -13,10 +13,13 @@ Design for 2 CPU cores, a bi-encoder:
 - score = MLP(LayerNorm([cand, ctx, cand * ctx, numeric, cos])) over mean-pooled embeddings, where the
   numeric features are the hashed scorer's template-free ones (label overlap, quoted strings, repeats,
   position, ...) and cos is the pretrained cosine of the pair; softmax over the step's candidates;
-- only the top ``tune_layers`` transformer layers are fine-tuned (at ``encoder_lr_scale`` of the head's
-  learning rate); the frozen lower layers' token states are computed once per distinct text and cached,
-  so an epoch runs just the top layers over each batch's distinct texts; when acting, pooled
-  embeddings are cached by text (candidate texts repeat across the steps of a site).
+- only the top ``tune_layers`` transformer layers of the context tower are fine-tuned (at
+  ``encoder_lr_scale`` of the head's learning rate); candidates go through a frozen copy of those layers
+  (``tune_candidates=True`` tunes them for candidates too: 60 candidate texts a step cost ~15 times the
+  context's tokens, measured below). The frozen lower layers' token states are computed once per distinct
+  text and cached, and so are the frozen candidate embeddings, so after the first epoch a step costs the
+  context's top layers and the head; when acting, every embedding is cached by text (candidate texts
+  repeat across the steps of a site).
 
 Measured figures (act latency, training examples/s vs the hashed scorer): `python services/trainer/bench.py`
 writes them to bench/results/trainer.md.
@@ -30,6 +33,7 @@ base model is never downloaded: it is `WEBENV_ENCODER_BASE` (a local Hugging Fac
 
 from __future__ import annotations
 
+import copy
 import importlib.util
 import json
 import math
@@ -66,6 +70,9 @@ class EncoderConfig:
     """Fine-tuning choices; stored with every checkpoint."""
 
     tune_layers: int = 2
+    #: Candidates through the tuned layers too (True), or through a frozen copy of them (False: each distinct
+    #: candidate text is encoded once per job; the context tower alone is fine-tuned).
+    tune_candidates: bool = False
     hidden: int = 256
     max_candidate_tokens: int = 32
     max_context_tokens: int = 128
@@ -190,6 +197,11 @@ class EncoderModel(nn.Module):
         for layer in self.layers[self.split:]:
             for p in layer.parameters():
                 p.requires_grad_(True)
+        # the candidate tower's top layers: the tuned ones, or a frozen copy of the base's (saved with the model)
+        self.cand_top = nn.ModuleList() if config.tune_candidates else \
+            nn.ModuleList(copy.deepcopy(layer) for layer in self.layers[self.split:])
+        for p in self.cand_top.parameters():
+            p.requires_grad_(False)
         dim = self.encoder.config.hidden_size
         width = 3 * dim + N_NUMERIC + 1
         self.head = nn.Sequential(nn.LayerNorm(width), nn.Linear(width, config.hidden), nn.ReLU(),
@@ -197,6 +209,7 @@ class EncoderModel(nn.Module):
         self._lower: OrderedDict[tuple[str, int], torch.Tensor] = OrderedDict()
         self._lower_tokens = 0
         self._pooled: OrderedDict[tuple[str, int], torch.Tensor] = OrderedDict()
+        self._frozen: OrderedDict[tuple[str, int], torch.Tensor] = OrderedDict()  # frozen candidate tower's
         self.train(False)
 
     def train(self, mode: bool = True) -> EncoderModel:
@@ -205,6 +218,7 @@ class EncoderModel(nn.Module):
         self.encoder.embeddings.eval()
         for layer in self.layers[: self.split]:
             layer.eval()
+        self.cand_top.eval()
         self._pooled.clear()  # weights change while training: pooled embeddings go stale
         return self
 
@@ -236,10 +250,21 @@ class EncoderModel(nn.Module):
             self._lower_tokens -= old.shape[0]
         return out
 
-    def embed(self, texts: Sequence[str], max_len: int) -> torch.Tensor:
-        """Mean-pooled embeddings [len(texts), dim]; gradients flow into the tuned layers when training."""
+    def embed(self, texts: Sequence[str], max_len: int, frozen: bool = False) -> torch.Tensor:
+        """Mean-pooled embeddings [len(texts), dim]; gradients flow into the tuned layers when training.
+
+        ``frozen``: through the frozen copy of the top layers (the candidate tower when candidates are not tuned);
+        those embeddings never change, so they are cached for good."""
+        if frozen:
+            with torch.no_grad():
+                return self._embed(texts, max_len, self.cand_top, self._frozen)
         caching = not self.training and not torch.is_grad_enabled()
-        uniq = [t for t in dict.fromkeys(texts) if not (caching and (t, max_len) in self._pooled)]
+        return self._embed(texts, max_len, self.layers[self.split:], self._pooled if caching else None)
+
+    def _embed(self, texts: Sequence[str], max_len: int, top: Sequence[nn.Module],
+               cache: OrderedDict | None) -> torch.Tensor:
+        caching = cache is not None
+        uniq = [t for t in dict.fromkeys(texts) if not (caching and (t, max_len) in cache)]
         uniq.sort(key=len)
         pooled: dict[str, torch.Tensor] = {}
         for i in range(0, len(uniq), 128):
@@ -252,24 +277,24 @@ class EncoderModel(nn.Module):
                 h[j, : s.shape[0]] = s.float()
                 mask[j, : s.shape[0]] = 1.0
             ext = _additive(mask)
-            for layer in self.layers[self.split:]:
+            for layer in top:
                 h = _layer(layer, h, ext)
             vec = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp_min(1.0)
             for j, t in enumerate(chunk):
                 pooled[t] = vec[j]
         if caching:
             for t, v in pooled.items():
-                self._pooled[(t, max_len)] = v
+                cache[(t, max_len)] = v
             for t in texts:
-                self._pooled.move_to_end((t, max_len))
-                pooled[t] = self._pooled[(t, max_len)]
-            while len(self._pooled) > MAX_CACHED_EMBEDDINGS:
-                self._pooled.popitem(last=False)
+                cache.move_to_end((t, max_len))
+                pooled[t] = cache[(t, max_len)]
+            while len(cache) > MAX_CACHED_EMBEDDINGS:
+                cache.popitem(last=False)
         return torch.stack([pooled[t] for t in texts])
 
     def scores(self, batch: dict) -> torch.Tensor:
         """Scores of all candidates of a batch of steps (flat, as ``collate`` lays them out)."""
-        c = self.embed(batch["cand_texts"], self.config.max_candidate_tokens)
+        c = self.embed(batch["cand_texts"], self.config.max_candidate_tokens, frozen=not self.config.tune_candidates)
         s = self.embed(batch["ctx_texts"], self.config.max_context_tokens)[batch["step_of_cand"]]
         cos = nn.functional.cosine_similarity(c, s, dim=1).unsqueeze(1)
         return self.head(torch.cat([c, s, c * s, batch["nums"], cos], dim=1)).squeeze(1)
@@ -332,6 +357,8 @@ def save(model: EncoderModel, folder: Path) -> None:
     model.encoder.save_pretrained(folder / "encoder")
     model.tokenizer.save_pretrained(folder / "encoder")
     torch.save(model.head.state_dict(), folder / "head.pt")
+    if len(model.cand_top):
+        torch.save(model.cand_top.state_dict(), folder / "candidate_layers.pt")
     (folder / "encoder.json").write_text(json.dumps(asdict(model.config)))
 
 
@@ -339,6 +366,9 @@ def load(folder: Path) -> EncoderModel:
     config = EncoderConfig(**json.loads((folder / "encoder.json").read_text()))
     model = EncoderModel(config, folder / "encoder")
     model.head.load_state_dict(torch.load(folder / "head.pt", map_location="cpu", weights_only=True))
+    if len(model.cand_top):  # the frozen base layers, not the tuned ones the folder's encoder holds
+        model.cand_top.load_state_dict(torch.load(folder / "candidate_layers.pt", map_location="cpu",
+                                                  weights_only=True))
     model.train(False)
     return model
 
