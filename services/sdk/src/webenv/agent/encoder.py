@@ -21,8 +21,23 @@ Design for 2 CPU cores, a bi-encoder:
   context's top layers and the head; when acting, every embedding is cached by text (candidate texts
   repeat across the steps of a site).
 
-Measured figures (act latency, training examples/s vs the hashed scorer): `python services/trainer/bench.py`
-writes them to bench/results/trainer.md.
+Measured on this machine (2 cores shared with other developers' jobs, load average 25-35 during the run, so
+both rankers ran far slower than on an idle machine; `python services/trainer/bench.py --demos 12 --epochs 5
+--encoder-epochs 1 --encoder-examples 32`, bench/results/trainer.md; 70 steps of 11 oracle demonstrations,
+~40-60 candidates a step; one torch thread in process):
+
+    act latency per step (PolicyService.Act), p50 / p95:  scorer 14 / 127 ms;  encoder 257 / 2,845 ms (p95: pages
+                                                          whose texts were never seen; repeats hit the caches)
+    training examples/s, 1 thread:                        scorer 75 (TrainerService job: 71)
+      encoder, context tower's top 2 layers (default):    0.7 first epoch (every distinct text through the frozen
+                                                          encoder once), 5.2 later epochs (TrainerService job of one
+                                                          epoch: 0.7)
+      encoder, head only (tune_layers=0):                 1.8 first epoch, 93 later epochs
+      encoder, top 2 layers for candidates too:           0.9 / 1.1;   all 6 layers: 0.3 / 0.2
+
+So fine-tuning the candidate tower costs ~5x (1.1 vs 5.2 examples/s) and all layers ~25x; the default tunes the
+context tower only. The first epoch is the price of a pretrained model (one forward pass per distinct text);
+on 2 idle cores it is an order of magnitude faster than under this load.
 
 A checkpoint folder holds `encoder/` (the fine-tuned encoder and its tokenizer, Hugging Face format),
 `candidate_layers.pt` (the candidate tower's frozen top layers), `head.pt` and `encoder.json` (EncoderConfig); the trainer adds `checkpoint.json` (provenance). The
