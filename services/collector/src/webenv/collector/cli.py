@@ -511,7 +511,7 @@ def train(
     temperature: float = typer.Option(1.0, help="Sampling temperature while collecting."),
     algorithm: str = typer.Option("filtered_bc", help="filtered_bc (WebGym) or policy_gradient."),
     model: str = typer.Option("scorer", help="The ranker trained: scorer (hashed features, trains in minutes) or encoder "
-                                             "(fine-tuned all-MiniLM-L6-v2; slower: e.g. --bc-epochs 3 --rl-epochs 1)."),
+                                             "(fine-tuned all-MiniLM-L6-v2; slower per example, its first epoch most)."),
     bc_epochs: int = typer.Option(40),
     rl_epochs: int = typer.Option(4),
     sampling: str = typer.Option("uniform", help="uniform, easy-only or hard-biased task sampling."),
