@@ -217,3 +217,52 @@ def test_job_resumes_after_a_trainer_crash(stack):
     done = finish(trainer, job.job_id)
     assert done.state == trainer_pb2.JOB_STATE_SUCCEEDED, done.error
     assert done.resumes == 1 and done.progress.step == 400 and done.checkpoint.ref == "resume@1"
+
+
+def test_encoder_trains_loads_acts_and_round_trips(stack):
+    """The encoder ranker through the same channels: a tiny BC job (1 epoch), LoadCheckpoint, a run, the folder."""
+    from pathlib import Path
+
+    from webenv.agent import checkpoints
+    from webenv.agent import encoder as enc
+    from webenv.agent.steps import episode_steps
+
+    collector, trainer, policy, sites = stubs(stack)
+    task_ids = pick_tasks(sites)
+    demos = run(collector, "oracle", task_ids, seed=7)
+    spec = trainer_pb2.JobSpec(
+        name="enc", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_ENCODER,
+        data=trainer_pb2.TrainingData(run_ids=[demos.run_id]),
+        hyper=trainer_pb2.Hyperparameters(epochs=1, batch_size=8, seed=1, validation_fraction=0.0))
+    job = finish(trainer, start_job(trainer, spec).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    stored = read(collector, demos.run_id)
+    assert job.progress.examples == sum(len(ep.trajectory.steps) for ep in stored)
+    cp = job.checkpoint
+    assert cp.ref == "enc@1" and cp.model == trainer_pb2.MODEL_KIND_ENCODER and cp.data_run_ids == [demos.run_id]
+    folder = Path(cp.path)
+    assert {p.name for p in folder.iterdir()} >= {"encoder", "head.pt", "encoder.json", "checkpoint.json"}
+    assert checkpoints.read_meta(folder).ref == "enc@1"
+
+    wrong = trainer_pb2.JobSpec()
+    wrong.CopyFrom(spec)
+    wrong.model, wrong.parent = trainer_pb2.MODEL_KIND_SCORER, "enc@1"
+    with pytest.raises(grpc.RpcError) as err:  # a family continues with its own kind of model
+        trainer.StartJob(trainer_pb2.StartJobRequest(spec=wrong), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "spec.parent" in err.value.details()
+
+    loaded = policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="enc@1"), timeout=300)
+    assert loaded.policy.backend == "encoder" and loaded.policy.version == "enc@1"
+    again = run(collector, "enc", task_ids[:1], seed=2)
+    episodes = read(collector, again.run_id)
+    assert episodes and {ep.policy_version for ep in episodes} == {"enc@1"}
+    assert all(len(ep.trajectory.steps) for ep in episodes), "the encoder acted in the farm"
+
+    # the folder round-trips: loaded in this process, it chooses what the service chooses on a stored step
+    local = enc.Encoder(enc.load(folder))
+    step = next(episode_steps(stored[0]))
+    req = step.request
+    req.policy = "enc@1"
+    served = policy.Act(req, timeout=120)
+    logp = local.log_probs(step.ctx, step.candidates)
+    assert step.candidates[max(range(len(logp)), key=logp.__getitem__)].text == served.action_text

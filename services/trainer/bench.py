@@ -9,7 +9,10 @@ trained policy's act latency vs the random policy, side by side on one stack.
 3. Baselines in this process on the same episodes: the same scorer trained (a) as the service does (sparse
    embeddings, one thread) and (b) the naive way (dense Adam over all embedding rows, torch's default threads),
    so the ratio says what the sparse design buys and what the service costs over the raw loop.
-4. PolicyService.Act over the demonstrations' observations: the loaded checkpoint vs the random policy (p50, p95).
+4. The encoder ranker (webenv.agent.encoder) beside it: a BC job through the service (`--encoder-epochs`), and in
+   this process its examples/s with the context tower's top 2 layers tuned (the default; first epoch: frozen states
+   computed, later epochs: cached), the head only, the top 2 layers tuned for candidates too, and all 6 layers.
+5. PolicyService.Act over the demonstrations' observations: both checkpoints vs the random policy (p50, p95).
 The learning result itself (success on unseen websites) is `webenv train`: bench/results/learning.md.
 """
 
@@ -30,9 +33,12 @@ def main() -> None:
     ap.add_argument("--out", default="bench/results")
     ap.add_argument("--demos", type=int, default=40)
     ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--encoder-epochs", type=int, default=2)
+    ap.add_argument("--encoder-examples", type=int, default=96, help="examples of the in-process encoder variants")
     args = ap.parse_args()
 
     import torch
+    from webenv.agent import encoder as enc
     from webenv.agent import scorer as lib
     from webenv.runtime.stack import Stack
     from webenv.trainer import train_scorer
@@ -96,7 +102,7 @@ def main() -> None:
                 lib.optimizers = lambda m, lr: [torch.optim.Adam(m.parameters(), lr=lr)]
             try:
                 t1 = time.perf_counter()
-                r = train_scorer.train(model, examples, [], epochs=args.epochs, max_steps=0, batch_size=32, lr=2e-3,
+                r = train_scorer.train(lib, model, examples, [], epochs=args.epochs, max_steps=0, batch_size=32, lr=2e-3,
                                        seed=1, checkpoint_every=0, resume_path=Path(tmp) / "r.pt",
                                        report=lambda _: None, stopped=lambda: False)
             finally:
@@ -108,8 +114,43 @@ def main() -> None:
         out["raw_sparse_1_thread"] = raw(1, False)
         out["raw_dense_default_threads"] = raw(torch.get_num_threads() or 2, True)
 
+        def job(name: str, model: int, epochs: int) -> dict:
+            js = trainer_pb2.JobSpec(
+                name=name, algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=model,
+                data=trainer_pb2.TrainingData(run_ids=[run.run_id], filter=collector_pb2.ExportFilter(passed=True)),
+                hyper=trainer_pb2.Hyperparameters(epochs=epochs, seed=1, validation_fraction=0.0))
+            t0 = time.perf_counter()
+            j = trainer.StartJob(trainer_pb2.StartJobRequest(spec=js), timeout=30).job
+            for resp in trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=j.job_id)):
+                j = resp.job
+            p = j.progress
+            return {"state": trainer_pb2.JobState.Name(j.state), "error": j.error, "examples": p.examples,
+                    "steps": p.step, "examples_per_second": round(p.examples_per_second, 1),
+                    "train_seconds": round(p.train_seconds, 2), "wall_seconds": round(time.perf_counter() - t0, 2),
+                    "loss": round(p.loss, 4)}
+
+        out["encoder_service"] = job("benchenc", trainer_pb2.MODEL_KIND_ENCODER, args.encoder_epochs)
+
+        def raw_encoder(tune_layers: int, tune_candidates: bool = False) -> dict:
+            torch.set_num_threads(1)
+            torch.manual_seed(1)
+            model = enc.new(enc.EncoderConfig(tune_layers=tune_layers, tune_candidates=tune_candidates))
+            wrap = enc.Encoder(model)
+            exs = [wrap.example(st.ctx, st.candidates, st.target, w) for st, w, _ in selected.steps[:args.encoder_examples]]
+            rates = []
+            for epoch in range(2):
+                r = train_scorer.train(enc, model, exs, [], epochs=1, max_steps=0, batch_size=16, lr=1e-3, seed=epoch,
+                                       checkpoint_every=0, resume_path=Path(tmp) / f"e{tune_layers}-{epoch}.pt",
+                                       report=lambda _: None, stopped=lambda: False)
+                rates.append(round(r.examples_per_second, 1))
+            return {"tune_layers": tune_layers, "tune_candidates": tune_candidates, "examples": len(exs),
+                    "first_epoch": rates[0], "later_epoch": rates[1]}
+
+        out["raw_encoder"] = [raw_encoder(2), raw_encoder(0), raw_encoder(2, True), raw_encoder(6, True)]
+
         policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="bench"), timeout=120)
-        lat: dict[str, list[float]] = {"bench": [], "random": []}
+        policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="benchenc"), timeout=300)
+        lat: dict[str, list[float]] = {"bench": [], "benchenc": [], "random": []}
         for ep in episodes[:20]:
             for rec in ep.trajectory.steps[:6]:
                 for name in lat:
@@ -133,7 +174,16 @@ def main() -> None:
         f"Service vs raw loop: {s['examples_per_second'] / max(r1['examples_per_second'], 1e-9):.2f}x; "
         f"sparse vs dense: {r1['examples_per_second'] / max(rd['examples_per_second'], 1e-9):.1f}x. "
         f"Featurisation: {out['featurize_steps_per_second']} steps/s.", "",
-        "PolicyService.Act on the demonstrations' observations (ms):", "",
+        f"Encoder ranker (all-MiniLM-L6-v2, the context tower's top 2 layers tuned): TrainerService job {out['encoder_service']['examples']} "
+        f"examples x {args.encoder_epochs} epochs at {out['encoder_service']['examples_per_second']} examples/s "
+        f"({out['encoder_service']['wall_seconds']} s, loss {out['encoder_service']['loss']}). In this process, 1 thread:", "",
+        "| tuned layers | candidates tuned too | examples | examples/s, first epoch | examples/s, later epochs |",
+        "| --- | --- | --- | --- | --- |",
+        *[f"| {r['tune_layers']} | {'yes' if r['tune_candidates'] else 'no'} | {r['examples']} | {r['first_epoch']} | "
+          f"{r['later_epoch']} |" for r in out["raw_encoder"]],
+        "",
+        "PolicyService.Act on the demonstrations' observations (ms; `benchenc` is the encoder, its embeddings cached by "
+        "text after a first sight):", "",
         "| policy | p50 | p95 | n |", "| --- | --- | --- | --- |",
         *[f"| {n} | {v['p50']} | {v['p95']} | {v['n']} |" for n, v in out["act_ms"].items()],
     ]

@@ -92,3 +92,28 @@ async def test_scorer_needs_the_axtree(serve_policy, policy_stub, tmp_path):
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Act(req, timeout=30)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "observation.axtree" in err.value.details()
+
+
+async def test_encoder_checkpoint_loads_acts_and_round_trips(serve_policy, policy_stub, tmp_path):
+    from webenv.agent import encoder as enc
+
+    torch.manual_seed(1)
+    staging = Path(tempfile.mkdtemp(dir=tmp_path))
+    enc.save(enc.new(enc.EncoderConfig(tune_layers=1)), staging)
+    assert (staging / "encoder" / "config.json").is_file() and (staging / "head.pt").is_file()
+    checkpoints.publish(staging, tmp_path, trainer_pb2.Checkpoint(
+        name="enc", version=1, ref="enc@1", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC,
+        model=trainer_pb2.MODEL_KIND_ENCODER))
+    async with serve_policy(policy_checkpoint_dir=tmp_path) as (server, _), policy_stub(server) as stub:
+        resp = await stub.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="enc"), timeout=300)
+        assert resp.policy.version == "enc@1" and resp.policy.backend == "encoder"
+        act = await stub.Act(act_request("enc"), timeout=120)
+        assert act.policy_version == "enc@1"
+    req = act_request("enc")
+    ctx = context(req.instruction, req.observation, "", [], 0)
+    cands = propose(ctx)
+    assert act.action_text in {c.text for c in cands}, "the encoder only ever picks a proposed action"
+    # the published folder round-trips: loaded here, it ranks the step as the service did
+    local = enc.Encoder(enc.load(checkpoints.resolve(tmp_path, "enc@1")))
+    logp = local.log_probs(ctx, cands)
+    assert cands[max(range(len(cands)), key=logp.__getitem__)].text == act.action_text

@@ -540,6 +540,8 @@ def train(
                                              "(same data, less wall time; the report gives wall time per iteration)."),
     temperature: float = typer.Option(1.0, help="Sampling temperature while collecting."),
     algorithm: str = typer.Option("filtered_bc", help="filtered_bc (WebGym) or policy_gradient."),
+    model: str = typer.Option("scorer", help="The ranker trained: scorer (hashed features, trains in minutes) or encoder "
+                                             "(fine-tuned all-MiniLM-L6-v2; slower per example, its first epoch most)."),
     bc_epochs: int = typer.Option(40),
     rl_epochs: int = typer.Option(4),
     sampling: str = typer.Option("uniform", help="uniform, easy-only or hard-biased task sampling."),
@@ -565,7 +567,9 @@ def train(
     if algorithm not in ("filtered_bc", "policy_gradient"):
         raise typer.BadParameter(f"{algorithm!r}: expected filtered_bc or policy_gradient", param_hint="--algorithm")
     _choice(sampling, SAMPLING, "--sampling")
-    cfg = LoopConfig(name=name, demo_episodes=demos, reference_demo_episodes=reference_demos, iterations=iterations,
+    if model not in ("scorer", "encoder"):
+        raise typer.BadParameter(f"{model!r}: expected scorer or encoder", param_hint="--model")
+    cfg = LoopConfig(name=name, model=model, demo_episodes=demos, reference_demo_episodes=reference_demos, iterations=iterations,
                      collect_episodes=collect, eval_episodes=eval_episodes, train_eval_episodes=train_eval,
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
                      sampling=sampling, concurrency=concurrency,

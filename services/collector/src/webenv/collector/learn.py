@@ -82,6 +82,7 @@ class LoopConfig:
     train_eval_episodes: int = 100  # train split, greedy
     temperature: float = 1.0
     algorithm: str = "filtered_bc"  # or policy_gradient
+    model: str = "scorer"  # the ranker trained: scorer (hashed features) or encoder (fine-tuned all-MiniLM-L6-v2)
     bc_epochs: int = 40
     rl_epochs: int = 4
     sampling: str = "uniform"
@@ -316,7 +317,8 @@ class Loop:
     def train(self, label: str, algorithm: int, run_ids: list[str], parent: str, epochs: int) -> trainer_pb2.Checkpoint:
         t0 = time.monotonic()
         spec = trainer_pb2.JobSpec(
-            name=self.cfg.name, algorithm=algorithm, model=trainer_pb2.MODEL_KIND_SCORER, parent=parent,
+            name=self.cfg.name, algorithm=algorithm, parent=parent,
+            model=trainer_pb2.ModelKind.Value(f"MODEL_KIND_{self.cfg.model.upper()}"),
             # demonstrations the judge failed (a flaky page, not the oracle) are not imitated either
             data=trainer_pb2.TrainingData(run_ids=run_ids, filter=collector_pb2.ExportFilter(drop_repeated=True,
                                                                                              passed=True),

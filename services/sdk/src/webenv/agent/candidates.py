@@ -13,11 +13,18 @@ What is proposed, from the AXTREE text and the instruction:
 - select of every option of every combobox that lists options;
 - go_back;
 - answer: "done", a *report* of the facts the page (and pages seen earlier, kept in memory) shows for
-  the labels the instruction names, and the *top* result of a result list with its value.
+  the labels the instruction names (`label: value; ...`), each remembered *fact*'s value on its own, the
+  *matched* facts (`value (label); ...`, labels sharing a word stem with the instruction) and the *top*
+  result of a result list with its value. A ranker chooses among them, so a question worded unlike the
+  page's label ("how much does it cost" for "Price") still has its answer among the candidates.
 
-Memory: facts read off detail pages (`term`/`definition` lists, table headers and cells) are carried
-from step to step in HistoryEntry.memory as `label: value` lines, so an answer can report a page the
-agent has left. `fold_memory` is a pure function of the observations, so the trainer recomputes it.
+Facts (`page_facts`) are read from any page's structure and prose, not from one site generator's
+templates: definition lists (`term`/`definition`), tables (a header row over data rows, row headers
+beside cells, two-column key/value rows), `label: value` and `label - value` lines of list items and
+paragraphs, and sentences such as "The price is $12.99", "Ships in 3 days", "Written by Mara Ellison",
+"It has 312 pages". They are carried from step to step in HistoryEntry.memory as `label: value` lines, so
+an answer can report a page the agent has left. `fold_memory` is a pure function of the observations, so
+the trainer recomputes it from stored steps.
 """
 
 from __future__ import annotations
@@ -36,6 +43,8 @@ FILL_ROLES = frozenset({"textbox", "searchbox", "spinbutton"})
 MAX_VALUES = 24
 #: At most this many facts are kept in memory.
 MAX_FACTS = 48
+#: At most this many remembered facts (the newest) are proposed as answers of their own.
+MAX_FACT_ANSWERS = 24
 #: An action already taken this often in the visible history is not proposed again (a loop breaker: a
 #: BC policy that meets a state its demonstrations never showed, e.g. after a failed fill, otherwise
 #: repeats one click until the horizon).
@@ -94,21 +103,121 @@ def _text_of(nodes: Sequence[AxNode], i: int) -> str:
     return " ".join(parts).strip()
 
 
-def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
-    """(label, value) pairs a detail page shows: definition lists and two-column tables."""
+#: Roles whose text is read as prose (sentences, `label: value` lines).
+_BLOCKS = frozenset({"paragraph", "listitem", "blockquote", "caption", "note", "figcaption"})
+#: Text under these roles is a fact of its own structure (or an action's label), never prose.
+_NOT_PROSE = frozenset({"term", "definition", "cell", "gridcell", "rowheader", "columnheader", "heading", "link",
+                        "button", "option", "combobox", "listbox", "textbox", "searchbox", "tab", "menuitem",
+                        "navigation", "banner", "contentinfo", "labeltext", "legend", "table"})
+_CELLS = frozenset({"cell", "gridcell", "rowheader", "columnheader"})
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9$\u20ac\u00a3\"'(])")
+_LABEL = r"[A-Za-z][\w()/&'.-]*(?:\s+[\w()/&'.-]+){0,4}"
+_COLON_FACT = re.compile(rf"^\s*({_LABEL})\s*:\s+(\S.*)$")
+_DASH_FACT = re.compile(rf"^\s*({_LABEL})\s+[-\u2013\u2014]\s+(\S.*)$")
+_IS_FACT = re.compile(r"^(?:[Tt]he|[Ii]ts|[Tt]heir|[Oo]ur|[Yy]our)\s+([a-z][a-z-]*(?:\s+[a-z][a-z-]*){0,2})\s+"
+                      r"(?:is|are|was|were)\s+(?:only\s+|about\s+|just\s+)?(\S.*)$")
+_NUMBER = r"(?:[$\u20ac\u00a3]\s?)?\d[\d,.]*(?:\s?(?:%|[A-Za-z]+))?"
+_LEAD_FACT = re.compile(rf"^([A-Z][a-z]+(?:\s+[a-z]+){{0,3}})\s+({_NUMBER})")
+_BY_FACT = re.compile(r"\b([A-Za-z]+ed|[Ww]ritten|[Mm]ade|[Bb]uilt|[Ss]old|[Hh]eld|[Tt]aught|[Dd]rawn|[Gg]iven|[Kk]nown|"
+                      r"[Ss]hown|[Rr]un)\s+(by|in|on|from|at)\s+([A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*){0,3}|\d[\w,]*(?:\s\d{4})?)")
+_HAS_FACT = re.compile(r"\b(?:has|have|with|holds|contains)\s+(\d[\d,.]*)\s+([a-z]+)")
+_PRONOUNS = frozenset("It This That They We You He She There Here Each Every All Our Your".split())
+
+
+def _clean(value: str) -> str:
+    return value.strip().rstrip(".,;:!").strip()
+
+
+def _sentence_facts(sentence: str) -> list[tuple[str, str]]:
+    """Facts one sentence or line states."""
+    s = sentence.strip()
+    out: list[tuple[str, str]] = []
+    for pattern in (_COLON_FACT, _DASH_FACT):
+        m = pattern.match(s)
+        if m and not m.group(1).strip().isdigit():
+            return [(m.group(1).strip(), _clean(m.group(2)))]
+    m = _IS_FACT.match(s)
+    if m:
+        out.append((m.group(1), _clean(m.group(2))))
+    m = None if out else _LEAD_FACT.match(s)
+    if m and m.group(1).split()[0] not in _PRONOUNS:
+        out.append((m.group(1), _clean(m.group(2))))
+    for m in _BY_FACT.finditer(s):
+        out.append((f"{m.group(1).lower()} {m.group(2)}", _clean(m.group(3))))
+    for m in _HAS_FACT.finditer(s):
+        out.append((m.group(2), m.group(1)))
+    return [(k, v) for k, v in out if k and v]
+
+
+def _prose_text(nodes: Sequence[AxNode], i: int) -> str:
+    text = " ".join(p for p in (nodes[i].name, _text_of(nodes, i)) if p)
+    return re.sub(r"\s+([,.;:!?])", r"\1", text).strip()
+
+
+def _table_facts(nodes: Sequence[AxNode], i: int) -> list[tuple[str, str]]:
+    """Facts of one table: key/value rows, and data rows under a header row (`<row key> <header>: cell`)."""
+    table_depth = nodes[i].depth
+    rows: list[list[AxNode]] = []
+    for n in _subtree(nodes, i):
+        if n.role == "table":
+            break  # a nested table is read on its own
+        if n.role == "row":
+            rows.append([])
+        elif n.role in _CELLS and rows and n.depth > table_depth:
+            rows[-1].append(n)
+    rows = [r for r in rows if r]
     facts: list[tuple[str, str]] = []
+    header: list[str] = []
+    if rows and len(rows[0]) > 1 and all(c.role == "columnheader" for c in rows[0]):
+        header = [c.name or _text_of(nodes, c.index) for c in rows[0]]
+        rows = rows[1:]
+    for row in rows:
+        texts = [c.name or _text_of(nodes, c.index) for c in row]
+        if header and len(texts) == len(header):
+            if len(rows) == 1:  # one record: the headers are its labels
+                facts += [(h, v) for h, v in zip(header, texts, strict=True) if h and v]
+            elif texts[0]:  # a row per record, keyed by its first cell
+                facts += [(f"{texts[0]} {h}", v) for h, v in zip(header[1:], texts[1:], strict=True) if h and v]
+        elif len(texts) == 2 and texts[0] and texts[1]:
+            facts.append((texts[0], texts[1]))
+    return facts
+
+
+def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
+    """(label, value) pairs a page shows, in document order: definition lists, tables, and prose."""
+    facts: list[tuple[str, str]] = []
+    stack: list[tuple[int, str]] = []
+    in_table = -1
     for i, n in enumerate(nodes):
+        while stack and stack[-1][0] >= n.depth:
+            stack.pop()
+        if in_table >= 0 and n.depth <= in_table:
+            in_table = -1
+        inside = {r for _, r in stack}
         if n.role == "term" and n.name:
             nxt = next((m for m in nodes[i + 1:i + 2] if m.role == "definition"), None)
             if nxt is not None:
                 value = nxt.name or _text_of(nodes, nxt.index)
                 if value:
                     facts.append((n.name, value))
-        elif n.role in ("columnheader", "rowheader") and n.name:
+        elif n.role == "table":
+            facts += _table_facts(nodes, i)
+            in_table = n.depth
+        elif n.role in ("columnheader", "rowheader") and n.name and in_table < 0:
             nxt = nodes[i + 1] if i + 1 < len(nodes) else None
             if nxt is not None and nxt.role == "cell" and nxt.depth == n.depth and nxt.name:
                 facts.append((n.name, nxt.name))
-    return facts
+        elif in_table < 0 and not (inside & (_BLOCKS | _NOT_PROSE)) and (
+                n.role in _BLOCKS or (n.role == "statictext" and n.name)):
+            for sentence in _SENTENCE.split(_prose_text(nodes, i)):
+                facts += _sentence_facts(sentence)
+        stack.append((n.depth, n.role))
+    out: list[tuple[str, str]] = []
+    for label, value in facts:
+        label, value = label.strip()[:60], value.strip()[:120]
+        if label and value and (label, value) not in out:
+            out.append((label, value))
+    return out
 
 
 def heading(nodes: Sequence[AxNode]) -> str:
@@ -182,6 +291,25 @@ def report_answer(instruction: str, facts: Sequence[tuple[str, str]]) -> str:
     return "; ".join(parts)
 
 
+def _stems(text: str) -> set[str]:
+    return {w[:4] for w in _WORD.findall(text.lower()) if len(w) > 2 and w not in _STOP_WORDS}
+
+
+_STOP_WORDS = frozenset("the and for with from that this what which who how does did are was were its you your "
+                        "give tell find report answer check values value page site".split())
+
+
+def matched_answer(instruction: str, facts: Sequence[tuple[str, str]]) -> str:
+    """`value (label)` for every remembered fact whose label shares a word stem with the instruction."""
+    want = _stems(instruction)
+    parts: list[str] = []
+    for label, value in facts:
+        part = f"{value} ({label})"
+        if _stems(label) & want and part not in parts:
+            parts.append(part)
+    return "; ".join(parts)
+
+
 def top_result(nodes: Sequence[AxNode]) -> str:
     """The first result of a result list: its link text and the value shown beside it."""
     for i, n in enumerate(nodes):
@@ -205,6 +333,7 @@ class Candidate:
     node: AxNode | None = None
     value: str = ""
     answer_type: str = ""
+    label: str = ""  # a fact answer's label
 
 
 @dataclass(slots=True)
@@ -239,11 +368,11 @@ def propose(ctx: Context) -> list[Candidate]:
         repeats[past] = repeats.get(past, 0) + 1
 
     def add(action: common_pb2.Action, kind: str, node: AxNode | None = None, value: str = "",
-            answer_type: str = "") -> None:
+            answer_type: str = "", label: str = "") -> None:
         text = format_action(action)
         if text not in seen and repeats.get(text, 0) < MAX_REPEATS:
             seen.add(text)
-            out.append(Candidate(action, text, kind, node, value, answer_type))
+            out.append(Candidate(action, text, kind, node, value, answer_type, label))
 
     values = instruction_values(ctx.instruction)
     nodes = ctx.nodes
@@ -261,10 +390,18 @@ def propose(ctx: Context) -> list[Candidate]:
                                                                      options=[opt.name])), "select", n, opt.name)
     add(common_pb2.Action(go_back=common_pb2.GoBackAction()), "back")
     add(common_pb2.Action(answer=common_pb2.AnswerAction(text="done")), "answer", value="done", answer_type="done")
-    report = report_answer(ctx.instruction, parse_memory(ctx.memory))
+    facts = parse_memory(ctx.memory)
+    report = report_answer(ctx.instruction, facts)
     if report:
         add(common_pb2.Action(answer=common_pb2.AnswerAction(text=report)), "answer", value=report,
             answer_type="report")
+    for label, value in reversed(facts[-MAX_FACT_ANSWERS:]):  # newest first: the page just read
+        add(common_pb2.Action(answer=common_pb2.AnswerAction(text=value)), "answer", value=value,
+            answer_type="fact", label=label)
+    matched = matched_answer(ctx.instruction, facts)
+    if matched.count("; ") >= 1:
+        add(common_pb2.Action(answer=common_pb2.AnswerAction(text=matched)), "answer", value=matched,
+            answer_type="matched")
     top = top_result(nodes)
     if top:
         add(common_pb2.Action(answer=common_pb2.AnswerAction(text=top)), "answer", value=top, answer_type="top")

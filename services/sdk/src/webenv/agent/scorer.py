@@ -131,7 +131,7 @@ class Featurizer:
         for c in cands:
             node = c.node
             role = node.role if node else "-"
-            label = node.name if node else ""
+            label = node.name if node else c.label
             lw = words(label)[:12]
             t = [f"k:{c.kind}", f"r:{role}", f"kr:{c.kind}|{role}", f"kp:{c.kind}|{page}", f"lk:{last_kind}|{c.kind}",
                  f"s:{min(ctx.step_index, 8)}|{c.kind}"]
@@ -273,6 +273,17 @@ def step_log_probs(scores: torch.Tensor, step_of_cand: torch.Tensor, n_steps: in
     return shifted - sums.log()[step_of_cand]
 
 
+def scores(model: ScorerModel, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+    """Flat scores of a collated batch (the training loop's one call into a ranker)."""
+    return model(batch["cand_tokens"], batch["cand_offsets"], batch["nums"], batch["ctx_tokens"],
+                 batch["ctx_offsets"], batch["step_of_cand"])
+
+
+def clip_parameters(model: ScorerModel) -> list[nn.Parameter]:
+    """Dense parameters whose gradient norm the training loop clips (sparse embeddings are not clipped)."""
+    return list(model.mlp.parameters())
+
+
 def optimizers(model: ScorerModel, lr: float) -> list[torch.optim.Optimizer]:
     """SparseAdam for the hashed embeddings (5x the dense learning rate), Adam for the MLP."""
     return [torch.optim.SparseAdam([model.cand.weight, model.ctx.weight], lr=lr * 5),
@@ -307,6 +318,4 @@ class Scorer:
     @torch.no_grad()
     def log_probs(self, ctx: Context, cands: Sequence[Candidate]) -> list[float]:
         batch = collate([self.example(ctx, cands)])
-        scores = self.model(batch["cand_tokens"], batch["cand_offsets"], batch["nums"], batch["ctx_tokens"],
-                            batch["ctx_offsets"], batch["step_of_cand"])
-        return step_log_probs(scores, batch["step_of_cand"], 1).tolist()
+        return step_log_probs(scores(self.model, batch), batch["step_of_cand"], 1).tolist()

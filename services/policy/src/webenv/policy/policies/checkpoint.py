@@ -1,8 +1,9 @@
 """Trained checkpoints served as policies, loaded without a restart (PolicyService.LoadCheckpoint).
 
 A checkpoint folder (written by the trainer onto the folder both services share) says in its
-`checkpoint.json` which model it holds: a candidate scorer (`webenv.agent.scorer`) is served by
-`ScorerPolicy`; a fine-tuned causal LM by the `llm` policy over its own transformers or vLLM backend.
+`checkpoint.json` which model it holds: a candidate ranker, the hashed scorer (`webenv.agent.scorer`) or the
+fine-tuned encoder (`webenv.agent.encoder`), is served by `ScorerPolicy` (the encoder's forward pass runs in a
+worker thread, off the event loop: ~10-200 ms a step); a fine-tuned causal LM by the `llm` policy over its own transformers or vLLM backend.
 Each is served under its family name (the newest version loaded) and under `<name>@<version>`, so a
 run can pin the version it collects with while a newer one is loaded for evaluation.
 """
@@ -30,18 +31,19 @@ log = logging.getLogger("webenv.policy.checkpoint")
 
 
 class ScorerPolicy:
-    """Ranks the proposer's candidate actions with a trained scorer; samples when a temperature is set."""
+    """Ranks the proposer's candidate actions with a trained ranker; samples when a temperature is set."""
 
-    backend = "scorer"
-
-    def __init__(self, meta: trainer_pb2.Checkpoint, scorer) -> None:
+    def __init__(self, meta: trainer_pb2.Checkpoint, scorer, backend: str = "scorer", threaded: bool = False) -> None:
         self.name = meta.name
         self.version = meta.ref
         self.model = meta.ref
+        self.backend = backend
         self.checkpoint_path = meta.path
-        self.description = (f"trained candidate scorer {meta.ref} ({trainer_pb2.TrainingAlgorithm.Name(meta.algorithm)}"
+        what = "fine-tuned encoder ranker" if backend == "encoder" else "trained candidate scorer"
+        self.description = (f"{what} {meta.ref} ({trainer_pb2.TrainingAlgorithm.Name(meta.algorithm)}"
                             f", {meta.total_steps} steps)")
         self.scorer = scorer
+        self.threaded = threaded
 
     async def act(self, request: policy_pb2.ActRequest) -> Decision:
         require_observation(request, self.name)
@@ -53,7 +55,8 @@ class ScorerPolicy:
         t0 = time.perf_counter()
         ctx = request_context(request)
         cands = propose(ctx)
-        logp = self.scorer.log_probs(ctx, cands)
+        logp = await asyncio.to_thread(self.scorer.log_probs, ctx, cands) if self.threaded else \
+            self.scorer.log_probs(ctx, cands)
         temperature = request.options.temperature
         if temperature > 0:
             rng = random.Random(f"{request.seed}/{request.episode_id}/{request.step_index}")
@@ -102,6 +105,11 @@ class CheckpointPolicies:
 
                     model = await asyncio.to_thread(scorer_lib.load, folder)
                     entry: tuple[Policy, object] = (ScorerPolicy(meta, scorer_lib.Scorer(model)), None)
+                elif meta.model == trainer_pb2.MODEL_KIND_ENCODER:
+                    from webenv.agent import encoder as encoder_lib
+
+                    model = await asyncio.to_thread(encoder_lib.load, folder)
+                    entry = (ScorerPolicy(meta, encoder_lib.Encoder(model), backend="encoder", threaded=True), None)
                 elif meta.model == trainer_pb2.MODEL_KIND_CAUSAL_LM:
                     entry = await self.make_llm(meta)
                 else:

@@ -1,0 +1,60 @@
+"""The candidate proposer on pages built unlike the synthetic web's templates: facts in prose, bullet lists and
+tables (the browser farm's AXTREE of tests/pages/*.html), remembered across pages, proposed as answers in
+formats of their own; and on a synthetic detail page it reads exactly what it read before."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from webenv.agent.candidates import context, page_facts, parse_axtree, propose
+from webenv.agent.steps import target_index
+from webenv.v1 import common_pb2
+
+PAGES = Path(__file__).with_name("pages")
+EXPECTED = json.loads((PAGES / "expected.json").read_text())
+
+
+def obs(page: str, url: str = "") -> common_pb2.Observation:
+    return common_pb2.Observation(url=url or f"http://shop.web.test/{page}.html",
+                                  axtree=(PAGES / f"{page}.axtree").read_text())
+
+
+@pytest.mark.parametrize("page", sorted(EXPECTED["pages"]))
+def test_facts_of_hand_made_pages(page):
+    facts = page_facts(parse_axtree(obs(page).axtree))
+    assert facts == [tuple(f) for f in EXPECTED["pages"][page]["facts"]], "every fact, and nothing else"
+
+
+@pytest.mark.parametrize("q", EXPECTED["questions"], ids=lambda q: q["instruction"][:40])
+def test_answers_proposed_for_questions_worded_unlike_the_page(q):
+    ctx = context(q["instruction"], obs(q["page"]), "", [], 0)
+    answers = {c.action.answer.text for c in propose(ctx) if c.kind == "answer"}
+    missing = [a for a in q["answers"] if a not in answers]
+    assert not missing, (missing, sorted(answers))
+
+
+def test_facts_are_remembered_after_leaving_the_page():
+    first = context("Who is the author of The Quiet Harbor?", obs("book"), "", [], 0)
+    home = common_pb2.Observation(url="http://shop.web.test/", axtree='[1] link "Home"\n[2] link "Our shelf"')
+    later = context(first.instruction, home, first.memory, [("click(2)", "")], 1)
+    assert "written by: Mara Ellison" in later.memory.splitlines()
+    fact = next(c for c in propose(later) if c.answer_type == "fact" and c.value == "Mara Ellison")
+    assert fact.label == "written by" and fact.action.answer.text == "Mara Ellison", "the value alone, not label: value"
+
+
+def test_synthetic_detail_page_reads_as_before():
+    page = obs("synthetic-detail", "http://shop-0000.web.test/products/P1019")
+    assert page_facts(parse_axtree(page.axtree)) == [
+        ("Price", "$59.95"), ("Brand", "Classicharbor"), ("Category", "Electronics"), ("Listed", "Feb 10, 2026"),
+        ("Rating", "2.0 / 5 (4 reviews)"), ("Color", "Orange"), ("Weight", "323 g"), ("Warranty", "1 years"),
+        ("In stock", "42")]
+    ctx = context('Go to Classic Beacon Store and check the warranty of "Classicharbor Nordic Headphones"; answer with '
+                  'the values.', page, "", [], 3)
+    cands = propose(ctx)
+    report = [c for c in cands if c.answer_type == "report"]
+    assert [c.value for c in report] == ["warranty: 1 years"]
+    # the oracle's answer maps to the report (the first candidate of the best overlap), as the trainer needs
+    rec = common_pb2.StepRecord(action=common_pb2.Action(answer=common_pb2.AnswerAction(text="warranty: 1 years")))
+    assert cands[target_index(rec, page, cands)].answer_type == "report"
