@@ -59,6 +59,9 @@ class EpisodeJob:
     task: common_pb2.Task
     seed: int
     horizon: int
+    group_id: str = ""  # the group rollout or branch group it belongs to (StoredEpisode.group_id)
+    parent_episode_id: str = ""  # a fork's anchor episode
+    branch_step: int = 0  # a fork's first own step
 
     def to_json(self) -> str:
         """Serialised for the Redis stream."""
@@ -70,6 +73,7 @@ class EpisodeJob:
                 "task": self.task.SerializeToString().hex(),
                 "seed": self.seed,
                 "horizon": self.horizon,
+                "group_id": self.group_id,
             }
         )
 
@@ -79,7 +83,7 @@ class EpisodeJob:
         d = json.loads(text)
         task = common_pb2.Task()
         task.ParseFromString(bytes.fromhex(d["task"]))
-        return cls(d["run_id"], d["episode_id"], d["index"], task, d["seed"], d["horizon"])
+        return cls(d["run_id"], d["episode_id"], d["index"], task, d["seed"], d["horizon"], d.get("group_id", ""))
 
 
 @dataclass(frozen=True)
@@ -142,6 +146,7 @@ class Episode:
     policy_model: str = ""
     policy_version: str = ""
     error: str = ""
+    env_step_base: int = 0  # steps taken before this session existed (a fork's copied prefix): the farm counts from 0
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     t0: float = field(default_factory=time.monotonic)
     finished_at: datetime | None = None
@@ -209,7 +214,8 @@ class Episode:
         index = len(self.steps)
         env = self.ctx.peers.env(self.env_address)
         req = environment_pb2.StepRequest(
-            session_id=self.session_id, action=act.action, step_index=index, timeout_seconds=self.ctx.step_timeout
+            session_id=self.session_id, action=act.action, step_index=index - self.env_step_base,
+            timeout_seconds=self.ctx.step_timeout,
         )
         t = time.monotonic()
         last_error = ""
@@ -446,6 +452,9 @@ class Episode:
             "version": version,
             "task_pb": task.SerializeToString().hex(),
             "policy_version": self.policy_version,
+            "group_id": self.job.group_id,
+            "parent_episode_id": self.job.parent_episode_id,
+            "branch_step": self.job.branch_step,
         }
         return {STEPS.name: step_rows, EPISODES.name: [episode]}
 
