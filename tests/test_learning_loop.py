@@ -140,6 +140,8 @@ def test_bad_job_specs_name_the_field(stack):
             run_ids=["run-1"], filter=collector_pb2.ExportFilter(split=common_pb2.SPLIT_TEST))),
         "spec.hyper.learning_rate": dict(hyper=trainer_pb2.Hyperparameters(learning_rate=3)),
         "spec.base_model_path": dict(model=trainer_pb2.MODEL_KIND_CAUSAL_LM),
+        "spec.options.reward": dict(options=trainer_pb2.AlgorithmOptions(reward=9)),
+        "spec.options.advantage_epsilon": dict(options=trainer_pb2.AlgorithmOptions(advantage_epsilon=2)),
     }
     for field, change in cases.items():
         spec = trainer_pb2.JobSpec()
@@ -154,6 +156,18 @@ def test_bad_job_specs_name_the_field(stack):
         code = err.value.code()
         assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), (field, code)
         assert field in err.value.details(), (field, err.value.details())
+    spec = trainer_pb2.JobSpec()
+    spec.CopyFrom(good)
+    spec.algorithm = 99  # an algorithm this trainer does not know
+    with pytest.raises(grpc.RpcError) as err:
+        trainer.StartJob(trainer_pb2.StartJobRequest(spec=spec), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "spec.algorithm" in err.value.details()
+    for bad in (dict(group_size=-1), dict(group_size=10**6), dict(branching=collector_pb2.Branching(count=99))):
+        with pytest.raises(grpc.RpcError) as err:
+            collector.StartRun(collector_pb2.StartRunRequest(spec=collector_pb2.RunSpec(policy="random", **bad)),
+                               timeout=30)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad
+        assert err.value.details().startswith(f"spec.{next(iter(bad))}"), err.value.details()
     # an unknown run is refused by the collector when the job reads it: the job fails, naming the field
     job = finish(trainer, start_job(trainer, good).job_id)
     assert job.state == trainer_pb2.JOB_STATE_FAILED and "spec.data" in job.error
@@ -192,3 +206,63 @@ def test_job_resumes_after_a_trainer_crash(stack):
     done = finish(trainer, job.job_id)
     assert done.state == trainer_pb2.JOB_STATE_SUCCEEDED, done.error
     assert done.resumes == 1 and done.progress.step == 400 and done.checkpoint.ref == "resume@1"
+
+
+def test_branching_on_the_farm_trains_and_loads(stack):
+    """Anchors rolled to step 1 and forked 3 times by the real farm (ForkSession: page, browser and site state), the
+    4 continuations judged and stored as branch groups, trained with BRANCHING, the checkpoint served; an errored
+    run read with them adds no example (an environment failure is never a reward of 0)."""
+    collector, trainer, policy, sites = stubs(stack)
+    task_ids = pick_tasks(sites)
+    demos = run(collector, "oracle", task_ids, seed=11)
+    weak = trainer_pb2.JobSpec(  # a few epochs: a policy that solves the tasks sometimes, so continuations differ
+        name="branchy", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_SCORER,
+        data=trainer_pb2.TrainingData(run_ids=[demos.run_id]),
+        hyper=trainer_pb2.Hyperparameters(epochs=4, batch_size=8, seed=3, validation_fraction=0.0))
+    job = finish(trainer, start_job(trainer, weak).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=job.checkpoint.ref), timeout=60)
+
+    # 4 anchors, 2 at a time (each holds 4 sessions after its fork): 16 episodes in ~2 min on 2 loaded cores
+    spec = collector_pb2.RunSpec(policy="branchy", seed=4, concurrency=2, episodes=16, episode_timeout_seconds=300,
+                                 branching=collector_pb2.Branching(count=3, at_step=1),
+                                 act_options=policy_pb2.ActOptions(temperature=1.5),
+                                 horizons=collector_pb2.Horizons(easy=5, medium=5, hard=5),
+                                 level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
+    spec.tasks.task_ids.extend(task_ids)
+    spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
+    spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+    r = collector.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=60).run
+    for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=r.run_id), timeout=600):
+        branched = resp.run
+    assert branched.state == collector_pb2.RUN_STATE_SUCCEEDED, branched.error
+    eps = read(collector, r.run_id)
+    forks = [ep for ep in eps if ep.parent_episode_id]
+    assert forks and not any(ep.error for ep in eps), [ep.error for ep in eps if ep.error][:3]
+    by_id = {ep.episode_id: ep for ep in eps}
+    for f in forks:
+        anchor = by_id[f.parent_episode_id]
+        assert f.group_id == anchor.group_id == anchor.episode_id and f.branch_step == 1
+        assert f.trajectory.steps[0].action_text == anchor.trajectory.steps[0].action_text
+        assert f.verdict.judge_version, "every continuation is judged"
+
+    dead = collector_pb2.RunSpec(policy="branchy", seed=5, episodes=2, env_address="127.0.0.1:9", max_retries=0,
+                                 level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
+    dead.tasks.task_ids.extend(task_ids)
+    d = collector.StartRun(collector_pb2.StartRunRequest(spec=dead), timeout=60).run
+    for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=d.run_id), timeout=300):
+        errored = resp.run
+    assert errored.counts.errored == 2
+
+    spec = trainer_pb2.JobSpec(
+        name="branchy", parent=job.checkpoint.ref, algorithm=trainer_pb2.TRAINING_ALGORITHM_BRANCHING,
+        model=trainer_pb2.MODEL_KIND_SCORER, options=trainer_pb2.AlgorithmOptions(reward=trainer_pb2.REWARD_KIND_FACT_GROUPS),
+        data=trainer_pb2.TrainingData(run_ids=[r.run_id, d.run_id]),
+        hyper=trainer_pb2.Hyperparameters(epochs=2, batch_size=8, seed=3, validation_fraction=0.0))
+    done = finish(trainer, start_job(trainer, spec).job_id)
+    rewards = [(ep.episode_id, round(ep.score, 2)) for ep in eps]
+    assert done.state == trainer_pb2.JOB_STATE_SUCCEEDED, (done.error, rewards)
+    assert done.progress.errored_episodes == 2, "read, counted, never trained on"
+    assert done.progress.examples > 0 and done.checkpoint.algorithm == trainer_pb2.TRAINING_ALGORITHM_BRANCHING
+    loaded = policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=done.checkpoint.ref), timeout=60)
+    assert loaded.policy.version == done.checkpoint.ref == "branchy@2"

@@ -37,6 +37,8 @@ from webenv.v1 import (
     trainer_pb2_grpc,
 )
 
+from .signals import ARMS
+
 KINDS = {common_pb2.TASK_KIND_INFORMATION: "information", common_pb2.TASK_KIND_NAVIGATION: "navigation",
          common_pb2.TASK_KIND_TRANSACTION: "transaction"}
 DIFFS = {common_pb2.DIFFICULTY_EASY: "easy", common_pb2.DIFFICULTY_MEDIUM: "medium", common_pb2.DIFFICULTY_HARD: "hard"}
@@ -54,7 +56,10 @@ class LoopConfig:
     eval_episodes: int = 200  # test split, greedy; the same tasks every time
     train_eval_episodes: int = 100  # train split, greedy
     temperature: float = 1.0
-    algorithm: str = "filtered_bc"  # or policy_gradient
+    algorithm: str = "filtered_bc"  # an arm of webenv.collector.signals.ARMS: policy_gradient, group, partial, branching
+    group_size: int = 4  # k of the group and branching arms (a branching anchor is forked k - 1 times)
+    branch_step: int = 2  # steps a branching anchor takes before it is forked
+    step_normalize: bool = False  # AsyncWebRL's 1/k step normaliser in the RL jobs
     bc_epochs: int = 40
     rl_epochs: int = 4
     sampling: str = "uniform"
@@ -126,7 +131,8 @@ class Loop:
 
     # -- collector ------------------------------------------------------------------------------------------------
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
-            kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = ()) -> collector_pb2.Run:
+            kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = (),
+            arm: bool = False) -> collector_pb2.Run:
         spec = collector_pb2.RunSpec(
             name=f"{self.cfg.name}/{label}", policy=policy, episodes=episodes, seed=seed, env_address=env_address,
             concurrency=self.cfg.concurrency, level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
@@ -142,6 +148,8 @@ class Loop:
         # the judge reads HTML (page criteria); the policy and the trainer read the AXTREE, the one format kept
         spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
         spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+        if arm:  # an RL iteration's collection, shaped by the algorithm's arm (groups, branching)
+            ARMS[self.cfg.algorithm].collect(spec, group_size=self.cfg.group_size, branch_step=self.cfg.branch_step)
         run = self.collector.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec),
                                       timeout=60).run
         t0 = time.monotonic()
@@ -193,6 +201,8 @@ class Loop:
             hyper=trainer_pb2.Hyperparameters(epochs=epochs, seed=self.cfg.seed, checkpoint_every=20),
             labels={"loop": label},
         )
+        if algorithm == self.rl_algorithm() and algorithm != trainer_pb2.TRAINING_ALGORITHM_BC:
+            ARMS[self.cfg.algorithm].job(spec, step_normalize=self.cfg.step_normalize)
         job = self.trainer.StartJob(trainer_pb2.StartJobRequest(request_id=os.urandom(8).hex(), spec=spec),
                                     timeout=60).job
         job = self.watch_job(job.job_id)
@@ -247,8 +257,7 @@ class Loop:
         return demos, cp
 
     def rl_algorithm(self) -> int:
-        return (trainer_pb2.TRAINING_ALGORITHM_POLICY_GRADIENT if self.cfg.algorithm == "policy_gradient"
-                else trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC)
+        return ARMS[self.cfg.algorithm].algorithm
 
     def run_loop(self) -> dict:
         cfg = self.cfg
@@ -267,7 +276,7 @@ class Loop:
             self.say(f"iteration {it}/{cfg.iterations}: collect with {cp.ref}")
             t0 = time.monotonic()
             run = self.run(f"collect-{it}", policy=cp.ref, split=common_pb2.SPLIT_TRAIN, episodes=cfg.collect_episodes,
-                           seed=cfg.seed * 1000 + it, temperature=cfg.temperature)
+                           seed=cfg.seed * 1000 + it, temperature=cfg.temperature, arm=True)
             self.timing.collect += time.monotonic() - t0
             data.append(run.run_id)
             cp = self.train(f"rl-{it}", algorithm, list(data), cp.ref, cfg.rl_epochs)
@@ -311,7 +320,7 @@ class Loop:
             t0 = time.monotonic()
             run = self.run(f"collect-{arm}", policy=bc.ref, split=common_pb2.SPLIT_TRAIN,
                            episodes=cfg.collect_episodes, seed=cfg.seed * 1000 + 1, temperature=cfg.temperature,
-                           env_address=env, sites=cfg.sim_sites)
+                           env_address=env, sites=cfg.sim_sites, arm=True)
             self.timing.collect += time.monotonic() - t0
             cp = self.train(f"dyna-{arm}", algorithm, [demos.run_id, run.run_id], bc.ref, cfg.rl_epochs)
             self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{arm}-test")
