@@ -13,7 +13,8 @@ A fork is stored as an episode of its own (``<anchor id>-b<j>``): its trajectory
 An anchor that ends before ``at_step`` is stored alone (the run plans fewer episodes); when the fork is refused
 (a MiniWoB page, a full node) the forks are stored as errored episodes, so the run's counts say so and no
 trainer reads them as failures. An environment failure errors the episode without a retry (a branch group's
-members must share one state, which a retried anchor would not).
+members must share one state, which a retried anchor would not). The group shares the episode's deadline (the
+task's timeout, else the run's): a fork has the time its anchor had left, as it continues the same episode.
 """
 
 from __future__ import annotations
