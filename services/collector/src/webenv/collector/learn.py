@@ -2,7 +2,7 @@
 
     oracle demos (train sites) -> trainer BC (warm start, v1) -> policy LoadCheckpoint -> evaluate (test sites)
     then N times: collect with the current version (train sites, sampling temperature)
-                  -> judge (in the collector) -> trainer FILTERED_BC / POLICY_GRADIENT from the parent
+                  -> judge (in the collector) -> trainer, the arm's algorithm (signals.py), from the parent
                   -> LoadCheckpoint -> evaluate (test sites, greedy; train sites, greedy)
 
 Iterations are bounded-staleness off-policy: iteration k collects with version k, and version k+1 is
