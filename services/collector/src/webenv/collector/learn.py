@@ -206,6 +206,10 @@ class Loop:
         job = self.trainer.StartJob(trainer_pb2.StartJobRequest(request_id=os.urandom(8).hex(), spec=spec),
                                     timeout=60).job
         job = self.watch_job(job.job_id)
+        if job.state == trainer_pb2.JOB_STATE_FAILED and parent and job.error.startswith("no training examples"):
+            # an iteration without signal (every group's rewards equal): no update, the parent goes on collecting
+            self.say(f"  {label}: no update ({job.error}); {parent} stays")
+            return self.trainer.GetCheckpoint(trainer_pb2.GetCheckpointRequest(ref=parent), timeout=30).checkpoint
         if job.state != trainer_pb2.JOB_STATE_SUCCEEDED:
             raise RuntimeError(f"training job {job.job_id} ended {trainer_pb2.JobState.Name(job.state)}: {job.error}")
         p = job.progress
