@@ -146,6 +146,8 @@ def test_bad_job_specs_name_the_field(stack):
             run_ids=["run-1"], filter=collector_pb2.ExportFilter(split=common_pb2.SPLIT_TEST))),
         "spec.hyper.learning_rate": dict(hyper=trainer_pb2.Hyperparameters(learning_rate=3)),
         "spec.base_model_path": dict(model=trainer_pb2.MODEL_KIND_CAUSAL_LM),
+        "spec.options.reward": dict(options=trainer_pb2.AlgorithmOptions(reward=9)),
+        "spec.options.advantage_epsilon": dict(options=trainer_pb2.AlgorithmOptions(advantage_epsilon=2)),
     }.items())
     for field, change in cases:
         spec = trainer_pb2.JobSpec()
@@ -160,6 +162,18 @@ def test_bad_job_specs_name_the_field(stack):
         code = err.value.code()
         assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), (field, code)
         assert field in err.value.details(), (field, err.value.details())
+    spec = trainer_pb2.JobSpec()
+    spec.CopyFrom(good)
+    spec.algorithm = 99  # an algorithm this trainer does not know
+    with pytest.raises(grpc.RpcError) as err:
+        trainer.StartJob(trainer_pb2.StartJobRequest(spec=spec), timeout=10)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "spec.algorithm" in err.value.details()
+    for bad in (dict(group_size=-1), dict(group_size=10**6), dict(branching=collector_pb2.Branching(count=99))):
+        with pytest.raises(grpc.RpcError) as err:
+            collector.StartRun(collector_pb2.StartRunRequest(spec=collector_pb2.RunSpec(policy="random", **bad)),
+                               timeout=30)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, bad
+        assert err.value.details().startswith(f"spec.{next(iter(bad))}"), err.value.details()
     # an unknown run is refused by the collector when the job reads it: the job fails, naming the field
     job = finish(trainer, start_job(trainer, good).job_id)
     assert job.state == trainer_pb2.JOB_STATE_FAILED and "spec.data" in job.error
@@ -266,3 +280,92 @@ def test_encoder_trains_loads_acts_and_round_trips(stack):
     served = policy.Act(req, timeout=120)
     logp = local.log_probs(step.ctx, step.candidates)
     assert step.candidates[max(range(len(logp)), key=logp.__getitem__)].text == served.action_text
+
+
+def test_branching_on_the_farm_trains_and_loads(stack):
+    """Anchors rolled to step 1 and forked 3 times by the real farm (ForkSession: page, browser and site state), the
+    4 continuations judged and stored as branch groups, trained with BRANCHING, the checkpoint served; an errored
+    run read with them adds no example (an environment failure is never a reward of 0)."""
+    collector, trainer, policy, sites = stubs(stack)
+    task_ids = pick_tasks(sites)
+    demos = run(collector, "oracle", task_ids, seed=11)
+    # BC that solves the tasks greedily but is not sure of it, sampled at temperature 1, so continuations differ.
+    # Measured on these tasks' demonstrations: after 12 epochs each step takes the target 60-96% of the time (a
+    # 3-step continuation passes ~50%, a group of 4 is mixed ~85%); 4 epochs solved nothing and 80 epochs chose
+    # every target with p = 1.000 (every group flat: no examples), at temperature 1.5 too.
+    weak = trainer_pb2.JobSpec(
+        name="branchy", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_SCORER,
+        data=trainer_pb2.TrainingData(run_ids=[demos.run_id]),
+        hyper=trainer_pb2.Hyperparameters(epochs=12, batch_size=8, seed=3, validation_fraction=0.0))
+    job = finish(trainer, start_job(trainer, weak).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=job.checkpoint.ref), timeout=60)
+
+    # 3 anchors, one at a time (each holds 4 sessions after its fork, within the task's 60 s deadline)
+    spec = collector_pb2.RunSpec(policy="branchy", seed=4, concurrency=1, episodes=12,
+                                 branching=collector_pb2.Branching(count=3, at_step=1),
+                                 act_options=policy_pb2.ActOptions(temperature=1.0),
+                                 horizons=collector_pb2.Horizons(easy=5, medium=5, hard=5),
+                                 level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
+    spec.tasks.task_ids.extend(task_ids)
+    spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
+    spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+    r = collector.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=60).run
+    for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=r.run_id), timeout=600):
+        branched = resp.run
+    assert branched.state == collector_pb2.RUN_STATE_SUCCEEDED, branched.error
+    eps = read(collector, r.run_id)
+    forks = [ep for ep in eps if ep.parent_episode_id and not ep.error]
+    # on a loaded machine a fork's page load or a deadline may fail: those are errored episodes, never rewards
+    branch_errors = [ep.error for ep in eps if ep.error]
+    assert forks and len(branch_errors) < len(eps) / 2, branch_errors[:3]
+    by_id = {ep.episode_id: ep for ep in eps}
+    for f in forks:
+        anchor = by_id[f.parent_episode_id]
+        assert f.group_id == anchor.group_id == anchor.episode_id and f.branch_step == 1
+        assert f.trajectory.steps[0].action_text == anchor.trajectory.steps[0].action_text
+        assert f.verdict.judge_version, "every continuation is judged"
+
+    dead = collector_pb2.RunSpec(policy="branchy", seed=5, episodes=2, env_address="127.0.0.1:9", max_retries=0,
+                                 level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
+    dead.tasks.task_ids.extend(task_ids)
+    d = collector.StartRun(collector_pb2.StartRunRequest(spec=dead), timeout=60).run
+    for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=d.run_id), timeout=300):
+        errored = resp.run
+    assert errored.counts.errored == 2
+
+    spec = trainer_pb2.JobSpec(
+        name="branchy", parent=job.checkpoint.ref, algorithm=trainer_pb2.TRAINING_ALGORITHM_BRANCHING,
+        model=trainer_pb2.MODEL_KIND_SCORER, options=trainer_pb2.AlgorithmOptions(reward=trainer_pb2.REWARD_KIND_FACT_GROUPS),
+        data=trainer_pb2.TrainingData(run_ids=[r.run_id, d.run_id]),
+        hyper=trainer_pb2.Hyperparameters(epochs=2, batch_size=8, seed=3, validation_fraction=0.0))
+    done = finish(trainer, start_job(trainer, spec).job_id)
+    rewards = [(ep.episode_id, round(ep.score, 2)) for ep in eps]
+    assert done.state == trainer_pb2.JOB_STATE_SUCCEEDED, (done.error, rewards)
+    assert done.progress.errored_episodes == 2 + len(branch_errors), "read, counted, never trained on"
+    assert done.progress.examples > 0 and done.checkpoint.algorithm == trainer_pb2.TRAINING_ALGORITHM_BRANCHING
+    loaded = policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=done.checkpoint.ref), timeout=60)
+    assert loaded.policy.version == done.checkpoint.ref == "branchy@2"
+
+
+def test_group_rollouts_on_the_farm_and_flat_groups_give_no_signal(stack):
+    """k rollouts per task through the farm, stored with one group id each; the oracle passes every one, so every
+    group's rewards are equal and GROUP_RELATIVE has nothing to learn: the job says so instead of training."""
+    collector, trainer, _, sites = stubs(stack)
+    spec = collector_pb2.RunSpec(policy="oracle", seed=6, concurrency=3, repeats=1, group_size=2,
+                                 level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
+    spec.tasks.task_ids.extend(pick_tasks(sites))
+    spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
+    spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+    r = collector.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=60).run
+    for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=r.run_id), timeout=600):
+        last = resp.run
+    assert last.state == collector_pb2.RUN_STATE_SUCCEEDED and last.counts.finished == 6, last.error
+    groups: dict[str, set[str]] = {}
+    for ep in read(collector, r.run_id):
+        groups.setdefault(ep.group_id, set()).add(ep.task.task_id)
+    assert len(groups) == 3 and all(len(t) == 1 for t in groups.values()) and "" not in groups
+    job = finish(trainer, start_job(trainer, trainer_pb2.JobSpec(
+        name="grp", algorithm=trainer_pb2.TRAINING_ALGORITHM_GROUP_RELATIVE, model=trainer_pb2.MODEL_KIND_SCORER,
+        data=trainer_pb2.TrainingData(run_ids=[r.run_id]))).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_FAILED and "3 groups with equal rewards" in job.error, job.error

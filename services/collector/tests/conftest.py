@@ -128,6 +128,8 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         self.opened = 0
         self.closed = 0
         self.steps_taken = 0
+        self.forks = 0
+        self.refuse_forks = False
 
     async def OpenSession(self, request, context):
         sid = uuid.uuid4().hex[:10]
@@ -179,6 +181,25 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         async for response in serve_in_completion_order(request_iterator, answer, environment_pb2.StepStreamResponse,
                                                         max_inflight=STEP_STREAM_MAX_INFLIGHT):
             yield response
+
+    async def ForkSession(self, request, context):
+        """Copies of a session at its page (its step count starts again at 0, as the farm's forks do)."""
+        parent = self.sessions.get(request.session_id)
+        if parent is None:
+            await context.abort(grpc.StatusCode.NOT_FOUND, "no such session")
+        if self.refuse_forks:
+            await context.abort(grpc.StatusCode.FAILED_PRECONDITION, "this page's state cannot be copied")
+        self.forks += 1
+        out = []
+        for _ in range(request.count):
+            sid = uuid.uuid4().hex[:10]
+            self.sessions[sid] = _Session(parent.site, parent.page, episode_id=parent.episode_id)
+            self.opened += 1
+            out.append(environment_pb2.OpenSessionResponse(
+                session=environment_pb2.Session(session_id=sid, state=environment_pb2.SESSION_STATE_OPEN,
+                                                env_kind=common_pb2.ENV_KIND_BROWSER, node=self.name),
+                observation=page_obs(parent.site, parent.page)))
+        return environment_pb2.ForkSessionResponse(sessions=out)
 
     async def CloseSession(self, request, context):
         s = self.sessions.pop(request.session_id, None)

@@ -42,6 +42,7 @@ SAMPLING = {
     "uniform": collector_pb2.SAMPLING_STRATEGY_UNIFORM,
     "easy-only": collector_pb2.SAMPLING_STRATEGY_EASY_ONLY,
     "hard-biased": collector_pb2.SAMPLING_STRATEGY_HARD_BIASED,
+    "frontier": collector_pb2.SAMPLING_STRATEGY_FRONTIER,
 }
 MODES = {"async": collector_pb2.ROLLOUT_MODE_ASYNC, "lock-step": collector_pb2.ROLLOUT_MODE_LOCK_STEP}
 FORMATS = {
@@ -271,7 +272,7 @@ def run(
     horizon: int = typer.Option(0, help="Step cap of every episode (0 = 10/20/30 by difficulty)."),
     finish_fraction: float = typer.Option(0.0, help="End the run once this fraction of episodes is stored "
                                                     "(straggler cutoff; 0 = all)."),
-    sampling: str = typer.Option("uniform", help="uniform, easy-only or hard-biased."),
+    sampling: str = typer.Option("uniform", help="uniform, easy-only, hard-biased or frontier."),
     mode: str = typer.Option("async", help="async or lock-step (baseline)."),
     concurrency: int = typer.Option(0, help="Episodes in flight (0 = the collector's default)."),
     task_limit: int = typer.Option(0, help="Tasks drawn from the catalog (0 = all)."),
@@ -539,12 +540,17 @@ def train(
     overlap: bool = typer.Option(False, help="Evaluate each version while the next iteration collects with it "
                                              "(same data, less wall time; the report gives wall time per iteration)."),
     temperature: float = typer.Option(1.0, help="Sampling temperature while collecting."),
-    algorithm: str = typer.Option("filtered_bc", help="filtered_bc (WebGym) or policy_gradient."),
+    algorithm: str = typer.Option("filtered_bc", help="filtered_bc (WebGym), policy_gradient, group (GRPO), partial "
+                                  "(fact-group credit + subtask relabeling) or branching (forked rollouts)."),
+    group_size: int = typer.Option(4, help="(group, branching) episodes per group: k rollouts of a task, or an "
+                                   "anchor and its k - 1 forks."),
+    branch_step: int = typer.Option(2, help="(branching) steps an anchor takes before it is forked."),
+    step_normalize: bool = typer.Option(False, help="Divide each episode's step weights by its steps (1/k)."),
     model: str = typer.Option("scorer", help="The ranker trained: scorer (hashed features, trains in minutes) or encoder "
                                              "(fine-tuned all-MiniLM-L6-v2; slower per example, its first epoch most)."),
     bc_epochs: int = typer.Option(40),
     rl_epochs: int = typer.Option(4),
-    sampling: str = typer.Option("uniform", help="uniform, easy-only or hard-biased task sampling."),
+    sampling: str = typer.Option("uniform", help="uniform, easy-only, hard-biased or frontier task sampling."),
     concurrency: int = typer.Option(0),
     baselines: str = typer.Option("random,explore", help="Policies evaluated on the test split beside (comma list)."),
     baseline_eval: int = typer.Option(100, help="Test-split episodes per baseline policy."),
@@ -563,16 +569,20 @@ def train(
 ) -> None:
     """The learning loop: oracle demos -> BC warm start -> N x (collect -> judge -> train -> load -> evaluate)."""
     from webenv.collector.learn import Loop, LoopConfig, write_report
+    from webenv.collector.signals import ARMS
 
-    if algorithm not in ("filtered_bc", "policy_gradient"):
-        raise typer.BadParameter(f"{algorithm!r}: expected filtered_bc or policy_gradient", param_hint="--algorithm")
+    if algorithm not in ARMS:
+        raise typer.BadParameter(f"{algorithm!r}: expected one of {', '.join(ARMS)}", param_hint="--algorithm")
+    if not 2 <= group_size <= 33:
+        raise typer.BadParameter("must be within 2..33", param_hint="--group-size")
     _choice(sampling, SAMPLING, "--sampling")
     if model not in ("scorer", "encoder"):
         raise typer.BadParameter(f"{model!r}: expected scorer or encoder", param_hint="--model")
     cfg = LoopConfig(name=name, model=model, demo_episodes=demos, reference_demo_episodes=reference_demos, iterations=iterations,
                      collect_episodes=collect, eval_episodes=eval_episodes, train_eval_episodes=train_eval,
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
-                     sampling=sampling, concurrency=concurrency,
+                     sampling=sampling, concurrency=concurrency, group_size=group_size, branch_step=branch_step,
+                     step_normalize=step_normalize,
                      baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
                      out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
                      family_episodes=family_eval, miniwob_tasks=miniwob_tasks, oracle_slack=oracle_slack,

@@ -35,9 +35,10 @@ from google.protobuf import json_format
 from webenv import errors
 from webenv.collector import metrics, sampling
 from webenv.collector import spec as specs
+from webenv.collector.branch import run_branched
 from webenv.collector.episode import Context, Episode, EpisodeJob, Tally, run_episode, run_lock_step
 from webenv.collector.run import RunContext, run_from_row, run_row
-from webenv.collector.schema import RUNS, STATE_NAMES, version_now
+from webenv.collector.schema import EPISODES, RUNS, STATE_NAMES, version_now
 from webenv.collector.store import AsyncStore
 from webenv.collector.writer import Writer
 from webenv.v1 import collector_pb2, common_pb2, policy_pb2, task_pb2
@@ -101,15 +102,27 @@ class Engine:
                                          reason="DEPENDENCY_DOWN")
             self._admission()
             resolved = specs.resolve(spec, self.config.defaults)
-            self._check_size(resolved.episodes or resolved.repeats, "spec.episodes" if resolved.episodes else "spec.repeats")
+            if resolved.branching.count and self.queue is not None:
+                raise errors.FailedPrecondition(
+                    "spec.branching: a branch group shares one anchor session, so it runs on one collector; this "
+                    "collector shares a work queue (WEBENV_REDIS_URL): start branching runs on one without",
+                    reason="BRANCHING_NOT_SHARED", metadata={"field": "spec.branching"})
+            per_draw = specs.per_draw(resolved)
+            self._check_size(resolved.episodes or resolved.repeats * per_draw,
+                             "spec.episodes" if resolved.episodes else "spec.repeats")
             solvable, reveal = await self._solvable(resolved.policy)
             tasks, skipped = await self._tasks(resolved, solvable)
             if not resolved.episodes:
-                self._check_size(len(sampling.eligible(tasks, resolved.sampling)) * resolved.repeats,
+                self._check_size(len(sampling.eligible(tasks, resolved.sampling)) * resolved.repeats * per_draw,
                                  "spec.repeats" if resolved.repeats > 1 else "spec.tasks")
-            planned = sampling.plan(
-                tasks, strategy=resolved.sampling, episodes=resolved.episodes, repeats=resolved.repeats,
-                seed=resolved.seed,
+            history = (await self._history(resolved)
+                       if resolved.sampling == collector_pb2.SAMPLING_STRATEGY_FRONTIER else None)
+            branches = resolved.branching.count
+            planned = sampling.plan(  # a branching run plans its anchors: the forks are made while it runs
+                tasks, strategy=resolved.sampling,
+                episodes=resolved.episodes // (branches + 1) if branches else resolved.episodes,
+                repeats=resolved.repeats, seed=resolved.seed, group_size=1 if branches else resolved.group_size,
+                history=history,
             )
             matches = len(tasks)
             del tasks
@@ -126,11 +139,12 @@ class Engine:
                     self._requests.popitem(last=False)
             jobs = [
                 EpisodeJob(run_id, f"{run_id}-{p.index:06d}", p.index, p.task, p.seed, specs.horizon_for(resolved, p.task),
-                           reveal_solution=reveal)
+                           reveal_solution=reveal,
+                           group_id=f"{run_id}-g{p.group:06d}" if p.group >= 0 else "")
                 for p in planned
             ]
             run = collector_pb2.Run(run_id=run_id, spec=resolved, state=collector_pb2.RUN_STATE_PENDING)
-            run.counts.planned = len(jobs)
+            run.counts.planned = len(jobs) * (branches + 1)
             run.counts.skipped_tasks = skipped
             if skipped:
                 log.info("run %s: left out %d matching tasks policy %r has no solution for", run_id, skipped,
@@ -174,6 +188,20 @@ class Engine:
             return None, False
         solved = set(info.solved_task_ids)
         return (lambda t: bool(len(t.oracle)) or t.task_id in solved), True
+
+    async def _history(self, spec: collector_pb2.RunSpec) -> dict[str, sampling.TaskHistory]:
+        """Per task, how often the run's policy was tried and passed (the frontier's pass rates), from the store:
+        the stored, non-errored episodes of ``history_run_ids``, or of the policy's family when none are named."""
+        if spec.history_run_ids:
+            where, params = "run_id IN {runs:Array(String)}", {"runs": list(spec.history_run_ids)}
+        else:
+            family = spec.policy.partition("@")[0]
+            where, params = "(policy = {family:String} OR startsWith(policy, {prefix:String}))", {
+                "family": family, "prefix": family + "@"}
+        rows = await self.store.query(
+            f"SELECT task_id, count() AS tried, sum(passed) AS passed FROM {{db}}.{EPISODES} FINAL "
+            f"WHERE error = '' AND {where} GROUP BY task_id", params)
+        return {r["task_id"]: sampling.TaskHistory(int(r["tried"]), int(r["passed"])) for r in rows}
 
     async def _run_for_request(self, request_id: str) -> collector_pb2.Run:
         run_id = self._requests[request_id]
@@ -400,6 +428,32 @@ class Engine:
         await asyncio.shield(store)
         return ep
 
+    async def run_branch_job(
+        self,
+        rc: RunContext,
+        job: EpisodeJob,
+        spec: collector_pb2.RunSpec,
+        addresses: list[str],
+        on_ran: Callable[[], bool | None] | None = None,
+    ) -> list[Episode]:
+        """Run an anchor and its forks (branch.run_branched) and store them all; an anchor that ended before the
+        fork takes its forks out of the plan."""
+        metrics.EPISODES_STARTED.inc()
+        metrics.IN_FLIGHT.inc()
+        try:
+            eps = await run_branched(job, spec, self.ctx, addresses)
+        finally:
+            metrics.IN_FLIGHT.dec()
+        missing = spec.branching.count + 1 - len(eps)
+        rc.run.counts.planned -= missing
+        rc.run.counts.started += len(eps) - 1
+        urgent = bool(on_ran()) if on_ran is not None else False
+        store = asyncio.ensure_future(asyncio.gather(*(self.store_episode(rc, ep, urgent=urgent) for ep in eps)))
+        rc.storing.add(store)
+        store.add_done_callback(rc.storing.discard)
+        await asyncio.shield(store)
+        return eps
+
     async def run_queued(self, job: EpisodeJob, spec: collector_pb2.RunSpec) -> Tally:
         """The work queue's job (``WorkQueue.start``): run and store one episode of a shared run, durably (store or
         spool) by the time it returns, and say what counting it needs (the queue counts it in Redis)."""
@@ -430,7 +484,10 @@ class Engine:
                 return fed_all and running == 0
 
             try:
-                await self.run_job(rc, job, spec, addresses, on_ran=free)
+                if spec.branching.count:
+                    await self.run_branch_job(rc, job, spec, addresses, on_ran=free)
+                else:
+                    await self.run_job(rc, job, spec, addresses, on_ran=free)
             finally:
                 free()
                 if rc.run.counts.finished >= rc.target:

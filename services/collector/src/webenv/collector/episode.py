@@ -61,6 +61,9 @@ class EpisodeJob:
     horizon: int
     # whether the policy declared needs_solution (the oracle): only then does it get the whole task
     reveal_solution: bool = False
+    group_id: str = ""  # the group rollout or branch group it belongs to (StoredEpisode.group_id)
+    parent_episode_id: str = ""  # a fork's anchor episode
+    branch_step: int = 0  # a fork's first own step
 
     def to_json(self) -> str:
         """Serialised for the Redis stream."""
@@ -73,6 +76,7 @@ class EpisodeJob:
                 "seed": self.seed,
                 "horizon": self.horizon,
                 "reveal_solution": self.reveal_solution,
+                "group_id": self.group_id,
             }
         )
 
@@ -83,7 +87,7 @@ class EpisodeJob:
         task = common_pb2.Task()
         task.ParseFromString(bytes.fromhex(d["task"]))
         return cls(d["run_id"], d["episode_id"], d["index"], task, d["seed"], d["horizon"],
-                   bool(d.get("reveal_solution", False)))
+                   reveal_solution=bool(d.get("reveal_solution", False)), group_id=d.get("group_id", ""))
 
     def policy_task(self) -> common_pb2.Task:
         """The task as the policy is shown it: whole for a policy that needs the solution, else stripped of
@@ -151,6 +155,7 @@ class Episode:
     policy_model: str = ""
     policy_version: str = ""
     error: str = ""
+    env_step_base: int = 0  # steps taken before this session existed (a fork's copied prefix): the farm counts from 0
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     t0: float = field(default_factory=time.monotonic)
     finished_at: datetime | None = None
@@ -221,7 +226,8 @@ class Episode:
         index = len(self.steps)
         env = self.ctx.peers.env(self.env_address)
         req = environment_pb2.StepRequest(
-            session_id=self.session_id, action=act.action, step_index=index, timeout_seconds=self.ctx.step_timeout
+            session_id=self.session_id, action=act.action, step_index=index - self.env_step_base,
+            timeout_seconds=self.ctx.step_timeout,
         )
         t = time.monotonic()
         last_error = ""
@@ -458,6 +464,9 @@ class Episode:
             "version": version,
             "task_pb": task.SerializeToString().hex(),
             "policy_version": self.policy_version,
+            "group_id": self.job.group_id,
+            "parent_episode_id": self.job.parent_episode_id,
+            "branch_step": self.job.branch_step,
         }
         return {STEPS.name: step_rows, EPISODES.name: [episode]}
 

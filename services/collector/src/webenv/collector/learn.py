@@ -2,7 +2,7 @@
 
     oracle demos (train sites) -> trainer BC (warm start, v1) -> policy LoadCheckpoint -> evaluate
     then N times: collect with the current version (train sites, sampling temperature)
-                  -> judge (in the collector) -> trainer FILTERED_BC / POLICY_GRADIENT from the parent
+                  -> judge (in the collector) -> trainer, the arm's algorithm (signals.py), from the parent
                   -> LoadCheckpoint -> evaluate (greedy)
 
 Every checkpoint is evaluated on the suites of `SUITES`, each saying what "unseen" means for its row: validation
@@ -53,6 +53,8 @@ from webenv.v1 import (
     trainer_pb2_grpc,
 )
 
+from .signals import ARMS
+
 #: What "unseen" means on each suite's rows.
 SUITES = {
     "train": "seen: the training websites themselves",
@@ -81,7 +83,10 @@ class LoopConfig:
     eval_episodes: int = 200  # test split, greedy; the same tasks every time
     train_eval_episodes: int = 100  # train split, greedy
     temperature: float = 1.0
-    algorithm: str = "filtered_bc"  # or policy_gradient
+    algorithm: str = "filtered_bc"  # an arm of webenv.collector.signals.ARMS: policy_gradient, group, partial, branching
+    group_size: int = 4  # k of the group and branching arms (a branching anchor is forked k - 1 times)
+    branch_step: int = 2  # steps a branching anchor takes before it is forked
+    step_normalize: bool = False  # AsyncWebRL's 1/k step normaliser in the RL jobs
     model: str = "scorer"  # the ranker trained: scorer (hashed features) or encoder (fine-tuned all-MiniLM-L6-v2)
     bc_epochs: int = 40
     rl_epochs: int = 4
@@ -176,7 +181,7 @@ class Loop:
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
             kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = (),
             families: tuple[str, ...] | None = None, task_ids: tuple[str, ...] = (),
-            concurrency: int = 0) -> collector_pb2.Run:
+            concurrency: int = 0, arm: bool = False) -> collector_pb2.Run:
         """A run on synthetic tasks of ``split`` (of the trained families unless ``families`` names others), or on
         the MiniWoB++ ``task_ids``."""
         spec = collector_pb2.RunSpec(
@@ -201,6 +206,8 @@ class Loop:
         if task_ids:  # MiniWoB's links are spans the oracle's click-link script finds in the DOM format
             spec.observation_spec.formats.append(common_pb2.OBSERVATION_FORMAT_DOM)
         spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+        if arm:  # an RL iteration's collection, shaped by the algorithm's arm (groups, branching)
+            ARMS[self.cfg.algorithm].collect(spec, group_size=self.cfg.group_size, branch_step=self.cfg.branch_step)
         run = self.collector.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec),
                                       timeout=60).run
         t0 = time.monotonic()
@@ -326,9 +333,15 @@ class Loop:
             hyper=trainer_pb2.Hyperparameters(epochs=epochs, seed=self.cfg.seed, checkpoint_every=20),
             labels={"loop": label},
         )
+        if algorithm == self.rl_algorithm() and algorithm != trainer_pb2.TRAINING_ALGORITHM_BC:
+            ARMS[self.cfg.algorithm].job(spec, step_normalize=self.cfg.step_normalize)
         job = self.trainer.StartJob(trainer_pb2.StartJobRequest(request_id=os.urandom(8).hex(), spec=spec),
                                     timeout=60).job
         job = self.watch_job(job.job_id)
+        if job.state == trainer_pb2.JOB_STATE_FAILED and parent and job.error.startswith("no training examples"):
+            # an iteration without signal (every group's rewards equal): no update, the parent goes on collecting
+            self.say(f"  {label}: no update ({job.error}); {parent} stays")
+            return self.trainer.GetCheckpoint(trainer_pb2.GetCheckpointRequest(ref=parent), timeout=30).checkpoint
         if job.state != trainer_pb2.JOB_STATE_SUCCEEDED:
             raise RuntimeError(f"training job {job.job_id} ended {trainer_pb2.JobState.Name(job.state)}: {job.error}")
         p = job.progress
@@ -376,7 +389,7 @@ class Loop:
         cfg = self.cfg
         t0 = time.monotonic()
         run = self.run(f"collect-{it}", policy=version, split=common_pb2.SPLIT_TRAIN, episodes=cfg.collect_episodes,
-                       seed=cfg.seed * 1000 + it, temperature=cfg.temperature)
+                       seed=cfg.seed * 1000 + it, temperature=cfg.temperature, arm=True)
         self.timing.collect += time.monotonic() - t0
         return run
 
@@ -394,8 +407,7 @@ class Loop:
         return demos, cp
 
     def rl_algorithm(self) -> int:
-        return (trainer_pb2.TRAINING_ALGORITHM_POLICY_GRADIENT if self.cfg.algorithm == "policy_gradient"
-                else trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC)
+        return ARMS[self.cfg.algorithm].algorithm
 
     def run_loop(self) -> dict:
         cfg = self.cfg
@@ -506,7 +518,7 @@ class Loop:
             t0 = time.monotonic()
             run = self.run(f"collect-{arm}", policy=bc.ref, split=common_pb2.SPLIT_TRAIN,
                            episodes=cfg.collect_episodes, seed=cfg.seed * 1000 + 1, temperature=cfg.temperature,
-                           env_address=env, sites=cfg.sim_sites)
+                           env_address=env, sites=cfg.sim_sites, arm=True)
             self.timing.collect += time.monotonic() - t0
             cp = self.train(f"dyna-{arm}", algorithm, [demos.run_id, run.run_id], bc.ref, cfg.rl_epochs)
             self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{arm}-test")

@@ -31,7 +31,7 @@ _ENV_KINDS = {v: k for k, v in ENV_KIND_NAMES.items()}
 _EPISODE_LIGHT = (
     "run_id, episode_id, task_id, passed, score, policy, policy_version, split, level, horizon, truncated, error, "
     "verdict_json, steps, duration_seconds, finished_at, task_pb, final_answer, site_state_json, env_reward, "
-    "env_kind, instruction"
+    "env_kind, instruction, group_id, parent_episode_id, branch_step"
 )
 _EPISODE_FINAL = "final_url, final_axtree, final_html, final_markdown"
 
@@ -149,6 +149,7 @@ def stored_episode(row: dict, steps: list[dict] | None) -> collector_pb2.StoredE
         policy=row["policy"], policy_version=row["policy_version"], split=_SPLITS.get(row["split"], 0),
         level=_LEVELS.get(row["level"], 0), horizon=row["horizon"], truncated=bool(row["truncated"]),
         error=row["error"], step_count=row["steps"], duration_seconds=row["duration_seconds"],
+        group_id=row["group_id"], parent_episode_id=row["parent_episode_id"], branch_step=row["branch_step"],
     )
     if row["task_pb"]:
         ep.task.ParseFromString(bytes.fromhex(row["task_pb"]))

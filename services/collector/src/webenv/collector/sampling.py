@@ -1,9 +1,20 @@
-"""Drawing a run's episodes from the task catalog (WebGym's sampling variants), reproducibly by seed."""
+"""Drawing a run's episodes from the task catalog (WebGym's sampling variants), reproducibly by seed.
+
+Group rollouts (``group_size`` k): each draw is one task run k times with distinct seeds, the group's episodes
+planned next to each other so that a straggler cutoff leaves whole groups rather than one episode of many.
+
+The frontier curriculum weighs each task by p(1 - p), p its Laplace-smoothed pass rate (passed + 1) / (tried + 2)
+in the policy's stored episodes: the variance of a Bernoulli reward, which is what a group-relative or
+baseline-corrected gradient can learn from (a task always solved or always failed gives every rollout the same
+reward, so no signal). Smoothing instead of a floor constant: a task never tried weighs 1/4 (as much as one solved
+half the time), one failed once 2/9, one failed 20 times of 20 ~0.04, so it is still drawn now and then and the
+curriculum notices when it moves.
+"""
 
 from __future__ import annotations
 
 import random
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from webenv.v1 import collector_pb2, common_pb2
@@ -18,11 +29,27 @@ HARD_BIAS_WEIGHTS = {
 
 @dataclass(frozen=True)
 class PlannedEpisode:
-    """One episode to run: which task, its index in the run and its seed."""
+    """One episode to run: which task, its index in the run, its seed and its group (the draw it belongs to)."""
 
     index: int
     task: common_pb2.Task
     seed: int
+    group: int = -1  # the draw's index when the run has groups (-1: none)
+
+
+@dataclass(frozen=True)
+class TaskHistory:
+    """How often the policy was tried on one task and passed it (stored, non-errored episodes)."""
+
+    tried: int
+    passed: int
+
+
+def frontier_weight(h: TaskHistory | None) -> float:
+    """p(1 - p) with p = (passed + 1) / (tried + 2); 1/4 for a task never tried."""
+    tried, passed = (h.tried, h.passed) if h is not None else (0, 0)
+    p = (passed + 1) / (tried + 2)
+    return p * (1 - p)
 
 
 def eligible(tasks: Sequence[common_pb2.Task], strategy: int) -> list[common_pb2.Task]:
@@ -33,27 +60,43 @@ def eligible(tasks: Sequence[common_pb2.Task], strategy: int) -> list[common_pb2
 
 
 def plan(
-    tasks: Sequence[common_pb2.Task], *, strategy: int, episodes: int, repeats: int, seed: int
+    tasks: Sequence[common_pb2.Task], *, strategy: int, episodes: int, repeats: int, seed: int, group_size: int = 1,
+    history: Mapping[str, TaskHistory] | None = None,
 ) -> list[PlannedEpisode]:
     """The run's episodes in order.
 
-    With ``episodes`` > 0 tasks are drawn (uniformly or hard-biased) with replacement; otherwise each task is run
-    ``repeats`` times. Task order is shuffled by the seed, so a partial run (straggler cutoff) is still a fair sample.
+    With ``episodes`` > 0, ``episodes / group_size`` tasks are drawn (uniformly, hard-biased or on the frontier)
+    with replacement; otherwise each task is drawn ``repeats`` times (the frontier draws as many, by weight).
+    Every draw yields ``group_size`` episodes with distinct seeds. Draw order is shuffled by the seed, so a
+    partial run (straggler cutoff) is still a fair sample.
     """
     pool = eligible(tasks, strategy)
     rng = random.Random(seed)
     if not pool:
         return []
-    if episodes > 0:
+    k = max(group_size, 1)
+    draws = episodes // k if episodes > 0 else len(pool) * max(repeats, 1)
+    if strategy == collector_pb2.SAMPLING_STRATEGY_FRONTIER:
+        hist = history or {}
+        chosen = rng.choices(pool, weights=[frontier_weight(hist.get(t.task_id)) for t in pool], k=draws)
+    elif episodes > 0:
         if strategy == collector_pb2.SAMPLING_STRATEGY_HARD_BIASED:
             weights = [HARD_BIAS_WEIGHTS.get(t.difficulty, 2.0) for t in pool]
-            chosen = rng.choices(pool, weights=weights, k=episodes)
-        elif episodes <= len(pool) and strategy != collector_pb2.SAMPLING_STRATEGY_HARD_BIASED:
-            chosen = rng.sample(pool, k=episodes)
+            chosen = rng.choices(pool, weights=weights, k=draws)
+        elif draws <= len(pool):
+            chosen = rng.sample(pool, k=draws)
         else:
-            chosen = [pool[i % len(pool)] for i in range(episodes)]
+            chosen = [pool[i % len(pool)] for i in range(draws)]
             rng.shuffle(chosen)
     else:
         chosen = [t for t in pool for _ in range(max(repeats, 1))]
         rng.shuffle(chosen)
-    return [PlannedEpisode(index=i, task=t, seed=rng.randrange(2**31)) for i, t in enumerate(chosen)]
+    out: list[PlannedEpisode] = []
+    for g, t in enumerate(chosen):
+        seeds: set[int] = set()
+        while len(seeds) < k:  # distinct within the group, or two of its rollouts would be the same one
+            s = rng.randrange(2**31)
+            if s not in seeds:
+                seeds.add(s)
+                out.append(PlannedEpisode(index=len(out), task=t, seed=s, group=g if k > 1 else -1))
+    return out

@@ -75,6 +75,9 @@ EPISODES = Table("episodes", (
     ("rubric_version", "Int32"), ("version", "UInt64"),
     ("task_pb", "String"),  # 002: the whole task (serialized webenv.v1.Task, hex), so a trace re-opens it
     ("policy_version", "String"),  # 003: the policy version that chose the actions
+    ("group_id", "String"),  # 005: the group rollout or branch group it was collected in
+    ("parent_episode_id", "String"),  # 005: a fork's anchor episode
+    ("branch_step", "Int32"),  # 005: a fork's first own step
 ), key=("run_id", "episode_id"))  # fmt: skip
 
 STEPS = Table("steps", (

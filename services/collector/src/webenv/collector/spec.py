@@ -23,6 +23,11 @@ CHECKPOINT_POLICY = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}(@[1-9][0-9]{0,8})?$")
 MAX_EPISODES = 10_000_000
 MAX_CONCURRENCY = 4096
 MAX_INLINE_TASKS = 10_000
+#: Episodes of one group (RunSpec.group_size): beyond this a group is a run of its own.
+MAX_GROUP_SIZE = 64
+#: Forks of one anchor (EnvironmentService.ForkSession's limit).
+MAX_BRANCHES = 32
+MAX_HISTORY_RUNS = 1000
 
 
 @dataclass(frozen=True)
@@ -102,6 +107,7 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
         raise _bad(f"{f}.env_address", f"must be host:port, got {spec.env_address!r}")
     if spec.inline_tasks:
         _validate_inline(spec, f)
+    _validate_groups(spec, f)
     tf = spec.tasks
     for i, d in enumerate(tf.difficulties):
         if not _enum_ok(common_pb2.Difficulty, d):
@@ -111,6 +117,45 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
             raise _bad(f"{f}.tasks.sources[{i}]", f"unknown source {s}")
     if not _enum_ok(common_pb2.Split, tf.split):
         raise _bad(f"{f}.tasks.split", f"unknown split {tf.split}")
+
+
+def _validate_groups(spec: collector_pb2.RunSpec, f: str) -> None:
+    """Group rollouts, branching and the frontier's history."""
+    g = spec.group_size
+    if g < 0 or g > MAX_GROUP_SIZE:
+        raise _bad(f"{f}.group_size", f"must be in [0, {MAX_GROUP_SIZE}], got {g}")
+    if g > 1 and spec.episodes % g:
+        raise _bad(f"{f}.group_size", f"episodes ({spec.episodes}) must be a multiple of group_size ({g}): "
+                                      "each drawn task runs as one whole group")
+    b = spec.branching
+    if b.count < 0 or b.count > MAX_BRANCHES:
+        raise _bad(f"{f}.branching.count", f"must be in [0, {MAX_BRANCHES}], got {b.count}")
+    if b.at_step < 0 or b.at_step > 1000:
+        raise _bad(f"{f}.branching.at_step", f"must be in [0, 1000], got {b.at_step}")
+    if b.count:
+        if spec.start_urls:
+            raise _bad(f"{f}.branching", "branching compares judged continuations: it needs tasks, not start URLs")
+        if spec.mode == collector_pb2.ROLLOUT_MODE_LOCK_STEP:
+            raise _bad(f"{f}.branching", "branching runs asynchronously (mode ASYNC)")
+        if g > 1:
+            raise _bad(f"{f}.branching", "give either group_size or branching: a branch group is already a group")
+        if spec.episodes % (b.count + 1):
+            raise _bad(f"{f}.branching.count", f"episodes ({spec.episodes}) must be a multiple of count + 1 "
+                                               f"({b.count + 1}): each anchor yields itself and its forks")
+    elif b.at_step:
+        raise _bad(f"{f}.branching.count", "at_step without count: set count (1..32) forks per anchor")
+    if len(spec.history_run_ids) > MAX_HISTORY_RUNS:
+        raise _bad(f"{f}.history_run_ids", f"at most {MAX_HISTORY_RUNS} runs, got {len(spec.history_run_ids)}")
+    for i, rid in enumerate(spec.history_run_ids):
+        if not rid or len(rid) > 128:
+            raise _bad(f"{f}.history_run_ids[{i}]", "must be 1-128 characters")
+
+
+def per_draw(spec: collector_pb2.RunSpec) -> int:
+    """Episodes one drawn task yields: a group (group_size), an anchor and its forks (branching), or 1."""
+    if spec.branching.count:
+        return spec.branching.count + 1
+    return max(spec.group_size, 1)
 
 
 def _validate_inline(spec: collector_pb2.RunSpec, f: str) -> None:

@@ -94,10 +94,13 @@ class StoredStep:
     request: policy_pb2.ActRequest  # the ActRequest the policy got (for prompt-based models)
 
 
-def episode_steps(episode: collector_pb2.StoredEpisode) -> Iterator[StoredStep]:
-    """Every step of a stored episode, with its rebuilt context (memory folded as the policy folded it)."""
+def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -> Iterator[StoredStep]:
+    """Every step of a stored episode, with its rebuilt context (memory folded as the policy folded it).
+
+    ``instruction`` replaces the task's (subtask relabeling: the same steps as a success for a subtask).
+    """
     traj = episode.trajectory
-    instruction = episode.task.instruction
+    instruction = instruction or episode.task.instruction
     memory = ""
     steps = list(traj.steps)
     entries: list[policy_pb2.HistoryEntry] = []

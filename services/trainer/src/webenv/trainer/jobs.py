@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import shutil
 import tempfile
 import threading
@@ -49,7 +50,13 @@ def validate_spec(spec: trainer_pb2.JobSpec, root: Path) -> None:
     if not checkpoints.NAME.match(spec.name):
         raise bad("name", "required: lower-case letters, digits, '-', '_' (at most 63)")
     if spec.algorithm not in trainer_pb2.TrainingAlgorithm.values() or not spec.algorithm:
-        raise bad("algorithm", "required: BC, FILTERED_BC or POLICY_GRADIENT")
+        known = ", ".join(n.removeprefix("TRAINING_ALGORITHM_") for n in trainer_pb2.TrainingAlgorithm.keys()[1:])
+        raise bad("algorithm", f"required, one of {known} (got {spec.algorithm})")
+    o = spec.options
+    if o.reward not in trainer_pb2.RewardKind.values():
+        raise bad("options.reward", f"unknown reward kind {o.reward}")
+    if math.isnan(o.advantage_epsilon) or not 0 <= o.advantage_epsilon <= 1:
+        raise bad("options.advantage_epsilon", f"must be within 0..1, got {o.advantage_epsilon}")
     if spec.model not in trainer_pb2.ModelKind.values() or not spec.model:
         raise bad("model", "required: SCORER, ENCODER or CAUSAL_LM")
     if spec.parent:
@@ -246,11 +253,14 @@ class JobManager:
             metrics.JOBS_RUNNING.inc()
             try:
                 await self._set(job, trainer_pb2.JOB_STATE_LOADING)
-                passed_only = job.spec.algorithm == trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC
+                # filtered BC reads only passed episodes, unless relabeling wants the failures' satisfied subtasks
+                passed_only = (job.spec.algorithm == trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC
+                               and not job.spec.options.relabel_subtasks)
                 flt = job.spec.data
                 read_data = trainer_pb2.TrainingData()
                 read_data.CopyFrom(flt)
                 read_data.filter.drop_repeated = False  # the repetition filter is applied to targets, keeping context
+                read_data.filter.include_errored = True  # read to be counted; the algorithms never train on them
                 episodes, load_s = await data.read_episodes(
                     self.settings.collector_addr, read_data, passed_only=passed_only,
                     deadline=self.settings.trainer_read_timeout_seconds)
@@ -295,15 +305,17 @@ class JobManager:
         threads = self.settings.trainer_torch_threads or (1 if spec.model == trainer_pb2.MODEL_KIND_SCORER else 0)
         if threads:
             torch.set_num_threads(threads)
-        selected = select(episodes, spec.algorithm, spec.data.filter.drop_repeated)
+        selected = select(episodes, spec.algorithm, spec.data.filter.drop_repeated, spec.options)
         if spec.data.max_examples and len(selected.steps) > spec.data.max_examples:
             selected.steps = selected.steps[: spec.data.max_examples]
         if not selected.steps:
             raise errors.FailedPrecondition(
                 f"no training examples: {len(episodes)} episodes read, {selected.episodes} with non-zero weight, "
-                f"{selected.unmapped} steps not expressible as candidates, {selected.repeated} repeated",
+                f"{selected.unmapped} steps not expressible as candidates, {selected.repeated} repeated, "
+                f"{selected.errored} errored episodes left out, {selected.flat_groups} groups with equal rewards",
                 reason="NO_EXAMPLES", metadata={"field": "spec.data"})
-        self.progress(job.job_id, examples=len(selected.steps))
+        self.progress(job.job_id, examples=len(selected.steps), errored_episodes=selected.errored,
+                      relabeled_examples=selected.relabeled, flat_groups=selected.flat_groups)
         staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=self.root))
         try:
             if spec.model in RANKERS:
