@@ -277,3 +277,18 @@ def test_a_browsergym_agent_solves_a_synthetic_task_graded_by_the_judge(stack: S
         assert obs["last_action_error"] == "", obs["last_action_error"]
     assert terminated and reward == 1.0 and info["verdict"]["passed"], (obs["chat_messages"][-1], info.get("verdict"))
     env.close()
+
+
+def test_readme_browsergym_example_runs_as_written(stack: Stack) -> None:
+    import os
+    import subprocess
+    import sys
+
+    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = text[text.index("## Ecosystem adapters"):text.index("## Running one service")]
+    [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120,
+                         env={**os.environ, "WEBENV_BROWSER_ADDR": stack.address("browser"),
+                              "WEBENV_SITES_ADDR": stack.address("sites")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["True", "True", "True"], out.stdout

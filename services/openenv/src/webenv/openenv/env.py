@@ -188,7 +188,7 @@ class WebEnvironment(Environment[WebAction, WebObservation, WebState]):
             self._state.done = True
             assert self.backend.judge is not None
             try:
-                verdict = await ep.grade(self.backend.judge, timeout=self.backend.settings.upstream_timeout_seconds)
+                verdict = await ep.grade(self.backend.judge, deadline=self.backend.settings.upstream_timeout_seconds)
             except grpc.aio.AioRpcError as exc:
                 raise _error(errors.from_rpc_error(exc)) from None
             metrics.GRADED.labels(str(verdict.passed).lower()).inc()

@@ -65,7 +65,7 @@ class Episode:
         except Exception:
             return None
 
-    async def grade(self, judge: judge_pb2_grpc.JudgeServiceStub, *, timeout: float = 60.0) -> common_pb2.Verdict:
+    async def grade(self, judge: judge_pb2_grpc.JudgeServiceStub, *, deadline: float = 60.0) -> common_pb2.Verdict:
         """End the episode: close the session with its evidence (site state) and ask the judge for the verdict."""
         assert self.task is not None, "grading needs the task (its rubric is what the judge grades)"
         closed = await self.close(capture_evidence=True) or environment_pb2.CloseSessionResponse()
@@ -75,4 +75,4 @@ class Episode:
             env_reward=closed.env_reward, env_kind=self.opened.session.env_kind, category=self.task.category)
         request = judge_pb2.EvaluateRequest(task=self.task, trajectory=trajectory,
                                             options=judge_pb2.JudgeOptions(allow_llm=True))
-        return (await judge.Evaluate(request, timeout=timeout)).verdict
+        return (await judge.Evaluate(request, timeout=deadline)).verdict
