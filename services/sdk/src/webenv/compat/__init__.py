@@ -1,6 +1,7 @@
 """Adapters from other ecosystems' interfaces to webenv's contract, each in one module.
 
-`webenv.compat.browsergym`: BrowserGym's high-level action strings -> ``Action`` messages, and the BrowserGym
-observation dict from an ``Observation`` (used by ``WebEnv(api="browsergym")`` and the other adapters that take
-text actions: services/openenv, services/mcp).
+- `webenv.compat.browsergym`: BrowserGym's high-level action strings -> ``Action`` messages, and BrowserGym's
+  observation dict from an ``Observation`` (used by ``WebEnv(api="browsergym")`` and services/openenv).
+- `webenv.compat.mcp`: MCP browser tools over one farm session (the official ``mcp`` SDK's server;
+  ``python -m webenv.compat.mcp``; extra ``webenv-sdk[mcp]``).
 """
