@@ -46,11 +46,12 @@ from google.protobuf.json_format import MessageToDict
 from gymnasium import spaces
 from gymnasium.envs.registration import EnvSpec
 from webenv import errors
-from webenv.actions import ActionParseError, format_action, parse_action
+from webenv.actions import ActionParseError, parse_action
 from webenv.client.channel import make_channel
 from webenv.client.environment import EnvironmentClient, observation_spec
+from webenv.client.episode import Episode
 from webenv.compat import browsergym as bgym
-from webenv.v1 import common_pb2, environment_pb2, judge_pb2, judge_pb2_grpc
+from webenv.v1 import common_pb2, environment_pb2, judge_pb2_grpc
 
 __all__ = ["APIS", "ENV_ID", "Anything", "Bytes", "Image", "Records", "UnicodeText", "WebEnv"]
 
@@ -235,10 +236,7 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
         self.session_id = ""
         self.instruction = ""
         self.steps = 0
-        self._observation: common_pb2.Observation | None = None
-        self._records: list[common_pb2.StepRecord] = []
-        self._answer = ""
-        self._env_kind = common_pb2.ENV_KIND_UNSPECIFIED
+        self._episode: Episode | None = None  # the open session's recorded steps (webenv.client.episode)
         self._chat = bgym.Chat()
         self._start_time = 0.0
         self._loop = asyncio.new_event_loop()
@@ -282,15 +280,12 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
         super().reset(seed=seed)
         if self.session_id:
             self._close_session()
-        resp: environment_pb2.OpenSessionResponse = self._run(self.client.open(
-            start_url=self.start_url, task=self.task, spec=self.obs_spec, seed=seed or 0, labels=self.labels))
+        self._episode = self._run(Episode.open(self.client, self.task, start_url=self.start_url, spec=self.obs_spec,
+                                               seed=seed or 0, labels=self.labels))
+        resp = self._episode.opened
         self.session_id = resp.session.session_id
-        self._env_kind = resp.session.env_kind
         self.instruction = resp.instruction
         self.steps = 0
-        self._observation = resp.observation
-        self._records = []
-        self._answer = ""
         self._chat = bgym.Chat.start(resp.instruction)
         self._start_time = time.time()
         return self._obs(resp.observation), {"instruction": resp.instruction, "session_id": self.session_id,
@@ -315,7 +310,7 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
         self._chat.record(action)
         error = ""
         try:
-            acts = bgym.to_actions(action, self._observation)
+            acts = bgym.to_actions(action, self._episode.observation if self._episode else None)
         except bgym.BrowserGymActionError as exc:
             error, acts = bgym.action_error_text(exc), []
         resp: environment_pb2.StepResponse | None = None
@@ -338,15 +333,8 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
 
     def _act(self, act: common_pb2.Action, error: str) -> environment_pb2.StepResponse:
         """One step on the farm, recorded for the judge (``error``: why the agent's text became this action)."""
-        resp: environment_pb2.StepResponse = self._run(self.client.step(self.session_id, act))
-        if act.WhichOneof("kind") == "answer":
-            self._answer = act.answer.text
-        self._records.append(common_pb2.StepRecord(
-            step_index=resp.step_index, observation=self._observation, action=act, action_text=format_action(act),
-            reward=resp.reward, done=resp.done, last_action_error=error or resp.observation.last_action_error,
-            url_after=resp.observation.url, timings=resp.timings))
-        self._observation = resp.observation
-        return resp
+        assert self._episode is not None
+        return self._run(self._episode.step(act, error))
 
     def _finish(self, resp: environment_pb2.StepResponse, acts: list[common_pb2.Action], error: str, action: str
                 ) -> tuple[dict[str, Any], float, bool, bool, dict[str, Any]]:
@@ -368,27 +356,14 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
 
     def _grade(self) -> common_pb2.Verdict:
         """End the episode: close the session with its evidence and ask the judge for the verdict."""
-        assert self.task is not None and self._judge is not None
-        sid = self.session_id
-        closed = self._close_session() or environment_pb2.CloseSessionResponse()
-        trajectory = common_pb2.Trajectory(
-            episode_id=sid, task_id=self.task.task_id, steps=self._records, final_observation=self._observation,
-            final_answer=self._answer, site_state_json=closed.site_state_json, env_reward=closed.env_reward,
-            env_kind=self._env_kind, category=self.task.category)
-        request = judge_pb2.EvaluateRequest(task=self.task, trajectory=trajectory,
-                                            options=judge_pb2.JudgeOptions(allow_llm=True))
-        return self._run(self._evaluate(request)).verdict
+        assert self._episode is not None and self._judge is not None
+        self.session_id = ""
+        return self._run(self._episode.grade(self._judge, deadline=self.timeout))
 
-    async def _evaluate(self, request: judge_pb2.EvaluateRequest) -> judge_pb2.EvaluateResponse:
-        assert self._judge is not None
-        return await self._judge.Evaluate(request, timeout=self.timeout)
-
-    def _close_session(self) -> environment_pb2.CloseSessionResponse | None:
-        sid, self.session_id = self.session_id, ""
-        try:
-            return self._run(self.client.close(sid, capture_evidence=True))
-        except Exception:  # the session may have expired; closing is best effort
-            return None
+    def _close_session(self) -> None:
+        self.session_id = ""
+        if self._episode is not None:
+            self._run(self._episode.close(capture_evidence=True))  # best effort: it may have expired
 
     def close(self) -> None:
         if self._loop.is_closed():
