@@ -2,9 +2,11 @@
 
     .venv/bin/python tools/adapter_overhead.py --steps 30
 
-Each path steps `noop()` on one MiniWoB click-test session with the same observation (axtree + html): direct
-`EnvironmentClient.step` (gRPC), `WebEnv(api="browsergym")` (translation + BrowserGym dict, `noop(0)`), and the
-OpenEnv server over its WebSocket (openenv-core's client). Prints p50 and mean milliseconds per step.
+Each path steps `noop()` on one MiniWoB click-test session (5 warm-up steps not counted), observing the axtree
+(+ html where the adapter asks for it): direct `EnvironmentClient.step` (gRPC, axtree + html), `WebEnv(api="browsergym")`
+(translation + BrowserGym dict, `noop(0)`, axtree + html), the OpenEnv server over its WebSocket (openenv-core's
+client; axtree + html), and the MCP server over stdio (the official client; `scroll` by 0, axtree). Prints p50 and
+mean milliseconds per step.
 """
 
 from __future__ import annotations
@@ -25,6 +27,8 @@ from webenv.runtime.ports import free_port
 from webenv.runtime.stack import Stack, wait_serving
 from webenv.v1 import task_pb2, task_pb2_grpc
 
+WARMUP = 5
+
 
 def summary(name: str, xs: list[float]) -> str:
     return f"{name:28s} p50 {statistics.median(xs) * 1000:7.1f} ms   mean {statistics.fmean(xs) * 1000:7.1f} ms"
@@ -42,16 +46,23 @@ async def direct(address: str, task, n: int) -> list[float]:
         return out
 
 
+async def first_observation(address: str, task):
+    async with EnvironmentClient(address) as env:
+        opened = await env.open(task=task, spec=observation_spec(("axtree", "html", "elements", "screenshot")))
+        await env.close(opened.session.session_id)
+        return opened.observation
+
+
 def gym(address: str, task, n: int) -> list[float]:
     env = WebEnv(address, task=task, api="browsergym", formats=("axtree", "html"))
     env.reset(seed=0)
     out = []
-    for _ in range(n):
+    for _ in range(n + WARMUP):
         t = time.perf_counter()
         env.step("noop(0)")
         out.append(time.perf_counter() - t)
     env.close()
-    return out
+    return out[WARMUP:]
 
 
 def openenv(url: str, task_id: str, n: int) -> list[float]:
@@ -61,11 +72,44 @@ def openenv(url: str, task_id: str, n: int) -> list[float]:
     out = []
     with WebEnvClient(base_url=url).sync() as env:
         env.reset(task_id=task_id)
-        for _ in range(n):
+        for _ in range(n + WARMUP):
             t = time.perf_counter()
             env.step(WebAction(action="noop()"))
             out.append(time.perf_counter() - t)
-    return out
+    return out[WARMUP:]
+
+
+async def mcp(browser: str, sites: str, task_id: str, n: int) -> list[float]:
+    from mcp import Client
+    from mcp.client.stdio import StdioServerParameters
+
+    server = StdioServerParameters(command=sys.executable, env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")},
+                                   args=["-m", "webenv.compat.mcp", "--browser", browser, "--sites", sites,
+                                         "--task-id", task_id])
+    out = []
+    async with Client(server) as client:
+        await client.call_tool("snapshot", {})
+        for _ in range(n + WARMUP):
+            t = time.perf_counter()
+            await client.call_tool("scroll", {"dy": 0})
+            out.append(time.perf_counter() - t)
+    return out[WARMUP:]
+
+
+def translation_cost(observation, n: int = 200) -> str:
+    """The adapters' own CPU per step, without the farm: BrowserGym text -> Action, Observation -> BrowserGym dict."""
+    from webenv.compat import browsergym as bgym
+
+    t = time.perf_counter()
+    for _ in range(n):
+        bgym.to_actions("fill('11', 'blue mug')\nclick('12')", observation)
+    parse = (time.perf_counter() - t) / n
+    chat = bgym.Chat.start("goal")
+    t = time.perf_counter()
+    for _ in range(20):
+        bgym.observation_dict(observation, goal="goal", chat=chat)
+    build = (time.perf_counter() - t) / 20
+    return f"translation: to_actions {parse * 1e6:.0f} us; observation_dict {build * 1000:.1f} ms (screenshot decode included)"
 
 
 def main() -> None:
@@ -78,16 +122,20 @@ def main() -> None:
         env = {**os.environ, "WEBENV_HTTP_PORT": str(http), "WEBENV_HTTP_HOST": "127.0.0.1", "WEBENV_HOST": "127.0.0.1",
                "WEBENV_GRPC_PORT": str(gport), "WEBENV_METRICS_PORT": str(free_port()),
                "WEBENV_BROWSER_ADDR": s.address("browser"), "WEBENV_SITES_ADDR": s.address("sites"),
-               "WEBENV_JUDGE_ADDR": s.address("judge"), "WEBENV_OPENENV_MAX_STEPS": str(args.steps + 5)}
+               "WEBENV_JUDGE_ADDR": s.address("judge"), "WEBENV_OPENENV_MAX_STEPS": str(args.steps + WARMUP + 5)}
         proc = subprocess.Popen([sys.executable, "-m", "webenv.openenv"], env=env, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.DEVNULL)
         try:
             wait_serving(f"127.0.0.1:{gport}", 60, proc)
             with grpc.insecure_channel(s.address("sites")) as ch:
                 task = task_pb2_grpc.TaskServiceStub(ch).GetTask(task_pb2.GetTaskRequest(task_id="miniwob/click-test")).task
+            print(translation_cost(asyncio.run(first_observation(s.address("browser"), task))))
             print(summary("direct gRPC", asyncio.run(direct(s.address("browser"), task, args.steps))))
             print(summary("gym api=browsergym", gym(s.address("browser"), task, args.steps)))
             print(summary("OpenEnv WebSocket", openenv(f"http://127.0.0.1:{http}", task.task_id, args.steps)))
+            print(summary("MCP stdio", asyncio.run(mcp(s.address("browser"), s.address("sites"), task.task_id,
+                                                       args.steps))))
+            print(summary("direct gRPC (again)", asyncio.run(direct(s.address("browser"), task, args.steps))))
         finally:
             proc.terminate()
             proc.wait(20)
