@@ -4,4 +4,5 @@
   observation dict from an ``Observation`` (used by ``WebEnv(api="browsergym")`` and services/openenv).
 - `webenv.compat.mcp`: MCP browser tools over one farm session (the official ``mcp`` SDK's server;
   ``python -m webenv.compat.mcp``; extra ``webenv-sdk[mcp]``).
+- `webenv.compat.trl`: ``WebTaskEnv``, an environment for TRL's ``GRPOTrainer(environment_factory=...)``.
 """
