@@ -5,8 +5,8 @@
 Each path steps `noop()` on one MiniWoB click-test session (5 warm-up steps not counted), observing the axtree
 (+ html where the adapter asks for it): direct `EnvironmentClient.step` (gRPC, axtree + html), `WebEnv(api="browsergym")`
 (translation + BrowserGym dict, `noop(0)`, axtree + html), the OpenEnv server over its WebSocket (openenv-core's
-client; axtree + html), and the MCP server over stdio (the official client; `scroll` by 0, axtree). Prints p50 and
-mean milliseconds per step.
+client; axtree + html), the MCP server over stdio (the official client; `scroll` by 0, axtree), and the TRL
+environment's `scroll(0)` tool (axtree). Prints p50 and mean milliseconds per step.
 """
 
 from __future__ import annotations
@@ -79,6 +79,20 @@ def openenv(url: str, task_id: str, n: int) -> list[float]:
     return out[WARMUP:]
 
 
+def trl(browser: str, sites: str, judge: str, task_id: str, n: int) -> list[float]:
+    from webenv.compat.trl import WebTaskEnv
+
+    env = WebTaskEnv(browser, sites, judge, max_steps=n + WARMUP + 5)
+    env.reset(task_id=task_id)
+    out = []
+    for _ in range(n + WARMUP):
+        t = time.perf_counter()
+        env.scroll(0)
+        out.append(time.perf_counter() - t)
+    env._close()
+    return out[WARMUP:]
+
+
 async def mcp(browser: str, sites: str, task_id: str, n: int) -> list[float]:
     from mcp import Client
     from mcp.client.stdio import StdioServerParameters
@@ -135,6 +149,8 @@ def main() -> None:
             print(summary("OpenEnv WebSocket", openenv(f"http://127.0.0.1:{http}", task.task_id, args.steps)))
             print(summary("MCP stdio", asyncio.run(mcp(s.address("browser"), s.address("sites"), task.task_id,
                                                        args.steps))))
+            print(summary("TRL WebTaskEnv tool", trl(s.address("browser"), s.address("sites"), s.address("judge"),
+                                                     task.task_id, args.steps)))
             print(summary("direct gRPC (again)", asyncio.run(direct(s.address("browser"), task, args.steps))))
         finally:
             proc.terminate()

@@ -374,7 +374,8 @@ def screenshot_array(shot: pb.Screenshot) -> np.ndarray:
     from PIL import Image  # webenv-sdk[compat]
 
     with Image.open(io.BytesIO(shot.data)) as img:
-        return np.asarray(img.convert("RGB"), dtype=np.uint8)
+        img.load()
+        return np.asarray(img if img.mode == "RGB" else img.convert("RGB"), dtype=np.uint8)
 
 
 def element_properties(elements: Iterable[pb.Element]) -> dict[str, dict[str, Any]]:
