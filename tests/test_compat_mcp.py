@@ -122,7 +122,7 @@ def test_readme_mcp_example_runs_as_written(stack: Stack) -> None:
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = readme[readme.index("**MCP.**"):readme.index("**OpenEnv.**")]
+    section = readme[readme.index("**MCP.**"):readme.index("**TRL.**")]
     [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=180,
                          env={**os.environ, "WEBENV_BROWSER_ADDR": stack.address("browser"),
