@@ -10,6 +10,11 @@ GEN_DIR := services/sdk/src
 STAMP := $(VENV)/.installed
 # Optional extras the tests need (services/<name>/pyproject.toml), installed with the editable service.
 EXTRAS_judge := [transformers]
+EXTRAS_sdk := [compat,mcp]
+# Installed without their dependencies: browsergym-core pins playwright==1.44 (the farm runs a newer one; the tests
+# need only its action definitions, tests/test_compat_browsergym.py); openenv-core requires gradio, whose pillow
+# pin would downgrade the farm's (services/openenv lists what it does import).
+NO_DEPS := browsergym-core==0.14.3 openenv-core==0.3.0
 
 .PHONY: install install-vllm install-browsergym apt venv protos lock lint test test-vllm bench learn up demo worldmodel base-image images test-containers clean
 
@@ -23,6 +28,7 @@ $(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt requirement
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
 	$(PIP) install -q -c requirements.lock -r requirements-dev.txt $(foreach s,$(SERVICES),-e '$(s:/=)$(EXTRAS_$(notdir $(s:/=)))')
+	$(PIP) install -q --no-deps $(NO_DEPS)
 	@touch $(STAMP)
 
 protos: $(GEN_DIR)/webenv/v1/.stamp

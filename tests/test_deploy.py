@@ -41,6 +41,7 @@ PORTS = {
     "collector": (50056, 9456),
     "trainer": (50057, 9457),
     "gateway": (50058, 9458),
+    "openenv": (50059, 9459),
 }
 SITES_HTTP_PORT = 8800
 GATEWAY_HTTP_PORT = 8080

@@ -125,6 +125,16 @@ SERVICES = [
             "WEBENV_WORLDMODEL_ADDR": "worldmodel:50053",
             "WEBENV_TRAINER_ADDR": "trainer:50057",
         }),
+    # The OpenEnv server (services/openenv): sessions live on its WebSockets, so scale out with session affinity
+    # at the ingress. Its HTTP side (8000) has no authentication of its own: keep it inside the cluster's network.
+    Svc("openenv", 50059, 9459, "adapter", extra_ports={"http": 8000}, cpu=("250m", "2"), memory=("256Mi", "1Gi"),
+        startup_seconds=60,
+        config={
+            "WEBENV_HTTP_PORT": "8000",
+            "WEBENV_BROWSER_ADDR": "browser:50051",
+            "WEBENV_SITES_ADDR": "sites:50055",
+            "WEBENV_JUDGE_ADDR": "judge:50054",
+        }),
 ]
 
 COMMON_CONFIG = {

@@ -1,0 +1,60 @@
+"""The service: openenv-core's FastAPI app (HTTP /reset /step /state /schema /metadata /health, WebSocket /ws) for
+:class:`webenv.openenv.env.WebEnvironment`, served by the runtime's HttpServer beside the usual gRPC health,
+reflection and Prometheus /metrics (as the gateway serves its HTTP)."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+
+from webenv.openenv.config import Settings
+from webenv.openenv.env import Backend, WebAction, WebEnvironment, WebObservation
+from webenv.runtime import Server, serving
+from webenv.runtime.http import HttpServer
+
+from openenv.core.env_server.http_server import create_fastapi_app
+from openenv.core.env_server.types import ConcurrencyConfig
+
+log = logging.getLogger("webenv.openenv")
+
+
+def make_app(backend: Backend):  # type: ignore[no-untyped-def]
+    """openenv-core's app over one shared backend (WEBENV_OPENENV_MAX_SESSIONS concurrent WebSocket sessions)."""
+    settings = backend.settings
+    return create_fastapi_app(
+        lambda: WebEnvironment(backend), WebAction, WebObservation,
+        concurrency_config=ConcurrencyConfig(max_concurrent_envs=settings.openenv_max_sessions,
+                                             session_timeout=settings.openenv_session_timeout_seconds))
+
+
+class OpenEnvServer:
+    """``async with OpenEnvServer(settings) as s:`` serves OpenEnv on s.http.port and health on s.server.port."""
+
+    def __init__(self, settings: Settings) -> None:
+        self.settings = settings
+        self.backend = Backend(settings)
+        self.app = make_app(self.backend)
+        self.http = HttpServer(self.app, settings.http_host, settings.http_port,
+                               ssl_certfile=settings.tls_cert_file, ssl_keyfile=settings.tls_key_file)
+        self.server: Server | None = None
+        self._serving = contextlib.AsyncExitStack()
+
+    async def __aenter__(self) -> OpenEnvServer:
+        self.server = await self._serving.enter_async_context(
+            serving("openenv", self.settings, [], start=self.http.start, close=self._close))
+        log.info("openenv serving", extra={"http_port": self.http.port, "grpc_port": self.server.port})
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self._serving.aclose()
+
+    async def _close(self) -> None:
+        await self.http.stop(self.settings.grace_seconds)
+        await self.backend.close()
+
+
+async def main(settings: Settings) -> None:
+    """Serve until SIGTERM/SIGINT."""
+    async with OpenEnvServer(settings) as s:
+        assert s.server is not None
+        await s.server.wait_for_termination()

@@ -1,0 +1,78 @@
+"""`Episode`: one task episode on an EnvironmentService, recorded step by step and graded by the judge at its end,
+the way the collector grades runs. Used by the adapters that reward episodes (the Gymnasium env with ``judge=``,
+services/openenv).
+
+    episode = await Episode.open(env_client, task, spec=spec, seed=0)
+    resp = await episode.step(action)              # recorded as a StepRecord (observation before, action, result)
+    verdict = await episode.grade(judge_stub)      # CloseSession(capture_evidence) + JudgeService.Evaluate
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from webenv.actions import format_action
+from webenv.client.environment import EnvironmentClient
+from webenv.v1 import common_pb2, environment_pb2, judge_pb2, judge_pb2_grpc
+
+__all__ = ["Episode"]
+
+
+class Episode:
+    """A session opened for a task (or a start URL), its steps, and its end."""
+
+    def __init__(self, client: EnvironmentClient, opened: environment_pb2.OpenSessionResponse,
+                 task: common_pb2.Task | None) -> None:
+        self.client = client
+        self.task = task
+        self.opened = opened
+        self.session_id = opened.session.session_id
+        self.instruction = opened.instruction
+        self.observation = opened.observation
+        self.records: list[common_pb2.StepRecord] = []
+        self.answer = ""
+        self.closed = False
+
+    @classmethod
+    async def open(cls, client: EnvironmentClient, task: common_pb2.Task | None = None, *, start_url: str = "",
+                   spec: common_pb2.ObservationSpec | None = None, seed: int = 0,
+                   labels: Mapping[str, str] | None = None) -> Episode:
+        opened = await client.open(task=task, start_url=start_url, spec=spec, seed=seed, labels=labels)
+        return cls(client, opened, task)
+
+    async def step(self, action: common_pb2.Action, error: str = "", *,
+                   spec: common_pb2.ObservationSpec | None = None) -> environment_pb2.StepResponse:
+        """One step, recorded for the judge (``error``: why the agent's output became this action, if it did not
+        parse)."""
+        resp = await self.client.step(self.session_id, action, spec=spec)
+        if action.WhichOneof("kind") == "answer":
+            self.answer = action.answer.text
+        self.records.append(common_pb2.StepRecord(
+            step_index=resp.step_index, observation=self.observation, action=action,
+            action_text=format_action(action), reward=resp.reward, done=resp.done,
+            last_action_error=error or resp.observation.last_action_error, url_after=resp.observation.url,
+            timings=resp.timings))
+        self.observation = resp.observation
+        return resp
+
+    async def close(self, capture_evidence: bool = False) -> environment_pb2.CloseSessionResponse | None:
+        """Close the session once (best effort: it may have expired)."""
+        if self.closed:
+            return None
+        self.closed = True
+        try:
+            return await self.client.close(self.session_id, capture_evidence=capture_evidence)
+        except Exception:
+            return None
+
+    async def grade(self, judge: judge_pb2_grpc.JudgeServiceStub, *, deadline: float = 60.0) -> common_pb2.Verdict:
+        """End the episode: close the session with its evidence (site state) and ask the judge for the verdict."""
+        assert self.task is not None, "grading needs the task (its rubric is what the judge grades)"
+        closed = await self.close(capture_evidence=True) or environment_pb2.CloseSessionResponse()
+        trajectory = common_pb2.Trajectory(
+            episode_id=self.session_id, task_id=self.task.task_id, steps=self.records,
+            final_observation=self.observation, final_answer=self.answer, site_state_json=closed.site_state_json,
+            env_reward=closed.env_reward, env_kind=self.opened.session.env_kind, category=self.task.category)
+        request = judge_pb2.EvaluateRequest(task=self.task, trajectory=trajectory,
+                                            options=judge_pb2.JudgeOptions(allow_llm=True))
+        return (await judge.Evaluate(request, timeout=deadline)).verdict

@@ -1,0 +1,240 @@
+"""MCP tools over one browser farm session, on the official `mcp` SDK's server (`MCPServer`), stdio or streamable
+HTTP:
+
+    python -m webenv.compat.mcp --browser localhost:50051 --start-url http://shop-0001.web.test/
+    python -m webenv.compat.mcp --browser localhost:50051 --sites localhost:50055 --task-id miniwob/click-test
+    python -m webenv.compat.mcp ... --transport streamable-http --port 8765      # http://127.0.0.1:8765/mcp
+
+Tools (refs are the ``[id]`` of the snapshot, webenv element ids): ``snapshot``, ``navigate(url)``,
+``click(ref)``, ``type(ref, text, submit)``, ``select(ref, values)``, ``press_key(key)``, ``scroll(dy, dx)``,
+``go_back``, ``screenshot`` (a PNG image), ``tabs(action, index, url)``. Every tool but ``screenshot`` answers with
+the page's snapshot after it (URL, title, tabs, the task's instruction, the accessibility tree), as browser MCP
+servers do, so an agent needs no extra call to see what its action did.
+
+Errors follow MCP's convention for tools: a failed call is a result with ``isError: true`` and a message for the
+model (``ToolError``): an action that failed on the page (the farm's ``last_action_error``, then the snapshot), a
+malformed one the farm refused (``INVALID_ARGUMENT BAD_ACTION: ...``), the farm's own errors (``RESOURCE_EXHAUSTED
+FARM_FULL: ...``). Arguments that fail the tool's schema are refused by the SDK the same way. The session opens at
+the first call and closes when the server stops; everything goes through the farm's EnvironmentService, so its
+limits and URL and network guard hold as on the gRPC path.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Literal
+
+import typer
+from mcp.server.mcpserver import Image, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from webenv import errors
+from webenv.client import EnvironmentClient, make_channel, observation_spec
+from webenv.v1 import common_pb2 as pb
+from webenv.v1 import task_pb2, task_pb2_grpc
+
+__all__ = ["FarmSession", "build_server"]
+
+_SPEC = observation_spec(("axtree",))
+_SHOT = observation_spec(("screenshot",), codec=pb.IMAGE_CODEC_PNG)
+
+
+def _tool_error(exc: errors.WebenvError) -> ToolError:
+    return ToolError(f"{exc.code.name} {exc.reason}: {exc.message}")
+
+
+class FarmSession:
+    """One farm session for the MCP tools, opened at the first call (on the server's event loop)."""
+
+    def __init__(self, browser: str, *, sites: str = "", task_id: str = "", start_url: str = "",
+                 timeout: float = 60.0) -> None:
+        if bool(task_id) == bool(start_url):
+            raise ValueError("give exactly one of task_id or start_url")
+        if task_id and not sites:
+            raise ValueError("task_id needs the sites address (the task catalog)")
+        self.browser, self.sites, self.task_id, self.start_url, self.timeout = browser, sites, task_id, start_url, timeout
+        self.client: EnvironmentClient | None = None
+        self.session_id = ""
+        self.instruction = ""
+        self.observation = pb.Observation()
+
+    async def _open(self) -> None:
+        self.client = EnvironmentClient(self.browser, timeout=self.timeout)
+        task = None
+        if self.task_id:
+            async with make_channel(self.sites, timeout=self.timeout) as ch:
+                task = (await task_pb2_grpc.TaskServiceStub(ch).GetTask(
+                    task_pb2.GetTaskRequest(task_id=self.task_id))).task
+        opened = await self.client.open(task=task, start_url=self.start_url, spec=_SPEC, labels={"adapter": "mcp"})
+        self.session_id, self.instruction, self.observation = (opened.session.session_id, opened.instruction,
+                                                               opened.observation)
+
+    async def ensure(self) -> EnvironmentClient:
+        if self.client is None:
+            try:
+                await self._open()
+            except errors.WebenvError as exc:
+                self.client = None
+                raise _tool_error(exc) from None
+        assert self.client is not None
+        return self.client
+
+    async def act(self, action: pb.Action) -> str:
+        """Run one action and answer with the snapshot after it (ToolError when it failed)."""
+        client = await self.ensure()
+        try:
+            resp = await client.step(self.session_id, action)
+        except errors.WebenvError as exc:
+            raise _tool_error(exc) from None
+        self.observation = resp.observation
+        if resp.observation.last_action_error:
+            raise ToolError(f"{resp.observation.last_action_error}\n\n{self.snapshot()}")
+        return self.snapshot()
+
+    def snapshot(self) -> str:
+        o = self.observation
+        tabs = "\n".join(f"  [{i}] {t.url}{' (active)' if t.tab_id == o.active_tab_id else ''}"
+                         for i, t in enumerate(o.tabs))
+        task = f"Task: {self.instruction}\n" if self.instruction else ""
+        return f"{task}Page URL: {o.url}\nPage title: {o.title}\nTabs:\n{tabs}\n\nAccessibility tree:\n{o.axtree}"
+
+    async def screenshot(self) -> bytes:
+        client = await self.ensure()
+        try:
+            resp = await client.step(self.session_id, pb.Action(noop=pb.NoopAction()), spec=_SHOT)
+        except errors.WebenvError as exc:
+            raise _tool_error(exc) from None
+        return bytes(resp.observation.screenshot.data)
+
+    async def close(self) -> None:
+        if self.client is not None:
+            try:
+                await self.client.close(self.session_id)
+            except errors.WebenvError:
+                pass  # expired already
+            await self.client.aclose()
+            self.client = None
+
+
+def _target(ref: str) -> pb.ElementTarget:
+    from webenv.actions import is_element_id
+
+    if not is_element_id(ref):
+        raise ToolError(f"INVALID_ARGUMENT BAD_REF: ref: {ref[:64]!r} is not a ref from the snapshot (like 12)")
+    return pb.ElementTarget(element_id=ref)
+
+
+def build_server(session: FarmSession) -> MCPServer:
+    """The MCP server with the browser tools over ``session``."""
+
+    @asynccontextmanager
+    async def lifespan(_: MCPServer) -> AsyncIterator[None]:
+        try:
+            yield None
+        finally:
+            await session.close()
+
+    server = MCPServer("webenv-browser", instructions="A real Chromium page of webenv's browser farm. Call snapshot "
+                       "first; refs are the [id] numbers of its accessibility tree.", lifespan=lifespan)
+
+    @server.tool()
+    async def snapshot() -> str:
+        """The current page: URL, title, tabs, the task's instruction, the accessibility tree ([ref] role "name")."""
+        await session.ensure()
+        return session.snapshot()
+
+    @server.tool()
+    async def navigate(url: str) -> str:
+        """Load a URL in the active tab."""
+        return await session.act(pb.Action(navigate=pb.NavigateAction(url=url)))
+
+    @server.tool()
+    async def click(ref: str) -> str:
+        """Click the element with this ref."""
+        return await session.act(pb.Action(click=pb.ClickAction(target=_target(ref))))
+
+    @server.tool()
+    async def type(ref: str, text: str, submit: bool = False) -> str:
+        """Replace the text of the field with this ref; submit=True presses Enter after."""
+        out = await session.act(pb.Action(fill=pb.FillAction(target=_target(ref), text=text)))
+        if submit:
+            out = await session.act(pb.Action(press=pb.PressAction(target=_target(ref), key="Enter")))
+        return out
+
+    @server.tool()
+    async def select(ref: str, values: list[str]) -> str:
+        """Choose these options (by value or label) in the <select> with this ref."""
+        return await session.act(pb.Action(select=pb.SelectAction(target=_target(ref), options=values)))
+
+    @server.tool()
+    async def press_key(key: str) -> str:
+        """Press a key or combination on the focused element (Enter, Tab, Control+a...)."""
+        return await session.act(pb.Action(press=pb.PressAction(key=key)))
+
+    @server.tool()
+    async def scroll(dy: float, dx: float = 0.0) -> str:
+        """Scroll the page by dy (down) and dx (right) pixels."""
+        return await session.act(pb.Action(scroll=pb.ScrollAction(dx=dx, dy=dy)))
+
+    @server.tool()
+    async def go_back() -> str:
+        """Go back in the active tab's history."""
+        return await session.act(pb.Action(go_back=pb.GoBackAction()))
+
+    @server.tool()
+    async def screenshot() -> Image:
+        """A PNG screenshot of the active tab's viewport."""
+        return Image(data=await session.screenshot(), format="png")
+
+    @server.tool()
+    async def tabs(action: Literal["list", "new", "select", "close"] = "list", index: int | None = None,
+                   url: str = "") -> str:
+        """List the tabs, open a new one (at url), or select / close the tab at index (default: the active one)."""
+        if action == "list":
+            await session.ensure()
+            return session.snapshot()
+        if action == "new":
+            return await session.act(pb.Action(new_tab=pb.NewTabAction(url=url)))
+        await session.ensure()
+        open_tabs = list(session.observation.tabs)
+        if index is not None and not 0 <= index < len(open_tabs):
+            raise ToolError(f"INVALID_ARGUMENT BAD_TAB: index: {index} is out of range ({len(open_tabs)} tabs)")
+        if action == "select":
+            if index is None:
+                raise ToolError("INVALID_ARGUMENT BAD_TAB: index: select needs the tab's index")
+            return await session.act(pb.Action(switch_tab=pb.SwitchTabAction(tab_id=open_tabs[index].tab_id)))
+        tab_id = open_tabs[index].tab_id if index is not None else ""
+        return await session.act(pb.Action(close_tab=pb.CloseTabAction(tab_id=tab_id)))
+
+    return server
+
+
+app = typer.Typer(add_completion=False, help="MCP browser tools over one webenv farm session (stdio or HTTP).")
+
+
+@app.command()
+def main(
+    browser: str = typer.Option("localhost:50051", help="The farm's (or world model's) EnvironmentService."),
+    sites: str = typer.Option("", help="TaskService, for --task-id."),
+    task_id: str = typer.Option("", help="A catalog task to open (its setup, its instruction)."),
+    start_url: str = typer.Option("", help="A URL to open instead of a task."),
+    transport: str = typer.Option("stdio", help="stdio or streamable-http."),
+    host: str = typer.Option("127.0.0.1", help="Bind address (streamable-http)."),
+    port: int = typer.Option(8765, help="Port (streamable-http); the endpoint is /mcp."),
+) -> None:
+    """Serve the tools until the client hangs up (stdio) or Ctrl-C (HTTP)."""
+    if transport not in ("stdio", "streamable-http"):
+        raise typer.BadParameter("stdio or streamable-http", param_hint="--transport")
+    try:
+        session = FarmSession(browser, sites=sites, task_id=task_id, start_url=start_url)
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc)) from None
+    server = build_server(session)
+    if transport == "stdio":
+        server.run("stdio")
+    else:
+        server.run("streamable-http", host=host, port=port)
+
+
+if __name__ == "__main__":
+    app()

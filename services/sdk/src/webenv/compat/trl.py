@@ -1,0 +1,150 @@
+"""A TRL environment (``GRPOTrainer(environment_factory=...)``) over the farm, the catalog and the judge.
+
+    from functools import partial
+    from webenv.compat.trl import WebTaskEnv
+
+    factory = partial(WebTaskEnv, browser="localhost:50051", sites="localhost:50055", judge="localhost:50054")
+    trainer = GRPOTrainer(model=..., train_dataset=Dataset.from_list([{"prompt": [...], "task_id": "miniwob/click-test"}]),
+                          environment_factory=factory)
+
+TRL's contract (trl.GRPOTrainer, ``environment_factory``): one instance per rollout, reused across batches;
+``reset(**row)`` gets the dataset row and returns text appended to the prompt; every public method is a tool whose
+JSON schema comes from its type hints and docstring (``transformers.utils.get_json_schema``); ``get_reward()`` scores
+the finished rollout. Here ``reset(task_id=..., seed=...)`` opens a farm session for the catalog task and returns its
+instruction and first page; the tools ``click``, ``fill``, ``select``, ``scroll``, ``go_back``, ``goto`` and
+``answer`` each act once and return the page after it (or the error, as text the model reads); ``get_reward`` is the
+judge's verdict (1.0 passed, else 0.0) of the episode, ended by ``answer`` or, when the model stopped without
+answering, by an empty answer then. Each instance drives `webenv.client.gym.WebEnv` (its own event-loop thread and
+channels), so the farm's limits and network guard hold as on the gRPC path.
+"""
+
+from __future__ import annotations
+
+import grpc
+from webenv import errors
+from webenv.actions import format_action, is_element_id
+from webenv.client.gym import WebEnv
+from webenv.v1 import common_pb2 as pb
+from webenv.v1 import task_pb2, task_pb2_grpc
+
+__all__ = ["WebTaskEnv"]
+
+
+class WebTaskEnv:
+    """One rollout's web task: reset opens it, the public methods are the model's tools, get_reward grades it."""
+
+    def __init__(self, browser: str = "localhost:50051", sites: str = "localhost:50055", judge: str = "localhost:50054",
+                 *, max_steps: int = 20, max_text_chars: int = 20_000) -> None:
+        self._browser, self._sites, self._judge = browser, sites, judge
+        self._max_steps, self._max_text_chars = max_steps, max_text_chars
+        self._env: WebEnv | None = None
+        self._reward: float | None = None
+
+    def reset(self, task_id: str = "", seed: int = 0, **row: object) -> str:
+        """Open a farm session for the row's catalog task; the instruction and the first page, for the prompt."""
+        if not task_id:
+            raise ValueError("the dataset row needs a task_id (a catalog task: `webenv tasks` lists them)")
+        self._close()
+        with grpc.insecure_channel(self._sites) as ch:
+            try:
+                task = task_pb2_grpc.TaskServiceStub(ch).GetTask(task_pb2.GetTaskRequest(task_id=task_id)).task
+            except grpc.RpcError as exc:
+                raise errors.from_rpc_error(exc) from None
+        self._env = WebEnv(self._browser, task=task, judge=self._judge, max_steps=self._max_steps,
+                           max_text_chars=self._max_text_chars)
+        obs, info = self._env.reset(seed=seed)
+        self._reward = None
+        return f"Task: {info['instruction']}\n\n{self._page(obs)}"
+
+    def _page(self, obs: dict) -> str:
+        error = f"Last action failed: {obs['last_action_error']}\n" if obs["last_action_error"] else ""
+        return f"{error}URL: {obs['url']}\n{obs['axtree']}"
+
+    def _act(self, action: pb.Action) -> str:
+        if self._env is None or self._reward is not None:
+            return "The episode has ended: no more actions."
+        obs, reward, terminated, truncated, _ = self._env.step(format_action(action))
+        if terminated or truncated:
+            self._reward = reward
+            return f"The episode has ended.\n{self._page(obs)}"
+        return self._page(obs)
+
+    @staticmethod
+    def _ref(ref: str) -> pb.ElementTarget | str:
+        return pb.ElementTarget(element_id=ref) if is_element_id(ref) else f"{ref[:64]!r} is not an element id"
+
+    def click(self, ref: str) -> str:
+        """Click an element of the page.
+
+        Args:
+            ref: The element's id, the number in brackets before it in the page's tree.
+        """
+        target = self._ref(ref)
+        return target if isinstance(target, str) else self._act(pb.Action(click=pb.ClickAction(target=target)))
+
+    def fill(self, ref: str, text: str) -> str:
+        """Replace the text of a field.
+
+        Args:
+            ref: The field's id, the number in brackets before it in the page's tree.
+            text: The text to write.
+        """
+        target = self._ref(ref)
+        return target if isinstance(target, str) else self._act(pb.Action(fill=pb.FillAction(target=target, text=text)))
+
+    def select(self, ref: str, option: str) -> str:
+        """Choose an option of a list box.
+
+        Args:
+            ref: The list box's id, the number in brackets before it in the page's tree.
+            option: The option's label or value.
+        """
+        target = self._ref(ref)
+        if isinstance(target, str):
+            return target
+        return self._act(pb.Action(select=pb.SelectAction(target=target, options=[option])))
+
+    def scroll(self, dy: float) -> str:
+        """Scroll the page.
+
+        Args:
+            dy: Pixels to scroll down (negative: up).
+        """
+        return self._act(pb.Action(scroll=pb.ScrollAction(dy=dy)))
+
+    def go_back(self) -> str:
+        """Go back to the previous page."""
+        return self._act(pb.Action(go_back=pb.GoBackAction()))
+
+    def goto(self, url: str) -> str:
+        """Open a URL.
+
+        Args:
+            url: The address to open.
+        """
+        return self._act(pb.Action(navigate=pb.NavigateAction(url=url)))
+
+    def answer(self, text: str) -> str:
+        """Give the final answer and end the task.
+
+        Args:
+            text: The answer (for tasks that ask a question; anything for tasks that only ask for actions).
+        """
+        return self._act(pb.Action(answer=pb.AnswerAction(text=text)))
+
+    def get_reward(self) -> float:
+        """The judge's verdict of the episode: 1.0 when the task's rubric passes, else 0.0."""
+        if self._reward is None and self._env is not None:
+            self._act(pb.Action(answer=pb.AnswerAction(text="")))
+        return float(self._reward or 0.0)
+
+    def _close(self) -> None:
+        if self._env is not None:
+            self._env.close()
+            self._env = None
+
+    def __del__(self) -> None:
+        try:
+            self._close()
+        except Exception:
+            pass

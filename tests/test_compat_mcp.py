@@ -1,0 +1,131 @@
+"""MCP tools over a farm session (`webenv.compat.mcp`), served as `python -m webenv.compat.mcp` and driven by the
+official `mcp` SDK's client, over stdio and over streamable HTTP on loopback, on the real stack (sites, farm)."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import io
+import os
+import re
+import subprocess
+import sys
+import time
+
+import pytest
+from mcp import Client
+from mcp.client.stdio import StdioServerParameters
+from PIL import Image
+from webenv.runtime.stack import Stack
+from webenv.testing import free_port
+
+pytestmark = pytest.mark.timeout(600)
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory):
+    with Stack(tmp_path_factory.mktemp("mcp-stack"), free_ports=True, sites_count=8) as s:
+        s.start(("sites", "browser"))
+        yield s
+
+
+def text(result) -> str:
+    return "\n".join(c.text for c in result.content if getattr(c, "type", "") == "text")
+
+
+def ref(snapshot: str, role: str, name: str = "") -> str:
+    m = re.search(rf'^\s*\[(\w+)\] {role} "{re.escape(name)}', snapshot, flags=re.M)
+    assert m, snapshot[:2000]
+    return m.group(1)
+
+
+def server_params(stack: Stack, *args: str) -> StdioServerParameters:
+    # (the client starts the server with a minimal environment; PYTHONPATH keeps this checkout's code)
+    return StdioServerParameters(command=sys.executable, args=["-m", "webenv.compat.mcp", "--browser",
+                                                               stack.address("browser"), *args],
+                                 env={"PYTHONPATH": os.environ.get("PYTHONPATH", "")})
+
+
+def test_mcp_tools_over_stdio_on_a_miniwob_task(stack: Stack) -> None:
+    async def main() -> None:
+        params = server_params(stack, "--sites", stack.address("sites"), "--task-id", "miniwob/choose-list")
+        async with Client(params) as client:
+            names = {t.name for t in (await client.list_tools()).tools}
+            assert names == {"snapshot", "navigate", "click", "type", "select", "press_key", "scroll", "go_back",
+                             "screenshot", "tabs"}
+            snap = text(await client.call_tool("snapshot", {}))
+            wanted = re.search(r"Task: Select (.+) from the list", snap).group(1)
+            snap = text(await client.call_tool("select", {"ref": ref(snap, "combobox"), "values": [wanted]}))
+            assert f'option "{wanted}" selected' in snap
+            shot = (await client.call_tool("screenshot", {})).content[0]
+            assert shot.type == "image" and shot.mime_type == "image/png"
+            assert Image.open(io.BytesIO(base64.b64decode(shot.data))).size == (1280, 720)
+            # errors are tool results with isError, a message for the model
+            bad = await client.call_tool("click", {"ref": "99999"})
+            assert bad.is_error and "99999" in text(bad) and "Accessibility tree" in text(bad)
+            bad = await client.call_tool("click", {"ref": "not a ref!"})
+            assert bad.is_error and "INVALID_ARGUMENT BAD_REF: ref:" in text(bad)
+            bad = await client.call_tool("press_key", {"key": "NoSuchKey"})
+            assert bad.is_error and "INVALID_ARGUMENT BAD_ACTION: action.press.key" in text(bad), text(bad)
+            bad = await client.call_tool("select", {"ref": "4"})  # missing argument: the SDK's schema check
+            assert bad.is_error
+            bad = await client.call_tool("navigate", {"url": "http://169.254.169.254/latest/meta-data/"})
+            assert bad.is_error and "169.254" not in text(await client.call_tool("snapshot", {})).split("\n")[1]
+            snap = text(await client.call_tool("click", {"ref": ref(snap, "button", "Submit")}))
+            assert "Page URL: http://miniwob.web.test/miniwob/choose-list.html" in snap
+
+    asyncio.run(main())
+
+
+def test_mcp_tools_over_streamable_http_on_a_synthetic_site(stack: Stack) -> None:
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "webenv.compat.mcp", "--browser", stack.address("browser"),
+                             "--start-url", "http://shop-0000.web.test/", "--transport", "streamable-http",
+                             "--port", str(port)], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+
+    async def main() -> None:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                async with Client(url) as client:
+                    snap = text(await client.call_tool("snapshot", {}))
+                    break
+            except Exception:
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+                await asyncio.sleep(0.5)
+        async with Client(url) as client:
+            snap = text(await client.call_tool("type", {"ref": ref(snap, "searchbox"), "text": "mug", "submit": True}))
+            assert "Page URL: http://shop-0000.web.test/products?q=mug" in snap, snap[:500]
+            snap = text(await client.call_tool("tabs", {"action": "new", "url": "http://shop-0000.web.test/help"}))
+            assert snap.count("  [") == 2 and "[1] http://shop-0000.web.test/help (active)" in snap
+            snap = text(await client.call_tool("tabs", {"action": "select", "index": 0}))
+            assert "[0] http://shop-0000.web.test/products?q=mug (active)" in snap
+            snap = text(await client.call_tool("tabs", {"action": "close", "index": 1}))
+            assert snap.count("  [") == 1
+            bad = await client.call_tool("tabs", {"action": "select", "index": 7})
+            assert bad.is_error and "BAD_TAB" in text(bad)
+            snap = text(await client.call_tool("go_back", {}))
+            assert "Page URL: http://shop-0000.web.test/\n" in snap
+            snap = text(await client.call_tool("navigate", {"url": "http://shop-0000.web.test/help"}))
+            assert "Page URL: http://shop-0000.web.test/help" in snap
+            assert "Page URL" in text(await client.call_tool("scroll", {"dy": 300}))
+
+    try:
+        asyncio.run(main())
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def test_readme_mcp_example_runs_as_written(stack: Stack) -> None:
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    section = readme[readme.index("**MCP.**"):readme.index("**TRL.**")]
+    [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=180,
+                         env={**os.environ, "WEBENV_BROWSER_ADDR": stack.address("browser"),
+                              "WEBENV_SITES_ADDR": stack.address("sites")})
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split() == ["False", "True"], out.stdout
