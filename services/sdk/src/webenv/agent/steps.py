@@ -11,6 +11,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from webenv.actions import format_action
+from webenv.solutions import policy_task
 from webenv.v1 import collector_pb2, common_pb2, policy_pb2
 
 from .candidates import Candidate, Context, context, parse_axtree, propose, words
@@ -101,6 +102,7 @@ def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -
     """
     traj = episode.trajectory
     instruction = instruction or episode.task.instruction
+    shown = policy_task(episode.task)  # what a trained policy is shown of the task when it acts (webenv.solutions)
     memory = ""
     steps = list(traj.steps)
     entries: list[policy_pb2.HistoryEntry] = []
@@ -112,7 +114,7 @@ def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -
         memory = ctx.memory
         cands = propose(ctx)
         next_obs = steps[i + 1].observation if i + 1 < len(steps) else traj.final_observation
-        request = policy_pb2.ActRequest(episode_id=episode.episode_id, task=episode.task, observation=rec.observation,
+        request = policy_pb2.ActRequest(episode_id=episode.episode_id, task=shown, observation=rec.observation,
                                         history=entries[-HISTORY_WINDOW:], step_index=rec.step_index,
                                         instruction=instruction)
         yield StoredStep(i, ctx, cands, target_index(rec, next_obs, cands), request)
