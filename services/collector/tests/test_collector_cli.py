@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import asyncio
+import io
+import json
 import logging
 import re
 
@@ -28,6 +30,10 @@ async def test_cli_run_runs_export_tasks(collector, world, tmp_path):
     r = await asyncio.to_thread(invoke, "runs", "--collector", addr)
     assert r.exit_code == 0 and "cli-run" in r.output
     assert "pass rate" in r.output and "100%" in r.output  # the oracle solves every easy page walk
+    r = await asyncio.to_thread(invoke, "runs", "--json", "--collector", addr)  # machine-readable: the contract's JSON
+    assert r.exit_code == 0, r.output
+    listed = json.loads(r.output)["runs"]
+    assert [x["spec"]["name"] for x in listed] == ["cli-run"] and listed[0]["state"] == "RUN_STATE_SUCCEEDED"
     r = await asyncio.to_thread(invoke, "export", "--format", "transitions", "--dest", str(tmp_path / "t"),
                                 "--collector", addr)
     assert r.exit_code == 0 and "transitions.jsonl" in r.output
@@ -38,6 +44,9 @@ async def test_cli_run_runs_export_tasks(collector, world, tmp_path):
     assert all(o.allow_llm for o in world.judge.options)  # LLM-judged facts are graded when the judge can
     r = await asyncio.to_thread(invoke, "tasks", "--difficulty", "hard", "--sites", world.addr["sites"])
     assert r.exit_code == 0 and "6 tasks match" in r.output
+    r = await asyncio.to_thread(invoke, "tasks", "--difficulty", "hard", "--json", "--sites", world.addr["sites"])
+    found = json.loads(r.output)
+    assert r.exit_code == 0 and found["total_size"] == 6 and {t["difficulty"] for t in found["tasks"]} == {"DIFFICULTY_HARD"}
     r = await asyncio.to_thread(invoke, "run", "--repeats", "-1", "--collector", addr)
     assert r.exit_code == 1 and "INVALID_ARGUMENT" in r.output and "spec.repeats" in r.output
     r = await asyncio.to_thread(invoke, "run", "--mode", "sideways", "--collector", addr)
@@ -227,3 +236,26 @@ def test_real_web_is_no_source_of_its_own():
     assert r.exit_code == 2 and "rubric-json" in r.output, r.output
     r = invoke("tasks", "--help")
     assert "--from-file" in r.output
+
+
+def test_run_tables_fit_80_columns_and_logs():
+    """`webenv run`/`runs`/`stop` tables in an 80-column terminal: no cell cut to "run…", every run id whole; a
+    log (no terminal) gets the wide layout."""
+    from rich.console import Console
+
+    runs = []
+    for i in range(2):
+        r = collector_pb2.Run(run_id=f"run-c40e8f45921{i}", state=collector_pb2.RUN_STATE_SUCCEEDED)
+        r.spec.name, r.spec.policy = "agent/eval-3-validation-with-a-long-name", "agent-ref@12"
+        r.counts.planned, r.counts.finished, r.counts.passed, r.counts.errored, r.counts.steps = 200, 200, 107, 3, 12345
+        r.created_at.GetCurrentTime()
+        runs.append(r)
+    for width, some in ((80, runs), (80, runs[:1]), (160, runs)):
+        cli.console.width = width
+        out = Console(width=width, record=True, file=io.StringIO())
+        out.print(cli.run_table(some))
+        text = out.export_text()
+        assert "…" not in text and all(len(line) <= width for line in text.splitlines()), text
+        assert all(r.run_id in text for r in some) and "succeeded" in text and "54%" in text, text
+        assert "agent-ref@12" in text, text
+

@@ -13,6 +13,7 @@ import asyncio
 import json
 import os
 import signal
+import sys
 import time
 from datetime import datetime
 from pathlib import Path
@@ -20,6 +21,9 @@ from urllib.parse import urlsplit
 
 import grpc
 import typer
+from google.protobuf import json_format
+from google.protobuf.message import Message
+from rich import box
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
@@ -31,6 +35,8 @@ app = typer.Typer(help="webenv: train and evaluate web agents.", no_args_is_help
 worldmodel_app = typer.Typer(help="The world model: build one from the platform's own data.", no_args_is_help=True)
 app.add_typer(worldmodel_app, name="worldmodel")
 console = Console()
+if not console.is_terminal and "COLUMNS" not in os.environ:
+    console.width = 160  # a log or a pipe: lines are not cut at a terminal's 80 columns
 
 # Address options default to None: ``address()`` resolves them (flag, WEBENV_*_ADDR, `webenv up`'s state, port).
 COLLECTOR = SITES = BROWSER = None
@@ -123,9 +129,17 @@ def _state(run: collector_pb2.Run) -> str:
     return collector_pb2.RunState.Name(run.state).removeprefix("RUN_STATE_").lower()
 
 
-def watch_run(stub, run_id: str, label: str = "", errored: list | None = None) -> collector_pb2.WatchRunResponse:
-    """Show a run's live progress until it ends; returns the last report (``errored`` collects errored episodes)."""
+def watch_run(stub, run_id: str, label: str = "", errored: list | None = None,
+              quiet: bool = False) -> collector_pb2.WatchRunResponse:
+    """Show a run's live progress until it ends (``quiet``: show nothing); returns the last report (``errored``
+    collects errored episodes)."""
     last = None
+    if quiet:
+        for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run_id)):
+            last = resp
+            if errored is not None:
+                errored.extend(e for e in resp.finished if e.error)
+        return last
     with Progress(
         TextColumn("[bold]{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[info]}"),
         TimeElapsedColumn(), console=console, transient=False,
@@ -145,14 +159,57 @@ def watch_run(stub, run_id: str, label: str = "", errored: list | None = None) -
 
 
 def run_table(runs: list[collector_pb2.Run]) -> Table:
-    t = Table("run", "name", "state", "policy", "planned", "finished", "passed", "pass rate", "errored", "steps",
-              "created")
+    """Runs as a table that fits the console: one run as field/value lines (any width), several as columns, the
+    creation time only where the console is wide enough; ids are never cut, long names and policies fold."""
+    if len(runs) == 1:
+        r, t = runs[0], Table(show_header=False, box=box.SIMPLE, pad_edge=False)
+        t.add_column("field", style="bold", no_wrap=True)
+        t.add_column("value", overflow="fold")
+        for field, value in _run_fields(r).items():
+            t.add_row(field, value)
+        return t
+    t = Table(box=box.SIMPLE_HEAD, pad_edge=False)
+    if console.width >= 110:
+        t.add_column("run", no_wrap=True)
+        for col in ("name", "state", "policy", "episodes", "pass rate", "errored", "steps", "created"):
+            t.add_column(col, overflow="fold", justify="right" if col in ("episodes", "pass rate", "errored", "steps")
+                         else "left")
+        for r in runs:
+            f = _run_fields(r)
+            t.add_row(*(f[k] for k in ("run", "name", "state", "policy", "episodes", "pass rate", "errored", "steps",
+                                       "created")))
+        return t
+    # a terminal of 80 columns: the name under the run id, the policy under the state, short headers
+    t.add_column("run / name", overflow="fold", min_width=16)
+    t.add_column("state / policy", overflow="fold", min_width=9)
+    for col in ("done", "pass", "err", "steps"):
+        t.add_column(col, justify="right", no_wrap=True)
     for r in runs:
-        c = r.counts
-        rate = f"{c.passed / c.finished:.0%}" if c.finished else "-"
-        t.add_row(r.run_id, r.spec.name, _state(r), r.spec.policy, str(c.planned), str(c.finished), str(c.passed),
-                  rate, str(c.errored), str(c.steps), r.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S"))
+        f = _run_fields(r)
+        t.add_row(f"{f['run']}\n{f['name']}", f"{f['state']}\n{f['policy']}", f["episodes"], f["pass rate"],
+                  f["errored"], f["steps"])
     return t
+
+
+def _run_fields(r: collector_pb2.Run) -> dict[str, str]:
+    c = r.counts
+    return {"run": r.run_id, "name": r.spec.name, "state": _state(r), "policy": r.spec.policy,
+            "episodes": f"{c.finished}/{c.planned}", "passed": str(c.passed),
+            "pass rate": f"{c.passed / c.finished:.0%}" if c.finished else "-", "errored": str(c.errored),
+            "steps": str(c.steps), "created": r.created_at.ToDatetime().strftime("%Y-%m-%d %H:%M:%S")}
+
+
+def _print_json(payload) -> None:
+    """``--json``: one JSON document on stdout (protobuf messages in the contract's JSON mapping)."""
+    def plain(x):
+        if isinstance(x, Message):
+            return json_format.MessageToDict(x, preserving_proto_field_name=True)
+        if isinstance(x, dict):
+            return {k: plain(v) for k, v in x.items()}
+        if isinstance(x, list | tuple):
+            return [plain(v) for v in x]
+        return x
+    sys.stdout.write(json.dumps(plain(payload), indent=2) + "\n")
 
 
 def report_end(run: collector_pb2.Run, errored: list[collector_pb2.EpisodeSummary]) -> None:
@@ -281,6 +338,7 @@ def run(
     env: str = typer.Option("", help="Environment address(es), comma separated (default: the collector's)."),
     collector: str = typer.Option(COLLECTOR, help="Collector address."),
     detach: bool = typer.Option(False, help="Start and return without watching."),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON (the contract's JSON mapping)."),
 ) -> None:
     """Start a run and show its live progress; exits 1 when the run fails (every episode errored) or is stopped."""
     spec = collector_pb2.RunSpec(
@@ -308,19 +366,28 @@ def run(
     r = None
     try:
         r = stub.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec), timeout=60).run
-        console.print(f"started [bold]{r.run_id}[/bold]: {r.counts.planned} episodes")
-        if r.counts.skipped_tasks:
-            console.print(f"left out {r.counts.skipped_tasks} matching tasks: policy {r.spec.policy!r} has no "
-                          "solution for them (--source synthetic asks for tasks with one)")
+        if json_out and detach:
+            _print_json({"run": r})
+            return
+        if not json_out:
+            console.print(f"started [bold]{r.run_id}[/bold]: {r.counts.planned} episodes")
+            if r.counts.skipped_tasks:
+                console.print(f"left out {r.counts.skipped_tasks} matching tasks: policy {r.spec.policy!r} has no "
+                              "solution for them (--source synthetic asks for tasks with one)")
         if detach:
             return
-        last = watch_run(stub, r.run_id, errored=errored)
+        last = watch_run(stub, r.run_id, errored=errored, quiet=json_out)
     except grpc.RpcError as exc:
         raise _fail(exc) from None
     except KeyboardInterrupt:
         if r is not None:
             console.print(f"\nstopped watching; {r.run_id} goes on (webenv stop {r.run_id} ends it)")
         raise typer.Exit(130) from None
+    if json_out:
+        _print_json({"run": last.run, "errored": errored})
+        if last.run.state in (collector_pb2.RUN_STATE_FAILED, collector_pb2.RUN_STATE_STOPPED):
+            raise typer.Exit(1)
+        return
     console.print(run_table([last.run]))
     report_end(last.run, errored)
 
@@ -330,6 +397,7 @@ def runs(
     state: str = typer.Option(None, help="Only runs in this state (running, succeeded, stopped, failed)."),
     limit: int = typer.Option(50),
     collector: str = typer.Option(COLLECTOR),
+    json_out: bool = typer.Option(False, "--json", help="Print the result as JSON (the contract's JSON mapping)."),
 ) -> None:
     """List runs, newest first."""
     st = 0
@@ -341,17 +409,24 @@ def runs(
         resp = _collector(collector).ListRuns(collector_pb2.ListRunsRequest(page_size=limit, state=st), timeout=30)
     except grpc.RpcError as exc:
         raise _fail(exc) from None
-    console.print(run_table(list(resp.runs)))
+    if json_out:
+        _print_json({"runs": list(resp.runs)})
+    else:
+        console.print(run_table(list(resp.runs)))
 
 
 @app.command()
-def stop(run_id: str, collector: str = typer.Option(COLLECTOR)) -> None:
+def stop(run_id: str, collector: str = typer.Option(COLLECTOR),
+         json_out: bool = typer.Option(False, "--json", help="Print the run as JSON.")) -> None:
     """Stop a run (finished episodes stay stored)."""
     try:
         r = _collector(collector).StopRun(collector_pb2.StopRunRequest(run_id=run_id), timeout=120).run
     except grpc.RpcError as exc:
         raise _fail(exc) from None
-    console.print(run_table([r]))
+    if json_out:
+        _print_json({"run": r})
+    else:
+        console.print(run_table([r]))
 
 
 @app.command()
@@ -432,6 +507,7 @@ def tasks(
     task_file: Path = typer.Option(None, help="Check one's own task file (YAML or rubric JSON) and list its tasks."),
     limit: int = typer.Option(20),
     sites: str = typer.Option(SITES, help="TaskService (sites) address."),
+    json_out: bool = typer.Option(False, "--json", help="Print the tasks as JSON (whole Task messages)."),
 ) -> None:
     """List tasks of the catalog (or of a task file)."""
     if task_file is not None:
@@ -449,9 +525,16 @@ def tasks(
         except grpc.RpcError as exc:
             raise _fail(exc) from None
         found, total = list(resp.tasks), resp.total_size
+    if json_out:
+        _print_json({"total_size": total, "tasks": found[:limit]})
+        return
     names = {v: k for k, v in SOURCES.items()}
     kinds = {v: k for k, v in KINDS.items()}
-    t = Table("task", "source", "kind", "difficulty", "split", "instruction", title=f"{total} tasks match")
+    t = Table(title=f"{total} tasks match", box=box.SIMPLE_HEAD, pad_edge=False)
+    t.add_column("task", no_wrap=True)
+    for col in ("source", "kind", "difficulty", "split"):
+        t.add_column(col, overflow="fold")
+    t.add_column("instruction", overflow="fold", min_width=20)
     for x in found[:limit]:
         t.add_row(x.task_id, names.get(x.source, ""), kinds.get(x.kind, ""),
                   common_pb2.Difficulty.Name(x.difficulty).removeprefix("DIFFICULTY_").lower(),
