@@ -7,6 +7,7 @@ import io
 import json
 import logging
 import re
+from pathlib import Path
 
 from typer.testing import CliRunner
 from webenv.collector import cli
@@ -259,3 +260,60 @@ def test_run_tables_fit_80_columns_and_logs():
         assert all(r.run_id in text for r in some) and "succeeded" in text and "54%" in text, text
         assert "agent-ref@12" in text, text
 
+
+
+def _descendants(pid: int) -> set[int]:
+    out, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        for task in Path(f"/proc/{p}/task").glob("*"):
+            try:
+                kids = [int(k) for k in (task / "children").read_text().split()]
+            except OSError:
+                continue
+            out.update(kids)
+            todo.extend(kids)
+    return out
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_train_stops_its_stack_on_sigterm(tmp_path):
+    """`webenv train --stack` ended by SIGTERM (a supervisor, `kill`) stops every service it started and exits 130,
+    instead of leaving the stack running."""
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "webenv.collector.cli", "train", "--stack", "--sites-count", "8", "--demos", "2",
+         "--iterations", "1", "--data-dir", str(tmp_path / "data"), "--out", str(tmp_path / "out")],
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines, deadline = [], time.monotonic() + 300
+        while time.monotonic() < deadline:
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "stack up" in line:
+                break
+        assert any("stack up" in ln for ln in lines), "".join(lines)
+        started = _descendants(proc.pid)
+        assert len(started) >= 5, started  # sites, browser (and its Chromium), policy, judge, collector, trainer ...
+        proc.send_signal(signal.SIGTERM)
+        rest, _ = proc.communicate(timeout=120)
+        assert proc.returncode == 130, "".join(lines) + rest
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(_alive(p) for p in started):
+            time.sleep(0.5)
+        assert not [p for p in started if _alive(p)], "services left running after SIGTERM"
+    finally:
+        if proc.poll() is None:
+            proc.kill()

@@ -119,6 +119,15 @@ def _task_files(paths: list[Path]) -> list[common_pb2.Task]:
     return tasks
 
 
+def _sigterm_interrupts() -> None:
+    """SIGTERM ends a long command as Ctrl-C does (KeyboardInterrupt), so the stack it started is stopped in its
+    ``finally`` instead of being left running when a supervisor or `kill` ends the command."""
+    def interrupt(signum, frame):
+        raise KeyboardInterrupt
+
+    signal.signal(signal.SIGTERM, interrupt)
+
+
 def _fail(exc: grpc.RpcError) -> typer.Exit:
     err = errors.from_rpc_error(exc)
     console.print(f"[red]error[/red] {exc.code().name}: {err.message}")
@@ -551,6 +560,7 @@ def demo(
 ) -> None:
     """Start the stack on embedded defaults, run the oracle and random policies, print a summary."""
     data_dir = data_dir or Path(".webenv") / f"demo-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
+    _sigterm_interrupts()
     stack = Stack(data_dir, free_ports=True, sites_count=sites_count)
     try:
         with console.status("starting sites, browser, policy, judge, collector...") as status:
@@ -686,11 +696,16 @@ def train(
         if not cfg.sim_sites:
             raise typer.BadParameter(f"{worldmodel} records no start pages", param_hint="--worldmodel")
     local = None
+    _sigterm_interrupts()
     if stack:
         data_dir = data_dir or Path(".webenv") / f"train-{datetime.now().strftime('%Y%m%d-%H%M%S')}"
         local = Stack(data_dir, free_ports=True, sites_count=sites_count, worldmodel=str(worldmodel) if dyna else "")
-        with console.status("starting the stack...") as status:
-            local.start(on_ready=lambda n, a: status.update(f"{n} SERVING at {a}"))
+        try:
+            with console.status("starting the stack...") as status:
+                local.start(on_ready=lambda n, a: status.update(f"{n} SERVING at {a}"))
+        except KeyboardInterrupt:
+            local.stop()
+            raise typer.Exit(130) from None
         collector, trainer, policy, sites = (local.address(n) for n in ("collector", "trainer", "policy", "sites"))
         if dyna:
             cfg.sim_env = local.address("worldmodel")
@@ -712,6 +727,9 @@ def train(
     except RuntimeError as exc:
         console.print(f"[red]error[/red] {exc}")
         raise typer.Exit(1) from None
+    except KeyboardInterrupt:
+        console.print("interrupted; stopping")
+        raise typer.Exit(130) from None
     finally:
         if local is not None:
             with console.status("stopping the stack..."):
@@ -754,6 +772,7 @@ def worldmodel_build(
     if not 0 <= reasoning_fraction <= 1:
         raise typer.BadParameter("must be within 0..1", param_hint="--reasoning-fraction")
     t0 = time.monotonic()
+    _sigterm_interrupts()
     try:
         model = build(out, plan, lambda line: console.print(line, highlight=False), watch=watch_run,
                       reuse_data=reuse_data, reasoning_fraction=reasoning_fraction)
