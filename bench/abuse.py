@@ -1,4 +1,4 @@
-"""Abuse benchmark (issue 18): the local stack under a seeded fuzz, ListRuns at 1/30/300 stored runs, and the
+"""Abuse benchmark: the local stack under a seeded fuzz, ListRuns at 1/30/300 stored runs, and the
 memory each service keeps afterwards; optionally the same against a baseline checkout, side by side.
 
 For each tree (this one, and ``--baseline-src DIR`` when given) the script starts sites, the browser farm,

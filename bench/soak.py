@@ -1,4 +1,4 @@
-"""Soak (issue 18): the local stack running real episodes at 32 sessions for a long time, memory sampled.
+"""Soak: the local stack running real episodes at 32 sessions for a long time, memory sampled.
 
 The stack is started as ``webenv up`` does (sites, browser farm on real Chromium, policy, judge, collector as
 processes, free loopback ports, default settings). The collector runs real episodes without pause: one long run

@@ -1,4 +1,4 @@
-"""Services under malformed and abusive requests (issue 18): a seeded fuzz over every RPC of every service.
+"""Services under malformed and abusive requests: a seeded fuzz over every RPC of every service.
 
 The real services run as processes (`python -m webenv.<name>`, the documented way) on free loopback ports: sites,
 the browser farm on real Chromium, policy, judge, collector and trainer. `webenv.fuzz` sends, per RPC, bytes that do not

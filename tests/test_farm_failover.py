@@ -1,4 +1,4 @@
-"""Kill -9 of one browser-farm node mid-run, with two nodes serving one collector (issue 18).
+"""Kill -9 of one browser-farm node mid-run, with two nodes serving one collector.
 
 Everything real, as processes on free loopback ports: sites, two browser farm nodes on real Chromium (node-a,
 node-b), the oracle policy, the judge and the collector, whose run names both nodes (`env_address="a,b"`,

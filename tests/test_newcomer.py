@@ -1,4 +1,4 @@
-"""A newcomer's first hour (issue 15), on the real stack: the README's commands as written, and what they meet.
+"""A newcomer's first hour, on the real stack: the README's commands as written, and what they meet.
 
 One stack for the module, started by the README's own first line (`webenv up --free-ports &`) in a scratch
 folder that links `.venv` to this checkout's, so every README line runs verbatim from there and finds the stack

@@ -1,4 +1,4 @@
-"""A collector run against the world model's address stores simulated episodes marked as such (issue 8).
+"""A collector run against the world model's address stores simulated episodes marked as such.
 
 Everything is real and runs as processes on free ports: a tiny world model is built here with
 `python -m webenv.worldmodel dataset` and `train` from the TRANSITIONS exports of a tiny two-shop web

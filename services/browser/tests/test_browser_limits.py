@@ -147,7 +147,7 @@ async def test_browser_recycled_after_n_contexts(farm_factory, page_server):
 async def test_a_close_its_caller_gives_up_on_still_frees_the_context(farm_factory, page_server):
     """A CloseSession cancelled mid-close (its client's deadline, as under load) still closes and counts the
     session's context, so a browser retired for recycling is closed once its last context is gone. Before, the
-    cancel skipped the count: retired browsers and their Chromium processes lived on (issue 18's soak)."""
+    cancel skipped the count: retired browsers and their Chromium processes lived on (seen in the soak)."""
     async with farm_factory(farm_contexts_per_browser=3, farm_warm_contexts=1) as f:
         first = f.farm.pool.handles[0]
         for _ in range(4):

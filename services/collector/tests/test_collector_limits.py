@@ -1,4 +1,4 @@
-"""The collector under abusive requests (issue 18): admission and quotas, ExportRun's checks, ListRuns' cost,
+"""The collector under abusive requests: admission and quotas, ExportRun's checks, ListRuns' cost,
 bounded memory for ended runs, and health that follows the dependencies it cannot work without."""
 
 from __future__ import annotations

@@ -294,7 +294,7 @@ def test_runs_start_watch_list_get_stop_export(platform, tmp_path):
         spec = {"name": "gw-stop", "policy": "random", "episodes": 50, "concurrency": 1, "tasks": {
             "sources": ["TASK_SOURCE_SYNTHETIC"]}, "taskLimit": 5}
         run = c.post("/v1/runs", json={"requestId": secrets.token_hex(6), "spec": spec}).json()["run"]
-        stopped = c.post(f"/v1/runs/{run['runId']}:stop", json={"requestId": secrets.token_hex(6)}).json()["run"]
+        stopped = c.post(f"/v1/runs/{run['runId']}:stop", json={}).json()["run"]
         assert stopped["state"] in ("RUN_STATE_STOPPED", "RUN_STATE_SUCCEEDED")
         reports = ndjson(c, f"/v1/runs/{run['runId']}:watch")
         assert reports[-1]["result"]["run"]["state"] == "RUN_STATE_STOPPED"

@@ -227,7 +227,7 @@ async def test_concurrent_predictions_share_the_backend(wm_channel: grpc.aio.Cha
 
 
 async def test_fuzzed_requests_get_clean_errors(wm_channel: grpc.aio.Channel) -> None:
-    """Issue 18's seeded fuzz over both services the world model serves: no UNKNOWN/INTERNAL, bounded messages,
+    """The seeded abuse fuzz over both services the world model serves: no UNKNOWN/INTERNAL, bounded messages,
     undecodable bytes INVALID_ARGUMENT, and the server still SERVING afterwards."""
     from webenv import fuzz
 

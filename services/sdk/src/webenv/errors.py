@@ -10,7 +10,7 @@ Messages and metadata are bounded (:data:`MAX_MESSAGE_BYTES`, :data:`MAX_METADAT
 :data:`MAX_METADATA_VALUE_BYTES`) when the error is made, because they often quote the caller's input: the status
 travels in HTTP/2 trailers twice (``grpc-message`` percent-encoded, ``grpc-status-details-bin`` base64), and a
 client's default 8 KiB metadata limit turned a 100 KB echo into RESOURCE_EXHAUSTED "metadata size exceeds hard
-limit" instead of the real error (issue 18). Messages start with the field they name, so the cut keeps it.
+limit" instead of the real error. Messages start with the field they name, so the cut keeps it.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """A seeded request fuzzer for webenv services: malformed and abusive requests over every RPC of a service.
 
-It is the hostile client of issue 18 made repeatable: for each method of a ``webenv.v1`` service it sends bytes
+It is a hostile client made repeatable: for each method of a ``webenv.v1`` service it sends bytes
 that do not decode, and messages built from the method's request descriptor with edge values (empty, huge
 strings, NUL bytes, unknown enum numbers, NaN, negative and extreme integers, deep nesting, long repeated
 fields), and records the status of every call. The CI suite (``tests/test_abuse.py``) runs a few hundred of

@@ -28,6 +28,7 @@ from webenv.browser import metrics
 from webenv.browser.config import Settings
 from webenv.browser.driver import PageDriver, StepResult
 from webenv.browser.egress import EgressPolicy, EgressProxy, split_addr
+from webenv.browser.fork import Forker
 from webenv.browser.guard import BlockedUrl, UrlGuard
 from webenv.browser.observe import ObserveSettings
 from webenv.browser.pool import SITES_HOSTS, BrowserPool
@@ -48,7 +49,8 @@ from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
 
 class Farm:
-    """Owns the guards, the pool, the registry and the driver; one method per RPC."""
+    """Owns the guards, the pool, the registry and the driver: the farm's RPCs go through it (the servicer maps each to
+    one of its methods; StepStream reuses `step`)."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -76,6 +78,7 @@ class Farm:
             Settler(settings.farm_nav_timeout_ms, settings.farm_network_idle_ms),
             nav_timeout_ms=settings.farm_nav_timeout_ms, capture_concurrency=settings.farm_capture_concurrency,
             node=self.node)
+        self.forker = Forker(self)
 
     def busy(self) -> bool:
         """Is a session opening or stepping? The warm pool's refill waits for a moment when none is (for 1 s
@@ -227,6 +230,10 @@ class Farm:
             reward=rw.reward if rw else 0.0, raw_reward=rw.raw_reward if rw else 0.0, done=done,
             reward_reason=rw.reason if rw else "", timings=timings, target_element_id=result.outcome.target_element_id,
         )
+
+    async def fork(self, req: environment_pb2.ForkSessionRequest) -> environment_pb2.ForkSessionResponse:
+        """ForkSession: copies of a session's browser and site state (`webenv.browser.fork`)."""
+        return await self.forker.fork(req)
 
     async def close_session(self, req: environment_pb2.CloseSessionRequest) -> environment_pb2.CloseSessionResponse:
         s = self.registry.get(req.session_id)

@@ -47,18 +47,20 @@ import time
 import uuid
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Route
 from webenv import errors
 from webenv.browser import metrics
 from webenv.browser.actions import goto
-from webenv.browser.farm import Farm
 from webenv.browser.pool import Slot
 from webenv.browser.session import BrowserSession, TaskHooks
 from webenv.envcontract import validate_fork_count, validate_lease
 from webenv.v1 import environment_pb2
+
+if TYPE_CHECKING:  # the farm owns its Forker (Farm.fork); the annotation only
+    from webenv.browser.farm import Farm
 
 _KEEP_REQUESTS = 2000
 MAX_HISTORY = 20  # earlier entries rebuilt per copy: each is a document commit (module docstring), bounding a fork
@@ -158,7 +160,7 @@ class Snapshot:
 
 
 class Forker:
-    """ForkSession over the farm: its registry (admission, new sessions, ends) and its page driver (settle and
+    """ForkSession for the farm that owns it (`Farm.fork`): the farm's registry (admission, new sessions, ends) and its page driver (settle and
     the first observation)."""
 
     def __init__(self, farm: Farm) -> None:

@@ -188,7 +188,7 @@ class SessionRegistry:
         metrics.SESSIONS_CLOSED.labels(environment_pb2.SessionState.Name(state).removeprefix("SESSION_STATE_").lower()).inc()
         # Shielded: a caller that gives up (grpc cancels CloseSession when the client's deadline passes, as under
         # load) must not stop the context from being closed and counted; uncounted, a browser retired for
-        # recycling never saw its last context go and lived on with its Chromium processes (issue 18's soak).
+        # recycling never saw its last context go and lived on with its Chromium processes (seen in the soak).
         teardown = asyncio.ensure_future(self._release(s, state))
         self._teardowns.add(teardown)
         teardown.add_done_callback(self._teardowns.discard)

@@ -6,7 +6,6 @@ from collections.abc import AsyncIterator
 
 import grpc
 from webenv.browser.farm import Farm
-from webenv.browser.fork import Forker
 from webenv.envcontract import step_stream
 from webenv.v1 import browser_pb2, browser_pb2_grpc, environment_pb2, environment_pb2_grpc
 
@@ -21,7 +20,6 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
 
     def __init__(self, farm: Farm) -> None:
         self.farm = farm
-        self.forker = Forker(farm)
 
     async def OpenSession(self, request: environment_pb2.OpenSessionRequest, context: grpc.aio.ServicerContext
                           ) -> environment_pb2.OpenSessionResponse:
@@ -44,7 +42,7 @@ class EnvironmentServicer(environment_pb2_grpc.EnvironmentServiceServicer):
 
     async def ForkSession(self, request: environment_pb2.ForkSessionRequest, context: grpc.aio.ServicerContext
                           ) -> environment_pb2.ForkSessionResponse:
-        return await self.forker.fork(request)
+        return await self.farm.fork(request)
 
     async def GetSession(self, request: environment_pb2.GetSessionRequest, context: grpc.aio.ServicerContext
                          ) -> environment_pb2.GetSessionResponse:

@@ -158,7 +158,7 @@ class SyntheticAdapter(TaskAdapter):
         if not forked:
             try:
                 await self._stub().ResetSiteState(task_pb2.ResetSiteStateRequest(
-                    request_id=f"{session.session_id}-reset", site_session=self.site_session, site=self.site))
+                    site_session=self.site_session, site=self.site))
             except grpc.aio.AioRpcError as exc:
                 raise errors.Unavailable(f"TaskService at {self.sites_addr} could not reset site state: "
                                          f"{exc.code().name}: {exc.details()}", reason="SITES_UNAVAILABLE",

@@ -1,6 +1,6 @@
 """Assembling a collector from its settings: store, spool, writer, peers, engine, optional queue, server.
 
-Health follows the dependencies the collector cannot work without (issue 18): a monitor checks them every
+Health follows the dependencies the collector cannot work without: a monitor checks them every
 ``health_interval_seconds`` and reports NOT_SERVING (and refuses StartRun with UNAVAILABLE) while Redis is
 configured and does not answer, or while the store is down and the spool has reached its cap; SERVING again
 as soon as they are back. A store outage with room left in the spool keeps SERVING: nothing is lost meanwhile.

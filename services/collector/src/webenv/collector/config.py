@@ -37,7 +37,7 @@ class Settings(ServiceSettings):
     spool_retry_seconds: float = Field(1.0, gt=0)
     collector_id: str = Field("", description="Name in provenance and the Redis consumer group; default host-pid.")
     export_root: str = Field("", description="When set, ExportRun writes only inside this folder (relative destinations land there).")
-    # Admission and quotas: a collector refuses work it cannot hold instead of growing without bound (issue 18).
+    # Admission and quotas: a collector refuses work it cannot hold instead of growing without bound.
     max_active_runs: int = Field(4, ge=1, le=1024, description="Runs this collector executes at once; later ones wait PENDING.")
     max_pending_runs: int = Field(16, ge=0, le=100_000, description="Runs waiting for a slot; beyond that StartRun is RESOURCE_EXHAUSTED.")
     max_run_episodes: int = Field(10_000, ge=1, le=10_000_000, description="Episodes one run may plan (an empty spec would run every task).")

@@ -8,7 +8,7 @@ published to a stream and every collector sharing the queue runs them (see queue
 ``run_queued``: the queue is handed that job and knows nothing else of the engine (before, it imported the engine
 and re-implemented running, storing and counting an episode).
 
-Admission (issue 18): a collector executes at most ``max_active_runs`` runs; later ones wait PENDING in start
+Admission: a collector executes at most ``max_active_runs`` runs; later ones wait PENDING in start
 order, and beyond ``max_pending_runs`` waiting StartRun is RESOURCE_EXHAUSTED with a RetryInfo. A run may plan at
 most ``max_run_episodes`` episodes and its spec at most ``max_spec_bytes`` (INVALID_ARGUMENT naming the field),
 checked before the catalog is read whenever the spec alone decides it. Plans are made one at a time, so

@@ -1,7 +1,7 @@
 """CollectorService over the engine: validation at the edge, runs in the engine, exports on the store thread.
 
 ListRuns reads one page with one query; live runs are first written in one batch so the page shows their state
-now (it used to persist every run ever owned, one batch wait each: 0.28 s per run, issue 18). ExportRun checks
+now (it used to persist every run ever owned, one batch wait each: 0.28 s per run). ExportRun checks
 its filter and destination before touching the disk (INVALID_ARGUMENT naming the field), and remembers the
 answers of the last ``EXPORTS_KEPT`` request ids for idempotent retries.
 """

@@ -23,7 +23,7 @@ from .policies import Decision, Policy
 from .policies.checkpoint import CheckpointPolicies
 
 #: Longest episode id and page URL accepted: both become keys of per-episode state kept for thousands of episodes,
-#: so a fuzzed 100 KB id or URL per request grew the service from 56 to 316 MB (issue 18).
+#: so a fuzzed 100 KB id or URL per request grew the service from 56 to 316 MB.
 MAX_EPISODE_ID_CHARS = 256
 MAX_URL_CHARS = 8192
 

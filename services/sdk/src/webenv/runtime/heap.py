@@ -1,6 +1,6 @@
 """Giving freed heap back to the operating system once a service goes quiet.
 
-After a burst of large requests (issue 18's fuzz: 100 KB strings in repeated fields, tens of MB per message) a
+After a burst of large requests (the abuse fuzz: 100 KB strings in repeated fields, tens of MB per message) a
 service's RSS stayed high although Python held almost nothing: tracemalloc of the judge counted +1-2 MB of live
 objects while RSS had grown by hundreds of MB. Three things kept it: requests that failed live on in reference
 cycles (exception -> traceback -> frame -> request) until the cyclic collector's rare full pass; glibc's malloc

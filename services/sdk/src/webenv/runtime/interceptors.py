@@ -7,7 +7,7 @@ never a silent UNKNOWN.
 
 Request bytes that do not decode as the method's request message are answered INVALID_ARGUMENT (field
 ``request``) with one warning line: left to grpc, a decode failure inside its server loop is UNKNOWN plus a
-logged traceback for every such call (issue 18). The interceptor wraps each handler's request deserializer so a
+logged traceback for every such call. The interceptor wraps each handler's request deserializer so a
 failure yields an :class:`Undecodable` marker instead of raising; unary calls are refused before the servicer
 runs, and a stream's request iterator ends at the bad message (the servicer finishes the items it already has,
 as after a half-close) and the call then ends INVALID_ARGUMENT.
