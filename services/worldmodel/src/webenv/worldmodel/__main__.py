@@ -104,7 +104,9 @@ def evaluate(
     limit: int = typer.Option(0, help="Held-out transitions scored (0 = all)."),
     rollout_episodes: int = typer.Option(32, help="Held-out episodes replayed open loop (noisy below ~30)."),
     rollout_steps: int = typer.Option(30),
-    mode: Literal["analogy+lm", "analogy", "lm"] = typer.Option("analogy+lm", help="Who decides page actions."),
+    mode: Literal["analogy+lm", "analogy", "lm", "rules"] = typer.Option("analogy+lm", help="Who decides page actions."),
+    hold_out_family: str = typer.Option("", help="Leave-one-family-out: score every website of this family, index "
+                                                 "none of them (retrieval only: the language model saw every family)."),
     reasoning: Literal["auto", "on", "off"] = typer.Option(
         "auto", help="The language model reasons first (auto: when trained with reasoning examples)."),
     compare_lm: bool = typer.Option(
@@ -128,11 +130,19 @@ def evaluate(
         predictor = await load_world_model(backend, model, threads=threads, mode=mode,
                                            reason={"auto": None, "on": True, "off": False}[reasoning]) if model else None
         try:
-            return await score(records, predictor, limit, rollout_episodes, rollout_steps, compare_lm, lm_limit)
+            return await score(records, predictor, limit, rollout_episodes, rollout_steps, compare_lm, lm_limit,
+                               hold_out_family)
         finally:
             if predictor is not None and predictor.llm is not None:
                 await predictor.llm.close()
 
+    if hold_out_family:
+        from webenv.worldmodel.page import family_of
+
+        families = sorted({family_of(r.site) for r in records})
+        if hold_out_family not in families:
+            raise typer.BadParameter(f"no transitions of family {hold_out_family!r} (the data has {', '.join(families)})",
+                                     param_hint="--hold-out-family")
     res = asyncio.run(run())
     md = to_markdown(res)
     if out:

@@ -44,8 +44,9 @@ from webenv.worldmodel.page import action_kind
 EXEMPLARS_FILE = "exemplars.jsonl"
 PAGE_ACTIONS_FILE = "page_actions.jsonl"
 START_STATES_FILE = "start_states.jsonl"
-#: Who decides page actions: analogy with the language model as fallback (served), or either alone (evaluation).
-MODES = ("analogy+lm", "analogy", "lm")
+#: Who decides page actions: analogy with the language model as fallback (served), either alone, or nothing but
+#: the rules (page actions keep the page, new documents only recalled: the evaluation's rules-alone baseline).
+MODES = ("analogy+lm", "analogy", "lm", "rules")
 
 
 @dataclass
@@ -143,7 +144,7 @@ class Predictor:
                  reason: bool = False, mode: str = "analogy+lm") -> None:
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
-        if llm is None and mode != "analogy":
+        if llm is None and mode not in ("analogy", "rules"):
             raise ValueError(f"mode {mode!r} needs a language model")
         #: The language model (a started backend, or a Batcher in front of one).
         self.llm = llm
@@ -160,7 +161,7 @@ class Predictor:
         seen = q.memory.recall(url) if q.memory is not None else (q.page if url == q.page.url else None)
         if seen is not None:
             return refresh_chrome(PageView(url, seen.state, seen.links), q.page), "recall"
-        ex = self.exemplars.best(q.page, q.action_text, url)
+        ex = self.exemplars.best(q.page, q.action_text, url) if self.mode != "rules" else None
         if ex is None:
             return PageView(url, q.page.state, q.page.links), "keep"
         return compose(q.page, q.action_text, url, ex), "compose"
@@ -173,7 +174,7 @@ class Predictor:
             await self._language_model([queries[i] for i in lm], lm, out)
         for p in out:
             assert p is not None
-            metrics.observe_prediction(p.latency_seconds, p.completion_tokens, p.fallback, p.source)
+            metrics.observe_prediction(p.latency_seconds, p.completion_tokens, p.fallback, p.source, p.decided_by)
         return out  # type: ignore[return-value]
 
     def _decide(self, queries: list[Query]) -> tuple[list[Prediction | None], list[int]]:
@@ -195,6 +196,8 @@ class Predictor:
                     url = _navigate_url(q.action_text) if kind == "navigate" else history_target(q)
                     page, source = self.new_page(q, url)
                 out[i] = Prediction(page, source, navigated=True, latency_seconds=time.perf_counter() - t0)
+            elif self.mode == "rules":
+                out[i] = Prediction(q.page, "keep", decided_by="rule", latency_seconds=time.perf_counter() - t0)
             elif self.mode != "lm" and (p := self._analogy(q)) is not None:
                 p.latency_seconds = time.perf_counter() - t0
                 out[i] = p
@@ -327,10 +330,13 @@ def load_exemplars(path: Path) -> Exemplars:
 
 
 def save_start_states(records: list[TransitionRecord], path: Path) -> int:
-    """The first page recorded at each start URL (where simulated sessions can open), with its links."""
+    """The first page recorded at each start URL of a training website (where simulated sessions can open), with
+    its links. Held-out websites' pages never enter the model directory (the evaluation scores those websites as
+    unseen); a session on one opens from a start-state file given at serving time (WEBENV_WORLDMODEL_START_STATES)
+    or a task's `start_state`."""
     seen: dict[str, TransitionRecord] = {}
     for r in sorted(records, key=lambda r: r.step_index):
-        if r.step_index == 0:
+        if r.step_index == 0 and r.split == "train":
             seen.setdefault(r.url, r)
     with path.open("w") as fh:
         for r in seen.values():
@@ -364,7 +370,7 @@ async def load_world_model(backend: str, path: str, device: str = "cpu", threads
     webenv.llm Batcher of `batch` requests when `batch` > 0), its page actions and exemplars; reasoning on when the
     model was trained with reasoning examples (unless `reason` says otherwise). `llm` passes a backend in instead."""
     info = model_info(path, backend)
-    if mode != "analogy" and llm is None:
+    if mode not in ("analogy", "rules") and llm is None:
         lm = make_backend(backend_config(backend, path, device, threads))
         assert lm is not None
         if batch > 0:
