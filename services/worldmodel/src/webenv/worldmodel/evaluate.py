@@ -363,6 +363,8 @@ def to_markdown(res: dict) -> str:
              f"training ({res['train_transitions']} training transitions on {res['train_sites']} websites; same families).")
 
     def ci(s: dict, key: str) -> str:
+        if key not in s:  # an evaluation written before the score existed
+            return "-"
         lo_hi = s.get(f"{key}_ci95")
         return f"{s[key]:.3f} [{lo_hi[0]:.3f}, {lo_hi[1]:.3f}]" if lo_hi else f"{s[key]:.3f}"
 
@@ -386,7 +388,7 @@ def to_markdown(res: dict) -> str:
                       f"| {head} | n | share | line F1 | diff F1 | exact match | URL accuracy |",
                       "| --- | --- | --- | --- | --- | --- | --- |"]
             for src, s in ss[key].items():
-                lines.append(f"| {src} | {s['n']} | {s.get('share', 0):.1%} | {s['line_f1']:.3f} | {s['diff_f1']:.3f} | "
+                lines.append(f"| {src} | {s['n']} | {s.get('share', 0):.1%} | {s['line_f1']:.3f} | {ci(s, 'diff_f1')} | "
                              f"{s['exact_match']:.3f} | {s['url_accuracy']:.3f} |")
         lines += ["", f"Language-model fallbacks (malformed output, page kept): {ss['fallback_rate']:.1%}; edits repaired: "
                       f"{ss['repaired_rate']:.1%}."]
