@@ -50,8 +50,11 @@ def test_build_leaves_a_served_model_with_its_card(tmp_path: Path) -> None:
     assert ev["test_sites"] == 1 and ev["single_step"]["transitions"] > 0
     exemplar_sites = {json.loads(line)["site"] for line in (model / "page_actions.jsonl").read_text().splitlines()}
     assert held_out not in exemplar_sites  # the held-out website never taught the model
+    for f in model.iterdir():  # no page of the held-out website ships in the model directory (nor its name)
+        assert held_out.split(".")[0] not in f.read_text(errors="ignore"), f.name
     card = (model / "MODEL_CARD.md").read_text()
-    for section in ("## Data", "## Model", "## Evaluation (held-out websites only)", "random_crawl", "| copy_state |"):
+    for section in ("## Data", "## Model", "## Evaluation (held-out websites only)", "random_crawl", "| copy_state |",
+                    "**retrieval by analogy**", "| rules_only |", "diff F1"):
         assert section in card, section
 
     # the directory is what the service serves: a simulated session from a recorded start page

@@ -140,7 +140,9 @@ def test_collector_rollouts_against_world_model(tmp_path: Path) -> None:
 
     procs: list[Proc] = []
     try:
+        # shop-0001 is held out: its start pages come from the data, the model directory holds training websites' only
         wm = Proc("worldmodel", logs, WEBENV_WORLDMODEL_MODEL_PATH=model_dir, WEBENV_WORLDMODEL_MAX_NEW_TOKENS="160",
+                  WEBENV_WORLDMODEL_START_STATES=str(transitions),
                   WEBENV_WORLDMODEL_THREADS="1")
         policy = Proc("policy", logs, WEBENV_POLICY_BACKEND="none", WEBENV_POLICY_DEFAULT="random")
         procs += [wm, policy]

@@ -43,13 +43,15 @@ def tiny_model(tiny_training: TrainResult) -> str:
 
 
 @pytest.fixture(scope="module")
-async def wm_channel(tiny_model: str) -> AsyncIterator[grpc.aio.Channel]:
-    """A live world-model server (WorldModelService + EnvironmentService) on free ports, and a channel to it."""
+async def wm_channel(tiny_model: str, transitions_file: Path) -> AsyncIterator[grpc.aio.Channel]:
+    """A live world-model server (WorldModelService + EnvironmentService) on free ports, and a channel to it; the
+    held-out website's start pages come from the transitions (the model directory holds training websites' only)."""
     from webenv.worldmodel.app import serving
     from webenv.worldmodel.config import Settings
 
     settings = Settings(grpc_port=0, metrics_port=0, host="127.0.0.1", worldmodel_model_path=tiny_model,
-                        worldmodel_max_new_tokens=48, worldmodel_horizon=4, worldmodel_max_state_chars=20_000)
+                        worldmodel_max_new_tokens=48, worldmodel_horizon=4, worldmodel_max_state_chars=20_000,
+                        worldmodel_start_states=str(transitions_file))
     async with serving(settings) as (server, _, _):
         channel = grpc.aio.insecure_channel(f"127.0.0.1:{server.port}")
         channel.metrics_port = server.metrics_port  # type: ignore[attr-defined]

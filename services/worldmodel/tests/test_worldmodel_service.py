@@ -62,6 +62,7 @@ async def test_predict_and_model_info(wm_channel: grpc.aio.Channel, transitions_
     assert resp.next_state.startswith("<page>")
     text = scrape(wm_channel.metrics_port)  # type: ignore[attr-defined]
     assert 'webenv_worldmodel_predictions_total{source="compose"}' in text
+    assert 'webenv_worldmodel_decisions_total{decided_by="rule"}' in text  # the noop; who decided each step, by part
     assert "webenv_worldmodel_predict_seconds_bucket" in text
 
 

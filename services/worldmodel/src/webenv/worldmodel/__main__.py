@@ -104,7 +104,13 @@ def evaluate(
     limit: int = typer.Option(0, help="Held-out transitions scored (0 = all)."),
     rollout_episodes: int = typer.Option(32, help="Held-out episodes replayed open loop (noisy below ~30)."),
     rollout_steps: int = typer.Option(30),
-    mode: Literal["analogy+lm", "analogy", "lm"] = typer.Option("analogy+lm", help="Who decides page actions."),
+    mode: Literal["analogy+lm", "analogy", "lm", "rules"] = typer.Option("analogy+lm", help="Who decides page actions."),
+    lm_path: str = typer.Option("", help="A Hugging Face causal LM folder scored in WebWorld's format (it decides every "
+                                         "page action; --model still gives retrieval's data)."),
+    retrieval_context: bool = typer.Option(True, help="With --lm-path: retrieval's prediction goes into the prompt."),
+    max_new_tokens: int = typer.Option(256, help="Cap on generated tokens per language-model prediction."),
+    hold_out_family: str = typer.Option("", help="Leave-one-family-out: score every website of this family, index "
+                                                 "none of them (retrieval only: the language model saw every family)."),
     reasoning: Literal["auto", "on", "off"] = typer.Option(
         "auto", help="The language model reasons first (auto: when trained with reasoning examples)."),
     compare_lm: bool = typer.Option(
@@ -125,14 +131,25 @@ def evaluate(
         raise typer.BadParameter(str(exc), param_hint="--data") from None
 
     async def run() -> dict:  # the model loads and predicts on one event loop (vLLM's engine is bound to it)
-        predictor = await load_world_model(backend, model, threads=threads, mode=mode,
-                                           reason={"auto": None, "on": True, "off": False}[reasoning]) if model else None
+        predictor = await load_world_model(backend, model, threads=threads, mode=mode, max_new_tokens=max_new_tokens,
+                                           reason={"auto": None, "on": True, "off": False}[reasoning], lm_path=lm_path,
+                                           retrieval_context=retrieval_context) if model else None
         try:
-            return await score(records, predictor, limit, rollout_episodes, rollout_steps, compare_lm, lm_limit)
+            return await score(records, predictor, limit, rollout_episodes, rollout_steps, compare_lm, lm_limit,
+                               hold_out_family)
         finally:
             if predictor is not None and predictor.llm is not None:
                 await predictor.llm.close()
 
+    if lm_path and not (Path(lm_path) / "config.json").exists():
+        raise typer.BadParameter(f"{lm_path}: no config.json there", param_hint="--lm-path")
+    if hold_out_family:
+        from webenv.worldmodel.page import family_of
+
+        families = sorted({family_of(r.site) for r in records})
+        if hold_out_family not in families:
+            raise typer.BadParameter(f"no transitions of family {hold_out_family!r} (the data has {', '.join(families)})",
+                                     param_hint="--hold-out-family")
     res = asyncio.run(run())
     md = to_markdown(res)
     if out:

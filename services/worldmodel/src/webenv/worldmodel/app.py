@@ -33,7 +33,8 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelS
         predictor = await load_world_model(settings.worldmodel_backend, settings.worldmodel_model_path,
                                            settings.worldmodel_device, settings.worldmodel_threads,
                                            settings.worldmodel_max_new_tokens, reason,
-                                           batch=settings.worldmodel_max_batch)
+                                           batch=settings.worldmodel_max_batch, lm_path=settings.worldmodel_lm_path,
+                                           retrieval_context=settings.worldmodel_retrieval_context)
         loaded.append(predictor)
         own = Path(settings.worldmodel_model_path) / START_STATES_FILE
         files = [*([own] if own.exists() else []), *(p for p in settings.worldmodel_start_states.split(",") if p)]

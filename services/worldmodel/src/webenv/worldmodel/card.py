@@ -42,12 +42,25 @@ def card(model: Path) -> str:
     out += ["", "## Model", ""]
     counts = {name: sum(1 for _ in (model / name).open()) if (model / name).exists() else 0
               for name in ("page_actions.jsonl", "exemplars.jsonl", "start_states.jsonl")}
-    out.append("Rules for actions that never change the page and for history navigation; page actions decided by analogy "
-               f"with the training websites' actions ({counts['page_actions.jsonl']:,} in `page_actions.jsonl`); new "
-               "documents recalled from the session or composed from training exemplars "
-               f"({counts['exemplars.jsonl']:,} in `exemplars.jsonl`); a tiny Llama (from scratch, byte-level BPE) for "
-               "page actions no training action matches. Simulated sessions may open at "
-               f"{counts['start_states.jsonl']:,} recorded start pages. See services/worldmodel/README.md.")
+    dec = ev.get("single_step", {}).get("by_decider", {})
+
+    def share(part: str) -> str:
+        return f" — {dec[part]['share']:.1%} of held-out predictions" if part in dec and "share" in dec[part] else ""
+
+    out += ["Three parts decide a step, in this order (shares measured on the held-out websites, eval.json `by_decider`):", "",
+            f"1. **rules**{share('rule')}: actions that never change the page (wait, scroll, hover, noop, answer) keep it; "
+            "navigate and back/forward follow the session's history;",
+            f"2. **retrieval by analogy**{share('analogy')}: a page action is matched, within its site family, against the "
+            f"training websites' actions ({counts['page_actions.jsonl']:,} in `page_actions.jsonl`) by hand-set features "
+            "(action kind, element role, link target kind, CSS selector, dialog, login); the best match's outcome is "
+            "re-bound to this page; new documents are recalled from the session or composed from training exemplars "
+            f"({counts['exemplars.jsonl']:,} in `exemplars.jsonl`);",
+            f"3. **the language model**{share('lm')}: a tiny Llama (from scratch, byte-level BPE), only for page actions "
+            "no training action matches.", "",
+            "It is a retrieval system with a language-model fallback, not a language model of the web: the held-out "
+            "websites are of the training websites' families. Only training websites' pages are in this directory; "
+            f"simulated sessions may open at {counts['start_states.jsonl']:,} recorded start pages of training websites. "
+            "See services/worldmodel/README.md."]
     if cfg:
         keys = ("size", "vocab_size", "max_len", "max_lines", "history_window", "batch_size", "lr", "max_steps",
                 "max_minutes", "reasoning_fraction", "decision_weight", "seed", "init")

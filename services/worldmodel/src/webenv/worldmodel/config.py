@@ -15,6 +15,8 @@ class Settings(ServiceSettings):
     grpc_port: int = Field(50053, ge=0, le=65535, description="gRPC port; 0 picks a free port.")
     metrics_port: int = Field(9453, ge=0, le=65535, description="Prometheus /metrics port; 0 picks a free port.")
     worldmodel_model_path: str = Field("", description="Model directory written by `webenv worldmodel build` / `train`.")
+    worldmodel_lm_path: str = Field("", description="A Hugging Face causal LM folder served in WebWorld's format instead of the model directory's tiny LM.")
+    worldmodel_retrieval_context: bool = Field(True, description="With WEBENV_WORLDMODEL_LM_PATH: give retrieval's prediction to the model as a reference.")
     worldmodel_backend: Literal["transformers", "vllm"] = Field("transformers", description="transformers (CPU) or vllm (GPU).")
     worldmodel_device: str = Field("cpu", description="torch device for the transformers backend.")
     worldmodel_threads: int = Field(1, ge=0, description="torch threads (0 = torch's default; 1 is fastest for tiny models on shared CPUs).")
@@ -33,7 +35,12 @@ class Settings(ServiceSettings):
     def _model_present(self) -> Settings:
         if not self.worldmodel_model_path:
             raise ValueError("WEBENV_WORLDMODEL_MODEL_PATH is required (a directory written by `webenv worldmodel build`)")
-        if self.worldmodel_backend == "transformers" and not (Path(self.worldmodel_model_path) / "config.json").exists():
+        if self.worldmodel_lm_path:
+            if not (Path(self.worldmodel_lm_path) / "config.json").exists():
+                raise ValueError(f"WEBENV_WORLDMODEL_LM_PATH={self.worldmodel_lm_path}: no config.json there")
+            if not Path(self.worldmodel_model_path).is_dir():
+                raise ValueError(f"WEBENV_WORLDMODEL_MODEL_PATH={self.worldmodel_model_path}: not a directory")
+        elif self.worldmodel_backend == "transformers" and not (Path(self.worldmodel_model_path) / "config.json").exists():
             raise ValueError(f"WEBENV_WORLDMODEL_MODEL_PATH={self.worldmodel_model_path}: no config.json there")
         for p in filter(None, self.worldmodel_start_states.split(",")):
             if not Path(p).exists():

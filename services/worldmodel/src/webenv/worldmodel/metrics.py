@@ -8,6 +8,8 @@ _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 PREDICTIONS = Counter("webenv_worldmodel_predictions_total",
                       "Next-page predictions by where the page came from (rule, edit, recall, compose, keep)", ["source"])
+DECISIONS = Counter("webenv_worldmodel_decisions_total",
+                    "Next-page predictions by who decided the action's effect (rule, analogy, lm)", ["decided_by"])
 FALLBACKS = Counter("webenv_worldmodel_fallbacks_total", "Predictions whose output was malformed (state kept)")
 REPAIRED = Counter("webenv_worldmodel_repaired_edits_total", "Predicted edits applied leniently (did not apply as a whole)")
 TOKENS = Counter("webenv_worldmodel_generated_tokens_total", "Tokens generated (rate = tokens/s)")
@@ -20,8 +22,9 @@ SIM_SESSIONS_OPEN = Gauge("webenv_worldmodel_simulated_sessions_open", "Simulate
 SIM_STEP_SECONDS = Histogram("webenv_worldmodel_simulated_step_seconds", "Latency of one simulated step", buckets=_BUCKETS)
 
 
-def observe_prediction(seconds: float, tokens: int, fallback: bool, source: str) -> None:
+def observe_prediction(seconds: float, tokens: int, fallback: bool, source: str, decided_by: str) -> None:
     PREDICTIONS.labels(source=source).inc()
+    DECISIONS.labels(decided_by=decided_by).inc()
     TOKENS.inc(tokens)
     PREDICT_SECONDS.observe(seconds)
     if fallback:

@@ -20,6 +20,7 @@ come back with the special markers (`<same>`, `<nav>`) kept.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
 import time
 from dataclasses import dataclass, field
@@ -44,8 +45,10 @@ from webenv.worldmodel.page import action_kind
 EXEMPLARS_FILE = "exemplars.jsonl"
 PAGE_ACTIONS_FILE = "page_actions.jsonl"
 START_STATES_FILE = "start_states.jsonl"
-#: Who decides page actions: analogy with the language model as fallback (served), or either alone (evaluation).
-MODES = ("analogy+lm", "analogy", "lm")
+#: Who decides page actions: analogy with the language model as fallback (served), either alone, nothing but
+#: the rules (page actions keep the page, new documents only recalled: the evaluation's rules-alone baseline), or
+#: a model of your own in WebWorld's format (webworld.py), retrieval's result optionally given to it as context.
+MODES = ("analogy+lm", "analogy", "lm", "rules", "webworld")
 
 
 @dataclass
@@ -93,7 +96,7 @@ class Query:
 @dataclass
 class Prediction:
     """The predicted next page and how it was obtained: `source` says where the page came from (rule, edit,
-    recall, compose, keep), `decided_by` who decided the action's effect (rule, analogy, lm)."""
+    recall, compose, keep; generate: written whole by a WebWorld-format model), `decided_by` who decided the action's effect (rule, analogy, lm)."""
 
     page: PageView
     source: str
@@ -140,10 +143,10 @@ class Predictor:
 
     def __init__(self, llm: LLMBackend | None, info: ModelInfo, exemplars: Exemplars | None = None,
                  page_actions: PageActions | None = None, default_max_new_tokens: int = 256, repair: bool = True,
-                 reason: bool = False, mode: str = "analogy+lm") -> None:
+                 reason: bool = False, mode: str = "analogy+lm", retrieval_context: bool = True) -> None:
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
-        if llm is None and mode != "analogy":
+        if llm is None and mode not in ("analogy", "rules"):
             raise ValueError(f"mode {mode!r} needs a language model")
         #: The language model (a started backend, or a Batcher in front of one).
         self.llm = llm
@@ -153,6 +156,8 @@ class Predictor:
         self.repair = repair
         self.reason = reason
         self.mode = mode
+        #: webworld mode: retrieval's prediction goes into the prompt as a reference.
+        self.retrieval_context = retrieval_context
         self.default_max_new_tokens = default_max_new_tokens
 
     def new_page(self, q: Query, url: str) -> tuple[PageView, str]:
@@ -160,7 +165,7 @@ class Predictor:
         seen = q.memory.recall(url) if q.memory is not None else (q.page if url == q.page.url else None)
         if seen is not None:
             return refresh_chrome(PageView(url, seen.state, seen.links), q.page), "recall"
-        ex = self.exemplars.best(q.page, q.action_text, url)
+        ex = self.exemplars.best(q.page, q.action_text, url) if self.mode != "rules" else None
         if ex is None:
             return PageView(url, q.page.state, q.page.links), "keep"
         return compose(q.page, q.action_text, url, ex), "compose"
@@ -173,7 +178,7 @@ class Predictor:
             await self._language_model([queries[i] for i in lm], lm, out)
         for p in out:
             assert p is not None
-            metrics.observe_prediction(p.latency_seconds, p.completion_tokens, p.fallback, p.source)
+            metrics.observe_prediction(p.latency_seconds, p.completion_tokens, p.fallback, p.source, p.decided_by)
         return out  # type: ignore[return-value]
 
     def _decide(self, queries: list[Query]) -> tuple[list[Prediction | None], list[int]]:
@@ -195,6 +200,10 @@ class Predictor:
                     url = _navigate_url(q.action_text) if kind == "navigate" else history_target(q)
                     page, source = self.new_page(q, url)
                 out[i] = Prediction(page, source, navigated=True, latency_seconds=time.perf_counter() - t0)
+            elif self.mode == "rules":
+                out[i] = Prediction(q.page, "keep", decided_by="rule", latency_seconds=time.perf_counter() - t0)
+            elif self.mode == "webworld":
+                lm.append(i)
             elif self.mode != "lm" and (p := self._analogy(q)) is not None:
                 p.latency_seconds = time.perf_counter() - t0
                 out[i] = p
@@ -225,8 +234,17 @@ class Predictor:
         return Prediction(PageView(q.page.url, state, q.page.links), "edit", decided_by="analogy")
 
     def request(self, q: Query) -> GenerationRequest:
-        """The language model's request for a query: the prompt as training built it, BOS first, markers kept."""
+        """The language model's request for a query: the prompt as training built it, BOS first, markers kept (or,
+        in webworld mode, WebWorld's chat prompt with retrieval's prediction as reference)."""
         window = self.info.history_window
+        if self.mode == "webworld":
+            from webenv.worldmodel import webworld
+
+            ref = self._analogy(q) if self.retrieval_context else None
+            msgs = webworld.prompt(q.instruction, q.history[-window:] if window else [], q.page.url, q.page.state,
+                                   q.action_text, (ref.next_url, ref.next_state) if ref is not None else None)
+            return GenerationRequest(msgs, SamplingParams(max_tokens=q.max_new_tokens or self.default_max_new_tokens,
+                                                          temperature=q.temperature))
         prompt = build_prompt(q.instruction, q.history[-window:] if window else [], q.page, q.action_text,
                               self.info.max_lines, self.reason if q.reason is None else q.reason)
         params = SamplingParams(max_tokens=q.max_new_tokens or self.default_max_new_tokens,
@@ -240,6 +258,16 @@ class Predictor:
         metrics.GENERATE_SECONDS.observe(time.perf_counter() - t0)
         for i, q, g in zip(where, queries, gens, strict=True):
             t1 = time.perf_counter()
+            if self.mode == "webworld":
+                from webenv.worldmodel import webworld
+
+                w = webworld.parse(g.text, q.page.url, q.page.state)
+                nav = w.next_url != q.page.url
+                out[i] = Prediction(PageView(w.next_url, w.next_state, {} if nav else q.page.links),
+                                    "keep" if w.fallback else "generate", nav, "lm", "", "",
+                                    g.prompt_tokens, g.completion_tokens, g.inference_seconds + time.perf_counter() - t1,
+                                    w.fallback, w.error)
+                continue
             parsed = parse_output(g.text, q.page.url, q.page.state, repair=self.repair)
             if parsed.navigates:
                 page, source = self.new_page(q, parsed.next_url)
@@ -327,10 +355,13 @@ def load_exemplars(path: Path) -> Exemplars:
 
 
 def save_start_states(records: list[TransitionRecord], path: Path) -> int:
-    """The first page recorded at each start URL (where simulated sessions can open), with its links."""
+    """The first page recorded at each start URL of a training website (where simulated sessions can open), with
+    its links. Held-out websites' pages never enter the model directory (the evaluation scores those websites as
+    unseen); a session on one opens from a start-state file given at serving time (WEBENV_WORLDMODEL_START_STATES)
+    or a task's `start_state`."""
     seen: dict[str, TransitionRecord] = {}
     for r in sorted(records, key=lambda r: r.step_index):
-        if r.step_index == 0:
+        if r.step_index == 0 and r.split == "train":
             seen.setdefault(r.url, r)
     with path.open("w") as fh:
         for r in seen.values():
@@ -359,13 +390,19 @@ def backend_config(backend: str, path: str, device: str = "cpu", threads: int = 
 
 async def load_world_model(backend: str, path: str, device: str = "cpu", threads: int = 0, max_new_tokens: int = 256,
                            reason: bool | None = None, mode: str = "analogy+lm", llm: LLMBackend | None = None,
-                           batch: int = 0) -> Predictor:
+                           batch: int = 0, lm_path: str = "", retrieval_context: bool = True) -> Predictor:
     """The served world model of a model directory: its language model on `backend` (started here; behind a
     webenv.llm Batcher of `batch` requests when `batch` > 0), its page actions and exemplars; reasoning on when the
-    model was trained with reasoning examples (unless `reason` says otherwise). `llm` passes a backend in instead."""
+    model was trained with reasoning examples (unless `reason` says otherwise). `llm` passes a backend in instead.
+    `lm_path` (a Hugging Face causal LM folder) serves that model in WebWorld's format instead (mode webworld)."""
     info = model_info(path, backend)
-    if mode != "analogy" and llm is None:
-        lm = make_backend(backend_config(backend, path, device, threads))
+    if lm_path:
+        mode, info.model, info.reasoning = "webworld", lm_path, False
+    if mode not in ("analogy", "rules") and llm is None:
+        cfg = backend_config(backend, lm_path or path, device, threads)
+        if lm_path:  # a general model: no prompt-lookup drafts (tuned for the tiny model's edits)
+            cfg = dataclasses.replace(cfg, lookup_draft=0)
+        lm = make_backend(cfg)
         assert lm is not None
         if batch > 0:
             from webenv.llm import Batcher
@@ -379,4 +416,4 @@ async def load_world_model(backend: str, path: str, device: str = "cpu", threads
         lambda: (load_exemplars(Path(path) / EXEMPLARS_FILE), load_page_actions(Path(path) / PAGE_ACTIONS_FILE)))
     trained_with = llm is not None and info.reasoning
     return Predictor(llm, info, exemplars, page_actions, max_new_tokens,
-                     reason=trained_with if reason is None else reason, mode=mode)
+                     reason=trained_with if reason is None else reason, mode=mode, retrieval_context=retrieval_context)
