@@ -82,7 +82,7 @@ class LLMPolicy:
                                          reason="BAD_OPTIONS", metadata={"field": "options"})
         return SamplingParams(max_tokens=opts.max_new_tokens or self.max_new_tokens,
                               temperature=opts.temperature if opts.temperature else self.temperature,
-                              seed=request.seed,
+                              seed=request.seed, logprobs=self.batcher.capabilities.logprobs,
                               regex=answer_regex(request.observation) if self.constrained else "")
 
     def generation_request(self, request: policy_pb2.ActRequest) -> GenerationRequest:
@@ -105,7 +105,8 @@ class LLMPolicy:
             metrics.PARSE_FAILURES.inc()
         return Decision(action=parsed.action, raw_output=gen.text, parse_failed=parsed.failed,
                         parse_error=parsed.error, memory=parsed.memory, prompt_tokens=gen.prompt_tokens,
-                        completion_tokens=gen.completion_tokens, model=self.model, batch_size=gen.batch_size,
+                        completion_tokens=gen.completion_tokens, completion_token_ids=gen.token_ids,
+                        completion_logprobs=gen.logprobs or (), model=self.model, batch_size=gen.batch_size,
                         queue_seconds=gen.queue_seconds, inference_seconds=gen.inference_seconds)
 
 
