@@ -43,6 +43,7 @@ class PolicyApp:
         self.policies = {p.name: p for p in policies}
         self.checkpoints = CheckpointPolicies(settings.policy_checkpoint_dir, self._llm_checkpoint,
                                               keep=settings.policy_checkpoint_keep)
+        self.http = None  # the OpenAI-compatible API's HttpServer, when WEBENV_POLICY_HTTP_PORT >= 0
         self.servicer = PolicyServicer(self.policies, settings.policy_default,
                                        stream_max_inflight=settings.policy_stream_max_inflight,
                                        checkpoints=self.checkpoints)
@@ -62,6 +63,25 @@ class PolicyApp:
         policy.description = f"fine-tuned causal LM {meta.ref}"
         return policy, batcher.close
 
+    def chat_models(self) -> dict[str, Batcher]:
+        """Model name -> batcher, for the OpenAI-compatible API: the base model, every loaded causal-LM
+        checkpoint by ref and its family name by the version served under it now."""
+        out: dict[str, Batcher] = {}
+        if self.batcher is not None:
+            out[self.batcher.backend.model] = self.batcher
+        for policy in self.checkpoints.served():
+            batcher = getattr(policy, "batcher", None)
+            if batcher is not None:
+                out[policy.version] = batcher
+                if self.checkpoints.current.get(policy.name) == policy.version:
+                    out[policy.name] = batcher
+        return out
+
+    @property
+    def http_port(self) -> int:
+        """Bound port of the OpenAI-compatible API (0 when it is off or not started)."""
+        return self.http.port if self.http is not None else 0
+
     async def start(self) -> None:
         if self.batcher is not None:
             log.info("loading model", extra={"backend": self.batcher.backend.name,
@@ -69,8 +89,22 @@ class PolicyApp:
             await self.batcher.start()
         for ref in filter(None, (r.strip() for r in self.settings.policy_checkpoints.split(","))):
             await self.checkpoints.load(ref)
+        s = self.settings
+        if s.policy_http_port >= 0:
+            from webenv.runtime.http import HttpServer
+
+            from .openai_api import ChatCompletionsAPI
+
+            api = ChatCompletionsAPI(self.chat_models, s.policy_max_new_tokens)
+            http = HttpServer(api.app, s.policy_http_host, s.policy_http_port)
+            await http.start()
+            self.http = http
+            log.info("OpenAI-compatible API serving", extra={"http_port": http.port})
 
     async def close(self) -> None:
+        if self.http is not None:
+            await self.http.stop()
+            self.http = None
         try:
             if self.batcher is not None:
                 await self.batcher.close()

@@ -70,6 +70,9 @@ class Settings(ServiceSettings):
                                         description="folder of trained checkpoints, shared with the trainer")
     policy_checkpoints: str = Field("", description="checkpoint refs to load at start, comma-separated (name or name@N)")
     policy_checkpoint_keep: int = Field(4, ge=1, le=64, description="versions of one checkpoint family kept loaded")
+    policy_http_host: str = Field("127.0.0.1", description="address of the OpenAI-compatible HTTP API")
+    policy_http_port: int = Field(-1, ge=-1, le=65535, description=(
+        "port of the OpenAI-compatible HTTP API (POST /v1/chat/completions, GET /v1/models); -1 = off, 0 = a free port"))
     policy_vllm_max_model_len: int = Field(2048, ge=64)
     policy_vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     policy_vllm_max_num_seqs: int = Field(64, ge=1)
