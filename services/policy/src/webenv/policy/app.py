@@ -5,6 +5,7 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+from webenv import errors
 from webenv.llm import Batcher, make_backend
 
 from .config import Settings, parse_mix
@@ -49,8 +50,12 @@ class PolicyApp:
                                        checkpoints=self.checkpoints)
 
     async def _llm_checkpoint(self, meta):
-        """A fine-tuned causal LM checkpoint as an `llm` policy over its own backend (vLLM when configured)."""
+        """A fine-tuned causal LM checkpoint as an `llm` policy: a LoRA adapter (a folder with
+        adapter_config.json) is loaded by name into the base model's backend and served over its batcher (seconds);
+        a full model gets its own backend (vLLM when configured)."""
         s = self.settings
+        if (Path(meta.path) / "adapter_config.json").is_file():
+            return await self._lora_checkpoint(meta)
         backend = make_backend(s.backend_config(
             backend="vllm" if s.resolved_backend == "vllm" else "transformers", model_path=Path(meta.path),
             model_name=meta.ref))
@@ -63,18 +68,50 @@ class PolicyApp:
         policy.description = f"fine-tuned causal LM {meta.ref}"
         return policy, batcher.close
 
-    def chat_models(self) -> dict[str, Batcher]:
-        """Model name -> batcher, for the OpenAI-compatible API: the base model, every loaded causal-LM
-        checkpoint by ref and its family name by the version served under it now."""
-        out: dict[str, Batcher] = {}
+    async def _lora_checkpoint(self, meta):
+        """A LoRA checkpoint as an `llm` policy over the base model's batcher, its adapter named by the ref."""
+        from webenv.llm.transformers_backend import AdapterError
+
+        s = self.settings
+        backend = self.batcher.backend if self.batcher is not None else None
+        if backend is None or not backend.capabilities.adapters or not hasattr(backend, "load_adapter"):
+            raise errors.FailedPrecondition(
+                f"ref: {meta.ref} is a LoRA adapter; serving it needs a base model on the transformers backend "
+                f"(WEBENV_POLICY_MODEL_PATH); this server has {backend.name if backend else 'no model'}",
+                reason="NO_ADAPTER_BACKEND", metadata={"field": "ref"})
+        try:
+            seconds = await backend.load_adapter(meta.ref, meta.path)
+        except AdapterError as exc:
+            cls = errors.FailedPrecondition if exc.incompatible else errors.InvalidArgument
+            raise cls(f"ref: {meta.ref}: {exc}", reason="INCOMPATIBLE_ADAPTER" if exc.incompatible
+                      else "BAD_ADAPTER", metadata={"field": exc.field, "ref": meta.ref}) from exc
+        log.info("LoRA adapter loaded", extra={"ref": meta.ref, "seconds": round(seconds, 3)})
+        policy = LLMPolicy(self.batcher, prompt_format=s.policy_prompt_format, history_window=s.policy_history_window,
+                           max_new_tokens=s.policy_max_new_tokens, temperature=s.policy_temperature,
+                           max_observation_chars=s.policy_max_observation_chars, constrained=s.policy_constrained,
+                           adapter=meta.ref)
+        policy.name, policy.version, policy.checkpoint_path, policy.model = meta.name, meta.ref, meta.path, meta.ref
+        policy.description = f"LoRA adapter {meta.ref} over {backend.model}"
+
+        async def unload() -> None:
+            if backend.lm is not None:  # not after the base model closed
+                await backend.unload_adapter(meta.ref)
+
+        return policy, unload
+
+    def chat_models(self) -> dict[str, tuple[Batcher, str]]:
+        """Model name -> (batcher, adapter), for the OpenAI-compatible API: the base model, every loaded
+        causal-LM checkpoint (full or LoRA) by ref and its family name by the version served under it now."""
+        out: dict[str, tuple[Batcher, str]] = {}
         if self.batcher is not None:
-            out[self.batcher.backend.model] = self.batcher
+            out[self.batcher.backend.model] = (self.batcher, "")
         for policy in self.checkpoints.served():
             batcher = getattr(policy, "batcher", None)
             if batcher is not None:
-                out[policy.version] = batcher
+                entry = (batcher, getattr(policy, "adapter", ""))
+                out[policy.version] = entry
                 if self.checkpoints.current.get(policy.name) == policy.version:
-                    out[policy.name] = batcher
+                    out[policy.name] = entry
         return out
 
     @property

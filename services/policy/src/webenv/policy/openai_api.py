@@ -2,8 +2,9 @@
 
 ``POST /v1/chat/completions`` and ``GET /v1/models``, served by ``webenv.runtime.http.HttpServer`` in the policy's
 event loop when ``WEBENV_POLICY_HTTP_PORT`` is set (>= 0). Every model the service holds is a model name: the base
-model of the ``llm`` policy (its folder or configured name) and every loaded causal-LM checkpoint, by its ref
-(``name@version``) and by its family name (the version served under it now). Requests go through the same
+model of the ``llm`` policy (its folder or configured name) and every loaded causal-LM checkpoint (a full model or
+a LoRA adapter over the base), by its ref (``name@version``) and by its family name (the version served under it
+now). Requests go through the same
 ``webenv.llm`` batcher as ``Act``, so chat requests and episodes share batches.
 
 Beside the OpenAI shape (``choices[].logprobs.content[]`` with each token's text and logprob when ``logprobs`` is
@@ -15,6 +16,7 @@ request is HTTP 400 with OpenAI's error body, ``{"error": {"message", "type": "i
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 import uuid
@@ -119,8 +121,8 @@ def parse_request(body: Any, max_new_tokens: int) -> tuple[str, GenerationReques
 
 
 class ChatCompletionsAPI:
-    """The ASGI app; ``models()`` says which batcher serves each model name (read at every request, so a
-    checkpoint loaded by ``LoadCheckpoint`` is served at once)."""
+    """The ASGI app; ``models()`` says which (batcher, LoRA adapter) serves each model name (read at every
+    request, so a checkpoint loaded by ``LoadCheckpoint`` is served at once)."""
 
     def __init__(self, models, max_new_tokens: int) -> None:
         self.models = models
@@ -142,10 +144,12 @@ class ChatCompletionsAPI:
             except ValueError as exc:
                 raise BadRequest(f"the body is not JSON: {exc}", "body") from exc
             model, gen_request = parse_request(body, self.max_new_tokens)
-            batcher: Batcher | None = self.models().get(model)
-            if batcher is None:
+            served = self.models().get(model)
+            if served is None:
                 raise BadRequest(f"model: {model!r} is not served (GET /v1/models lists them)", "model", 404,
                                  "model_not_found")
+            batcher, adapter = served
+            gen_request = dataclasses.replace(gen_request, adapter=adapter)
             return JSONResponse(await self._complete(model, batcher, gen_request))
         except BadRequest as exc:
             return exc.response()

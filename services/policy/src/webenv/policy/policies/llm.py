@@ -26,8 +26,10 @@ class LLMPolicy:
 
     def __init__(self, batcher: Batcher, *, prompt_format: str, history_window: int, max_new_tokens: int,
                  temperature: float, max_observation_chars: int, constrained: bool = False,
-                 vision: bool = False) -> None:
+                 vision: bool = False, adapter: str = "") -> None:
         self.batcher = batcher
+        #: LoRA adapter (by name, loaded in the batcher's backend) every request runs with; "" = the base model.
+        self.adapter = adapter
         self.backend = batcher.backend.name
         self.model = batcher.backend.model
         self.prompt_format = prompt_format
@@ -87,7 +89,7 @@ class LLMPolicy:
 
     def generation_request(self, request: policy_pb2.ActRequest) -> GenerationRequest:
         """The LLM request of an act: the memory prompt as system + user turns, the screenshot as an image."""
-        return as_request(self.prompt_for(request), self.params_for(request))
+        return as_request(self.prompt_for(request), self.params_for(request), self.adapter)
 
     async def act(self, request: policy_pb2.ActRequest) -> Decision:
         gen_request = self.generation_request(request)
@@ -110,7 +112,8 @@ class LLMPolicy:
                         queue_seconds=gen.queue_seconds, inference_seconds=gen.inference_seconds)
 
 
-def as_request(prompt: Prompt, params: SamplingParams) -> GenerationRequest:
+def as_request(prompt: Prompt, params: SamplingParams, adapter: str = "") -> GenerationRequest:
     """A memory prompt as an LLM request (chat turns; its screenshot, if any, as an image input)."""
     images = (ImageInput(prompt.image, prompt.image_mime or "image/png"),) if prompt.image else ()
-    return GenerationRequest((Message("system", prompt.system), Message("user", prompt.user)), params, images=images)
+    return GenerationRequest((Message("system", prompt.system), Message("user", prompt.user)), params, images=images,
+                             adapter=adapter)
