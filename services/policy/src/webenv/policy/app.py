@@ -6,7 +6,7 @@ import logging
 from pathlib import Path
 
 from webenv import errors
-from webenv.llm import Batcher, make_backend
+from webenv.llm import AdapterError, Batcher, make_backend
 
 from .config import Settings, parse_mix
 from .metrics import BatchMetrics
@@ -70,8 +70,6 @@ class PolicyApp:
 
     async def _lora_checkpoint(self, meta):
         """A LoRA checkpoint as an `llm` policy over the base model's batcher, its adapter named by the ref."""
-        from webenv.llm.transformers_backend import AdapterError
-
         s = self.settings
         backend = self.batcher.backend if self.batcher is not None else None
         if backend is None or not backend.capabilities.adapters or not hasattr(backend, "load_adapter"):

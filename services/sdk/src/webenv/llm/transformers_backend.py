@@ -33,16 +33,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .types import Capabilities, GenerationRequest, GenerationResult, LLMError, check_supported, encode
-
-
-class AdapterError(LLMError):
-    """An adapter could not be loaded: ``field`` names what was wrong ("path": no adapter there; "adapter": it
-    does not fit this base model), ``incompatible`` is True for the latter."""
-
-    def __init__(self, message: str, field: str, incompatible: bool = False) -> None:
-        super().__init__(message)
-        self.field, self.incompatible = field, incompatible
+from .types import (
+    AdapterError,
+    Capabilities,
+    GenerationRequest,
+    GenerationResult,
+    LLMError,
+    check_supported,
+    encode,
+)
 
 
 class TransformersBackend:

@@ -25,6 +25,15 @@ class Unsupported(LLMError):
     """A request asks for something its backend does not serve (images, regex, choices, an adapter)."""
 
 
+class AdapterError(LLMError):
+    """An adapter could not be loaded: ``field`` names what was wrong ("path": no adapter there; "adapter": it
+    does not fit this base model), ``incompatible`` is True for the latter."""
+
+    def __init__(self, message: str, field: str, incompatible: bool = False) -> None:
+        super().__init__(message)
+        self.field, self.incompatible = field, incompatible
+
+
 @dataclass(frozen=True, slots=True)
 class Message:
     """One chat turn (role ``system``, ``user`` or ``assistant``)."""
