@@ -144,3 +144,22 @@ async def test_lora_needs_a_transformers_base(serve_policy, policy_stub, tiny_mo
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="lora"), timeout=60)
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "ref" in err.value.details()
+
+
+async def test_evicted_versions_unload_their_adapters(serve_policy, policy_stub, tiny_model, tmp_path):
+    publish_lora(tmp_path, tiny_model, "lora", 1, seed=1)
+    publish_lora(tmp_path, tiny_model, "lora", 2, seed=2)
+    req = request(random_observation(random.Random(4), n=4), policy="lora", episode_id="ep-evict", seed=1)
+    async with serve_policy(policy_model_path=str(tiny_model), policy_checkpoint_dir=tmp_path,
+                            policy_checkpoint_keep=1, policy_max_new_tokens=MAX_NEW) as (server, app), \
+            policy_stub(server) as stub:
+        await stub.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="lora@1"), timeout=60)
+        await stub.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="lora@2"), timeout=60)
+        after = await stub.Act(req, timeout=60)
+        adapters = set(app.batcher.backend.adapters)
+        models = set(app.chat_models())
+        with pytest.raises(grpc.aio.AioRpcError) as gone:
+            await stub.Act(policy_pb2.ActRequest(**{**_fields(req), "policy": "lora@1"}), timeout=60)
+    assert adapters == {"lora@2"} and after.policy_version == "lora@2"
+    assert "lora@1" not in models and {"lora", "lora@2"} <= models
+    assert gone.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # an unloaded version is an unknown policy
