@@ -231,7 +231,9 @@ class Policy(policy_pb2_grpc.PolicyServiceServicer):
         kind = action.WhichOneof("kind")
         text = {"click": 'click("#next")', "noop": "noop()"}.get(kind, f'answer("{action.answer.text}")')
         return policy_pb2.ActResponse(episode_id=req.episode_id, action=action, action_text=text,
-                                      policy=req.policy or "random", policy_version=f"{req.policy or 'random'}@1")
+                                      policy=req.policy or "random", policy_version=f"{req.policy or 'random'}@1",
+                                      prompt_tokens=40 + req.step_index, completion_token_ids=[5, 6, req.step_index],
+                                      completion_logprobs=[-0.5, -1.25, -0.125])
 
     async def ListPolicies(self, request, context):
         return policy_pb2.ListPoliciesResponse(policies=[

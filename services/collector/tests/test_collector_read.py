@@ -46,6 +46,10 @@ async def test_read_episodes_with_steps_verdicts_and_replay_data(stub, world, fi
             assert first.target_element_id == "2" and first.action.click.target.selector == "#next"
         assert ep.trajectory.final_observation.url.endswith(f"/page/{task.metadata['goal']}")
         assert ep.trajectory.final_answer == task.metadata["goal"]
+        for step in ep.trajectory.steps:  # what the policy's model read and generated, stored per step
+            assert step.prompt_tokens == 40 + step.step_index and step.policy_version == "oracle@1"
+            assert list(step.completion_token_ids) == [5, 6, step.step_index]
+            assert list(step.completion_logprobs) == [-0.5, -1.25, -0.125]  # exact in float32
 
 
 async def test_read_mask_ids_filters_and_limit(stub, world, finished_run):

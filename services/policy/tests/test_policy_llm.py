@@ -270,3 +270,37 @@ async def test_stream_answers_in_completion_order(serve_policy, policy_stub, tin
 
         order = [a.tag async for a in stub.ActStream(items())]
     assert order == ["fast", "slow"]
+
+
+async def test_act_returns_token_ids_and_logprobs_a_forward_pass_reproduces(serve_policy, policy_stub, tiny_model):
+    """Batched (padded) decoding on the tiny model: each response's token ids and logprobs are what one forward
+    pass of the same model over prompt + completion gives, and prompt_tokens counts the prompt it read."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from webenv.llm import encode
+
+    rng = random.Random(11)
+    reqs = [request(random_observation(rng, n=3 + i), policy="llm", episode_id=f"lp{i}", seed=i) for i in range(4)]
+    async with serve_policy(policy_model_path=str(tiny_model), policy_max_new_tokens=12,
+                            policy_batch_window_ms=100) as (server, app), policy_stub(server) as stub:
+
+        async def items():
+            for i, r in enumerate(reqs):
+                yield policy_pb2.ActStreamRequest(tag=str(i), request=r)
+
+        answers = {int(a.tag): a.response async for a in stub.ActStream(items())}
+        llm = app.policies["llm"]
+        prompts = [encode(app.batcher.backend.tokenizer, llm.generation_request(r), 2048 - 12) for r in reqs]
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    lm = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    assert max(r.batch_size for r in answers.values()) > 1  # the padded batch path, not one by one
+    for i, resp in answers.items():
+        ids = list(resp.completion_token_ids)
+        assert resp.prompt_tokens == len(prompts[i]) and len(ids) == resp.completion_tokens > 0
+        assert len(resp.completion_logprobs) == len(ids)
+        with torch.no_grad():
+            logits = lm(torch.tensor([prompts[i] + ids])).logits[0, len(prompts[i]) - 1 : -1]
+        expected = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1)
+        assert torch.allclose(torch.tensor(list(resp.completion_logprobs)), expected, atol=2e-3), i
+        assert ids == logits.argmax(-1).tolist()  # greedy decoding: each token was the most likely
+        assert tok.decode(ids, skip_special_tokens=True).strip() == resp.raw_output.strip()

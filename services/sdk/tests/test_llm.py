@@ -156,7 +156,7 @@ async def test_timeouts_and_unsupported_requests(batched: TransformersBackend) -
     assert late.finish_reason == "timeout" and late.completion_tokens < 64
     with pytest.raises(Unsupported, match="images"):
         await batched.generate([GenerationRequest(CHAT, images=(ImageInput(b"\x89PNG"),))])
-    with pytest.raises(Unsupported, match="adapter"):  # LoRA adapters: part of the request, not yet served
+    with pytest.raises(Unsupported, match="adapter: 'sft-lora' is not loaded"):  # served once load_adapter'ed
         await batched.generate([GenerationRequest("click", adapter="sft-lora")])
     with pytest.raises(Unsupported, match="regex"):
         await batched.generate([req("click", regex="click\\([0-9]+\\)")])

@@ -253,6 +253,10 @@ class Episode:
             policy_seconds=getattr(self, "_policy_seconds", 0.0),
             url_after=after.url,
             last_action_error=last_error or after.last_action_error,
+            prompt_tokens=act.prompt_tokens,
+            completion_token_ids=act.completion_token_ids,
+            completion_logprobs=act.completion_logprobs,
+            policy_version=act.policy_version,
         )
         if resp is not None:
             rec.reward = resp.reward
@@ -413,6 +417,10 @@ class Episode:
                     "version": version,
                     "target_element_id": rec.target_element_id,
                     "elements_json": elements_json(obs) if common_pb2.OBSERVATION_FORMAT_ELEMENTS in keep else "",
+                    "prompt_tokens": rec.prompt_tokens,
+                    "completion_token_ids": list(rec.completion_token_ids),
+                    "completion_logprobs": list(rec.completion_logprobs),
+                    "policy_version": rec.policy_version,
                 }
             )
         final = self.observation or common_pb2.Observation()

@@ -131,7 +131,9 @@ def step_record(row: dict) -> common_pb2.StepRecord:
         reward=row["reward"], done=bool(row["done"]), last_action_error=row["last_action_error"],
         repeated_state=bool(row["repeated_state"]), raw_output=row["raw_output"], parse_failed=bool(row["parse_failed"]),
         policy_seconds=row["policy_seconds"], url_after=row["url_after"], target_element_id=row["target_element_id"],
-        screenshot_key=row["screenshot_key"],
+        screenshot_key=row["screenshot_key"], prompt_tokens=row["prompt_tokens"],
+        completion_token_ids=row["completion_token_ids"], completion_logprobs=row["completion_logprobs"],
+        policy_version=row["policy_version"],
         timings=common_pb2.StepTimings(queue_seconds=row["env_queue_seconds"], action_seconds=row["action_seconds"],
                                        observe_seconds=row["observe_seconds"], total_seconds=row["env_seconds"]),
     )

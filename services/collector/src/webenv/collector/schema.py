@@ -37,7 +37,7 @@ class Table:
         return [c for c, _ in self.columns]
 
     def zeros(self) -> dict[str, Any]:
-        """What each column holds when a row leaves it out: "", 0 or the epoch, by its type."""
+        """What each column holds when a row leaves it out: "", 0, [] or the epoch, by its type."""
         return {c: _zero(t) for c, t in self.columns}
 
     def __str__(self) -> str:
@@ -49,6 +49,8 @@ def _zero(ch_type: str) -> Any:
         return EPOCH
     if ch_type.startswith(("Int", "UInt", "Float")):
         return 0
+    if ch_type.startswith("Array"):
+        return []
     return ""
 
 
@@ -90,6 +92,8 @@ STEPS = Table("steps", (
     ("version", "UInt64"),
     ("target_element_id", "String"),  # 003: the element the action's target resolved to
     ("elements_json", "String"),  # 004: the observation's elements with their boxes (JSON), when ELEMENTS is kept
+    ("prompt_tokens", "Int32"),  # 006: what the policy's model read and generated, and the version that chose it
+    ("completion_token_ids", "Array(Int32)"), ("completion_logprobs", "Array(Float32)"), ("policy_version", "String"),
 ), key=("run_id", "episode_id", "step_index"))  # fmt: skip
 
 def version_now() -> int:

@@ -70,6 +70,12 @@ class Settings(ServiceSettings):
                                         description="folder of trained checkpoints, shared with the trainer")
     policy_checkpoints: str = Field("", description="checkpoint refs to load at start, comma-separated (name or name@N)")
     policy_checkpoint_keep: int = Field(4, ge=1, le=64, description="versions of one checkpoint family kept loaded")
+    policy_vllm_max_loras: int = Field(0, ge=0, le=256, description=(
+        "vLLM: LoRA adapters held at once (0 = LoRA off; the transformers backend always takes adapters)"))
+    policy_vllm_max_lora_rank: int = Field(16, ge=1, le=512, description="vLLM: largest LoRA rank served")
+    policy_http_host: str = Field("127.0.0.1", description="address of the OpenAI-compatible HTTP API")
+    policy_http_port: int = Field(-1, ge=-1, le=65535, description=(
+        "port of the OpenAI-compatible HTTP API (POST /v1/chat/completions, GET /v1/models); -1 = off, 0 = a free port"))
     policy_vllm_max_model_len: int = Field(2048, ge=64)
     policy_vllm_gpu_memory_utilization: float = Field(0.85, gt=0, le=1)
     policy_vllm_max_num_seqs: int = Field(64, ge=1)
@@ -120,7 +126,8 @@ class Settings(ServiceSettings):
             device=self.policy_device, threads=self.policy_torch_threads,
             max_model_len=self.policy_vllm_max_model_len,
             gpu_memory_utilization=self.policy_vllm_gpu_memory_utilization,
-            max_num_seqs=self.policy_vllm_max_num_seqs, dtype=self.policy_vllm_dtype, base_url=self.policy_openai_url, api_key=self.policy_openai_api_key,
+            max_num_seqs=self.policy_vllm_max_num_seqs, max_loras=self.policy_vllm_max_loras,
+            max_lora_rank=self.policy_vllm_max_lora_rank, dtype=self.policy_vllm_dtype, base_url=self.policy_openai_url, api_key=self.policy_openai_api_key,
             timeout_seconds=self.policy_openai_timeout_seconds)
         if self.resolved_backend == "openai":
             fields["model_name"] = self.policy_openai_model or self.model_name

@@ -16,6 +16,7 @@ tests and demos.
 from .batcher import Batcher, BatchObserver
 from .factory import BACKENDS, BackendConfig, make_backend
 from .types import (
+    AdapterError,
     Capabilities,
     GenerationRequest,
     GenerationResult,
@@ -31,7 +32,7 @@ from .types import (
 )
 
 __all__ = [
-    "BACKENDS", "BackendConfig", "BatchObserver", "Batcher", "Capabilities", "GenerationRequest",
+    "AdapterError", "BACKENDS", "BackendConfig", "BatchObserver", "Batcher", "Capabilities", "GenerationRequest",
     "GenerationResult", "ImageInput", "LLMBackend", "LLMError", "Message", "SamplingParams", "Unsupported",
     "check_supported", "encode", "make_backend", "render_chat",
 ]

@@ -36,6 +36,9 @@ class BackendConfig:
     gpu_memory_utilization: float = 0.85
     max_num_seqs: int = 64
     enforce_eager: bool = True
+    #: LoRA adapters the engine holds at once (0 = no LoRA), and their largest rank.
+    max_loras: int = 0
+    max_lora_rank: int = 16
     # openai
     base_url: str = ""
     api: str = "chat"
@@ -59,7 +62,8 @@ def make_backend(config: BackendConfig) -> LLMBackend | None:
 
         return VllmBackend(config.model_path, model_name=config.model_name, max_model_len=config.max_model_len,
                            gpu_memory_utilization=config.gpu_memory_utilization, max_num_seqs=config.max_num_seqs,
-                           dtype=config.dtype or "auto", enforce_eager=config.enforce_eager)
+                           dtype=config.dtype or "auto", enforce_eager=config.enforce_eager,
+                           max_loras=config.max_loras, max_lora_rank=config.max_lora_rank)
     if kind == "openai":
         from .openai_backend import OpenAIBackend
 

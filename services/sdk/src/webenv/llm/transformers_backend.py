@@ -13,6 +13,13 @@ Two ways to decode, chosen per backend (``sequential``):
 ``choices`` requests are answered by likelihood: each choice is scored after the prompt (sum of its tokens'
 logprobs) and the most likely wins; small models then always answer in the format (the judge's verdict).
 
+LoRA adapters (PEFT) are loaded and unloaded by name at run time (``load_adapter`` / ``unload_adapter``) over the
+one base model: a request's ``adapter`` names the one it runs with ("" = the base model); requests of one batch
+are grouped by adapter, and each group runs with only its adapter active. Loading an adapter reads its few
+weights only, where a full model load reads, allocates and initialises all of them (measured on the tiny model in
+services/policy/README.md). Sequential decoding with an adapter runs through transformers (FastLlama reads the
+base weights).
+
 Every batch runs on one worker thread, off the event loop: torch already uses every core for one batch, so two
 batches at once would only make both slower. torch and transformers are imported when the model loads.
 """
@@ -26,13 +33,21 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .types import Capabilities, GenerationRequest, GenerationResult, LLMError, check_supported, encode
+from .types import (
+    AdapterError,
+    Capabilities,
+    GenerationRequest,
+    GenerationResult,
+    LLMError,
+    check_supported,
+    encode,
+)
 
 
 class TransformersBackend:
     name = "transformers"
     continuous = False
-    capabilities = Capabilities(choices=True, logprobs=True)
+    capabilities = Capabilities(choices=True, logprobs=True, adapters=True)
 
     def __init__(self, model_path: str | Path, *, model_name: str = "", device: str = "auto", threads: int = 0,
                  dtype: str = "", sequential: bool = False, lookup_draft: int = 10) -> None:
@@ -52,6 +67,8 @@ class TransformersBackend:
         #: FastLlama over the loaded weights (sequential decoding on the CPU, plain Llama configs), else None.
         self.fast: Any = None
         self._cache: Any = None
+        #: Loaded LoRA adapters: name -> folder.
+        self.adapters: dict[str, Path] = {}
         self._pool = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="llm-transformers")
 
     # -- lifecycle ----------------------------------------------------------------------------------------------
@@ -93,6 +110,85 @@ class TransformersBackend:
         self._pool.shutdown(wait=False, cancel_futures=True)
         self.lm = self.fast = None
 
+    # -- LoRA adapters ------------------------------------------------------------------------------------------
+
+    async def load_adapter(self, name: str, path: str | Path) -> float:
+        """Load the PEFT adapter in ``path`` as ``name`` (on the worker thread, between batches); its seconds."""
+        if self.lm is None:
+            raise LLMError("TransformersBackend.load_adapter before start()")
+        return await asyncio.get_running_loop().run_in_executor(self._pool, self._load_adapter, name, Path(path))
+
+    async def unload_adapter(self, name: str) -> None:
+        """Drop adapter ``name`` (a no-op for one not loaded)."""
+        await asyncio.get_running_loop().run_in_executor(self._pool, self._unload_adapter, name)
+
+    def _load_adapter(self, name: str, path: Path) -> float:
+        t0 = time.perf_counter()
+        if not name:
+            raise AdapterError("adapter: a name is required", "adapter")
+        if name in self.adapters:
+            return 0.0
+        if not (path / "adapter_config.json").is_file():
+            raise AdapterError(f"path: {path} holds no PEFT adapter (adapter_config.json)", "path")
+        try:
+            from peft import PeftConfig, PeftModel
+        except ImportError as exc:
+            raise LLMError("LoRA adapters need peft (pip install 'webenv-sdk[lora]')") from exc
+        try:
+            config = PeftConfig.from_pretrained(path)
+        except Exception as exc:
+            raise AdapterError(f"path: {path}/adapter_config.json is not a PEFT config: {exc}", "path") from exc
+        if config.task_type not in (None, "CAUSAL_LM"):
+            raise AdapterError(f"adapter: {path} is a {config.task_type} adapter, not CAUSAL_LM", "adapter", True)
+        try:
+            if isinstance(self.lm, PeftModel):
+                self.lm.load_adapter(path, adapter_name=name, is_trainable=False)
+            else:
+                self.lm = PeftModel.from_pretrained(self.lm, path, adapter_name=name, is_trainable=False)
+        except (ValueError, RuntimeError, KeyError) as exc:  # target modules missing, shape mismatch
+            self._forget(name)
+            raise AdapterError(f"adapter: {path} does not fit the base model {self.model}: "
+                               f"{str(exc).splitlines()[0][:300]}", "adapter", True) from exc
+        self.lm.eval()
+        self.adapters[name] = path
+        return time.perf_counter() - t0
+
+    def _forget(self, name: str) -> None:
+        """Remove a (possibly half-) loaded adapter; the plain base model again when none is left."""
+        from peft import PeftModel
+        from peft.tuners.tuners_utils import BaseTunerLayer
+
+        if isinstance(self.lm, PeftModel):
+            if name in self.lm.peft_config:
+                if len(self.lm.peft_config) == 1:
+                    self.lm = self.lm.unload()
+                else:
+                    self.lm.delete_adapter(name)
+            return
+        # A first adapter that failed to load may have left its layers in the plain base model: put the base
+        # layers back, so the base model answers exactly as before.
+        for path, module in list(self.lm.named_modules()):
+            if isinstance(module, BaseTunerLayer) and path:
+                parent_path, _, child = path.rpartition(".")
+                setattr(self.lm.get_submodule(parent_path) if parent_path else self.lm, child, module.get_base_layer())
+        if hasattr(self.lm, "peft_config"):
+            del self.lm.peft_config
+
+    def _unload_adapter(self, name: str) -> None:
+        if self.adapters.pop(name, None) is not None:
+            self._forget(name)
+
+    def _with_adapter(self, name: str):
+        """Context: the model with only adapter ``name`` active (or, for "", the base model)."""
+        import contextlib
+
+        if not self.adapters:
+            return contextlib.nullcontext()
+        if not name:
+            return self.lm.disable_adapter()
+        self.lm.set_adapter(name)
+        return contextlib.nullcontext()
+
     # -- serving ------------------------------------------------------------------------------------------------
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
@@ -115,14 +211,17 @@ class TransformersBackend:
                 if time.monotonic() >= deadlines[i]:
                     out[i] = GenerationResult("", finish_reason="timeout")
                 elif r.params.choices:
-                    out[i] = self._choose(r)
+                    with self._with_adapter(r.adapter):
+                        out[i] = self._choose(r)
                 elif self.sequential:
-                    out[i] = self._one(r, deadlines[i])
+                    with self._with_adapter(r.adapter):
+                        out[i] = self._one(r, deadlines[i])
                 else:
-                    groups.setdefault(r.params.batch_key, []).append(i)
-            for idx in groups.values():
-                for i, res in zip(idx, self._batch([requests[i] for i in idx], min(deadlines[i] for i in idx)),
-                                  strict=True):
+                    groups.setdefault((r.adapter, r.params.batch_key), []).append(i)
+            for (adapter, _), idx in groups.items():
+                with self._with_adapter(adapter):
+                    batch = self._batch([requests[i] for i in idx], min(deadlines[i] for i in idx))
+                for i, res in zip(idx, batch, strict=True):
                     out[i] = res
         seconds = time.perf_counter() - t0
         for res in out:
@@ -222,7 +321,7 @@ class TransformersBackend:
         """Append tokens to the decoding cache; logits of the last one (or of all). FastLlama or transformers."""
         import torch
 
-        if self.fast is not None:
+        if self.fast is not None and not self.adapters:
             out = self.fast.forward(tokens, all_logits)
             return out if all_logits else out[-1]
         logits = self.lm(input_ids=torch.tensor([tokens], device=self.device), cache=self._cache,
@@ -230,7 +329,7 @@ class TransformersBackend:
         return logits if all_logits else logits[-1]
 
     def _crop(self, length: int) -> None:
-        if self.fast is not None:
+        if self.fast is not None and not self.adapters:
             self.fast.crop(length)
         else:
             self._cache.crop(length)
@@ -240,7 +339,7 @@ class TransformersBackend:
         import torch
         from transformers import DynamicCache
 
-        if self.fast is not None:
+        if self.fast is not None and not self.adapters:
             self.fast.reset()
         else:
             self._cache = DynamicCache(config=self.lm.config)

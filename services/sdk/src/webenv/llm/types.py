@@ -5,8 +5,7 @@ template), its :class:`SamplingParams` and optional inputs; a :class:`Generation
 and per-token logprobs where the engine gives them, and token counts. ``await backend.generate(requests)`` answers
 every request of the list in order. A backend says what it serves in :class:`Capabilities`; a request that needs
 something its backend does not serve is refused with :class:`Unsupported` before any work, never silently
-degraded. Fields for inputs no backend serves yet (``adapter``) are part of the shape already, so serving them
-later changes no caller.
+degraded.
 
 Nothing here imports torch, transformers, vLLM or httpx: the engines are imported by their modules only.
 """
@@ -24,6 +23,15 @@ class LLMError(RuntimeError):
 
 class Unsupported(LLMError):
     """A request asks for something its backend does not serve (images, regex, choices, an adapter)."""
+
+
+class AdapterError(LLMError):
+    """An adapter could not be loaded: ``field`` names what was wrong ("path": no adapter there; "adapter": it
+    does not fit this base model), ``incompatible`` is True for the latter."""
+
+    def __init__(self, message: str, field: str, incompatible: bool = False) -> None:
+        super().__init__(message)
+        self.field, self.incompatible = field, incompatible
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,8 +94,8 @@ class GenerationRequest:
     params: SamplingParams = field(default_factory=SamplingParams)
     #: Images for the last user turn (Capabilities.images).
     images: tuple[ImageInput, ...] = ()
-    #: LoRA adapter to apply, by name (Capabilities.adapters). Not yet served by any backend: a request that names
-    #: one is refused with Unsupported.
+    #: LoRA adapter to apply, by name (Capabilities.adapters; "" = the base model). The transformers backend serves
+    #: the adapters loaded with its ``load_adapter``; a backend without adapters refuses it with Unsupported.
     adapter: str = ""
     #: Raw-text prompts on local engines: put the tokenizer's BOS token first when tokenizing added none (a model
     #: trained that way). Remote servers tokenize themselves and ignore it.
@@ -170,6 +178,10 @@ def check_supported(backend: LLMBackend, requests: Sequence[GenerationRequest]) 
         for what, asked, served in needs:
             if asked and not served:
                 raise Unsupported(f"the {backend.name} backend does not serve {what}")
+        loaded = getattr(backend, "adapters", None)  # the adapters a backend that loads them by name holds now
+        if r.adapter and loaded is not None and r.adapter not in loaded:
+            raise Unsupported(f"adapter: {r.adapter!r} is not loaded in the {backend.name} backend "
+                              f"(loaded: {', '.join(loaded) or 'none'})")
         if p.max_tokens < 1:
             raise ValueError("SamplingParams.max_tokens must be >= 1")
 

@@ -6,6 +6,11 @@ needs it. Each request is submitted on arrival; vLLM's scheduler adds it to the 
 which is what continuous batching means. Prompts go in as token ids encoded exactly as the transformers backend
 encodes them (types.encode), so both engines see the same sequence. ``regex`` and ``choices`` are vLLM's
 structured outputs (constrained decoding: a choice is decoded under the constraint, not scored).
+
+LoRA adapters (``max_loras`` > 0 starts the engine with ``enable_lora``): ``load_adapter(name, path)`` registers a
+``vllm.lora.request.LoRARequest`` with the engine (``add_lora``), and a request naming the adapter is generated
+with ``lora_request``, as vLLM documents for its multi-LoRA serving. This path is written to vLLM's documented API
+but not exercised by the tests here (the CPU build in .venv-vllm has not been run with LoRA).
 """
 
 from __future__ import annotations
@@ -18,7 +23,15 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from .types import Capabilities, GenerationRequest, GenerationResult, LLMError, check_supported, encode
+from .types import (
+    AdapterError,
+    Capabilities,
+    GenerationRequest,
+    GenerationResult,
+    LLMError,
+    check_supported,
+    encode,
+)
 
 
 class VllmBackend:
@@ -28,8 +41,12 @@ class VllmBackend:
 
     def __init__(self, model_path: str | Path, *, model_name: str = "", max_model_len: int = 0,
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 64, dtype: str = "auto",
-                 enforce_eager: bool = True) -> None:
+                 enforce_eager: bool = True, max_loras: int = 0, max_lora_rank: int = 16) -> None:
         self.model_path = Path(model_path)
+        #: Loaded LoRA adapters: name -> LoRARequest (only with max_loras > 0).
+        self.adapters: dict[str, Any] = {}
+        if max_loras > 0:
+            self.capabilities = Capabilities(regex=True, choices=True, logprobs=True, adapters=True)
         self.model = model_name or self.model_path.name
         self.max_context_tokens = max_model_len
         self.parameters = 0
@@ -37,6 +54,9 @@ class VllmBackend:
                                           gpu_memory_utilization=gpu_memory_utilization, max_num_seqs=max_num_seqs,
                                           enforce_eager=enforce_eager, served_model_name=self.model,
                                           disable_log_stats=True)
+        if max_loras > 0:
+            self._args.update(enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank)
+        self._lora_ids = itertools.count(1)
         self._engine: Any = None
         self._tok: Any = None
         self._ids = itertools.count()
@@ -60,6 +80,34 @@ class VllmBackend:
             self.max_context_tokens = int(getattr(config, "max_position_embeddings", 2048))
         self._tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         self._engine = Engine.from_engine_args(AsyncEngineArgs(max_model_len=self.max_context_tokens, **self._args))
+
+    async def load_adapter(self, name: str, path: str | Path) -> float:
+        """Register the PEFT adapter in ``path`` as ``name`` with the engine; its seconds."""
+        from vllm.lora.request import LoRARequest
+
+        t0 = time.perf_counter()
+        if name in self.adapters:
+            return 0.0
+        if not (Path(path) / "adapter_config.json").is_file():
+            raise AdapterError(f"path: {path} holds no PEFT adapter (adapter_config.json)", "path")
+        lora = LoRARequest(lora_name=name, lora_int_id=next(self._lora_ids), lora_path=str(path))
+        try:
+            await self._engine.add_lora(lora)
+        except Exception as exc:  # vLLM validates rank and target modules against the model here
+            raise AdapterError(f"adapter: {path} does not fit the base model {self.model}: {exc}", "adapter",
+                               True) from exc
+        self.adapters[name] = lora
+        return time.perf_counter() - t0
+
+    async def unload_adapter(self, name: str) -> None:
+        lora = self.adapters.pop(name, None)
+        if lora is not None and self._engine is not None:
+            await self._engine.remove_lora(lora.lora_int_id)
+
+    @property
+    def lm(self) -> Any:
+        """The engine while it runs (None once closed), as the policy checks before unloading an adapter."""
+        return self._engine
 
     async def generate(self, requests: Sequence[GenerationRequest]) -> list[GenerationResult]:
         if self._engine is None:
@@ -91,7 +139,9 @@ class VllmBackend:
         try:
             async with asyncio.timeout(r.timeout_seconds or None):
                 async for out in self._engine.generate({"prompt_token_ids": ids}, self._sampling(r),
-                                                       request_id=request_id):
+                                                       request_id=request_id,
+                                                       lora_request=self.adapters.get(r.adapter) if r.adapter
+                                                       else None):
                     final = out
         except TimeoutError:
             timed_out = True

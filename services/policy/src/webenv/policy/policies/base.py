@@ -19,6 +19,9 @@ class Decision:
     memory: str = ""
     prompt_tokens: int = 0
     completion_tokens: int = 0
+    #: Generated token ids and their logprobs (LLM policies, where the engine gives them).
+    completion_token_ids: tuple[int, ...] = ()
+    completion_logprobs: tuple[float, ...] = ()
     model: str = ""
     batch_size: int = 1
     queue_seconds: float = 0.0

@@ -26,8 +26,10 @@ class LLMPolicy:
 
     def __init__(self, batcher: Batcher, *, prompt_format: str, history_window: int, max_new_tokens: int,
                  temperature: float, max_observation_chars: int, constrained: bool = False,
-                 vision: bool = False) -> None:
+                 vision: bool = False, adapter: str = "") -> None:
         self.batcher = batcher
+        #: LoRA adapter (by name, loaded in the batcher's backend) every request runs with; "" = the base model.
+        self.adapter = adapter
         self.backend = batcher.backend.name
         self.model = batcher.backend.model
         self.prompt_format = prompt_format
@@ -82,12 +84,12 @@ class LLMPolicy:
                                          reason="BAD_OPTIONS", metadata={"field": "options"})
         return SamplingParams(max_tokens=opts.max_new_tokens or self.max_new_tokens,
                               temperature=opts.temperature if opts.temperature else self.temperature,
-                              seed=request.seed,
+                              seed=request.seed, logprobs=self.batcher.capabilities.logprobs,
                               regex=answer_regex(request.observation) if self.constrained else "")
 
     def generation_request(self, request: policy_pb2.ActRequest) -> GenerationRequest:
         """The LLM request of an act: the memory prompt as system + user turns, the screenshot as an image."""
-        return as_request(self.prompt_for(request), self.params_for(request))
+        return as_request(self.prompt_for(request), self.params_for(request), self.adapter)
 
     async def act(self, request: policy_pb2.ActRequest) -> Decision:
         gen_request = self.generation_request(request)
@@ -105,11 +107,13 @@ class LLMPolicy:
             metrics.PARSE_FAILURES.inc()
         return Decision(action=parsed.action, raw_output=gen.text, parse_failed=parsed.failed,
                         parse_error=parsed.error, memory=parsed.memory, prompt_tokens=gen.prompt_tokens,
-                        completion_tokens=gen.completion_tokens, model=self.model, batch_size=gen.batch_size,
+                        completion_tokens=gen.completion_tokens, completion_token_ids=gen.token_ids,
+                        completion_logprobs=gen.logprobs or (), model=self.model, batch_size=gen.batch_size,
                         queue_seconds=gen.queue_seconds, inference_seconds=gen.inference_seconds)
 
 
-def as_request(prompt: Prompt, params: SamplingParams) -> GenerationRequest:
+def as_request(prompt: Prompt, params: SamplingParams, adapter: str = "") -> GenerationRequest:
     """A memory prompt as an LLM request (chat turns; its screenshot, if any, as an image input)."""
     images = (ImageInput(prompt.image, prompt.image_mime or "image/png"),) if prompt.image else ()
-    return GenerationRequest((Message("system", prompt.system), Message("user", prompt.user)), params, images=images)
+    return GenerationRequest((Message("system", prompt.system), Message("user", prompt.user)), params, images=images,
+                             adapter=adapter)
