@@ -78,7 +78,7 @@ class Farm:
             Settler(settings.farm_nav_timeout_ms, settings.farm_network_idle_ms),
             nav_timeout_ms=settings.farm_nav_timeout_ms, capture_concurrency=settings.farm_capture_concurrency,
             node=self.node)
-        self.forker = Forker(self)
+        self.forker = Forker(settings, self.registry, self.queues, self.pool, self.driver, self.answer_again)
 
     def busy(self) -> bool:
         """Is a session opening or stepping? The warm pool's refill waits for a moment when none is (for 1 s

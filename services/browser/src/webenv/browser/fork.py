@@ -46,6 +46,7 @@ import json
 import time
 import uuid
 from collections import OrderedDict
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -59,8 +60,12 @@ from webenv.browser.session import BrowserSession, TaskHooks
 from webenv.envcontract import validate_fork_count, validate_lease
 from webenv.v1 import environment_pb2
 
-if TYPE_CHECKING:  # the farm owns its Forker (Farm.fork); the annotation only
-    from webenv.browser.farm import Farm
+if TYPE_CHECKING:
+    from webenv.browser.config import Settings
+    from webenv.browser.driver import PageDriver
+    from webenv.browser.pool import BrowserPool
+    from webenv.browser.queues import Queues
+    from webenv.browser.registry import SessionRegistry
 
 _KEEP_REQUESTS = 2000
 MAX_HISTORY = 20  # earlier entries rebuilt per copy: each is a document commit (module docstring), bounding a fork
@@ -160,23 +165,26 @@ class Snapshot:
 
 
 class Forker:
-    """ForkSession for the farm that owns it (`Farm.fork`): the farm's registry (admission, new sessions, ends) and its page driver (settle and
-    the first observation)."""
+    """ForkSession for the farm that owns it (`Farm.fork`), handed the farm's parts it needs: the registry
+    (admission, new sessions, ends), the open queue, the pool's viewport, the page driver (settle and the first
+    observation) and the farm's answer to a retried open."""
 
-    def __init__(self, farm: Farm) -> None:
-        self.farm = farm
+    def __init__(self, settings: Settings, registry: SessionRegistry, queues: Queues, pool: BrowserPool,
+                 driver: PageDriver, answer_again: Callable[[BrowserSession], Awaitable[Any]]) -> None:
+        self.settings, self.registry, self.queues, self.pool, self.driver = settings, registry, queues, pool, driver
+        self.answer_again = answer_again
         self.requests: OrderedDict[str, list[str]] = OrderedDict()
 
     async def fork(self, req: environment_pb2.ForkSessionRequest) -> environment_pb2.ForkSessionResponse:
         t0 = time.perf_counter()
-        farm, registry = self.farm, self.farm.registry
+        registry = self.registry
         validate_fork_count(req.count)
-        validate_lease(req.lease_seconds, farm.settings.farm_max_lease_seconds)
+        validate_lease(req.lease_seconds, self.settings.farm_max_lease_seconds)
         parent = registry.get(req.session_id)
         if req.request_id and req.request_id in self.requests:
             sids = self.requests[req.request_id]
             if all(sid in registry.sessions for sid in sids):
-                answers = [await farm.answer_again(registry.sessions[sid]) for sid in sids]
+                answers = [await self.answer_again(registry.sessions[sid]) for sid in sids]
                 return environment_pb2.ForkSessionResponse(sessions=answers)
         async with registry.admission(req.count):
             ids = [uuid.uuid4().hex for _ in range(req.count)]
@@ -234,22 +242,22 @@ class Forker:
                     req: environment_pb2.ForkSessionRequest, made: list[BrowserSession]
                     ) -> environment_pb2.OpenSessionResponse:
         """One copy: a warm context, its storage, its history, its page state; then its first observation."""
-        farm, parent = self.farm, snap.parent
+        parent = snap.parent
         t0 = time.perf_counter()
-        async with farm.queues.open.slot():
-            s = await farm.registry.create(
-                snap.viewport if snap.viewport != farm.pool.viewport else None, session_id=sid,
+        async with self.queues.open.slot():
+            s = await self.registry.create(
+                snap.viewport if snap.viewport != self.pool.viewport else None, session_id=sid,
                 prepare=lambda slot: self._storage(slot, snap, adapter), guard=parent.guard, spec=parent.spec,
                 lease_seconds=req.lease_seconds or parent.lease_seconds, task_id=parent.task_id,
                 labels=self._labels(parent, req, adapter), adapter=adapter, instruction=parent.instruction)
             made.append(s)  # registered and locked: busy until ready, the lease reaper leaves it alone
             try:
-                await asyncio.wait_for(self._rebuild(s, snap), farm.settings.farm_open_timeout_seconds)
-                obs = await farm.driver.first_observation(s)
+                await asyncio.wait_for(self._rebuild(s, snap), self.settings.farm_open_timeout_seconds)
+                obs = await self.driver.first_observation(s)
                 s.renew()
             except TimeoutError as exc:
                 raise errors.DeadlineExceeded(f"rebuilding the page of a fork took longer than "
-                                              f"{farm.settings.farm_open_timeout_seconds}s", reason="OPEN_TIMEOUT") from exc
+                                              f"{self.settings.farm_open_timeout_seconds}s", reason="OPEN_TIMEOUT") from exc
             finally:
                 s.lock.release()
         return environment_pb2.OpenSessionResponse(session=s.to_proto(), observation=obs, instruction=s.instruction,
@@ -291,7 +299,7 @@ class Forker:
 
     async def _rebuild(self, s: BrowserSession, snap: Snapshot) -> None:
         """History up to the current entry, sessionStorage before the page's scripts, then the page's fields."""
-        farm, page = self.farm, s.page
+        page = s.page
         st = snap.page
         script = None
         if st["session"]:
@@ -299,7 +307,7 @@ class Forker:
             await cdp.send("Page.enable")  # new-document scripts of this CDP session run only with Page enabled
             script = (await cdp.send("Page.addScriptToEvaluateOnNewDocument",
                                      {"source": _session_storage_script(st["origin"], st["session"])}))["identifier"]
-        nav_ms = farm.settings.farm_nav_timeout_ms
+        nav_ms = self.settings.farm_nav_timeout_ms
         earlier = snap.history[:-1]
         if earlier:
             def match(url: str) -> bool:
@@ -318,5 +326,5 @@ class Forker:
                                             reason="FORK_LOAD_FAILED", metadata={"url": snap.history[-1][:200]})
         if script is not None:
             await (await s.cdp()).send("Page.removeScriptToEvaluateOnNewDocument", {"identifier": script})
-        await farm.driver.settle_start(s)
+        await self.driver.settle_start(s)
         await page.evaluate(RESTORE_JS, st)
