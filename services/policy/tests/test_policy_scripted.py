@@ -151,8 +151,10 @@ async def test_oracle_miniwob_scripts(serve_policy, policy_stub):
         task.metadata["miniwob_task"] = "click-test"
         obs.elements[1].name = "Click Me!"
         third = await stub.Act(policy_pb2.ActRequest(episode_id="n", policy="oracle", task=task, observation=obs))
-    assert first.action_text == 'fill(5, "Kasie")'
-    assert second.action_text == "click(6)"
+    # enter-text is counted (an AXTREE observation need not show the field's value): fill the page's own field, then
+    # submit it, by the task page's selectors
+    assert first.action_text == 'fill("#tt", "Kasie")'
+    assert second.action_text == 'click("#subbtn")'
     assert third.action_text == "click(6)"
 
 
