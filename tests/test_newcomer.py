@@ -128,7 +128,8 @@ def test_oracle_runs_only_what_it_can_solve(stack):
     assert r.returncode == 0, r.stdout + r.stderr
     assert "succeeded" in r.stdout and "errored;" not in r.stdout
     skipped = re.search(r"left out (\d+) matching tasks: policy 'oracle' has no solution for them", r.stdout)
-    assert skipped and int(skipped.group(1)) >= 100, r.stdout  # the unscripted MiniWoB++ tasks, the YAML examples
+    # the easy MiniWoB++ tasks without a script (22 of the 130 have one) and the YAML examples
+    assert skipped and int(skipped.group(1)) >= 90, r.stdout
     # Alone, an unscripted MiniWoB task is refused, saying why.
     r = webenv(stack, "run", "--policy", "oracle", "--task", "miniwob/book-flight")
     assert r.returncode == 1 and "has no solution for any of the 1 tasks" in r.stdout, r.stdout
