@@ -1,6 +1,7 @@
-"""The trainer's GPU path, run for real on a CUDA machine: causal-LM fine-tuning and serving the checkpoint.
+"""The trainer's GPU path, run for real on a CUDA machine: causal-LM fine-tuning and serving the checkpoint (a
+cross-service check, so it lives in bench/ beside the other scripts that drive several services).
 
-    python services/trainer/gpu_check.py --episodes EPISODES.pb --tokenizer DIR --out DIR [--layers 16 --hidden 1024]
+    python bench/gpu_check.py --episodes EPISODES.pb --tokenizer DIR --out DIR [--layers 16 --hidden 1024]
 
 No model weights can be downloaded here, so the base model is a Llama-architecture model initialised at random
 with the given size (the tokenizer comes from `webenv-policy build-tiny-model`); what is checked is the code
