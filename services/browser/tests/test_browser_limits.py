@@ -385,4 +385,8 @@ async def test_opens_given_up_midway_leave_no_context_behind(farm_factory, page_
         cap = await f.admin.GetCapacity(browser_pb2.GetCapacityRequest())
         assert cap.active_sessions == 0
         assert live == live0 == sum(len(h.browser.contexts) for h in pool.handles)
+        until = asyncio.get_running_loop().time() + 60  # closed contexts' renderers exit late on loaded CI cores
+        while procs > procs0 + 1 and asyncio.get_running_loop().time() < until:
+            await asyncio.sleep(0.5)
+            procs = _chromium_processes(f.farm)
         assert procs <= procs0 + 1, (procs, procs0)  # one spare renderer process may come and go
