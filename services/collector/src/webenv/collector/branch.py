@@ -72,10 +72,7 @@ def _failed_forks(anchor: Episode, count: int, why: str) -> list[Episode]:
 async def _finish(ep: Episode) -> None:
     """Step to the end, close and judge; an episode-level failure is the episode's error."""
     try:
-        while not ep.finished:
-            await ep.step(await ep.act())
-        await ep.close()
-        await ep.judge()
+        await ep.play_out()
     except EnvFailure as exc:
         await ep.abandon()
         ep.error = f"environment failed (branching retries nothing): {exc}"

@@ -286,6 +286,13 @@ class Episode:
             self.finished = True
             self.truncated = True
 
+    async def play_out(self) -> None:
+        """Act and step until the episode ends, then close the session and judge it."""
+        while not self.finished:
+            await self.step(await self.act())
+        await self.close()
+        await self.judge()
+
     async def close(self) -> None:
         """Close the session, capturing the site state and final reward as evidence."""
         env = self.ctx.peers.env(self.env_address)
@@ -491,10 +498,7 @@ async def run_episode(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context
         try:
             async with asyncio.timeout(timeout):
                 await ep.open()
-                while not ep.finished:
-                    await ep.step(await ep.act())
-                await ep.close()
-                await ep.judge()
+                await ep.play_out()
         except EnvFailure as exc:
             await ep.abandon()
             if attempt < spec.max_retries:
