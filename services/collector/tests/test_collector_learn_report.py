@@ -40,3 +40,34 @@ def test_the_checkpoint_reported_is_chosen_on_validation_never_on_test(tmp_path)
     assert "| oracle (ceiling) | test | 90.0% | [59.6%, 98.2%] | 10 | 1 | 0 | `d` |" in text and "By task kind and difficulty (family:shop" in text
     assert "| 1 | agent@1 | agent@1 | 10 | 16 |" in text  # wall time per iteration beside the sum of its phases
     assert json.loads(js.read_text())["selected"]["ref"] == "agent@2"
+
+
+class RecordingCollector:
+    """Records the RunSpecs the loop starts (the loop's own choice of spec is what is checked, not a service)."""
+
+    def __init__(self) -> None:
+        self.specs = []
+
+    def StartRun(self, req, timeout=None):
+        from webenv.v1 import collector_pb2
+        self.specs.append(req.spec)
+        return collector_pb2.StartRunResponse(run=collector_pb2.Run(run_id=f"run-{len(self.specs)}"))
+
+    def WatchRun(self, req):
+        from webenv.v1 import collector_pb2
+        yield collector_pb2.WatchRunResponse(run=collector_pb2.Run(run_id=req.run_id,
+                                                                   state=collector_pb2.RUN_STATE_SUCCEEDED))
+
+
+def test_only_the_collection_samples_by_the_loop_strategy_evaluations_are_uniform():
+    from webenv.v1 import collector_pb2, common_pb2
+    loop = loop_with([], [])
+    loop.cfg.sampling, loop.cfg.algorithm, loop.say = "frontier", "filtered_bc", lambda _: None
+    loop.collector, loop.train_families = RecordingCollector(), ("bank",)
+    loop.run("eval-1-test", policy="agent@1", split=common_pb2.SPLIT_TEST, episodes=5, seed=7920)
+    loop.collect(2, "agent@2", history=("run-collect-1",))
+    evaluation, collection = loop.collector.specs
+    # a frontier evaluation would follow each version's own history: versions compared on different tasks
+    assert evaluation.sampling == collector_pb2.SAMPLING_STRATEGY_UNIFORM and not evaluation.history_run_ids
+    assert collection.sampling == collector_pb2.SAMPLING_STRATEGY_FRONTIER
+    assert list(collection.history_run_ids) == ["run-collect-1"]

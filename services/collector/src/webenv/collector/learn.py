@@ -181,13 +181,18 @@ class Loop:
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
             kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = (),
             families: tuple[str, ...] | None = None, task_ids: tuple[str, ...] = (),
-            concurrency: int = 0, arm: bool = False) -> collector_pb2.Run:
+            concurrency: int = 0, arm: bool = False, history: tuple[str, ...] = ()) -> collector_pb2.Run:
         """A run on synthetic tasks of ``split`` (of the trained families unless ``families`` names others), or on
-        the MiniWoB++ ``task_ids``."""
+        the MiniWoB++ ``task_ids``. Only an RL collection (``arm``) samples tasks by the loop's strategy (a frontier
+        reads ``history``, the loop's own training runs); every other run samples uniformly from its seed, so an
+        evaluation runs the same tasks for every version (a frontier evaluation would follow each version's
+        history and compare versions on different tasks)."""
+        sampling = self.cfg.sampling if arm else "uniform"
         spec = collector_pb2.RunSpec(
             name=f"{self.cfg.name}/{label}", policy=policy, episodes=episodes, seed=seed, env_address=env_address,
             concurrency=concurrency or self.cfg.concurrency, level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
-            sampling=collector_pb2.SamplingStrategy.Value(f"SAMPLING_STRATEGY_{self.cfg.sampling.upper().replace('-', '_')}"),
+            sampling=collector_pb2.SamplingStrategy.Value(f"SAMPLING_STRATEGY_{sampling.upper().replace('-', '_')}"),
+            history_run_ids=list(history),
             act_options=policy_pb2.ActOptions(temperature=temperature),
             horizons=collector_pb2.Horizons(easy=self.cfg.horizons[0], medium=self.cfg.horizons[1],
                                             hard=self.cfg.horizons[2], oracle_slack=self.cfg.oracle_slack),
@@ -384,12 +389,13 @@ class Loop:
                 time.sleep(2.0)
 
     # -- the loop -------------------------------------------------------------------------------------------------
-    def collect(self, it: int, version: str) -> collector_pb2.Run:
-        """Iteration ``it``'s rollouts with ``version`` on train sites, sampled at the loop's temperature."""
+    def collect(self, it: int, version: str, history: tuple[str, ...] = ()) -> collector_pb2.Run:
+        """Iteration ``it``'s rollouts with ``version`` on train sites, sampled at the loop's temperature (tasks by
+        the loop's strategy; ``history``: the runs a frontier reads, the loop's own collections so far, not the oracle's demonstrations)."""
         cfg = self.cfg
         t0 = time.monotonic()
         run = self.run(f"collect-{it}", policy=version, split=common_pb2.SPLIT_TRAIN, episodes=cfg.collect_episodes,
-                       seed=cfg.seed * 1000 + it, temperature=cfg.temperature, arm=True)
+                       seed=cfg.seed * 1000 + it, temperature=cfg.temperature, arm=True, history=history)
         self.timing.collect += time.monotonic() - t0
         return run
 
@@ -426,11 +432,11 @@ class Loop:
             t0, phases = time.monotonic(), sum(asdict(self.timing).values())
             if pending:
                 with ThreadPoolExecutor(1) as pool:
-                    collecting = pool.submit(self.collect, it, cp.ref)
+                    collecting = pool.submit(self.collect, it, cp.ref, tuple(data[1:]))
                     self.evaluate_checkpoint(*pending)
                     run = collecting.result()
             else:
-                run = self.collect(it, cp.ref)
+                run = self.collect(it, cp.ref, tuple(data[1:]))
             data.append(run.run_id)
             collected_with = cp.ref
             cp = self.train(f"rl-{it}", algorithm, list(data), cp.ref, cfg.rl_epochs)
