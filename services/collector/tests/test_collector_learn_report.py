@@ -12,6 +12,7 @@ from webenv.collector.learn import Evaluation, Loop, LoopConfig, Timing, write_r
 def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:
     loop = Loop.__new__(Loop)  # no services: only the recorded evaluations and checkpoints are read
     loop.cfg, loop.evals, loop.runs, loop.timing = LoopConfig(holdout_family="shop", overlap=True), evals, {}, Timing()
+    loop.live = set()
     loop.checkpoints = [{"ref": r, "parent": "", "label": r, "episodes": 1, "examples": 1, "steps": 1, "loss": 0.1,
                          "validation_accuracy": 0.5, "examples_per_second": 1.0} for r in refs]
     loop.iterations = [{"iteration": 1, "collected_with": "agent@1", "evaluated_during_collection": "agent@1",
@@ -71,3 +72,38 @@ def test_only_the_collection_samples_by_the_loop_strategy_evaluations_are_unifor
     assert evaluation.sampling == collector_pb2.SAMPLING_STRATEGY_UNIFORM and not evaluation.history_run_ids
     assert collection.sampling == collector_pb2.SAMPLING_STRATEGY_FRONTIER
     assert list(collection.history_run_ids) == ["run-collect-1"]
+
+
+class BlockingCollector(RecordingCollector):
+    """A run's watch stream that ends only when the run is stopped, as the collector's does."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import threading
+        self.stopped = threading.Event()
+
+    def WatchRun(self, req):
+        from webenv.v1 import collector_pb2
+        self.stopped.wait(30)
+        yield collector_pb2.WatchRunResponse(run=collector_pb2.Run(run_id=req.run_id,
+                                                                   state=collector_pb2.RUN_STATE_STOPPED))
+
+    def StopRun(self, req, timeout=None):
+        from webenv.v1 import collector_pb2
+        self.stopped.set()
+        return collector_pb2.StopRunResponse(run=collector_pb2.Run(run_id=req.run_id))
+
+
+def test_an_interrupted_loop_stops_the_collection_it_overlaps():
+    import threading
+    loop = loop_with([], [])
+    loop.cfg.algorithm, loop.say = "filtered_bc", lambda _: None
+    loop.collector, loop.train_families = BlockingCollector(), ("bank",)
+    collecting = threading.Thread(target=loop.collect, args=(1, "agent@1"))
+    collecting.start()
+    deadline = time.monotonic() + 10
+    while not loop.live and time.monotonic() < deadline:
+        time.sleep(0.01)
+    loop.stop_live()  # what the loop does when its evaluation is interrupted (Ctrl-C, SIGTERM)
+    collecting.join(5)
+    assert not collecting.is_alive() and not loop.live

@@ -174,6 +174,7 @@ class Loop:
         self.timing = Timing()
         self.evals: list[Evaluation] = []
         self.runs: dict[str, str] = {}
+        self.live: set[str] = set()  # runs started and still watched (StopRun'd when the loop is interrupted)
         self.checkpoints: list[dict] = []
         self.iterations: list[dict] = []  # per RL iteration: wall time, the sum of its phases, what overlapped
 
@@ -217,8 +218,12 @@ class Loop:
                                       timeout=60).run
         t0 = time.monotonic()
         last = run
-        for resp in self.collector.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
-            last = resp.run
+        self.live.add(run.run_id)
+        try:
+            for resp in self.collector.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
+                last = resp.run
+        finally:
+            self.live.discard(run.run_id)
         c = last.counts
         self.say(f"  run {label}: {c.passed}/{c.finished} passed, {c.errored} errored, {c.steps} steps "
                  f"in {time.monotonic() - t0:.0f}s ({run.run_id})")
@@ -226,6 +231,15 @@ class Loop:
             raise RuntimeError(f"run {label} failed: {last.error}")
         self.runs[label] = run.run_id
         return last
+
+    def stop_live(self) -> None:
+        """Stop the runs still being watched (an overlapped collection whose evaluation was interrupted), so the
+        thread watching them returns and the loop ends at once instead of after the collection."""
+        for run_id in list(self.live):
+            try:
+                self.collector.StopRun(collector_pb2.StopRunRequest(run_id=run_id), timeout=30)
+            except grpc.RpcError as exc:
+                self.say(f"  could not stop run {run_id}: {exc.code().name}")
 
     def evaluate(self, version: str, split: int, episodes: int, label: str) -> Evaluation:
         """``version`` on the seeded tasks of a split's websites (the same tasks for every version)."""
@@ -433,8 +447,12 @@ class Loop:
             if pending:
                 with ThreadPoolExecutor(1) as pool:
                     collecting = pool.submit(self.collect, it, cp.ref, tuple(data[1:]))
-                    self.evaluate_checkpoint(*pending)
-                    run = collecting.result()
+                    try:
+                        self.evaluate_checkpoint(*pending)
+                        run = collecting.result()
+                    except BaseException:  # Ctrl-C, SIGTERM, a failed run: the collection must not run on alone
+                        self.stop_live()
+                        raise
             else:
                 run = self.collect(it, cp.ref, tuple(data[1:]))
             data.append(run.run_id)
