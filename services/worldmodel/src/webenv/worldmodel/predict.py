@@ -252,10 +252,17 @@ class Predictor:
         return GenerationRequest(prompt, params, prepend_bos=True)
 
     async def _language_model(self, queries: list[Query], where: list[int], out: list[Prediction | None]) -> None:
+        """The LM's predictions for ``queries``. Prompt building (a chat template over pages of up to 200k
+        characters) and parsing (plus retrieval of a navigated-to page) run in a worker thread: on the event loop
+        they held every other session's Step for as long as they took."""
         assert self.llm is not None
+        requests = await asyncio.to_thread(lambda: [self.request(q) for q in queries])
         t0 = time.perf_counter()
-        gens = await self.llm.generate([self.request(q) for q in queries])
+        gens = await self.llm.generate(requests)
         metrics.GENERATE_SECONDS.observe(time.perf_counter() - t0)
+        await asyncio.to_thread(self._read_generations, queries, where, gens, out)
+
+    def _read_generations(self, queries: list[Query], where: list[int], gens: list, out: list[Prediction | None]) -> None:
         for i, q, g in zip(where, queries, gens, strict=True):
             t1 = time.perf_counter()
             if self.mode == "webworld":
