@@ -18,7 +18,7 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from webenv import errors
+from webenv import errors, paging
 from webenv.browser import metrics
 from webenv.browser.pool import BrowserHandle, BrowserPool, Slot
 from webenv.browser.session import BrowserSession
@@ -89,21 +89,10 @@ class SessionRegistry:
         return self.get(session_id).to_proto()
 
     def list(self, req: browser_pb2.ListSessionsRequest) -> browser_pb2.ListSessionsResponse:
-        size = req.page_size or 100
-        if size < 0:
-            raise errors.InvalidArgument("page_size: must be >= 0", reason="BAD_PAGE_SIZE",
-                                         metadata={"field": "page_size"})
-        size = min(size, 1000)
-        try:
-            offset = int(req.page_token) if req.page_token else 0
-        except ValueError as exc:
-            raise errors.InvalidArgument("page_token: not a token this node issued", reason="BAD_PAGE_TOKEN",
-                                         metadata={"field": "page_token"}) from exc
         items = sorted(self.sessions.values(), key=lambda x: (x.created_wall, x.session_id))
         want = dict(req.labels)
         items = [x for x in items if all(x.labels.get(k) == v for k, v in want.items())]
-        page = items[offset:offset + size]
-        nxt = str(offset + size) if offset + size < len(items) else ""
+        page, nxt = paging.page_of(req, items, default=100, maximum=1000)
         return browser_pb2.ListSessionsResponse(sessions=[x.to_proto() for x in page], next_page_token=nxt)
 
     # -- opening ---------------------------------------------------------------------------------

@@ -40,6 +40,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
+from webenv import paging
 from webenv.splits import SPLIT_NAMES
 from webenv.v1 import (
     collector_pb2,
@@ -289,16 +290,9 @@ class Loop:
 
     def families(self) -> set[str]:
         """The site families of the synthetic catalog."""
-        out: set[str] = set()
-        token = ""
-        while True:
-            resp = self.sites.ListTasks(task_pb2.ListTasksRequest(
-                filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]), page_size=1000,
-                page_token=token), timeout=60)
-            out.update(t.family for t in resp.tasks)
-            token = resp.next_page_token
-            if not token:
-                return out
+        req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]),
+                                        page_size=1000)
+        return {t.family for t in paging.iterate(lambda r: self.sites.ListTasks(r, timeout=60), req, "tasks")}
 
     def score(self, run_id: str, version: str, split: str) -> Evaluation:
         """Success of a run, from the stored episodes (errored episodes count as failures)."""

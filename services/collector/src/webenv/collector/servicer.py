@@ -9,7 +9,6 @@ answers of the last ``EXPORTS_KEPT`` request ids for idempotent retries.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import time
 from collections import OrderedDict
@@ -17,7 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
-from webenv import errors
+from webenv import errors, paging
 from webenv.collector import metrics
 from webenv.collector import spec as specs
 from webenv.collector.engine import TERMINAL, Engine
@@ -27,7 +26,7 @@ from webenv.collector.run import run_from_row
 from webenv.collector.schema import STATE_NAMES
 from webenv.v1 import collector_pb2, collector_pb2_grpc, policy_pb2
 
-MAX_PAGE = 500
+DEFAULT_PAGE, MAX_PAGE = 50, 500
 EXPORTS_KEPT = 1000
 
 
@@ -99,18 +98,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         return collector_pb2.GetRunResponse(run=await self.engine.get_run(request.run_id))
 
     async def ListRuns(self, request, context):
-        if request.page_size < 0:
-            raise errors.InvalidArgument("page_size: must be >= 0", reason="BAD_PAGE", metadata={"field": "page_size"})
-        size = min(request.page_size or 50, MAX_PAGE)
-        offset = 0
-        if request.page_token:
-            try:
-                offset = int(base64.urlsafe_b64decode(request.page_token.encode()).decode().removeprefix("o:"))
-            except ValueError as exc:
-                raise errors.InvalidArgument(
-                    "page_token: not a token from a previous response", reason="BAD_PAGE_TOKEN",
-                    metadata={"field": "page_token"},
-                ) from exc
+        page = paging.read(request, default=DEFAULT_PAGE, maximum=MAX_PAGE)
         if request.state and request.state not in collector_pb2.RunState.values():
             raise errors.InvalidArgument(f"state: unknown value {request.state}", metadata={"field": "state"})
         store = self.engine.store
@@ -118,9 +106,9 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         if self.engine.queue is not None:
             await self.engine.queue.catch_up()  # runs other collectors share (embedded stores)
             await self.engine.writer.drain()
-        rows = await store.list_runs(STATE_NAMES[request.state] if request.state else None, size + 1, offset)
+        rows = await store.list_runs(STATE_NAMES[request.state] if request.state else None, page.size + 1, page.offset)
         runs = []
-        for row in rows[:size]:
+        for row in rows[:page.size]:
             live = self.engine.runs.get(row["run_id"])
             if live is None and self.engine.queue is not None and row["state"] in ("pending", "running"):
                 # A shared run's counts and end live in Redis (its owner may be gone).
@@ -128,8 +116,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
                 runs.append(shared if shared is not None else run_from_row(row))
                 continue
             runs.append(live.run if live is not None else run_from_row(row))
-        token = base64.urlsafe_b64encode(f"o:{offset + size}".encode()).decode() if len(rows) > size else ""
-        return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
+        return collector_pb2.ListRunsResponse(runs=runs, next_page_token=page.next_token(len(rows) > page.size))
 
     def _destination(self, destination: str) -> str:
         """The export folder; with an export root it must lie inside it (clients cannot write elsewhere)."""

@@ -6,30 +6,17 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from webenv import errors
+from webenv import errors, paging
 from webenv.agent import checkpoints
 from webenv.v1 import trainer_pb2, trainer_pb2_grpc
 
 from .jobs import TERMINAL, JobManager, job_sort_key
 
-MAX_PAGE = 500
+DEFAULT_PAGE, MAX_PAGE = 50, 500
 
 
 def _page(request, items: list) -> tuple[list, str]:
-    size = request.page_size or 50
-    if not 0 < size <= MAX_PAGE:
-        raise errors.InvalidArgument(f"page_size: must be within 1..{MAX_PAGE}", reason="BAD_PAGE",
-                                     metadata={"field": "page_size"})
-    try:
-        offset = int(request.page_token or 0)
-    except ValueError:
-        offset = -1
-    if offset < 0:
-        raise errors.InvalidArgument("page_token: not a token this server issued", reason="BAD_PAGE",
-                                     metadata={"field": "page_token"})
-    chunk = items[offset:offset + size]
-    nxt = str(offset + size) if offset + size < len(items) else ""
-    return chunk, nxt
+    return paging.page_of(request, items, default=DEFAULT_PAGE, maximum=MAX_PAGE)
 
 
 class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
