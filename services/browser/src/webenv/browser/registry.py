@@ -22,6 +22,7 @@ from webenv import errors, paging
 from webenv.browser import metrics
 from webenv.browser.pool import BrowserHandle, BrowserPool, Slot
 from webenv.browser.session import BrowserSession
+from webenv.idempotency import RequestCache
 from webenv.v1 import browser_pb2, environment_pb2
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ class SessionRegistry:
         self.reaper_interval_s = reaper_interval_s
         self.sessions: dict[str, BrowserSession] = {}
         self.closed: OrderedDict[str, environment_pb2.Session] = OrderedDict()
-        self.open_requests: OrderedDict[str, str] = OrderedDict()
+        self.open_requests: RequestCache[str] = RequestCache(_CLOSED_KEEP)  # OpenSession request id -> session id
         self.opening = 0
         self.draining = False
         self._reaper: asyncio.Task[None] | None = None
@@ -98,7 +99,7 @@ class SessionRegistry:
     # -- opening ---------------------------------------------------------------------------------
     def reopened(self, request_id: str) -> BrowserSession | None:
         """The open session an earlier OpenSession with this request_id made, if any."""
-        sid = self.open_requests.get(request_id) if request_id else None
+        sid = self.open_requests.get(request_id)
         return self.sessions.get(sid) if sid else None
 
     @contextlib.asynccontextmanager
@@ -141,11 +142,7 @@ class SessionRegistry:
 
     def remember(self, request_id: str, session_id: str) -> None:
         """OpenSession's idempotency key (the last _CLOSED_KEEP kept)."""
-        if not request_id:
-            return
-        self.open_requests[request_id] = session_id
-        while len(self.open_requests) > _CLOSED_KEEP:
-            self.open_requests.popitem(last=False)
+        self.open_requests.put(request_id, session_id)
 
     # -- leases ----------------------------------------------------------------------------------
     def renew(self, session_id: str, seconds: float) -> environment_pb2.Session:

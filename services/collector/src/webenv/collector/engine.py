@@ -26,7 +26,7 @@ import json
 import logging
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -41,6 +41,7 @@ from webenv.collector.run import RunContext, run_from_row, run_row
 from webenv.collector.schema import EPISODES, RUNS, STATE_NAMES, version_now
 from webenv.collector.store import AsyncStore
 from webenv.collector.writer import Writer
+from webenv.idempotency import RequestCache
 from webenv.v1 import collector_pb2, common_pb2, policy_pb2, task_pb2
 
 log = logging.getLogger(__name__)
@@ -78,7 +79,7 @@ class Engine:
         # webenv.collector.queue.WorkQueue or None: it runs episodes with run_queued and counts them in Redis
         self.queue = queue
         self.runs: dict[str, RunContext] = {}
-        self._requests: OrderedDict[str, str] = OrderedDict()
+        self._requests: RequestCache[str] = RequestCache(REQUEST_IDS_KEPT)  # StartRun request id -> run id
         self._ended: deque[str] = deque()
         self._slots = asyncio.Semaphore(config.max_active_runs)
         self._planning = asyncio.Lock()
@@ -95,7 +96,7 @@ class Engine:
                 f"spec: {size} bytes, more than the collector's limit of {self.config.max_spec_bytes} "
                 "(WEBENV_MAX_SPEC_BYTES)", reason="SPEC_TOO_LARGE", metadata={"field": "spec"})
         async with self._planning:  # one plan at a time: admission is decided atomically, one catalog in memory
-            if request_id and request_id in self._requests:
+            if request_id in self._requests:
                 return await self._run_for_request(request_id)
             if self.unavailable:
                 raise errors.Unavailable(f"collector cannot start runs now: {self.unavailable}",
@@ -133,10 +134,7 @@ class Engine:
                     metadata={"field": "spec.tasks", "catalog_matches": str(matches + skipped), "skipped": str(skipped)},
                 )
             run_id = "run-" + uuid.uuid4().hex[:12]
-            if request_id:
-                self._requests[request_id] = run_id
-                while len(self._requests) > REQUEST_IDS_KEPT:
-                    self._requests.popitem(last=False)
+            self._requests.put(request_id, run_id)
             jobs = [
                 EpisodeJob(run_id, f"{run_id}-{p.index:06d}", p.index, p.task, p.seed, specs.horizon_for(resolved, p.task),
                            reveal_solution=reveal,
@@ -204,7 +202,7 @@ class Engine:
         return {r["task_id"]: sampling.TaskHistory(int(r["tried"]), int(r["passed"])) for r in rows}
 
     async def _run_for_request(self, request_id: str) -> collector_pb2.Run:
-        run_id = self._requests[request_id]
+        run_id = self._requests.get(request_id)
         rc = self.runs.get(run_id)
         return rc.run if rc is not None else await self.get_run(run_id)
 

@@ -11,7 +11,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -24,6 +23,7 @@ from webenv.collector.export import check_request, export
 from webenv.collector.read import EpisodeReader, validate
 from webenv.collector.run import run_from_row
 from webenv.collector.schema import STATE_NAMES
+from webenv.idempotency import RequestCache
 from webenv.v1 import collector_pb2, collector_pb2_grpc, policy_pb2
 
 DEFAULT_PAGE, MAX_PAGE = 50, 500
@@ -37,7 +37,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         self.engine = engine
         self.watch_interval = watch_interval
         self.export_root = Path(export_root).resolve() if export_root else None
-        self._exports: OrderedDict[str, collector_pb2.ExportRunResponse] = OrderedDict()
+        self._exports: RequestCache[collector_pb2.ExportRunResponse] = RequestCache(EXPORTS_KEPT)
 
     async def StartRun(self, request, context):
         await self._check_checkpoint_policy(request.spec.policy)
@@ -131,8 +131,9 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         return str(path)
 
     async def ExportRun(self, request, context):
-        if request.request_id and request.request_id in self._exports:
-            return self._exports[request.request_id]
+        again = self._exports.get(request.request_id)
+        if again is not None:
+            return again
         check_request(request.format, request.destination, request.filter, request.transition_format)
         destination = self._destination(request.destination)
         if request.run_id:
@@ -149,10 +150,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         resp = collector_pb2.ExportRunResponse(
             paths=res.paths, episodes=res.episodes, steps=res.steps, duration_seconds=res.duration_seconds
         )
-        if request.request_id:
-            self._exports[request.request_id] = resp
-            while len(self._exports) > EXPORTS_KEPT:
-                self._exports.popitem(last=False)
+        self._exports.put(request.request_id, resp)
         return resp
 
     async def ReadEpisodes(self, request, context) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:
