@@ -41,6 +41,7 @@ from pathlib import Path
 
 import grpc
 from webenv import paging
+from webenv.client.watch import to_end
 from webenv.splits import SPLIT_NAMES
 from webenv.v1 import (
     collector_pb2,
@@ -212,9 +213,8 @@ class Loop:
         run = self.collector.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec),
                                       timeout=60).run
         t0 = time.monotonic()
-        last = run
-        for resp in self.collector.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
-            last = resp.run
+        end = to_end(lambda: self.collector.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)))
+        last = end.run if end is not None else run
         c = last.counts
         self.say(f"  run {label}: {c.passed}/{c.finished} passed, {c.errored} errored, {c.steps} steps "
                  f"in {time.monotonic() - t0:.0f}s ({run.run_id})")
@@ -358,24 +358,12 @@ class Loop:
 
     def watch_job(self, job_id: str, patience: float = 300.0) -> trainer_pb2.Job:
         """Follow a job to its end, riding out trainer restarts (UNAVAILABLE) for up to ``patience`` seconds."""
-        job = None
-        down_since = None
-        while True:
-            try:
-                for resp in self.trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id)):
-                    job = resp.job
-                    down_since = None
-                if job is not None and job.state in (trainer_pb2.JOB_STATE_SUCCEEDED, trainer_pb2.JOB_STATE_FAILED,
-                                                     trainer_pb2.JOB_STATE_STOPPED):
-                    return job
-            except grpc.RpcError as exc:
-                if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                    raise
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > patience:
-                    raise
-                self.say(f"  trainer unavailable ({exc.code().name}); waiting for it to come back")
-                time.sleep(2.0)
+        end = to_end(lambda: self.trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id)), patience=patience,
+                     on_wait=lambda exc: self.say(f"  trainer unavailable ({exc.code().name}); "
+                                                  "waiting for it to come back"))
+        if end is None:
+            raise RuntimeError(f"WatchJob {job_id} ended without the job's state")
+        return end.job
 
     # -- the loop -------------------------------------------------------------------------------------------------
     def collect(self, it: int, version: str) -> collector_pb2.Run:

@@ -11,6 +11,7 @@ protos and the command line, never by importing each other.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -22,6 +23,7 @@ from pathlib import Path
 
 import grpc
 from webenv import paging
+from webenv.client.watch import to_end
 from webenv.runtime.stack import Stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
@@ -131,9 +133,7 @@ def collect(stack: Stack, plan: BuildPlan, data: Path, say: Say, watch: Callable
         if watch is not None:
             last = watch(stub, run.run_id, f"{level:<14}")
         else:
-            last = None
-            for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
-                last = resp
+            last = to_end(functools.partial(stub.WatchRun, collector_pb2.WatchRunRequest(run_id=run.run_id)))
         c = last.run.counts
         if last.run.state != collector_pb2.RUN_STATE_SUCCEEDED:
             raise RuntimeError(f"{level} run {run.run_id} ended {collector_pb2.RunState.Name(last.run.state)}: {last.run.error}")
