@@ -29,7 +29,7 @@ import uuid
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import grpc
 from google.protobuf import json_format
@@ -45,10 +45,18 @@ from webenv.collector.writer import Writer
 from webenv.idempotency import RequestCache
 from webenv.v1 import collector_pb2, common_pb2, policy_pb2, task_pb2
 
-if TYPE_CHECKING:  # the queue is handed the engine's job at start; it imports nothing of the engine
-    from webenv.collector.queue import WorkQueue
-
 log = logging.getLogger(__name__)
+
+
+class SharedQueue(Protocol):
+    """What the engine and the servicer use of a shared work queue (`webenv.collector.queue.WorkQueue`, which is
+    handed the engine's job, ``run_queued``, at start; neither module imports the other)."""
+
+    async def run_shared(self, rc: RunContext) -> None: ...
+    async def publish_rows(self, batch: dict[str, list[dict]]) -> None: ...
+    async def get_run(self, run_id: str) -> collector_pb2.Run | None: ...
+    async def stop_run(self, run_id: str) -> None: ...
+    async def catch_up(self, limit_seconds: float = 10.0) -> None: ...
 
 TERMINAL = {collector_pb2.RUN_STATE_SUCCEEDED, collector_pb2.RUN_STATE_STOPPED, collector_pb2.RUN_STATE_FAILED}
 ERRORS_LOGGED_PER_RUN = 5
@@ -76,7 +84,7 @@ class Engine:
     """Owns the runs started on this collector."""
 
     def __init__(self, config: EngineConfig, store: AsyncStore, writer: Writer, ctx: Context,
-                 queue: WorkQueue | None = None) -> None:
+                 queue: SharedQueue | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
