@@ -33,13 +33,9 @@ $(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt requirement
 
 protos: $(GEN_DIR)/webenv/v1/.stamp
 
-$(GEN_DIR)/webenv/v1/.stamp: $(PROTO_DEPS) $(STAMP)
-	@mkdir -p $(GEN_DIR)/webenv/v1
-	PATH=$(abspath $(VENV))/bin:$$PATH $(PY) -m grpc_tools.protoc -I protos \
-	  --python_out=$(GEN_DIR) --grpc_python_out=$(GEN_DIR) \
-	  --mypy_out=$(GEN_DIR) --mypy_grpc_out=$(GEN_DIR) \
-	  --descriptor_set_out=$(GEN_DIR)/webenv/v1/webenv.binpb --include_imports --include_source_info \
-	  $(PROTOS)
+$(GEN_DIR)/webenv/v1/.stamp: $(PROTO_DEPS) protos/generate.sh $(STAMP)
+	PATH=$(abspath $(VENV))/bin:$$PATH PYTHON=$(PY) sh protos/generate.sh $(GEN_DIR) \
+	  --mypy_out=$(GEN_DIR) --mypy_grpc_out=$(GEN_DIR)
 	@touch $@
 
 # The vLLM CPU backend's own venv (.webenv/venv-vllm, ~4 GB of downloads): only for `make test-vllm` and `make bench`.

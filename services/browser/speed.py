@@ -24,8 +24,8 @@ from typing import Any
 import psutil
 from webenv.browser.actions import RESOLVE_JS
 from webenv.browser.observe import OBSERVE_JS, ObserveSettings
-from webenv.browser.pool import INIT_JS, NAV_PENDING_JS
 from webenv.browser.tasks import MINIWOB_RESET_JS
+from webenv.browser.watchers import INIT_JS, NAV_PENDING_JS
 from webenv.v1 import common_pb2, environment_pb2
 
 _SETTLE = ObserveSettings()

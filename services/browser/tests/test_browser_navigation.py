@@ -68,17 +68,17 @@ async def test_prevented_submit_does_not_wait(env, page_server):
 def laggy_network_events(monkeypatch):
     """Deliver the farm's request events 250 ms late, as a loaded event loop does: the settle rule must not
     depend on seeing a navigation's request before the action returns."""
-    from webenv.browser import pool
+    from webenv.browser import watchers
 
     lag = 0.25
-    watch, done = pool.BrowserPool._request_watch, pool.ContextState.done
+    watch, done = watchers._request_watch, watchers.ContextState.done
 
-    def late_watch(self, state):
-        fn = watch(self, state)
+    def late_watch(state, guard):
+        fn = watch(state, guard)
         return lambda req: asyncio.get_running_loop().call_later(lag, fn, req)
 
-    monkeypatch.setattr(pool.BrowserPool, "_request_watch", late_watch)
-    monkeypatch.setattr(pool.ContextState, "done",
+    monkeypatch.setattr(watchers, "_request_watch", late_watch)
+    monkeypatch.setattr(watchers.ContextState, "done",
                         lambda self, req: asyncio.get_running_loop().call_later(lag, done, self, req))
 
 

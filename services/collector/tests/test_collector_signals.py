@@ -159,3 +159,21 @@ def test_every_arm_of_the_ablation_spends_the_same_budget_with_a_valid_spec():
         assert job.data.filter.HasField("passed") == (name == "filtered_bc"), "only filtered BC drops the failures"
     assert set(planned.values()) == {300}, planned
     assert ARMS["branching"].branching and ARMS["group"].groups
+
+
+def test_served_policy_is_the_one_check_against_listpolicies():
+    from webenv import errors
+    from webenv.collector import spec as specs
+    from webenv.v1 import policy_pb2
+
+    listed = [policy_pb2.PolicyInfo(name="oracle"), policy_pb2.PolicyInfo(name="agent", version="agent@2")]
+    assert specs.served_policy("oracle", listed, "p:1").name == "oracle"
+    assert specs.served_policy("agent", listed, "p:1").version == "agent@2"
+    assert specs.served_policy("agent@2", listed, "p:1").name == "agent"
+    for name in ("agent@1", "llm", "nobody"):  # a version not served now is refused, not run as the family
+        with pytest.raises(errors.InvalidArgument) as info:
+            specs.served_policy(name, listed, "p:1")
+        assert info.value.reason == "UNKNOWN_POLICY" and info.value.metadata["field"] == "spec.policy"
+    with pytest.raises(errors.InvalidArgument) as info:
+        specs.served_policy("agent@1", listed, "p:1")
+    assert "agent@2" in info.value.message and "LoadCheckpoint" in info.value.message

@@ -45,7 +45,6 @@ import contextlib
 import json
 import time
 import uuid
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -58,6 +57,7 @@ from webenv.browser.actions import goto
 from webenv.browser.pool import Slot
 from webenv.browser.session import BrowserSession, TaskHooks
 from webenv.envcontract import validate_fork_count, validate_lease
+from webenv.idempotency import RequestCache
 from webenv.v1 import environment_pb2
 
 if TYPE_CHECKING:
@@ -173,7 +173,7 @@ class Forker:
                  driver: PageDriver, answer_again: Callable[[BrowserSession], Awaitable[Any]]) -> None:
         self.settings, self.registry, self.queues, self.pool, self.driver = settings, registry, queues, pool, driver
         self.answer_again = answer_again
-        self.requests: OrderedDict[str, list[str]] = OrderedDict()
+        self.requests: RequestCache[list[str]] = RequestCache(_KEEP_REQUESTS)  # request id -> the copies' ids
 
     async def fork(self, req: environment_pb2.ForkSessionRequest) -> environment_pb2.ForkSessionResponse:
         t0 = time.perf_counter()
@@ -181,8 +181,8 @@ class Forker:
         validate_fork_count(req.count)
         validate_lease(req.lease_seconds, self.settings.farm_max_lease_seconds)
         parent = registry.get(req.session_id)
-        if req.request_id and req.request_id in self.requests:
-            sids = self.requests[req.request_id]
+        sids = self.requests.get(req.request_id)
+        if sids is not None:
             if all(sid in registry.sessions for sid in sids):
                 answers = [await self.answer_again(registry.sessions[sid]) for sid in sids]
                 return environment_pb2.ForkSessionResponse(sessions=answers)
@@ -204,10 +204,7 @@ class Forker:
                     with contextlib.suppress(Exception):
                         await registry.end(s, environment_pb2.SESSION_STATE_CLOSED)
                 raise
-        if req.request_id:
-            self.requests[req.request_id] = ids
-            while len(self.requests) > _KEEP_REQUESTS:
-                self.requests.popitem(last=False)
+        self.requests.put(req.request_id, ids)
         dt = time.perf_counter() - t0
         metrics.FORK_SECONDS.observe(dt)
         return environment_pb2.ForkSessionResponse(sessions=answers, fork_seconds=dt)  # type: ignore[arg-type]

@@ -79,7 +79,7 @@ async def observe(
     """Build an Observation of `page` in the formats of `spec`; returns it with the raw JS result.
 
     `quiet_since_action`: the DOM-quiet window counts from the page's last mutation or input event
-    (pool.QUIET_WATCH_JS) rather than from the pass's start: right after an action on the same document
+    (watchers.QUIET_WATCH_JS) rather than from the pass's start: right after an action on the same document
     (a first observation of a document waits the whole window from the pass's start)."""
     formats = wanted_formats(spec)
     shot = F.OBSERVATION_FORMAT_SCREENSHOT in formats

@@ -18,10 +18,11 @@ from collections import OrderedDict
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 
-from webenv import errors
+from webenv import errors, paging
 from webenv.browser import metrics
 from webenv.browser.pool import BrowserHandle, BrowserPool, Slot
 from webenv.browser.session import BrowserSession
+from webenv.idempotency import RequestCache
 from webenv.v1 import browser_pb2, environment_pb2
 
 log = logging.getLogger(__name__)
@@ -38,7 +39,7 @@ class SessionRegistry:
         self.reaper_interval_s = reaper_interval_s
         self.sessions: dict[str, BrowserSession] = {}
         self.closed: OrderedDict[str, environment_pb2.Session] = OrderedDict()
-        self.open_requests: OrderedDict[str, str] = OrderedDict()
+        self.open_requests: RequestCache[str] = RequestCache(_CLOSED_KEEP)  # OpenSession request id -> session id
         self.opening = 0
         self.draining = False
         self._reaper: asyncio.Task[None] | None = None
@@ -89,27 +90,16 @@ class SessionRegistry:
         return self.get(session_id).to_proto()
 
     def list(self, req: browser_pb2.ListSessionsRequest) -> browser_pb2.ListSessionsResponse:
-        size = req.page_size or 100
-        if size < 0:
-            raise errors.InvalidArgument("page_size: must be >= 0", reason="BAD_PAGE_SIZE",
-                                         metadata={"field": "page_size"})
-        size = min(size, 1000)
-        try:
-            offset = int(req.page_token) if req.page_token else 0
-        except ValueError as exc:
-            raise errors.InvalidArgument("page_token: not a token this node issued", reason="BAD_PAGE_TOKEN",
-                                         metadata={"field": "page_token"}) from exc
         items = sorted(self.sessions.values(), key=lambda x: (x.created_wall, x.session_id))
         want = dict(req.labels)
         items = [x for x in items if all(x.labels.get(k) == v for k, v in want.items())]
-        page = items[offset:offset + size]
-        nxt = str(offset + size) if offset + size < len(items) else ""
+        page, nxt = paging.page_of(req, items, default=100, maximum=1000)
         return browser_pb2.ListSessionsResponse(sessions=[x.to_proto() for x in page], next_page_token=nxt)
 
     # -- opening ---------------------------------------------------------------------------------
     def reopened(self, request_id: str) -> BrowserSession | None:
         """The open session an earlier OpenSession with this request_id made, if any."""
-        sid = self.open_requests.get(request_id) if request_id else None
+        sid = self.open_requests.get(request_id)
         return self.sessions.get(sid) if sid else None
 
     @contextlib.asynccontextmanager
@@ -152,11 +142,7 @@ class SessionRegistry:
 
     def remember(self, request_id: str, session_id: str) -> None:
         """OpenSession's idempotency key (the last _CLOSED_KEEP kept)."""
-        if not request_id:
-            return
-        self.open_requests[request_id] = session_id
-        while len(self.open_requests) > _CLOSED_KEEP:
-            self.open_requests.popitem(last=False)
+        self.open_requests.put(request_id, session_id)
 
     # -- leases ----------------------------------------------------------------------------------
     def renew(self, session_id: str, seconds: float) -> environment_pb2.Session:

@@ -2,7 +2,7 @@
 
 The rule, after every action (bounded by the caps below and by the step deadline):
 0. a navigation of the active tab that the page itself started with the action (counted in the page,
-   synchronously, by pool.NAV_WATCH_JS: link, form submission, location change), or a main-frame request
+   synchronously, by watchers.NAV_WATCH_JS: link, form submission, location change), or a main-frame request
    of the active tab, or an evaluate destroyed by a commit: wait until the tab's *new* document has fired
    DOMContentLoaded (cap: WEBENV_FARM_NAV_TIMEOUT_MS); give up early when no request comes within
    NAV_START_GRACE_S (a navigation cancelled after all) or when the request ended without a new document
@@ -12,7 +12,7 @@ The rule, after every action (bounded by the caps below and by the step deadline
 2. network: wait until no request of the context is in flight (cap: WEBENV_FARM_NETWORK_IDLE_MS);
 3. DOM: inside the observation's JS pass (and one rendered frame for scroll-like actions, waited for beside
    it), wait until no mutation for WEBENV_FARM_SETTLE_QUIET_MS (cap: WEBENV_FARM_SETTLE_MAX_MS), counted from
-   the page's last mutation or input event (pool.QUIET_WATCH_JS) after an action on the same document, else
+   the page's last mutation or input event (watchers.QUIET_WATCH_JS) after an action on the same document, else
    from the pass's start (a first observation, a new document whose frames may still load); a navigation that
    starts
    during the pass (seen by the network hooks or counted in the page) is waited for as in 0. and the page
@@ -21,9 +21,9 @@ The rule, after every action (bounded by the caps below and by the step deadline
 
 Where each part lives, and why there:
 - the waits of 0.-2. and popup adoption: here (`Settler`), the one place that decides when to wait;
-- the facts they wait on: `pool.ContextState`, filled by network hooks and in-page init scripts
-  (`pool.NAV_WATCH_JS`, `pool.POPUP_WATCH_JS`) that the pool installs when it creates a context: a warm
-  context exists before its session does, and a hook added later would miss the first document's requests;
+- the facts they wait on: `watchers.ContextState`, filled by network hooks and in-page init scripts
+  (`watchers.NAV_WATCH_JS`, `watchers.POPUP_WATCH_JS`) that `watchers.watch_context` installs when the pool
+  creates a context: a warm context exists before its session does, and a hook added later would miss the first document's requests;
   the facts change only through ContextState's own methods;
 - the DOM-quiet wait of 3.: `observe.js`, inside the observation's own evaluate (one round trip instead of
   two; ~15 ms per step), driven by `observe.ObserveSettings`;
@@ -40,8 +40,8 @@ import time
 
 from playwright.async_api import Error as PlaywrightError
 from webenv.browser.errortext import interrupted_by_navigation
-from webenv.browser.pool import NAV_PENDING_JS
 from webenv.browser.session import BrowserSession, Tab
+from webenv.browser.watchers import NAV_PENDING_JS
 
 NAV_START_GRACE_S = 2.0  # page said "navigating" but no request came: the navigation was cancelled
 NAV_END_GRACE_S = 1.0  # the request ended but no new document came: 204, download, refused
@@ -57,7 +57,7 @@ class Settler:
         self.network_idle_s = network_idle_ms / 1000
 
     async def nav_started(self, s: BrowserSession, tab: Tab) -> bool:
-        """Did the page start a navigation of its tab (pool.NAV_WATCH_JS)? Reads and clears the count; an
+        """Did the page start a navigation of its tab (watchers.NAV_WATCH_JS)? Reads and clears the count; an
         evaluate destroyed under us means a new document has committed already."""
         if s.tabs.get(tab.tab_id) is not tab or tab.page.is_closed():
             return False

@@ -1,4 +1,5 @@
-"""Assembling a collector from its settings: store, spool, writer, peers, engine, optional queue, server.
+"""Assembling a collector from its settings: store, spool, writer, peers, engine, optional queue, server; started
+and stopped in the order every service has (`webenv.runtime.serving`).
 
 Health follows the dependencies the collector cannot work without: a monitor checks them every
 ``health_interval_seconds`` and reports NOT_SERVING (and refuses StartRun with UNAVAILABLE) while Redis is
@@ -12,6 +13,7 @@ import asyncio
 import contextlib
 import logging
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from webenv.collector import __version__
 from webenv.collector import spec as specs
@@ -24,8 +26,11 @@ from webenv.collector.servicer import CollectorServicer
 from webenv.collector.spool import Spool
 from webenv.collector.store import AsyncStore, Store
 from webenv.collector.writer import Writer
-from webenv.runtime import Server
+from webenv.runtime import Server, serving
 from webenv.v1 import collector_pb2_grpc
+
+if TYPE_CHECKING:
+    from webenv.collector.queue import WorkQueue
 
 log = logging.getLogger(__name__)
 
@@ -35,21 +40,22 @@ class Collector:
     """A running collector (its parts are exposed for tests and the CLI)."""
 
     settings: Settings
-    server: Server
     store: AsyncStore
     writer: Writer
     peers: Peers
     engine: Engine
-    queue: object | None = None
+    queue: WorkQueue | None = None
+    server: Server = field(init=False, repr=False)
     _closed: bool = False
     _monitor: asyncio.Task | None = field(default=None, repr=False)
+    _parts: contextlib.AsyncExitStack = field(default_factory=contextlib.AsyncExitStack, repr=False)
+    _serving: contextlib.AbstractAsyncContextManager[Server] | None = field(default=None, repr=False)
 
     @classmethod
-    async def start(cls, settings: Settings) -> Collector:
-        """Open the store, start the writer and the gRPC server, report SERVING."""
+    def assemble(cls, settings: Settings) -> Collector:
+        """The collector's parts, made but not started (nothing is opened or connected yet)."""
         collector_id = settings.resolved_collector_id()
         store = AsyncStore(Store(settings.resolved_store_url(), settings.store_database))
-        await store.migrate()
         spool = Spool(settings.resolved_spool_dir(), max_bytes=settings.spool_max_mb * 1024 * 1024)
         writer = Writer(
             store,
@@ -58,7 +64,6 @@ class Collector:
             flush_interval=settings.flush_interval_seconds,
             spool_retry_seconds=settings.spool_retry_seconds,
         )
-        await writer.start()
         peers = Peers(settings.policy_addr, settings.judge_addr, settings.sites_addr, timeout=settings.step_timeout_seconds)
         ctx = Context(
             peers=peers,
@@ -97,19 +102,41 @@ class Collector:
             admission_retry_seconds=settings.admission_retry_seconds,
         )
         engine = Engine(config, store, writer, ctx, queue=queue)
-        if queue is not None:
-            await queue.start(engine.run_queued, writer)  # the engine's job: run, store, say what to count
-        server = Server("collector", settings)
-        server.add_service(
+        return cls(settings, store, writer, peers, engine, queue)
+
+    @classmethod
+    async def start(cls, settings: Settings) -> Collector:
+        """Start through the sdk's serve skeleton (`webenv.runtime.serving`): bind with health NOT_SERVING, open
+        the store, start the writer and the queue, SERVING. A part that fails to start leaves nothing running:
+        the parts started before it are closed (in reverse order) and the server stops."""
+        collector = cls.assemble(settings)
+        collector._serving = serving("collector", settings, [(
             collector_pb2_grpc.add_CollectorServiceServicer_to_server,
-            CollectorServicer(engine, export_root=settings.export_root),
+            CollectorServicer(collector.engine, export_root=settings.export_root),
             "webenv.v1.CollectorService",
-        )
-        await server.start()
-        await server.set_serving()
-        collector = cls(settings, server, store, writer, peers, engine, queue)
+        )], start=collector._start_parts, close=collector._parts.aclose)
+        collector.server = await collector._serving.__aenter__()
         collector._monitor = asyncio.create_task(collector._watch_health())
         return collector
+
+    async def _start_parts(self) -> None:
+        """Each part in turn, its close registered once it is up (closed in reverse: engine, queue, writer,
+        peers, store)."""
+        parts = self._parts
+        parts.push_async_callback(self.store.close)
+        parts.push_async_callback(self.peers.close)
+        await self.store.migrate()
+        await self.writer.start()
+        parts.push_async_callback(self.writer.close)
+        if self.queue is not None:
+            await self.queue.start(self.engine.run_queued, self.writer)  # the engine's job: run, store, count
+            parts.push_async_callback(self._close_queue)
+        parts.push_async_callback(self.engine.close)
+
+    async def _close_queue(self) -> None:
+        assert self.queue is not None
+        with contextlib.suppress(Exception):
+            await self.queue.close()
 
     async def problem(self) -> str:
         """Why the collector cannot work now ("" when it can): a dependency it needs is down."""
@@ -151,14 +178,8 @@ class Collector:
             self._monitor.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await self._monitor
-        await self.server.stop()
-        await self.engine.close()
-        if self.queue is not None:
-            with contextlib.suppress(Exception):
-                await self.queue.close()
-        await self.writer.close()
-        await self.peers.close()
-        await self.store.close()
+        if self._serving is not None:
+            await self._serving.__aexit__(None, None, None)  # the server stops, then the parts close
 
 
 async def main(settings: Settings) -> None:

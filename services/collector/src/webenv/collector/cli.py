@@ -28,6 +28,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from webenv import errors, splits
+from webenv.client.watch import follow
 from webenv.runtime.stack import DEFAULT_WORLDMODEL, Stack, running_stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
@@ -144,7 +145,7 @@ def watch_run(stub, run_id: str, label: str = "", errored: list | None = None,
     collects errored episodes)."""
     last = None
     if quiet:
-        for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run_id)):
+        for resp in follow(lambda: stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run_id))):
             last = resp
             if errored is not None:
                 errored.extend(e for e in resp.finished if e.error)
@@ -154,7 +155,7 @@ def watch_run(stub, run_id: str, label: str = "", errored: list | None = None,
         TimeElapsedColumn(), console=console, transient=False,
     ) as progress:
         task = progress.add_task(label or run_id, total=None, info="")
-        for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run_id)):
+        for resp in follow(lambda: stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run_id))):
             last = resp
             if errored is not None:
                 errored.extend(e for e in resp.finished if e.error)

@@ -26,9 +26,10 @@ import json
 import logging
 import time
 import uuid
-from collections import OrderedDict, deque
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Protocol
 
 import grpc
 from google.protobuf import json_format
@@ -41,9 +42,21 @@ from webenv.collector.run import RunContext, run_from_row, run_row
 from webenv.collector.schema import EPISODES, RUNS, STATE_NAMES, version_now
 from webenv.collector.store import AsyncStore
 from webenv.collector.writer import Writer
+from webenv.idempotency import RequestCache
 from webenv.v1 import collector_pb2, common_pb2, policy_pb2, task_pb2
 
 log = logging.getLogger(__name__)
+
+
+class SharedQueue(Protocol):
+    """What the engine and the servicer use of a shared work queue (`webenv.collector.queue.WorkQueue`, which is
+    handed the engine's job, ``run_queued``, at start; neither module imports the other)."""
+
+    async def run_shared(self, rc: RunContext) -> None: ...
+    async def publish_rows(self, batch: dict[str, list[dict]]) -> None: ...
+    async def get_run(self, run_id: str) -> collector_pb2.Run | None: ...
+    async def stop_run(self, run_id: str) -> None: ...
+    async def catch_up(self, limit_seconds: float = 10.0) -> None: ...
 
 TERMINAL = {collector_pb2.RUN_STATE_SUCCEEDED, collector_pb2.RUN_STATE_STOPPED, collector_pb2.RUN_STATE_FAILED}
 ERRORS_LOGGED_PER_RUN = 5
@@ -70,15 +83,16 @@ class EngineConfig:
 class Engine:
     """Owns the runs started on this collector."""
 
-    def __init__(self, config: EngineConfig, store: AsyncStore, writer: Writer, ctx: Context, queue=None) -> None:
+    def __init__(self, config: EngineConfig, store: AsyncStore, writer: Writer, ctx: Context,
+                 queue: SharedQueue | None = None) -> None:
         self.config = config
         self.store = store
         self.writer = writer
         self.ctx = ctx
-        # webenv.collector.queue.WorkQueue or None: it runs episodes with run_queued and counts them in Redis
+        # the shared work queue (None: runs are this collector's own); it runs episodes with run_queued
         self.queue = queue
         self.runs: dict[str, RunContext] = {}
-        self._requests: OrderedDict[str, str] = OrderedDict()
+        self._requests: RequestCache[str] = RequestCache(REQUEST_IDS_KEPT)  # StartRun request id -> run id
         self._ended: deque[str] = deque()
         self._slots = asyncio.Semaphore(config.max_active_runs)
         self._planning = asyncio.Lock()
@@ -89,24 +103,15 @@ class Engine:
     # -- starting ----------------------------------------------------------------------------------------------------
     async def start_run(self, request_id: str, spec: collector_pb2.RunSpec) -> collector_pb2.Run:
         """Validate, plan and start a run; a retried request_id returns the run it started."""
-        size = spec.ByteSize()
-        if size > self.config.max_spec_bytes:
-            raise errors.InvalidArgument(
-                f"spec: {size} bytes, more than the collector's limit of {self.config.max_spec_bytes} "
-                "(WEBENV_MAX_SPEC_BYTES)", reason="SPEC_TOO_LARGE", metadata={"field": "spec"})
+        specs.check_size(spec, self.config.max_spec_bytes)
         async with self._planning:  # one plan at a time: admission is decided atomically, one catalog in memory
-            if request_id and request_id in self._requests:
+            if request_id in self._requests:
                 return await self._run_for_request(request_id)
             if self.unavailable:
                 raise errors.Unavailable(f"collector cannot start runs now: {self.unavailable}",
                                          reason="DEPENDENCY_DOWN")
             self._admission()
-            resolved = specs.resolve(spec, self.config.defaults)
-            if resolved.branching.count and self.queue is not None:
-                raise errors.FailedPrecondition(
-                    "spec.branching: a branch group shares one anchor session, so it runs on one collector; this "
-                    "collector shares a work queue (WEBENV_REDIS_URL): start branching runs on one without",
-                    reason="BRANCHING_NOT_SHARED", metadata={"field": "spec.branching"})
+            resolved = specs.admit(spec, self.config.defaults, shared=self.queue is not None)
             per_draw = specs.per_draw(resolved)
             self._check_size(resolved.episodes or resolved.repeats * per_draw,
                              "spec.episodes" if resolved.episodes else "spec.repeats")
@@ -133,10 +138,7 @@ class Engine:
                     metadata={"field": "spec.tasks", "catalog_matches": str(matches + skipped), "skipped": str(skipped)},
                 )
             run_id = "run-" + uuid.uuid4().hex[:12]
-            if request_id:
-                self._requests[request_id] = run_id
-                while len(self._requests) > REQUEST_IDS_KEPT:
-                    self._requests.popitem(last=False)
+            self._requests.put(request_id, run_id)
             jobs = [
                 EpisodeJob(run_id, f"{run_id}-{p.index:06d}", p.index, p.task, p.seed, specs.horizon_for(resolved, p.task),
                            reveal_solution=reveal,
@@ -172,18 +174,7 @@ class Engine:
                 f"policy service at {peer.address} failed: {exc.code().name}: {exc.details()}",
                 reason="POLICY_UNAVAILABLE",
             ) from exc
-        # A checkpoint is served under its family name and as "<name>@<version>" (the current one is listed).
-        family = policy.partition("@")[0]
-        info = next((p for p in resp.policies if policy in (p.name, p.version)), None) or next(
-            (p for p in resp.policies if p.name == family), None)
-        if info is None:
-            offered = ", ".join(p.name for p in resp.policies)
-            hint = " (the llm policy needs a model: see the policy service's README)" if policy == "llm" else ""
-            raise errors.InvalidArgument(  # as the policy service answers an unknown policy name
-                f"spec.policy: the policy service at {peer.address} does not offer {policy!r}; it offers {offered}{hint}",
-                reason="UNKNOWN_POLICY",
-                metadata={"field": "spec.policy", "policy": policy},
-            )
+        info = specs.served_policy(policy, resp.policies, peer.address)
         if not info.needs_solution:
             return None, False
         solved = set(info.solved_task_ids)
@@ -204,7 +195,7 @@ class Engine:
         return {r["task_id"]: sampling.TaskHistory(int(r["tried"]), int(r["passed"])) for r in rows}
 
     async def _run_for_request(self, request_id: str) -> collector_pb2.Run:
-        run_id = self._requests[request_id]
+        run_id = self._requests.get(request_id)
         rc = self.runs.get(run_id)
         return rc.run if rc is not None else await self.get_run(run_id)
 

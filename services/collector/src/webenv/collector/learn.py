@@ -40,6 +40,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
+from webenv import paging
+from webenv.client.watch import to_end
 from webenv.splits import SPLIT_NAMES
 from webenv.v1 import (
     collector_pb2,
@@ -217,13 +219,12 @@ class Loop:
         run = self.collector.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec),
                                       timeout=60).run
         t0 = time.monotonic()
-        last = run
         self.live.add(run.run_id)
         try:
-            for resp in self.collector.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
-                last = resp.run
+            end = to_end(lambda: self.collector.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)))
         finally:
             self.live.discard(run.run_id)
+        last = end.run if end is not None else run
         c = last.counts
         self.say(f"  run {label}: {c.passed}/{c.finished} passed, {c.errored} errored, {c.steps} steps "
                  f"in {time.monotonic() - t0:.0f}s ({run.run_id})")
@@ -308,16 +309,9 @@ class Loop:
 
     def families(self) -> set[str]:
         """The site families of the synthetic catalog."""
-        out: set[str] = set()
-        token = ""
-        while True:
-            resp = self.sites.ListTasks(task_pb2.ListTasksRequest(
-                filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]), page_size=1000,
-                page_token=token), timeout=60)
-            out.update(t.family for t in resp.tasks)
-            token = resp.next_page_token
-            if not token:
-                return out
+        req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]),
+                                        page_size=1000)
+        return {t.family for t in paging.iterate(lambda r: self.sites.ListTasks(r, timeout=60), req, "tasks")}
 
     def score(self, run_id: str, version: str, split: str) -> Evaluation:
         """Success of a run, from the stored episodes (errored episodes count as failures)."""
@@ -383,24 +377,12 @@ class Loop:
 
     def watch_job(self, job_id: str, patience: float = 300.0) -> trainer_pb2.Job:
         """Follow a job to its end, riding out trainer restarts (UNAVAILABLE) for up to ``patience`` seconds."""
-        job = None
-        down_since = None
-        while True:
-            try:
-                for resp in self.trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id)):
-                    job = resp.job
-                    down_since = None
-                if job is not None and job.state in (trainer_pb2.JOB_STATE_SUCCEEDED, trainer_pb2.JOB_STATE_FAILED,
-                                                     trainer_pb2.JOB_STATE_STOPPED):
-                    return job
-            except grpc.RpcError as exc:
-                if exc.code() not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED):
-                    raise
-                down_since = down_since or time.monotonic()
-                if time.monotonic() - down_since > patience:
-                    raise
-                self.say(f"  trainer unavailable ({exc.code().name}); waiting for it to come back")
-                time.sleep(2.0)
+        end = to_end(lambda: self.trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id)), patience=patience,
+                     on_wait=lambda exc: self.say(f"  trainer unavailable ({exc.code().name}); "
+                                                  "waiting for it to come back"))
+        if end is None:
+            raise RuntimeError(f"WatchJob {job_id} ended without the job's state")
+        return end.job
 
     # -- the loop -------------------------------------------------------------------------------------------------
     def collect(self, it: int, version: str, history: tuple[str, ...] = ()) -> collector_pb2.Run:

@@ -9,25 +9,23 @@ answers of the last ``EXPORTS_KEPT`` request ids for idempotent retries.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import time
-from collections import OrderedDict
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
-from webenv import errors
+from webenv import errors, paging
 from webenv.collector import metrics
-from webenv.collector import spec as specs
 from webenv.collector.engine import TERMINAL, Engine
 from webenv.collector.export import check_request, export
 from webenv.collector.read import EpisodeReader, validate
 from webenv.collector.run import run_from_row
 from webenv.collector.schema import STATE_NAMES
-from webenv.v1 import collector_pb2, collector_pb2_grpc, policy_pb2
+from webenv.idempotency import RequestCache
+from webenv.v1 import collector_pb2, collector_pb2_grpc
 
-MAX_PAGE = 500
+DEFAULT_PAGE, MAX_PAGE = 50, 500
 EXPORTS_KEPT = 1000
 
 
@@ -38,30 +36,14 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         self.engine = engine
         self.watch_interval = watch_interval
         self.export_root = Path(export_root).resolve() if export_root else None
-        self._exports: OrderedDict[str, collector_pb2.ExportRunResponse] = OrderedDict()
+        self._exports: RequestCache[collector_pb2.ExportRunResponse] = RequestCache(EXPORTS_KEPT)
 
-    async def StartRun(self, request, context):
-        await self._check_checkpoint_policy(request.spec.policy)
+    async def StartRun(self, request: collector_pb2.StartRunRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.StartRunResponse:
         run = await self.engine.start_run(request.request_id, request.spec)
         return collector_pb2.StartRunResponse(run=run)
 
-    async def _check_checkpoint_policy(self, name: str) -> None:
-        """A run naming a trained checkpoint must name one the policy service serves now (INVALID_ARGUMENT
-        at StartRun rather than every episode failing); built-in names are checked by the spec."""
-        if not name or name in specs.KNOWN_POLICIES or not specs.CHECKPOINT_POLICY.match(name):
-            return
-        try:
-            resp = await self.engine.ctx.peers.policy().stub.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=10)
-        except grpc.aio.AioRpcError:
-            return  # the policy service is unreachable: the run's episodes will say so
-        served = {p.name for p in resp.policies} | {p.version for p in resp.policies if p.version}
-        if name not in served:
-            raise errors.InvalidArgument(
-                f"spec.policy: {name!r} is not served by the policy service (served: {', '.join(sorted(served))[:300]}); "
-                "load a checkpoint with PolicyService.LoadCheckpoint first",
-                reason="UNKNOWN_POLICY", metadata={"field": "spec.policy"})
-
-    async def WatchRun(self, request, context) -> AsyncIterator[collector_pb2.WatchRunResponse]:
+    async def WatchRun(self, request: collector_pb2.WatchRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[collector_pb2.WatchRunResponse]:
         run = await self.engine.get_run(request.run_id)
         rc = self.engine.runs.get(request.run_id)
         if rc is None:
@@ -92,25 +74,17 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(rc.ended.wait(), timeout=self.watch_interval)
 
-    async def StopRun(self, request, context):
+    async def StopRun(self, request: collector_pb2.StopRunRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.StopRunResponse:
         return collector_pb2.StopRunResponse(run=await self.engine.stop_run(request.run_id))
 
-    async def GetRun(self, request, context):
+    async def GetRun(self, request: collector_pb2.GetRunRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.GetRunResponse:
         return collector_pb2.GetRunResponse(run=await self.engine.get_run(request.run_id))
 
-    async def ListRuns(self, request, context):
-        if request.page_size < 0:
-            raise errors.InvalidArgument("page_size: must be >= 0", reason="BAD_PAGE", metadata={"field": "page_size"})
-        size = min(request.page_size or 50, MAX_PAGE)
-        offset = 0
-        if request.page_token:
-            try:
-                offset = int(base64.urlsafe_b64decode(request.page_token.encode()).decode().removeprefix("o:"))
-            except ValueError as exc:
-                raise errors.InvalidArgument(
-                    "page_token: not a token from a previous response", reason="BAD_PAGE_TOKEN",
-                    metadata={"field": "page_token"},
-                ) from exc
+    async def ListRuns(self, request: collector_pb2.ListRunsRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.ListRunsResponse:
+        page = paging.read(request, default=DEFAULT_PAGE, maximum=MAX_PAGE)
         if request.state and request.state not in collector_pb2.RunState.values():
             raise errors.InvalidArgument(f"state: unknown value {request.state}", metadata={"field": "state"})
         store = self.engine.store
@@ -118,9 +92,9 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         if self.engine.queue is not None:
             await self.engine.queue.catch_up()  # runs other collectors share (embedded stores)
             await self.engine.writer.drain()
-        rows = await store.list_runs(STATE_NAMES[request.state] if request.state else None, size + 1, offset)
+        rows = await store.list_runs(STATE_NAMES[request.state] if request.state else None, page.size + 1, page.offset)
         runs = []
-        for row in rows[:size]:
+        for row in rows[:page.size]:
             live = self.engine.runs.get(row["run_id"])
             if live is None and self.engine.queue is not None and row["state"] in ("pending", "running"):
                 # A shared run's counts and end live in Redis (its owner may be gone).
@@ -128,8 +102,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
                 runs.append(shared if shared is not None else run_from_row(row))
                 continue
             runs.append(live.run if live is not None else run_from_row(row))
-        token = base64.urlsafe_b64encode(f"o:{offset + size}".encode()).decode() if len(rows) > size else ""
-        return collector_pb2.ListRunsResponse(runs=runs, next_page_token=token)
+        return collector_pb2.ListRunsResponse(runs=runs, next_page_token=page.next_token(len(rows) > page.size))
 
     def _destination(self, destination: str) -> str:
         """The export folder; with an export root it must lie inside it (clients cannot write elsewhere)."""
@@ -143,9 +116,11 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
             )
         return str(path)
 
-    async def ExportRun(self, request, context):
-        if request.request_id and request.request_id in self._exports:
-            return self._exports[request.request_id]
+    async def ExportRun(self, request: collector_pb2.ExportRunRequest, context: grpc.aio.ServicerContext
+                   ) -> collector_pb2.ExportRunResponse:
+        again = self._exports.get(request.request_id)
+        if again is not None:
+            return again
         check_request(request.format, request.destination, request.filter, request.transition_format)
         destination = self._destination(request.destination)
         if request.run_id:
@@ -162,13 +137,10 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         resp = collector_pb2.ExportRunResponse(
             paths=res.paths, episodes=res.episodes, steps=res.steps, duration_seconds=res.duration_seconds
         )
-        if request.request_id:
-            self._exports[request.request_id] = resp
-            while len(self._exports) > EXPORTS_KEPT:
-                self._exports.popitem(last=False)
+        self._exports.put(request.request_id, resp)
         return resp
 
-    async def ReadEpisodes(self, request, context) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:
+    async def ReadEpisodes(self, request: collector_pb2.ReadEpisodesRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:
         """Stored episodes of the named runs, a batch at a time (unknown runs are NOT_FOUND)."""
         validate(request)
         for run_id in dict.fromkeys(request.run_ids):

@@ -1,20 +1,24 @@
-"""RunSpec validation and defaults.
+"""RunSpec validation and defaults: every rule a StartRun's spec must pass, in one module.
 
 A bad spec is refused before anything runs, with an INVALID_ARGUMENT that names the offending field
 (``spec.repeats``), so a client can point at it. ``resolve`` returns the spec with every default filled in,
-which is what gets stored with the run: the stored spec says exactly what ran.
+which is what gets stored with the run: the stored spec says exactly what ran. ``admit`` is what StartRun
+checks without asking another service (size, fields, defaults, whether the run can run on this collector);
+``served_policy`` is the one check against the policy service, over the one ListPolicies answer the engine asks
+for per StartRun (the planning needs the same answer: which tasks the policy solves).
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from webenv import errors
 from webenv.envcontract import web_url_problem
-from webenv.v1 import collector_pb2, common_pb2
+from webenv.v1 import collector_pb2, common_pb2, policy_pb2
 
 DEFAULT_FORMATS = (common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML)
 KNOWN_POLICIES = ("oracle", "random", "explore", "llm")
@@ -38,6 +42,51 @@ class Defaults:
     concurrency: int = 16
     episode_timeout_seconds: float = 300.0
     policy: str = "random"
+
+
+def check_size(spec: collector_pb2.RunSpec, max_bytes: int) -> None:
+    """INVALID_ARGUMENT ``SPEC_TOO_LARGE`` for a spec larger than the collector takes (WEBENV_MAX_SPEC_BYTES)."""
+    size = spec.ByteSize()
+    if size > max_bytes:
+        raise errors.InvalidArgument(
+            f"spec: {size} bytes, more than the collector's limit of {max_bytes} (WEBENV_MAX_SPEC_BYTES)",
+            reason="SPEC_TOO_LARGE", metadata={"field": "spec"})
+
+
+def admit(spec: collector_pb2.RunSpec, defaults: Defaults, *, shared: bool) -> collector_pb2.RunSpec:
+    """The resolved spec of a StartRun (``validate`` + ``resolve``), refusing a run this collector cannot run:
+    branching on a collector that shares a work queue (``shared``) is FAILED_PRECONDITION."""
+    resolved = resolve(spec, defaults)
+    if resolved.branching.count and shared:
+        raise errors.FailedPrecondition(
+            "spec.branching: a branch group shares one anchor session, so it runs on one collector; this "
+            "collector shares a work queue (WEBENV_REDIS_URL): start branching runs on one without",
+            reason="BRANCHING_NOT_SHARED", metadata={"field": "spec.branching"})
+    return resolved
+
+
+def served_policy(policy: str, listed: Sequence[policy_pb2.PolicyInfo], address: str) -> policy_pb2.PolicyInfo:
+    """The policy service's entry for ``policy`` (from its ListPolicies), or INVALID_ARGUMENT ``UNKNOWN_POLICY``.
+
+    A checkpoint is served under its family name and as "<name>@<version>" (the current one is listed); a
+    checkpoint named by version must be the one served now (a run of a version not loaded would fail every
+    episode), a family name or a built-in policy matches its entry."""
+    exact = next((p for p in listed if policy in (p.name, p.version)), None)
+    if exact is not None:
+        return exact
+    family = policy.partition("@")[0]
+    versioned = "@" in policy and policy not in KNOWN_POLICIES and CHECKPOINT_POLICY.match(policy)
+    info = None if versioned else next((p for p in listed if p.name == family), None)
+    if info is None:
+        offered = ", ".join(p.name for p in listed)
+        if versioned:
+            served = sorted({p.name for p in listed} | {p.version for p in listed if p.version})
+            offered = ", ".join(served)[:300] + "; load a checkpoint with PolicyService.LoadCheckpoint first"
+        hint = " (the llm policy needs a model: see the policy service's README)" if policy == "llm" else ""
+        raise errors.InvalidArgument(  # as the policy service answers an unknown policy name
+            f"spec.policy: the policy service at {address} does not offer {policy!r}; it offers {offered}{hint}",
+            reason="UNKNOWN_POLICY", metadata={"field": "spec.policy", "policy": policy})
+    return info
 
 
 def _bad(field: str, message: str) -> errors.InvalidArgument:

@@ -11,6 +11,7 @@ protos and the command line, never by importing each other.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import subprocess
@@ -21,6 +22,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
+from webenv import paging
+from webenv.client.watch import to_end
 from webenv.runtime.stack import Stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
@@ -75,17 +78,10 @@ def pick_sites(tasks: task_pb2_grpc.TaskServiceStub, plan: BuildPlan) -> dict[st
     out: dict[str, dict[str, str]] = {}
     for split, per_family in want.items():
         by_family: dict[str, set[str]] = {}
-        token = ""
-        while True:
-            resp = tasks.ListTasks(task_pb2.ListTasksRequest(
-                filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC], split=split,
-                                           families=plan.families),
-                page_size=1000, page_token=token), timeout=60)
-            for t in resp.tasks:
-                by_family.setdefault(t.family, set()).add(t.site)
-            token = resp.next_page_token
-            if not token:
-                break
+        req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(
+            sources=[common_pb2.TASK_SOURCE_SYNTHETIC], split=split, families=plan.families), page_size=1000)
+        for t in paging.iterate(lambda r: tasks.ListTasks(r, timeout=60), req, "tasks"):
+            by_family.setdefault(t.family, set()).add(t.site)
         name = "test" if split == common_pb2.SPLIT_TEST else "train"
         for family, sites in sorted(by_family.items()):
             if len(sites) < per_family:
@@ -137,9 +133,7 @@ def collect(stack: Stack, plan: BuildPlan, data: Path, say: Say, watch: Callable
         if watch is not None:
             last = watch(stub, run.run_id, f"{level:<14}")
         else:
-            last = None
-            for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)):
-                last = resp
+            last = to_end(functools.partial(stub.WatchRun, collector_pb2.WatchRunRequest(run_id=run.run_id)))
         c = last.run.counts
         if last.run.state != collector_pb2.RUN_STATE_SUCCEEDED:
             raise RuntimeError(f"{level} run {run.run_id} ended {collector_pb2.RunState.Name(last.run.state)}: {last.run.error}")

@@ -1,12 +1,15 @@
-"""Typed clients for webenv services: channels with the platform's defaults, the Environment client and a
+"""Typed clients for webenv services: channels with the platform's defaults, the Environment client (unary calls
+and the multiplexed StepStream, one step-index rule), following a run or job to its end (``follow``/``to_end``) and a
 Gymnasium environment over it (``WebEnv`` is imported lazily, so plain clients do not load gymnasium)."""
 
 from typing import Any
 
 from webenv.client.channel import SERVICE_CONFIG, make_channel
 from webenv.client.environment import EnvironmentClient, StepStream, observation_spec
+from webenv.client.watch import follow, to_end
 
-__all__ = ["SERVICE_CONFIG", "EnvironmentClient", "StepStream", "WebEnv", "make_channel", "observation_spec"]
+__all__ = ["SERVICE_CONFIG", "EnvironmentClient", "StepStream", "WebEnv", "follow", "make_channel", "observation_spec",
+           "to_end"]
 
 
 def __getattr__(name: str) -> Any:

@@ -10,11 +10,18 @@
 
 Errors arrive as `webenv.errors.WebenvError` subclasses (code, reason and metadata parsed), and the client
 tracks each session's step index so a retried step is answered from the server's cache, never acted twice.
+
+One step rule for both ways of stepping (`step`, and `StepStream.step` on the bidi stream): each request carries
+the session's next index; the answer moves it past the index answered. A step that timed out (DEADLINE_EXCEEDED)
+moves it too, because the environment counted it (the farm's semantics, which the world model shares: the action
+may have run, nothing is cached for it, a retry of that index would be STEP_INDEX_MISMATCH) — the error is raised
+and the session's next step takes the next index. Any other error leaves the index where it was: the step did
+not count, and the same index may be sent again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
@@ -128,18 +135,23 @@ class EnvironmentClient:
         if session_id in self._next_index:
             self._next_index[session_id] = max(self._next_index[session_id], index + 1)
 
+    async def _stepped(self, send: Callable[[environment_pb2.StepRequest], Awaitable[environment_pb2.StepResponse]],
+                       req: environment_pb2.StepRequest) -> environment_pb2.StepResponse:
+        """Send one step and apply the step rule (the module docstring) to the session's next index."""
+        try:
+            resp = await send(req)
+        except errors.DeadlineExceeded:
+            self._advance(req.session_id, req.step_index)  # the environment counted the timed-out step
+            raise
+        self._advance(req.session_id, resp.step_index)
+        return resp
+
     async def step(self, session_id: str, action: str | common_pb2.Action, *,
                    spec: common_pb2.ObservationSpec | None = None, timeout_seconds: float = 0.0
                    ) -> environment_pb2.StepResponse:
         """Apply one action (text in the sdk grammar, or an Action)."""
         req = self.step_request(session_id, action, spec, timeout_seconds)
-        try:
-            resp = await self._call(self.stub.Step, req)
-        except errors.DeadlineExceeded:
-            self._advance(session_id, req.step_index)  # the server counted the timed-out step
-            raise
-        self._advance(session_id, resp.step_index)
-        return resp
+        return await self._stepped(lambda r: self._call(self.stub.Step, r), req)
 
     async def close(self, session_id: str, *, capture_evidence: bool = False) -> environment_pb2.CloseSessionResponse:
         """Close a session (optionally capturing site-state evidence first)."""
@@ -192,10 +204,4 @@ class StepStream:
                    ) -> environment_pb2.StepResponse:
         """Send one step on the stream and wait for its answer."""
         req = self.client.step_request(session_id, action, spec, timeout_seconds)
-        try:
-            resp = await self._mux.request(req)
-        except errors.DeadlineExceeded:
-            self.client._advance(session_id, req.step_index)
-            raise
-        self.client._advance(session_id, resp.step_index)
-        return resp
+        return await self.client._stepped(self._mux.request, req)

@@ -36,8 +36,7 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
         try:
             return self.tasks.page(request)
         except BadRequest as exc:
-            raise errors.InvalidArgument(str(exc), reason="BAD_PAGE_TOKEN" if exc.field == "page_token" else "BAD_FILTER",
-                                         metadata={"field": exc.field}) from None
+            raise errors.InvalidArgument(str(exc), reason="BAD_FILTER", metadata={"field": exc.field}) from None
 
     async def GetTask(self, request: task_pb2.GetTaskRequest, context: grpc.aio.ServicerContext) -> task_pb2.GetTaskResponse:
         if not request.task_id:

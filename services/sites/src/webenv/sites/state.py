@@ -14,7 +14,10 @@ import uuid
 from collections import OrderedDict
 from typing import Any
 
+from webenv.idempotency import RequestCache
+
 State = dict[str, Any]
+REQUEST_IDS_KEPT = 100_000  # SnapshotSiteState / ForkSiteState request ids remembered for retries
 
 
 def default_state(host: str, family: str, record_key: str | None) -> State:
@@ -43,7 +46,7 @@ class StateStore:
     def __init__(self, max_sessions: int = 100_000, max_snapshots: int = 10_000) -> None:
         self._sessions: OrderedDict[str, dict[str, State]] = OrderedDict()
         self._snapshots: OrderedDict[str, dict[str, State]] = OrderedDict()
-        self._idempotent: OrderedDict[str, str] = OrderedDict()
+        self._idempotent: RequestCache[str] = RequestCache(REQUEST_IDS_KEPT)  # request id -> snapshot or session id
         self.max_sessions = max_sessions
         self.max_snapshots = max_snapshots
 
@@ -88,22 +91,17 @@ class StateStore:
         return json.dumps(self._sessions[session], sort_keys=True)
 
     # --- snapshot / fork ------------------------------------------------------------------------
-    def _remember(self, request_id: str, value: str) -> None:
-        if request_id:
-            self._idempotent[request_id] = value
-            while len(self._idempotent) > 100_000:
-                self._idempotent.popitem(last=False)
-
     def snapshot(self, session: str, request_id: str = "") -> str:
-        if request_id and request_id in self._idempotent:
-            return self._idempotent[request_id]
+        again = self._idempotent.get(request_id)
+        if again is not None:
+            return again
         if session not in self._sessions:
             raise SessionNotFound(session)
         snap_id = "snap-" + uuid.uuid4().hex
         self._snapshots[snap_id] = copy.deepcopy(self._sessions[session])
         while len(self._snapshots) > self.max_snapshots:
             self._snapshots.popitem(last=False)
-        self._remember(request_id, snap_id)
+        self._idempotent.put(request_id, snap_id)
         return snap_id
 
     def fork_done(self, request_id: str) -> bool:
@@ -111,8 +109,9 @@ class StateStore:
         return request_id in self._idempotent
 
     def fork(self, *, session: str = "", snapshot_id: str = "", new_session: str = "", request_id: str = "") -> str:
-        if request_id and request_id in self._idempotent:
-            return self._idempotent[request_id]
+        again = self._idempotent.get(request_id)
+        if again is not None:
+            return again
         if snapshot_id:
             if snapshot_id not in self._snapshots:
                 raise SessionNotFound(snapshot_id)
@@ -124,5 +123,5 @@ class StateStore:
         new_id = new_session or self.new_session_id()
         self.ensure(new_id)
         self._sessions[new_id] = copy.deepcopy(source)
-        self._remember(request_id, new_id)
+        self._idempotent.put(request_id, new_id)
         return new_id

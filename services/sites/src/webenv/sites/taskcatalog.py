@@ -1,19 +1,17 @@
 """One catalog of tasks from every source, with filtering and AIP-158 pagination.
 
-Tasks are kept in a fixed order (synthetic by site, then YAML, rubric JSON, MiniWoB); a page token is an
-opaque, signed-by-hash offset bound to the filter it was issued for, so a token reused with another
-filter, or a tampered one, is rejected as INVALID_ARGUMENT instead of silently returning the wrong page.
+Tasks are kept in a fixed order (synthetic by site, then YAML, rubric JSON, MiniWoB), so a page is an offset
+into the filter's hits; the sdk's `webenv.paging` reads the page fields and issues the tokens (bound to the
+filter they were issued for: a token reused with another filter, or a tampered one, is INVALID_ARGUMENT).
 """
 
 from __future__ import annotations
 
-import base64
-import hashlib
-import json
 from collections import Counter
 from collections.abc import Iterable
 from pathlib import PurePath
 
+from webenv import paging
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import task_pb2
 
@@ -27,29 +25,6 @@ class BadRequest(ValueError):
     def __init__(self, field: str, message: str) -> None:
         super().__init__(message)
         self.field = field
-
-
-def _filter_key(f: task_pb2.TaskFilter) -> str:
-    return hashlib.sha256(f.SerializeToString(deterministic=True)).hexdigest()[:16]
-
-
-def encode_token(offset: int, f: task_pb2.TaskFilter) -> str:
-    raw = json.dumps({"o": offset, "f": _filter_key(f)}).encode()
-    return base64.urlsafe_b64encode(raw).decode().rstrip("=")
-
-
-def decode_token(token: str, f: task_pb2.TaskFilter) -> int:
-    try:
-        raw = base64.urlsafe_b64decode(token + "=" * (-len(token) % 4))
-        data = json.loads(raw)
-        offset, key = int(data["o"]), str(data["f"])
-    except (ValueError, KeyError, TypeError) as exc:
-        raise BadRequest("page_token", f"page_token {token[:40]!r} is not a token this server issued") from exc
-    if key != _filter_key(f):
-        raise BadRequest("page_token", "page_token was issued for a different filter")
-    if offset < 0:
-        raise BadRequest("page_token", "page_token has a negative offset")
-    return offset
 
 
 def _some(names: list[str], n: int = 5) -> str:
@@ -134,15 +109,11 @@ class TaskCatalog:
         return out
 
     def page(self, req: task_pb2.ListTasksRequest) -> task_pb2.ListTasksResponse:
-        if req.page_size < 0:
-            raise BadRequest("page_size", f"page_size must be >= 0, got {req.page_size}")
-        size = min(req.page_size or DEFAULT_PAGE_SIZE, MAX_PAGE_SIZE)
-        offset = decode_token(req.page_token, req.filter) if req.page_token else 0
+        page = paging.read(req, default=DEFAULT_PAGE_SIZE, maximum=MAX_PAGE_SIZE)
         hits = self.select(req.filter)
-        if offset > len(hits):
-            raise BadRequest("page_token", "page_token points past the end of the results")
-        chosen = hits[offset: offset + size]
-        nxt = encode_token(offset + size, req.filter) if offset + size < len(hits) else ""
+        page.check_within(len(hits))
+        chosen = hits[page.offset: page.offset + page.size]
+        nxt = page.next_token(page.offset + page.size < len(hits))
         return task_pb2.ListTasksResponse(tasks=[self.tasks[i] for i in chosen], next_page_token=nxt, total_size=len(hits))
 
     def stats(self) -> dict[str, dict[str, int]]:

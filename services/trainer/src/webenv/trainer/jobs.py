@@ -24,6 +24,7 @@ from pathlib import Path
 from google.protobuf import json_format
 from webenv import errors
 from webenv.agent import checkpoints
+from webenv.idempotency import RequestCache, check_request_id
 from webenv.v1 import trainer_pb2
 
 from . import data, metrics
@@ -40,6 +41,7 @@ DEFAULTS = {
 #: The ranker modules of webenv.agent by model kind (both train in train_scorer's loop).
 RANKERS = {trainer_pb2.MODEL_KIND_SCORER: "scorer", trainer_pb2.MODEL_KIND_ENCODER: "encoder"}
 _MAX_LABELS = 32
+REQUEST_IDS_KEPT = 10_000  # StartJob request ids remembered for retries
 
 
 def validate_spec(spec: trainer_pb2.JobSpec, root: Path) -> None:
@@ -100,7 +102,7 @@ class JobManager:
         self.dir.mkdir(parents=True, exist_ok=True)
         self.root.mkdir(parents=True, exist_ok=True)
         self.jobs: dict[str, trainer_pb2.Job] = {}
-        self.by_request: dict[str, str] = {}
+        self.by_request: RequestCache[str] = RequestCache(REQUEST_IDS_KEPT)  # StartJob request id -> job id
         self.changed: dict[str, asyncio.Condition] = {}
         self.stop_flags: dict[str, threading.Event] = {}
         self.reserved: dict[str, set[int]] = {}
@@ -132,8 +134,7 @@ class JobManager:
                 log.warning("unreadable job record %s: %s", p.name, exc)
                 continue
             self.jobs[job.job_id] = job
-            if job.request_id:
-                self.by_request[job.request_id] = job.job_id
+            self.by_request.put(job.request_id, job.job_id)
             if job.state not in TERMINAL:
                 unfinished.append(job.job_id)
                 self.reserved.setdefault(job.spec.name, set()).add(job.checkpoint.version)
@@ -157,11 +158,10 @@ class JobManager:
         metrics.JOBS_RUNNING.set(0)
 
     def submit(self, request: trainer_pb2.StartJobRequest) -> trainer_pb2.Job:
-        if request.request_id and request.request_id in self.by_request:
-            return self.jobs[self.by_request[request.request_id]]
-        if len(request.request_id) > 128:
-            raise errors.InvalidArgument("request_id: at most 128 characters", reason="BAD_REQUEST_ID",
-                                         metadata={"field": "request_id"})
+        again = self.by_request.get(request.request_id)
+        if again in self.jobs:  # a job trimmed since is started again
+            return self.jobs[again]
+        check_request_id(request.request_id)
         validate_spec(request.spec, self.root)
         spec = trainer_pb2.JobSpec()
         spec.CopyFrom(request.spec)
@@ -179,8 +179,7 @@ class JobManager:
         job.checkpoint.ref = f"{spec.name}@{version}"
         job.created_at.GetCurrentTime()
         self.jobs[job_id] = job
-        if request.request_id:
-            self.by_request[request.request_id] = job_id
+        self.by_request.put(request.request_id, job_id)
         self._save(job)
         self._trim()
         metrics.JOBS.labels("accepted").inc()

@@ -6,30 +6,18 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-from webenv import errors
+import grpc
+from webenv import errors, paging
 from webenv.agent import checkpoints
 from webenv.v1 import trainer_pb2, trainer_pb2_grpc
 
 from .jobs import TERMINAL, JobManager, job_sort_key
 
-MAX_PAGE = 500
+DEFAULT_PAGE, MAX_PAGE = 50, 500
 
 
 def _page(request, items: list) -> tuple[list, str]:
-    size = request.page_size or 50
-    if not 0 < size <= MAX_PAGE:
-        raise errors.InvalidArgument(f"page_size: must be within 1..{MAX_PAGE}", reason="BAD_PAGE",
-                                     metadata={"field": "page_size"})
-    try:
-        offset = int(request.page_token or 0)
-    except ValueError:
-        offset = -1
-    if offset < 0:
-        raise errors.InvalidArgument("page_token: not a token this server issued", reason="BAD_PAGE",
-                                     metadata={"field": "page_token"})
-    chunk = items[offset:offset + size]
-    nxt = str(offset + size) if offset + size < len(items) else ""
-    return chunk, nxt
+    return paging.page_of(request, items, default=DEFAULT_PAGE, maximum=MAX_PAGE)
 
 
 class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
@@ -37,10 +25,11 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         self.jobs = jobs
         self.watch_interval = watch_interval
 
-    async def StartJob(self, request, context):
+    async def StartJob(self, request: trainer_pb2.StartJobRequest, context: grpc.aio.ServicerContext
+                   ) -> trainer_pb2.StartJobResponse:
         return trainer_pb2.StartJobResponse(job=self.jobs.submit(request))
 
-    async def WatchJob(self, request, context) -> AsyncIterator[trainer_pb2.WatchJobResponse]:
+    async def WatchJob(self, request: trainer_pb2.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[trainer_pb2.WatchJobResponse]:
         job = self.jobs.get(request.job_id)
         cond = self.jobs.condition(job.job_id)
         while True:
@@ -57,18 +46,22 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
                 except TimeoutError:
                     pass
 
-    async def StopJob(self, request, context):
+    async def StopJob(self, request: trainer_pb2.StopJobRequest, context: grpc.aio.ServicerContext
+                   ) -> trainer_pb2.StopJobResponse:
         return trainer_pb2.StopJobResponse(job=await self.jobs.stop(request.job_id))
 
-    async def GetJob(self, request, context):
+    async def GetJob(self, request: trainer_pb2.GetJobRequest, context: grpc.aio.ServicerContext
+                   ) -> trainer_pb2.GetJobResponse:
         return trainer_pb2.GetJobResponse(job=self.jobs.get(request.job_id))
 
-    async def ListJobs(self, request, context):
+    async def ListJobs(self, request: trainer_pb2.ListJobsRequest, context: grpc.aio.ServicerContext
+                   ) -> trainer_pb2.ListJobsResponse:
         jobs = sorted(self.jobs.jobs.values(), key=job_sort_key, reverse=True)
         page, nxt = _page(request, jobs)
         return trainer_pb2.ListJobsResponse(jobs=page, next_page_token=nxt)
 
-    async def ListCheckpoints(self, request, context):
+    async def ListCheckpoints(self, request: trainer_pb2.ListCheckpointsRequest, context: grpc.aio.ServicerContext
+                   ) -> trainer_pb2.ListCheckpointsResponse:
         if request.name and not checkpoints.NAME.match(request.name):
             raise errors.InvalidArgument("name: lower-case letters, digits, '-', '_'", reason="BAD_CHECKPOINT_REF",
                                          metadata={"field": "name"})
@@ -76,6 +69,7 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
         page, nxt = _page(request, items)
         return trainer_pb2.ListCheckpointsResponse(checkpoints=page, next_page_token=nxt)
 
-    async def GetCheckpoint(self, request, context):
+    async def GetCheckpoint(self, request: trainer_pb2.GetCheckpointRequest, context: grpc.aio.ServicerContext
+                   ) -> trainer_pb2.GetCheckpointResponse:
         folder = checkpoints.resolve(Path(self.jobs.root), request.ref)
         return trainer_pb2.GetCheckpointResponse(checkpoint=checkpoints.read_meta(folder))

@@ -42,6 +42,7 @@ from webenv.envcontract import (
     validate_lease,
     validate_observation_spec,
 )
+from webenv.idempotency import RequestCache
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from webenv.worldmodel import metrics
 from webenv.worldmodel.compose import PageMemory, PageView
@@ -49,6 +50,7 @@ from webenv.worldmodel.formats import axtree_to_markdown
 from webenv.worldmodel.predict import Predictor, Query, advance
 from webenv.worldmodel.servicer import ready
 
+REQUEST_IDS_KEPT = 10_000  # OpenSession / ForkSession request ids remembered for retries
 _SUPPORTED = {common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_MARKDOWN}
 
 
@@ -106,8 +108,8 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         self.max_sessions = max_sessions
         self.max_state_chars = max_state_chars
         self.sessions: dict[str, SimSession] = {}
-        self._by_request: dict[str, str] = {}
-        self._forks_by_request: dict[str, list[str]] = {}
+        self._by_request: RequestCache[str] = RequestCache(REQUEST_IDS_KEPT)  # OpenSession request id -> session id
+        self._forks_by_request: RequestCache[list[str]] = RequestCache(REQUEST_IDS_KEPT)  # ForkSession's -> copies
         self.node = socket.gethostname()
 
     @property
@@ -186,8 +188,9 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
             raise errors.InvalidArgument("start_url or task is required", reason="BAD_START", metadata={"field": "start"})
         formats = self._formats(request.observation_spec, [common_pb2.OBSERVATION_FORMAT_AXTREE])
         validate_lease(request.lease_seconds, self.max_lease_seconds)
-        if request.request_id and request.request_id in self._by_request:
-            s = self.sessions[self._by_request[request.request_id]]
+        again = self._by_request.get(request.request_id)
+        if again in self.sessions:
+            s = self.sessions[again]
             return environment_pb2.OpenSessionResponse(session=self._session_pb(s), observation=self._observation(s, s.formats),
                                                        instruction=s.instruction)
         task = request.task if which == "task" else None
@@ -217,8 +220,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         s.memory.navigated(page)
         s.lease_expires = time.time() + lease
         self.sessions[s.session_id] = s
-        if request.request_id:
-            self._by_request[request.request_id] = s.session_id
+        self._by_request.put(request.request_id, s.session_id)
         metrics.SIM_SESSIONS_OPENED.inc()
         metrics.SIM_SESSIONS_OPEN.inc()
         return environment_pb2.OpenSessionResponse(session=self._session_pb(s), observation=self._observation(s, formats),
@@ -229,8 +231,9 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         validate_fork_count(request.count)
         validate_lease(request.lease_seconds, self.max_lease_seconds)
         parent = self._open(request.session_id)
-        if request.request_id and request.request_id in self._forks_by_request:
-            forks = [self.sessions[sid] for sid in self._forks_by_request[request.request_id]]
+        copies = self._forks_by_request.get(request.request_id)
+        if copies is not None and all(sid in self.sessions for sid in copies):
+            forks = [self.sessions[sid] for sid in copies]
             return environment_pb2.ForkSessionResponse(sessions=[environment_pb2.OpenSessionResponse(
                 session=self._session_pb(f), observation=self._observation(f, f.formats), instruction=f.instruction)
                 for f in forks])
@@ -257,8 +260,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                 answers.append(environment_pb2.OpenSessionResponse(
                     session=self._session_pb(f), observation=self._observation(f, f.formats), instruction=f.instruction,
                     open_seconds=time.perf_counter() - t1))
-        if request.request_id:
-            self._forks_by_request[request.request_id] = [a.session.session_id for a in answers]
+        self._forks_by_request.put(request.request_id, [a.session.session_id for a in answers])
         return environment_pb2.ForkSessionResponse(sessions=answers, fork_seconds=time.perf_counter() - t0)
 
     async def Step(self, request: environment_pb2.StepRequest, context: grpc.aio.ServicerContext) -> environment_pb2.StepResponse:
