@@ -20,6 +20,7 @@ from webenv.collector.config import Settings
 from webenv.collector.engine import Engine, EngineConfig
 from webenv.collector.episode import Context
 from webenv.collector.peers import Peers
+from webenv.collector.replicas import Replicas
 from webenv.collector.servicer import CollectorServicer
 from webenv.collector.spool import Spool
 from webenv.collector.store import AsyncStore, Store
@@ -66,6 +67,7 @@ class Collector:
             collector_id=collector_id,
             webenv_version=__version__,
             step_timeout=settings.step_timeout_seconds,
+            replicas=Replicas(lambda address: peers.env(address).channel, settings.env_refresh_seconds),
         )
         defaults = specs.Defaults(
             env_address=settings.browser_addr,
@@ -157,6 +159,8 @@ class Collector:
             with contextlib.suppress(Exception):
                 await self.queue.close()
         await self.writer.close()
+        if self.engine.ctx.replicas is not None:
+            await self.engine.ctx.replicas.close()
         await self.peers.close()
         await self.store.close()
 
