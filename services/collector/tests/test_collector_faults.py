@@ -3,7 +3,8 @@
 The policy and judge are the real services, as processes (``webenv.runtime.stack.Stack``, restarted on the same
 ports after the kill, as a Kubernetes pod restarts); the environment and catalog are the tests' page walk (the
 farm's own kill is tests/test_farm_failover.py). The tasks carry rubrics the real judge grades (final URL and
-answer). While a peer is down, the calls waiting on it are asked again (``peer_call``) and counted in
+answer). Each stays down 2 s, longer than the channel's own UNAVAILABLE retries (< 1 s, `webenv.client`), as a
+restarting pod does. While a peer is down, the calls waiting on it are asked again (``peer_call``) and counted in
 ``webenv_collector_peer_retries_total{peer}``; nothing errors, nothing is stored twice.
 """
 
@@ -55,6 +56,7 @@ async def test_a_policy_and_a_judge_killed_mid_run_lose_and_double_nothing(world
                             os.killpg(st.procs[peer].pid, signal.SIGKILL)
                             st.procs[peer].wait(10)
                             killed.append(peer)
+                            await asyncio.sleep(2.0)  # down for longer than the channel's own UNAVAILABLE retries
                             await asyncio.to_thread(st.start, (peer,), 120)  # the pod comes back on its port
         assert killed == ["policy", "judge"]
         n = len(world.tasks)
