@@ -85,7 +85,8 @@ SERVICES = [
     Svc("collector", 50056, 9456, "collector", replicas=2, cpu=("1", "2"), memory=("1Gi", "4Gi"),
         statefulset=True, data_volume="20Gi", grace_seconds=30, env_from_secret="webenv-collector",
         config={
-            "WEBENV_BROWSER_ADDR": "browser:50051",
+            # every ready farm pod behind the headless Service, balanced by free capacity (GetCapacity)
+            "WEBENV_BROWSER_ADDR": "dns:///browser:50051",
             "WEBENV_POLICY_ADDR": "policy:50052",
             "WEBENV_JUDGE_ADDR": "judge:50054",
             "WEBENV_SITES_ADDR": "sites:50055",

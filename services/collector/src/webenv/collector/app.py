@@ -22,6 +22,7 @@ from webenv.collector.config import Settings
 from webenv.collector.engine import Engine, EngineConfig
 from webenv.collector.episode import Context
 from webenv.collector.peers import Peers
+from webenv.collector.replicas import Replicas
 from webenv.collector.servicer import CollectorServicer
 from webenv.collector.spool import Spool
 from webenv.collector.store import AsyncStore, Store
@@ -71,6 +72,7 @@ class Collector:
             collector_id=collector_id,
             webenv_version=__version__,
             step_timeout=settings.step_timeout_seconds,
+            replicas=Replicas(lambda address: peers.env(address).channel, settings.env_refresh_seconds),
         )
         defaults = specs.Defaults(
             env_address=settings.browser_addr,
@@ -121,10 +123,12 @@ class Collector:
 
     async def _start_parts(self) -> None:
         """Each part in turn, its close registered once it is up (closed in reverse: engine, queue, writer,
-        peers, store)."""
+        farm replicas, peers, store)."""
         parts = self._parts
         parts.push_async_callback(self.store.close)
         parts.push_async_callback(self.peers.close)
+        if self.engine.ctx.replicas is not None:  # its resolver rides the peers' channels: closed before them
+            parts.push_async_callback(self.engine.ctx.replicas.close)
         await self.store.migrate()
         await self.writer.start()
         parts.push_async_callback(self.writer.close)

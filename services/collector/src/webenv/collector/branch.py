@@ -26,6 +26,7 @@ import random
 import grpc
 from webenv.collector import metrics
 from webenv.collector.episode import Context, EnvFailure, Episode, EpisodeJob, PeerFailure
+from webenv.collector.replicas import ReplicaSet
 from webenv.v1 import collector_pb2, environment_pb2
 
 log = logging.getLogger(__name__)
@@ -83,12 +84,27 @@ async def _finish(ep: Episode) -> None:
 
 
 async def run_branched(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context,
-                       addresses: list[str]) -> list[Episode]:
-    """The anchor and its forks, finished (never raises for episode-level problems)."""
+                       replicas: ReplicaSet) -> list[Episode]:
+    """The anchor and its forks, finished (never raises for episode-level problems); the anchor opens on the replica
+    with the most free capacity, its forks are on the same one (a copy stays on the node of its session)."""
+    try:
+        address = await replicas.pick()
+    except LookupError as exc:
+        anchor = Episode(job, spec, ctx, "")
+        anchor.error = f"environment failed: {exc}"
+        anchor.mark_finished()
+        return [anchor]
+    try:
+        return await _run_branched(job, spec, ctx, address)
+    finally:
+        replicas.release(address)
+
+
+async def _run_branched(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context, address: str) -> list[Episode]:
     b = spec.branching
     timeout = job.task.timeout_seconds or spec.episode_timeout_seconds
     job.group_id = job.episode_id
-    anchor = Episode(job, spec, ctx, addresses[job.index % len(addresses)])
+    anchor = Episode(job, spec, ctx, address)
     members = [anchor]
     try:
         async with asyncio.timeout(timeout):

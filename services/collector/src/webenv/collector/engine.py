@@ -38,6 +38,7 @@ from webenv.collector import metrics, sampling
 from webenv.collector import spec as specs
 from webenv.collector.branch import run_branched
 from webenv.collector.episode import Context, Episode, EpisodeJob, Tally, run_episode, run_lock_step
+from webenv.collector.replicas import ReplicaSet
 from webenv.collector.run import RunContext, run_from_row, run_row
 from webenv.collector.schema import EPISODES, RUNS, STATE_NAMES, version_now
 from webenv.collector.store import AsyncStore
@@ -388,12 +389,12 @@ class Engine:
         elif n == ERRORS_LOGGED_PER_RUN + 1:
             log.warning("run %s: more episodes errored; their errors are stored with them (episodes.error)", run_id)
 
-    async def _play(self, job: EpisodeJob, spec: collector_pb2.RunSpec, addresses: list[str]) -> Episode:
+    async def _play(self, job: EpisodeJob, spec: collector_pb2.RunSpec, replicas: ReplicaSet) -> Episode:
         """Run one episode (async mode), counted while in flight."""
         metrics.EPISODES_STARTED.inc()
         metrics.IN_FLIGHT.inc()
         try:
-            return await run_episode(job, spec, self.ctx, addresses)
+            return await run_episode(job, spec, self.ctx, replicas)
         finally:
             metrics.IN_FLIGHT.dec()
 
@@ -402,14 +403,14 @@ class Engine:
         rc: RunContext,
         job: EpisodeJob,
         spec: collector_pb2.RunSpec,
-        addresses: list[str],
+        replicas: ReplicaSet,
         on_ran: Callable[[], bool | None] | None = None,
     ) -> Episode:
         """Run and store one episode of a run owned here; ``on_ran`` is called when it stops using the environment.
 
         When ``on_ran`` returns True (the run's last running episode), its rows are written without batching delay.
         """
-        ep = await self._play(job, spec, addresses)
+        ep = await self._play(job, spec, replicas)
         urgent = bool(on_ran()) if on_ran is not None else False  # the slot is free while rows wait for their batch
         # A finished episode is stored even if the run is cut off meanwhile: shield the write, and let the run
         # wait for it (rc.storing) so counts and store agree when the run ends.
@@ -424,7 +425,7 @@ class Engine:
         rc: RunContext,
         job: EpisodeJob,
         spec: collector_pb2.RunSpec,
-        addresses: list[str],
+        replicas: ReplicaSet,
         on_ran: Callable[[], bool | None] | None = None,
     ) -> list[Episode]:
         """Run an anchor and its forks (branch.run_branched) and store them all; an anchor that ended before the
@@ -432,7 +433,7 @@ class Engine:
         metrics.EPISODES_STARTED.inc()
         metrics.IN_FLIGHT.inc()
         try:
-            eps = await run_branched(job, spec, self.ctx, addresses)
+            eps = await run_branched(job, spec, self.ctx, replicas)
         finally:
             metrics.IN_FLIGHT.dec()
         missing = spec.branching.count + 1 - len(eps)
@@ -448,13 +449,13 @@ class Engine:
     async def run_queued(self, job: EpisodeJob, spec: collector_pb2.RunSpec) -> Tally:
         """The work queue's job (``WorkQueue.start``): run and store one episode of a shared run, durably (store or
         spool) by the time it returns, and say what counting it needs (the queue counts it in Redis)."""
-        ep = await self._play(job, spec, specs.env_addresses(spec))
+        ep = await self._play(job, spec, self.ctx.replicas_of(spec))
         await self.store_episode(None, ep)
         return ep.tally()
 
     async def _run_async(self, rc: RunContext) -> None:
         spec = rc.run.spec
-        addresses = specs.env_addresses(spec)
+        replicas = self.ctx.replicas_of(spec)
         sem = asyncio.Semaphore(spec.concurrency)
         done = asyncio.Event()
         in_flight: set[asyncio.Task] = set()
@@ -476,9 +477,9 @@ class Engine:
 
             try:
                 if spec.branching.count:
-                    await self.run_branch_job(rc, job, spec, addresses, on_ran=free)
+                    await self.run_branch_job(rc, job, spec, replicas, on_ran=free)
                 else:
-                    await self.run_job(rc, job, spec, addresses, on_ran=free)
+                    await self.run_job(rc, job, spec, replicas, on_ran=free)
             finally:
                 free()
                 if rc.run.counts.finished >= rc.target:
@@ -519,7 +520,7 @@ class Engine:
 
     async def _run_lock_step(self, rc: RunContext) -> None:
         spec = rc.run.spec
-        addresses = specs.env_addresses(spec)
+        replicas = self.ctx.replicas_of(spec)
         n = spec.concurrency
         for i in range(0, len(rc.jobs), n):
             if rc.stop.is_set() or rc.run.counts.finished >= rc.target:
@@ -527,7 +528,7 @@ class Engine:
             batch = rc.jobs[i : i + n]
             rc.run.counts.started += len(batch)
             metrics.EPISODES_STARTED.inc(len(batch))
-            eps = await run_lock_step(batch, spec, self.ctx, addresses)
+            eps = await run_lock_step(batch, spec, self.ctx, replicas)
             # The batch's rows are written while the next batch runs (as in async mode).
             store = asyncio.ensure_future(asyncio.gather(*(self.store_episode(rc, ep) for ep in eps)))
             rc.storing.add(store)

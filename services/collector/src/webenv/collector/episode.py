@@ -10,8 +10,10 @@ import asyncio
 import json
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import TypeVar
 
 import grpc
 from google.protobuf import json_format
@@ -19,6 +21,7 @@ from webenv import errors, solutions
 from webenv.collector import metrics, repetition
 from webenv.collector.blobs import BlobStore
 from webenv.collector.peers import Peers
+from webenv.collector.replicas import Replicas, ReplicaSet
 from webenv.collector.schema import (
     DIFFICULTY_NAMES,
     ENV_KIND_NAMES,
@@ -38,6 +41,7 @@ from webenv.v1 import (
 
 log = logging.getLogger(__name__)
 
+T = TypeVar("T")
 HISTORY_WINDOW = 10
 
 
@@ -115,6 +119,13 @@ class Context:
     collector_id: str
     webenv_version: str
     step_timeout: float = 60.0
+    replicas: Replicas | None = None  # the environment replicas of each env_address (app.py sets it)
+
+    def replicas_of(self, spec: collector_pb2.RunSpec) -> ReplicaSet:
+        """The replica set of the run's ``env_address`` (shared by the runs naming the same one)."""
+        if self.replicas is None:
+            self.replicas = Replicas(lambda a: self.peers.env(a).channel)
+        return self.replicas.of(spec.env_address)
 
 
 def elements_json(obs: common_pb2.Observation) -> str:
@@ -122,6 +133,35 @@ def elements_json(obs: common_pb2.Observation) -> str:
     if not obs.elements:
         return ""
     return json.dumps([json_format.MessageToDict(e) for e in obs.elements], separators=(",", ":"))
+
+
+PEER_RETRY_SECONDS = 30.0  # how long a policy or judge call is retried while its service is down (a pod restarting)
+
+
+def _unavailable(exc: BaseException) -> bool:
+    """A peer that is down or restarting: UNAVAILABLE from a unary call, or a shared stream that broke with it."""
+    if isinstance(exc, grpc.aio.AioRpcError):
+        return exc.code() == grpc.StatusCode.UNAVAILABLE
+    return isinstance(exc, errors.WebenvError) and exc.code == grpc.StatusCode.UNAVAILABLE
+
+
+async def peer_call(peer: str, call: Callable[[], Awaitable[T]]) -> T:
+    """``call()``, again after 0.25-2 s while ``peer`` (policy, judge) is unavailable, for up to PEER_RETRY_SECONDS;
+    each retry is counted (webenv_collector_peer_retries_total{peer}). Asking again is safe: an action request
+    carries its whole context and a verdict has no side effect. Before, a policy or judge killed mid-run errored
+    every episode waiting on it."""
+    give_up = time.monotonic() + PEER_RETRY_SECONDS
+    delay = 0.25
+    while True:
+        try:
+            return await call()
+        except Exception as exc:
+            if not _unavailable(exc) or time.monotonic() + delay > give_up:
+                raise
+            metrics.PEER_RETRIES.labels(peer).inc()
+            log.info("%s unavailable (%s): asking again in %.2fs", peer, exc, delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 2.0)
 
 
 def _env_error(what: str, exc: BaseException) -> EnvFailure:
@@ -207,7 +247,7 @@ class Episode:
         )
         t = time.monotonic()
         try:
-            resp = await self.ctx.peers.policy().acts.request(req, deadline=self.ctx.step_timeout)
+            resp = await peer_call("policy", lambda: self.ctx.peers.policy().acts.request(req, deadline=self.ctx.step_timeout))
         except (errors.WebenvError, TimeoutError) as exc:  # a broken stream is webenv.streams.StreamBroken
             raise PeerFailure(f"policy: {exc}") from exc
         dt = time.monotonic() - t
@@ -328,15 +368,12 @@ class Episode:
         if self.job.task.source == common_pb2.TASK_SOURCE_URL:
             return
         t = time.monotonic()
+        # LLM-judged facts (rubric JSON text facts, real-web tasks) are graded whenever the judge has an LLM backend;
+        # without one they are undecidable and the verdict says so.
+        req = judge_pb2.EvaluateRequest(task=self.job.task, trajectory=self.trajectory(),
+                                        options=judge_pb2.JudgeOptions(allow_llm=True))
         try:
-            resp = await self.ctx.peers.judge().Evaluate(
-                # LLM-judged facts (rubric JSON text facts, real-web tasks) are graded whenever the judge has an
-                # LLM backend; without one they are undecidable and the verdict says so.
-                judge_pb2.EvaluateRequest(
-                    task=self.job.task, trajectory=self.trajectory(), options=judge_pb2.JudgeOptions(allow_llm=True)
-                ),
-                timeout=self.ctx.step_timeout,
-            )
+            resp = await peer_call("judge", lambda: self.ctx.peers.judge().Evaluate(req, timeout=self.ctx.step_timeout))
         except grpc.aio.AioRpcError as exc:
             raise PeerFailure(f"judge: {exc.code().name}: {exc.details()}") from exc
         metrics.STEP_PHASE.labels("judge").observe(time.monotonic() - t)
@@ -486,26 +523,37 @@ class Episode:
         return {STEPS.name: step_rows, EPISODES.name: [episode]}
 
 
-async def run_episode(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context, addresses: list[str]) -> Episode:
-    """Run one episode asynchronously, retrying on another environment address when the environment fails.
+async def run_episode(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context, replicas: ReplicaSet) -> Episode:
+    """Run one episode asynchronously on the replica with the most free capacity, retrying on another replica
+    when the environment fails.
 
     Never raises for episode-level problems: the returned Episode carries ``error`` and is stored either way.
     """
     timeout = job.task.timeout_seconds or spec.episode_timeout_seconds
     attempt = 0
+    failed: set[str] = set()  # replicas an attempt of this episode failed on: the next attempt avoids them
     while True:
-        ep = Episode(job, spec, ctx, addresses[(job.index + attempt) % len(addresses)], attempt=attempt)
         try:
+            address = await replicas.pick(failed)
+        except LookupError as exc:  # a name that resolves to nothing (yet): an environment failure like any
+            address, failure = "", EnvFailure(str(exc))
+        else:
+            failure = None
+        ep = Episode(job, spec, ctx, address, attempt=attempt)
+        try:
+            if failure is not None:
+                raise failure
             async with asyncio.timeout(timeout):
                 await ep.open()
                 await ep.play_out()
         except EnvFailure as exc:
             await ep.abandon()
+            failed.add(address)
             if attempt < spec.max_retries:
                 attempt += 1
                 metrics.EPISODE_RETRIES.inc()
                 log.info("episode %s: environment failed, retry %d: %s", job.episode_id, attempt, exc)
-                if len(addresses) == 1:  # same node again: give it a moment (full, restarting)
+                if replicas.single or not address:  # same node again: give it a moment (full, restarting)
                     await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
                 continue
             ep.error = f"environment failed after {attempt + 1} attempt(s): {exc}"
@@ -518,15 +566,25 @@ async def run_episode(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context
         except asyncio.CancelledError:
             asyncio.get_running_loop().create_task(ep.abandon())
             raise
+        finally:
+            replicas.release(address)
         ep.mark_finished()
         return ep
 
 
 async def run_lock_step(
-    jobs: list[EpisodeJob], spec: collector_pb2.RunSpec, ctx: Context, addresses: list[str]
+    jobs: list[EpisodeJob], spec: collector_pb2.RunSpec, ctx: Context, replicas: ReplicaSet
 ) -> list[Episode]:
     """The synchronous baseline: a batch opens together and every round waits for its slowest episode."""
-    eps = [Episode(j, spec, ctx, addresses[j.index % len(addresses)]) for j in jobs]
+    eps = [Episode(j, spec, ctx, await replicas.pick()) for j in jobs]
+    try:
+        return await _lock_step(eps)
+    finally:
+        for ep in eps:
+            replicas.release(ep.env_address)
+
+
+async def _lock_step(eps: list[Episode]) -> list[Episode]:
 
     async def guarded(ep: Episode, coro) -> None:
         try:

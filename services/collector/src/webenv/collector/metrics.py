@@ -11,6 +11,8 @@ EPISODES_FINISHED = Counter(
     "webenv_collector_episodes_finished_total", "Episodes finished, by outcome.", ["outcome"]
 )  # outcome: passed | failed | errored | cancelled
 EPISODE_RETRIES = Counter("webenv_collector_episode_retries_total", "Episodes retried after an environment failure.")
+PEER_RETRIES = Counter("webenv_collector_peer_retries_total", "Policy and judge calls asked again while the peer was unavailable.",
+                       ["peer"])
 STEPS = Counter("webenv_collector_steps_total", "Steps taken (rate() gives steps/s).")
 STEP_PHASE = Histogram(
     "webenv_collector_step_phase_seconds",

@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from urllib.parse import urlparse
 
 from webenv import errors
+from webenv.collector.replicas import DNS_PREFIX, split_host_port
 from webenv.envcontract import web_url_problem
 from webenv.v1 import collector_pb2, common_pb2, policy_pb2
 
@@ -154,6 +155,12 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
         raise _bad(f"{f}.episodes", "a crawl run needs episodes > 0 or repeats > 0")
     if spec.env_address and ":" not in spec.env_address:
         raise _bad(f"{f}.env_address", f"must be host:port, got {spec.env_address!r}")
+    for entry in spec.env_address.split(","):
+        if entry.strip().startswith(DNS_PREFIX):
+            try:
+                split_host_port(entry.strip(), f"{f}.env_address")
+            except ValueError as exc:
+                raise _bad(f"{f}.env_address", str(exc).split(": ", 1)[1]) from None
     if spec.inline_tasks:
         _validate_inline(spec, f)
     _validate_groups(spec, f)
@@ -288,11 +295,6 @@ def horizon_for(spec: collector_pb2.RunSpec, task: common_pb2.Task) -> int:
     if h.oracle_slack > 0 and len(task.oracle):
         cap = max(cap, len(task.oracle) + h.oracle_slack)
     return cap
-
-
-def env_addresses(spec: collector_pb2.RunSpec) -> list[str]:
-    """The environment addresses episodes run on (``env_address`` is a comma-separated list; retries go to the next)."""
-    return [a.strip() for a in spec.env_address.split(",") if a.strip()]
 
 
 def url_task(url: str, index: int) -> common_pb2.Task:
