@@ -135,7 +135,7 @@ def elements_json(obs: common_pb2.Observation) -> str:
     return json.dumps([json_format.MessageToDict(e) for e in obs.elements], separators=(",", ":"))
 
 
-PEER_RETRY_SECONDS = 30.0  # how long a policy or judge call is retried while its service is down (a pod restarting)
+PEER_RETRY_SECONDS = 60.0  # a restarted pod is back within seconds; a loaded node can take tens of them
 
 
 def _unavailable(exc: BaseException) -> bool:
@@ -148,8 +148,8 @@ def _unavailable(exc: BaseException) -> bool:
 async def peer_call(peer: str, call: Callable[[], Awaitable[T]]) -> T:
     """``call()``, again after 0.25-2 s while ``peer`` (policy, judge) is unavailable, for up to PEER_RETRY_SECONDS;
     each retry is counted (webenv_collector_peer_retries_total{peer}). Asking again is safe: an action request
-    carries its whole context and a verdict has no side effect. Before, a policy or judge killed mid-run errored
-    every episode waiting on it."""
+    carries its whole context and a verdict has no side effect; without it, a policy or judge killed mid-run would
+    error every episode waiting on it."""
     give_up = time.monotonic() + PEER_RETRY_SECONDS
     delay = 0.25
     while True:
