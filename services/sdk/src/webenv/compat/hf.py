@@ -12,12 +12,14 @@ the whole ``webenv.v1.Task`` serialized (``task_pb``) so nothing is lost. ``webe
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable
 
 import grpc
 from google.protobuf import json_format
 from webenv import errors
+from webenv.client import make_channel
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import task_pb2, task_pb2_grpc
 
@@ -54,25 +56,27 @@ def task_row(task: pb.Task, prompt: str = PROMPT) -> dict:
 
 
 def list_tasks(sites: str, flt: task_pb2.TaskFilter | None = None, *, limit: int = 0,
-               timeout: float = 60.0) -> Iterator[pb.Task]:
-    """Every catalog task matching ``flt`` (all pages; at most ``limit`` when > 0), from the sites' TaskService."""
-    seen, token = 0, ""
-    with grpc.insecure_channel(sites) as ch:
-        stub = task_pb2_grpc.TaskServiceStub(ch)
-        while True:
-            try:
-                resp = stub.ListTasks(task_pb2.ListTasksRequest(filter=flt, page_size=1000, page_token=token),
-                                      timeout=timeout)
-            except grpc.RpcError as exc:
-                raise errors.from_rpc_error(exc) from None
-            for task in resp.tasks:
-                yield task
-                seen += 1
-                if limit and seen >= limit:
-                    return
-            token = resp.next_page_token
-            if not token:
-                return
+               timeout: float = 60.0) -> list[pb.Task]:
+    """Every catalog task matching ``flt`` (all pages; at most ``limit`` when > 0), from the sites' TaskService, over
+    the sdk's channel (the deployment's bearer token and TLS, as every service's calls)."""
+
+    async def pages() -> list[pb.Task]:
+        out: list[pb.Task] = []
+        token = ""
+        async with make_channel(sites, timeout=timeout) as ch:
+            stub = task_pb2_grpc.TaskServiceStub(ch)
+            while True:
+                try:
+                    resp = await stub.ListTasks(task_pb2.ListTasksRequest(filter=flt, page_size=1000,
+                                                                          page_token=token))
+                except grpc.RpcError as exc:
+                    raise errors.from_rpc_error(exc) from None
+                out.extend(resp.tasks)
+                token = resp.next_page_token
+                if not token or (limit and len(out) >= limit):
+                    return out[:limit] if limit else out
+
+    return asyncio.run(pages())
 
 
 def catalog_dataset(sites: str | Iterable[pb.Task], flt: task_pb2.TaskFilter | None = None, *, limit: int = 0,

@@ -24,11 +24,13 @@ interpreter exit by a ``weakref.finalize`` (an atexit hook, run while the loop t
 
 from __future__ import annotations
 
+import asyncio
 import weakref
 
 import grpc
 from webenv import errors
 from webenv.actions import format_action, is_element_id
+from webenv.client import make_channel
 from webenv.client.gym import WebEnv
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import task_pb2, task_pb2_grpc
@@ -56,11 +58,7 @@ class WebTaskEnv:
         if not task_id:
             raise ValueError("the dataset row needs a task_id (a catalog task: `webenv tasks` lists them)")
         self._close()
-        with grpc.insecure_channel(self._sites) as ch:
-            try:
-                task = task_pb2_grpc.TaskServiceStub(ch).GetTask(task_pb2.GetTaskRequest(task_id=task_id)).task
-            except grpc.RpcError as exc:
-                raise errors.from_rpc_error(exc) from None
+        task = asyncio.run(_get_task(self._sites, task_id))
         self._holder[0] = WebEnv(self._browser, task=task, judge=self._judge, max_steps=self._max_steps,
                            max_text_chars=self._max_text_chars)
         obs, info = self._env.reset(seed=seed)
@@ -151,6 +149,15 @@ class WebTaskEnv:
 
     def _close(self) -> None:
         _close_holder(self._holder)
+
+
+async def _get_task(sites: str, task_id: str) -> pb.Task:
+    """The catalog task, over the sdk's channel (the deployment's bearer token and TLS, as the farm's calls)."""
+    async with make_channel(sites, timeout=60.0) as ch:
+        try:
+            return (await task_pb2_grpc.TaskServiceStub(ch).GetTask(task_pb2.GetTaskRequest(task_id=task_id))).task
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None
 
 
 def _close_holder(holder: list[WebEnv | None]) -> None:
