@@ -25,7 +25,7 @@ pytestmark = pytest.mark.timeout(600)
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     with Stack(tmp_path_factory.mktemp("mcp-stack"), free_ports=True, sites_count=8) as s:
-        s.start(("sites", "browser"))
+        s.start(("sites", "browser", "judge"))
         yield s
 
 
@@ -48,11 +48,12 @@ def server_params(stack: Stack, *args: str) -> StdioServerParameters:
 
 def test_mcp_tools_over_stdio_on_a_miniwob_task(stack: Stack) -> None:
     async def main() -> None:
-        params = server_params(stack, "--sites", stack.address("sites"), "--task-id", "miniwob/choose-list")
+        params = server_params(stack, "--sites", stack.address("sites"), "--task-id", "miniwob/choose-list",
+                               "--judge", stack.address("judge"))
         async with Client(params) as client:
             names = {t.name for t in (await client.list_tools()).tools}
             assert names == {"snapshot", "navigate", "click", "type", "select", "press_key", "scroll", "go_back",
-                             "screenshot", "tabs"}
+                             "screenshot", "tabs", "answer"}
             snap = text(await client.call_tool("snapshot", {}))
             wanted = re.search(r"Task: Select (.+) from the list", snap).group(1)
             snap = text(await client.call_tool("select", {"ref": ref(snap, "combobox"), "values": [wanted]}))
@@ -73,6 +74,12 @@ def test_mcp_tools_over_stdio_on_a_miniwob_task(stack: Stack) -> None:
             assert bad.is_error and "169.254" not in text(await client.call_tool("snapshot", {})).split("\n")[1]
             snap = text(await client.call_tool("click", {"ref": ref(snap, "button", "Submit")}))
             assert "Page URL: http://miniwob.web.test/miniwob/choose-list.html" in snap
+            # the answer ends the episode; the judge grades the recorded steps
+            verdict = text(await client.call_tool("answer", {}))
+            assert verdict.startswith("The episode has ended. Verdict: passed (score 1)"), verdict
+            assert re.search(r"^- \S+: holds", verdict, flags=re.M), verdict
+            late = await client.call_tool("snapshot", {})
+            assert late.is_error and "FAILED_PRECONDITION EPISODE_ENDED" in text(late)
 
     asyncio.run(main())
 

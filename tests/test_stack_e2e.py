@@ -2,7 +2,8 @@
 
 The stack is started health-gated by the same launcher as `webenv up`; the oracle's episodes must be stored
 with verdicts that match ground truth (the oracle solves its task, a random policy without answers does
-not), and a recorded oracle trace must replay with the same URLs.
+not), exported as trainers read them (TRL's conversational format with screenshots and per-fact verdicts), and a
+recorded oracle trace must replay with the same URLs.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 
+import datasets
 import grpc
 import pyarrow.parquet as pq
 import pytest
@@ -42,7 +44,9 @@ async def run_and_export(stub, spec, dest):
 async def test_real_stack_oracle_and_random(stack, tmp_path):
     async with grpc.aio.insecure_channel(stack.address("collector")) as ch:
         stub = collector_pb2_grpc.CollectorServiceStub(ch)
-        easy = collector_pb2.RunSpec(policy="oracle", task_limit=6, seed=3, concurrency=3)
+        easy = collector_pb2.RunSpec(policy="oracle", task_limit=6, seed=3, concurrency=3,
+                                     observation_spec=common_pb2.ObservationSpec(formats=[
+                                         common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_SCREENSHOT]))
         easy.tasks.difficulties.append(common_pb2.DIFFICULTY_EASY)
         easy.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
         last, eps, steps = await run_and_export(stub, easy, tmp_path / "oracle")
@@ -60,6 +64,19 @@ async def test_real_stack_oracle_and_random(stack, tmp_path):
         last_r, eps_r, _ = await run_and_export(stub, rnd, tmp_path / "random")
         assert len(eps_r) == 6 and all(e["steps"] <= 2 for e in eps_r)
         assert not any(e["passed"] for e in eps_r)  # two random steps never complete a task
+
+        # the trainers' format: conversations with the screenshots, per-step rewards and the judge's per-fact results
+        msg = await stub.ExportRun(collector_pb2.ExportRunRequest(
+            run_id=last.run.run_id, format=collector_pb2.EXPORT_FORMAT_MESSAGES, destination=str(tmp_path / "m")))
+        rows = {r["episode_id"]: r for d in datasets.load_from_disk(msg.paths[0]).values() for r in d}
+        assert set(rows) == {e["episode_id"] for e in eps}
+        for e in eps:
+            row = rows[e["episode_id"]]
+            assert len(row["rewards"]) == e["steps"] and len(row["messages"]) == 2 * e["steps"]
+            assert len(row["images"]) == e["steps"] and row["image_turns"] == list(range(0, 2 * e["steps"], 2))
+            assert row["images"][0].size[0] > 0  # a decoded screenshot (PIL image)
+            assert row["verdicts"] and all(v["fact_id"] and v["outcome"] for v in row["verdicts"])
+            assert row["passed"] == bool(e["passed"]) and row["judge_version"] == e["judge_version"]
 
         exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
             run_id=last.run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(tmp_path / "tr")))

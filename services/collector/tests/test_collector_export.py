@@ -6,6 +6,7 @@ import json
 from pathlib import Path
 
 import datasets
+import grpc
 import pyarrow.parquet as pq
 import pytest
 from webenv.v1 import collector_pb2, common_pb2
@@ -83,6 +84,28 @@ async def test_hf_dataset(stub, finished_run, tmp_path):
     assert set(dd.keys()) == {"episodes", "steps"}
     assert dd["episodes"].num_rows == r.episodes and dd["steps"].num_rows == r.steps
     assert dd["steps"][0]["episode_id"].startswith(run_id)
+
+
+async def test_messages_is_trls_conversational_format(stub, finished_run, world, tmp_path):
+    _, oracle_id = finished_run
+    r = await export(stub, oracle_id, collector_pb2.EXPORT_FORMAT_MESSAGES, tmp_path / "m")
+    dd = datasets.load_from_disk(r.paths[0])
+    assert set(dd) <= {"train", "validation", "test"} and sum(d.num_rows for d in dd.values()) == r.episodes
+    rows = [row for d in dd.values() for row in d]
+    assert {row["task_id"] for row in rows} == {t.task_id for t in world.tasks}
+    for row in rows:
+        msgs = row["messages"]
+        # user (task + first page), then assistant action / user observation turns, ending on the last action
+        assert [m["role"] for m in msgs] == ["user"] + ["assistant", "user"] * (len(row["rewards"]) - 1) + ["assistant"]
+        assert msgs[0]["content"].startswith("Task: ") and "URL: http://" in msgs[0]["content"]
+        assert msgs[-1]["content"].startswith("answer(") and row["passed"] and row["score"] == 1.0
+        assert row["judge_version"] == "test-judge-1" and row["webenv_version"] and row["rubric_id"]
+        assert row["images"] == [] and row["image_turns"] == []  # the run stored no screenshots
+    with pytest.raises(grpc.aio.AioRpcError) as ei:
+        await export(stub, oracle_id, collector_pb2.EXPORT_FORMAT_MESSAGES, tmp_path / "x",
+                     filter=collector_pb2.ExportFilter(drop_repeated=True))
+    assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "filter.drop_repeated" in ei.value.details()
+    assert not (tmp_path / "x").exists()
 
 
 async def test_jsonl_nests_steps(stub, finished_run, tmp_path):

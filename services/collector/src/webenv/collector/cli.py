@@ -57,6 +57,7 @@ FORMATS = {
     "parquet": collector_pb2.EXPORT_FORMAT_PARQUET,
     "hf": collector_pb2.EXPORT_FORMAT_HF_DATASET,
     "transitions": collector_pb2.EXPORT_FORMAT_TRANSITIONS,
+    "messages": collector_pb2.EXPORT_FORMAT_MESSAGES,
     "traces": collector_pb2.EXPORT_FORMAT_TRACES,
 }
 OBS = {"axtree": common_pb2.OBSERVATION_FORMAT_AXTREE, "html": common_pb2.OBSERVATION_FORMAT_HTML,
@@ -442,7 +443,7 @@ def stop(run_id: str, collector: str = typer.Option(COLLECTOR),
 @app.command()
 def export(
     run_id: str = typer.Argument("", help="Run id (empty exports every run)."),
-    format: str = typer.Option("parquet", "--format", help="jsonl, parquet, hf, transitions or traces."),
+    format: str = typer.Option("parquet", "--format", help="jsonl, parquet, hf, transitions, traces or messages (TRL's conversational format)."),
     dest: Path = typer.Option(Path("export"), help="Destination folder on the collector's machine; a relative one "
                                                    "lands in its export root (images: /data/exports) or working folder."),
     split: str = typer.Option(None, help="train, validation or test."),
@@ -503,6 +504,23 @@ def replay(
         raise typer.Exit(1)
 
 
+def _export_tasks(dest: Path, found, sites, split, family, site, task, from_file, difficulty, source, kind) -> None:
+    from webenv.compat.hf import catalog_dataset
+
+    flt = task_pb2.TaskFilter(families=family or [], split=_choice(split, SPLITS, "--split"), sites=site or [],
+                              task_ids=task or [], task_files=from_file or [])
+    flt.difficulties.extend(_choices(difficulty, DIFFICULTIES, "--difficulty"))
+    flt.sources.extend(_choices(source, SOURCES, "--source"))
+    flt.kinds.extend(_choices(kind, KINDS, "--kind"))
+    try:
+        ds = catalog_dataset(found if found is not None else address("sites", sites), flt)
+    except errors.WebenvError as exc:
+        console.print(f"[red]error[/red] {exc.code.name}: {exc.message}")
+        raise typer.Exit(1) from None
+    ds.save_to_disk(str(dest))
+    console.print(f"{ds.num_rows} tasks saved as a Hugging Face dataset in {dest}")
+
+
 @app.command()
 def tasks(
     difficulty: list[str] = typer.Option(None, help="easy, medium, hard (repeatable)."),
@@ -518,8 +536,15 @@ def tasks(
     limit: int = typer.Option(20),
     sites: str = typer.Option(SITES, help="TaskService (sites) address."),
     json_out: bool = typer.Option(False, "--json", help="Print the tasks as JSON (whole Task messages)."),
+    export_to: Path = typer.Option(None, "--export", help="Save every matching task (not only --limit) as a Hugging "
+                                                         "Face dataset in this folder (save_to_disk): one row per "
+                                                         "task, a ready GRPOTrainer train_dataset."),
 ) -> None:
     """List tasks of the catalog (or of a task file)."""
+    if export_to is not None:
+        _export_tasks(export_to, _task_files([task_file]) if task_file is not None else None, sites, split, family,
+                      site, task, from_file, difficulty, source, kind)
+        return
     if task_file is not None:
         found = _task_files([task_file])
         total = len(found)

@@ -1,4 +1,5 @@
-"""Exports of stored episodes and steps: JSONL, Parquet, HF datasets, and world-model transitions.
+"""Exports of stored episodes and steps: JSONL, Parquet, HF datasets, world-model transitions, replay traces, and
+conversations in TRL's ``messages`` format.
 
 Reads are columnar end to end (ClickHouse -> Arrow -> file) so exporting is bounded by the disk, not Python:
 Parquet and datasets never build per-row Python objects. FINAL makes retried writes count once.
@@ -6,6 +7,13 @@ Parquet and datasets never build per-row Python objects. FINAL makes retried wri
 A request is checked before anything is read or written (:func:`check_request`): an unknown filter value, a NUL
 byte or an over-long name in the destination are INVALID_ARGUMENT naming the field, and an OS refusal while
 creating the folder becomes the matching status; a run with no episodes exports empty files, not an error.
+
+MESSAGES is what SFT/GRPO trainers read: a ``datasets.DatasetDict`` keyed by the episodes' split, one row per
+episode, ``messages`` a conversation (the user turn gives the task and the first observation, each step's action is
+an assistant turn, the observation after it the next user turn), ``images`` the stored screenshots (a list of
+images, one per observation that has one, ``image_turns`` the index of the message each belongs to), ``rewards``
+per step, ``verdicts`` the judge's per-fact results, and the task id and environment revision (webenv, judge and
+rubric versions). Observations are the AXTREE text (the format the policy reads), cut to ``MESSAGE_TEXT_CHARS``.
 """
 
 from __future__ import annotations
@@ -22,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from webenv import errors
+from webenv.collector.blobs import BlobStore
 from webenv.collector.read import check_filter, episode_where
 from webenv.collector.schema import EPISODES, STEPS
 from webenv.collector.store import Store
@@ -29,6 +38,9 @@ from webenv.v1 import collector_pb2, common_pb2
 
 PATH_MAX = os.pathconf("/", "PC_PATH_MAX") if hasattr(os, "pathconf") else 4096
 NAME_MAX = os.pathconf("/", "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
+#: An observation's text in a MESSAGES conversation is cut to this many characters (a long page would crowd out the
+#: rest of the conversation in a trainer's context).
+MESSAGE_TEXT_CHARS = 20_000
 TRANSITION_FORMATS = {
     common_pb2.OBSERVATION_FORMAT_AXTREE: "axtree",
     common_pb2.OBSERVATION_FORMAT_HTML: "html",
@@ -53,7 +65,7 @@ def _bad(field: str, message: str) -> errors.InvalidArgument:
 def check_request(fmt: int, destination: str, flt: collector_pb2.ExportFilter, transition_format: int) -> None:
     """Refuse a malformed export request with INVALID_ARGUMENT naming its field (nothing touched yet)."""
     if fmt == collector_pb2.EXPORT_FORMAT_UNSPECIFIED or fmt not in collector_pb2.ExportFormat.values():
-        raise _bad("format", "required (JSONL, PARQUET, HF_DATASET, TRANSITIONS or TRACES)")
+        raise _bad("format", "required (JSONL, PARQUET, HF_DATASET, TRANSITIONS, TRACES or MESSAGES)")
     if not destination:
         raise _bad("destination", "required")
     if "\x00" in destination:
@@ -67,8 +79,10 @@ def check_request(fmt: int, destination: str, flt: collector_pb2.ExportFilter, t
     check_filter(flt, "BAD_EXPORT")
     if fmt == collector_pb2.EXPORT_FORMAT_TRANSITIONS and transition_format and transition_format not in TRANSITION_FORMATS:
         raise _bad("transition_format", "must be AXTREE, HTML or MARKDOWN")
-    if fmt == collector_pb2.EXPORT_FORMAT_TRACES and flt.drop_repeated:
-        raise _bad("filter.drop_repeated", "a trace must keep every step to replay")
+    if fmt in (collector_pb2.EXPORT_FORMAT_TRACES, collector_pb2.EXPORT_FORMAT_MESSAGES) and flt.drop_repeated:
+        what = "a trace must keep every step to replay" if fmt == collector_pb2.EXPORT_FORMAT_TRACES else \
+            "a conversation must keep every turn"
+        raise _bad("filter.drop_repeated", what)
 
 
 def make_destination(destination: str) -> Path:
@@ -206,6 +220,79 @@ def write_traces(episodes: pa.Table, steps: pa.Table, dest: Path) -> list[Path]:
     return paths
 
 
+def _observation_text(url: str, axtree: str) -> str:
+    text = f"URL: {url}\n{axtree}"
+    return text if len(text) <= MESSAGE_TEXT_CHARS else text[:MESSAGE_TEXT_CHARS] + "\n[... cut]"
+
+
+def _verdicts(verdict_json: str) -> list[dict]:
+    if not verdict_json:
+        return []
+    results = json.loads(verdict_json).get("results", [])
+    return [{"fact_id": r.get("factId", ""), "outcome": r.get("outcome", "").removeprefix("FACT_OUTCOME_").lower(),
+             "reason": r.get("reason", ""), "criterion_kind": r.get("criterionKind", "")} for r in results]
+
+
+def messages_rows(episodes: pa.Table, steps: pa.Table, blobs: BlobStore | None) -> list[dict]:
+    """One conversation row per episode (the MESSAGES format's rows, screenshots as image bytes)."""
+    by_episode: dict[str, list[dict]] = {}
+    cols = ["episode_id", "step_index", "url", "axtree", "action_text", "reward", "screenshot_key"]
+    for row in steps.select(cols).to_pylist():
+        by_episode.setdefault(row["episode_id"], []).append(row)
+    rows = []
+    for ep in episodes.to_pylist():
+        steps_ = by_episode.get(ep["episode_id"], [])
+        first = steps_[0] if steps_ else {"url": ep["final_url"], "axtree": ep["final_axtree"], "screenshot_key": ""}
+        messages = [{"role": "user", "content": f"Task: {ep['instruction']}\n\n"
+                                                 f"{_observation_text(first['url'], first['axtree'])}"}]
+        shots = [(first["screenshot_key"], 0)]
+        for i, st in enumerate(steps_):
+            messages.append({"role": "assistant", "content": st["action_text"]})
+            if i + 1 < len(steps_):
+                nxt = steps_[i + 1]
+                messages.append({"role": "user", "content": _observation_text(nxt["url"], nxt["axtree"])})
+                shots.append((nxt["screenshot_key"], len(messages) - 1))
+        shots = [(key, turn) for key, turn in shots if key and blobs is not None and blobs.path(key).exists()]
+        images = [{"bytes": blobs.get(key), "path": None} for key, _ in shots] if blobs is not None else []
+        image_turns = [turn for _, turn in shots]
+        rows.append({
+            "messages": messages, "images": images, "image_turns": image_turns,
+            "rewards": [float(s["reward"]) for s in steps_], "verdicts": _verdicts(ep["verdict_json"]),
+            "passed": bool(ep["passed"]), "score": float(ep["score"]), "final_answer": ep["final_answer"],
+            "run_id": ep["run_id"], "episode_id": ep["episode_id"], "task_id": ep["task_id"], "site": ep["site"],
+            "split": ep["split"] or "train", "policy": ep["policy"], "policy_version": ep["policy_version"],
+            "webenv_version": ep["webenv_version"], "judge_version": ep["judge_version"],
+            "rubric_id": ep["rubric_id"], "rubric_version": int(ep["rubric_version"]),
+        })
+    return rows
+
+
+def write_messages(episodes: pa.Table, steps: pa.Table, dest: Path, blobs: BlobStore | None) -> list[Path]:
+    """The MESSAGES format: a DatasetDict keyed by split, saved with save_to_disk under ``dest/messages``."""
+    import datasets  # imported lazily, as in write_hf
+
+    text = datasets.Value("string")
+    features = datasets.Features({
+        "messages": [{"role": text, "content": text}], "images": datasets.Sequence(datasets.Image()),
+        "image_turns": datasets.Sequence(datasets.Value("int32")), "rewards": datasets.Sequence(datasets.Value("float64")),
+        "verdicts": [{"fact_id": text, "outcome": text, "reason": text, "criterion_kind": text}],
+        "passed": datasets.Value("bool"), "score": datasets.Value("float64"), "final_answer": text,
+        **{k: text for k in ("run_id", "episode_id", "task_id", "site", "split", "policy", "policy_version",
+                             "webenv_version", "judge_version", "rubric_id")},
+        "rubric_version": datasets.Value("int32"),
+    })
+    by_split: dict[str, list[dict]] = {}
+    for row in messages_rows(episodes, steps, blobs):
+        by_split.setdefault(row["split"], []).append(row)
+    dd = datasets.DatasetDict({split: datasets.Dataset.from_list(rows, features=features)
+                               for split, rows in sorted(by_split.items())})
+    if not dd:
+        dd["train"] = datasets.Dataset.from_dict({k: [] for k in features}, features=features)
+    out = dest / "messages"
+    dd.save_to_disk(str(out))
+    return [out]
+
+
 def export(
     store: Store,
     run_id: str,
@@ -213,6 +300,7 @@ def export(
     destination: str,
     flt: collector_pb2.ExportFilter,
     transition_format: int = common_pb2.OBSERVATION_FORMAT_UNSPECIFIED,
+    blobs: BlobStore | None = None,
 ) -> ExportResult:
     """Export (synchronously, on the store thread) and say what was written."""
     check_request(fmt, destination, flt, transition_format)
@@ -232,6 +320,9 @@ def export(
         n_steps = steps.num_rows
     elif fmt == collector_pb2.EXPORT_FORMAT_TRACES:
         paths = write_traces(episodes, steps, dest)
+        n_steps = steps.num_rows
+    elif fmt == collector_pb2.EXPORT_FORMAT_MESSAGES:
+        paths = write_messages(episodes, steps, dest, blobs)
         n_steps = steps.num_rows
     else:
         table = transitions_table(episodes, steps, transition_format)

@@ -131,7 +131,8 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         store = self.engine.store
         t0 = time.monotonic()
         res = await store.read(
-            export, request.run_id, request.format, destination, request.filter, request.transition_format
+            export, request.run_id, request.format, destination, request.filter, request.transition_format,
+            self.engine.ctx.blobs,
         )
         metrics.EXPORT_SECONDS.observe(time.monotonic() - t0)
         resp = collector_pb2.ExportRunResponse(

@@ -7,9 +7,12 @@ HTTP:
 
 Tools (refs are the ``[id]`` of the snapshot, webenv element ids): ``snapshot``, ``navigate(url)``,
 ``click(ref)``, ``type(ref, text, submit)``, ``select(ref, values)``, ``press_key(key)``, ``scroll(dy, dx)``,
-``go_back``, ``screenshot`` (a PNG image), ``tabs(action, index, url)``. Every tool but ``screenshot`` answers with
-the page's snapshot after it (URL, title, tabs, the task's instruction, the accessibility tree), as browser MCP
-servers do, so an agent needs no extra call to see what its action did.
+``go_back``, ``screenshot`` (a PNG image), ``tabs(action, index, url)``, ``answer(text)``. Every tool but
+``screenshot`` and ``answer`` answers with the page's snapshot after it (URL, title, tabs, the task's instruction, the
+accessibility tree), as browser MCP servers do, so an agent needs no extra call to see what its action did.
+``answer`` submits the final answer and ends the episode: with ``--judge`` (and a ``--task-id``) it answers with the
+judge's verdict (passed, score, each rubric fact's outcome and reason), the episode's steps graded as the collector
+grades runs (`webenv.client.episode.Episode`); later tool calls are refused (``FAILED_PRECONDITION EPISODE_ENDED``).
 
 Errors follow MCP's convention for tools: a failed call is a result with ``isError: true`` and a message for the
 model (``ToolError``): an action that failed on the page (the farm's ``last_action_error``, then the snapshot), a
@@ -30,8 +33,9 @@ from mcp.server.mcpserver import Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from webenv import errors
 from webenv.client import EnvironmentClient, make_channel, observation_spec
+from webenv.client.episode import Episode
 from webenv.v1 import common_pb2 as pb
-from webenv.v1 import task_pb2, task_pb2_grpc
+from webenv.v1 import judge_pb2_grpc, task_pb2, task_pb2_grpc
 
 __all__ = ["FarmSession", "build_server"]
 
@@ -46,17 +50,23 @@ def _tool_error(exc: errors.WebenvError) -> ToolError:
 class FarmSession:
     """One farm session for the MCP tools, opened at the first call (on the server's event loop)."""
 
-    def __init__(self, browser: str, *, sites: str = "", task_id: str = "", start_url: str = "",
+    def __init__(self, browser: str, *, sites: str = "", task_id: str = "", start_url: str = "", judge: str = "",
                  timeout: float = 60.0) -> None:
         if bool(task_id) == bool(start_url):
             raise ValueError("give exactly one of task_id or start_url")
         if task_id and not sites:
             raise ValueError("task_id needs the sites address (the task catalog)")
+        if judge and not task_id:
+            raise ValueError("judge grades a catalog task: give task_id too")
         self.browser, self.sites, self.task_id, self.start_url, self.timeout = browser, sites, task_id, start_url, timeout
+        self.judge = judge
         self.client: EnvironmentClient | None = None
+        self.episode: Episode | None = None
         self.session_id = ""
         self.instruction = ""
         self.observation = pb.Observation()
+        self.done = False  # the farm ended the episode (a MiniWoB task finished), answer only grades it then
+        self.ended = ""  # why the episode is over (answer called): every later call is refused
 
     async def _open(self) -> None:
         self.client = EnvironmentClient(self.browser, timeout=self.timeout)
@@ -65,11 +75,14 @@ class FarmSession:
             async with make_channel(self.sites, timeout=self.timeout) as ch:
                 task = (await task_pb2_grpc.TaskServiceStub(ch).GetTask(
                     task_pb2.GetTaskRequest(task_id=self.task_id))).task
-        opened = await self.client.open(task=task, start_url=self.start_url, spec=_SPEC, labels={"adapter": "mcp"})
-        self.session_id, self.instruction, self.observation = (opened.session.session_id, opened.instruction,
-                                                               opened.observation)
+        self.episode = await Episode.open(self.client, task, start_url=self.start_url, spec=_SPEC,
+                                          labels={"adapter": "mcp"})
+        self.session_id, self.instruction, self.observation = (self.episode.session_id, self.episode.instruction,
+                                                               self.episode.observation)
 
     async def ensure(self) -> EnvironmentClient:
+        if self.ended:
+            raise ToolError(f"FAILED_PRECONDITION EPISODE_ENDED: {self.ended}; start the server again for another")
         if self.client is None:
             try:
                 await self._open()
@@ -81,12 +94,13 @@ class FarmSession:
 
     async def act(self, action: pb.Action) -> str:
         """Run one action and answer with the snapshot after it (ToolError when it failed)."""
-        client = await self.ensure()
+        await self.ensure()
+        assert self.episode is not None
         try:
-            resp = await client.step(self.session_id, action)
+            resp = await self.episode.step(action)  # recorded: answer grades these steps
         except errors.WebenvError as exc:
             raise _tool_error(exc) from None
-        self.observation = resp.observation
+        self.observation, self.done = resp.observation, self.done or resp.done
         if resp.observation.last_action_error:
             raise ToolError(f"{resp.observation.last_action_error}\n\n{self.snapshot()}")
         return self.snapshot()
@@ -106,12 +120,34 @@ class FarmSession:
             raise _tool_error(exc) from None
         return bytes(resp.observation.screenshot.data)
 
-    async def close(self) -> None:
-        if self.client is not None:
+    async def answer(self, text: str) -> str:
+        """Submit the final answer, end the episode and (with a judge) grade it."""
+        await self.ensure()
+        assert self.episode is not None
+        if not self.done:
             try:
-                await self.client.close(self.session_id)
-            except errors.WebenvError:
-                pass  # expired already
+                await self.episode.step(pb.Action(answer=pb.AnswerAction(text=text)))
+            except errors.WebenvError as exc:
+                raise _tool_error(exc) from None
+        self.ended = "the episode ended with answer"
+        if not self.judge:
+            await self.episode.close()
+            return "Answer submitted; the episode has ended (no judge configured: not graded)."
+        try:
+            async with make_channel(self.judge, timeout=self.timeout) as ch:
+                verdict = await self.episode.grade(judge_pb2_grpc.JudgeServiceStub(ch), deadline=self.timeout)
+        except errors.WebenvError as exc:
+            raise _tool_error(exc) from None
+        facts = "\n".join(f"- {r.fact_id}: {pb.FactOutcome.Name(r.outcome).removeprefix('FACT_OUTCOME_').lower()}"
+                          f"{f' ({r.reason})' if r.reason else ''}" for r in verdict.results)
+        return (f"The episode has ended. Verdict: {'passed' if verdict.passed else 'failed'} (score {verdict.score:g})"
+                f"\n{facts}").rstrip()
+
+    async def close(self) -> None:
+        if self.episode is not None:
+            await self.episode.close()  # once, best effort (answer may have closed it, it may have expired)
+            self.episode = None
+        if self.client is not None:
             await self.client.aclose()
             self.client = None
 
@@ -187,6 +223,12 @@ def build_server(session: FarmSession) -> MCPServer:
         return Image(data=await session.screenshot(), format="png")
 
     @server.tool()
+    async def answer(text: str = "") -> str:
+        """Give the final answer and end the task (the answer for tasks that ask a question; empty otherwise);
+        answers with the judge's verdict when the server grades."""
+        return await session.answer(text)
+
+    @server.tool()
     async def tabs(action: Literal["list", "new", "select", "close"] = "list", index: int | None = None,
                    url: str = "") -> str:
         """List the tabs, open a new one (at url), or select / close the tab at index (default: the active one)."""
@@ -218,6 +260,7 @@ def main(
     sites: str = typer.Option("", help="TaskService, for --task-id."),
     task_id: str = typer.Option("", help="A catalog task to open (its setup, its instruction)."),
     start_url: str = typer.Option("", help="A URL to open instead of a task."),
+    judge: str = typer.Option("", help="JudgeService: the answer tool grades the task's episode."),
     transport: str = typer.Option("stdio", help="stdio or streamable-http."),
     host: str = typer.Option("127.0.0.1", help="Bind address (streamable-http)."),
     port: int = typer.Option(8765, help="Port (streamable-http); the endpoint is /mcp."),
@@ -226,7 +269,7 @@ def main(
     if transport not in ("stdio", "streamable-http"):
         raise typer.BadParameter("stdio or streamable-http", param_hint="--transport")
     try:
-        session = FarmSession(browser, sites=sites, task_id=task_id, start_url=start_url)
+        session = FarmSession(browser, sites=sites, task_id=task_id, start_url=start_url, judge=judge)
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
     server = build_server(session)

@@ -15,14 +15,22 @@ instruction and first page; the tools ``click``, ``fill``, ``select``, ``scroll`
 ``answer`` each act once and return the page after it (or the error, as text the model reads); ``get_reward`` is the
 judge's verdict (1.0 passed, else 0.0) of the episode, ended by ``answer`` or, when the model stopped without
 answering, by an empty answer then. Each instance drives `webenv.client.gym.WebEnv` (its own event-loop thread and
-channels), so the farm's limits and network guard hold as on the gRPC path.
+channels), so the farm's limits and network guard hold as on the gRPC path. An instance left open is closed at
+interpreter exit by a ``weakref.finalize`` (an atexit hook, run while the loop thread still runs): closing it from
+``__del__`` during finalization waited out the loop call's whole timeout (90 s measured) on a frozen daemon thread.
+
+``examples/trl_grpo.py`` trains with it: GRPO with the judge's verdict as the reward.
 """
 
 from __future__ import annotations
 
+import asyncio
+import weakref
+
 import grpc
 from webenv import errors
 from webenv.actions import format_action, is_element_id
+from webenv.client import make_channel
 from webenv.client.gym import WebEnv
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import task_pb2, task_pb2_grpc
@@ -37,20 +45,21 @@ class WebTaskEnv:
                  *, max_steps: int = 20, max_text_chars: int = 20_000) -> None:
         self._browser, self._sites, self._judge = browser, sites, judge
         self._max_steps, self._max_text_chars = max_steps, max_text_chars
-        self._env: WebEnv | None = None
+        self._holder: list[WebEnv | None] = [None]  # the open episode's env, also seen by the exit-time finalizer
         self._reward: float | None = None
+        weakref.finalize(self, _close_holder, self._holder)
+
+    @property
+    def _env(self) -> WebEnv | None:
+        return self._holder[0]
 
     def reset(self, task_id: str = "", seed: int = 0, **row: object) -> str:
         """Open a farm session for the row's catalog task; the instruction and the first page, for the prompt."""
         if not task_id:
             raise ValueError("the dataset row needs a task_id (a catalog task: `webenv tasks` lists them)")
         self._close()
-        with grpc.insecure_channel(self._sites) as ch:
-            try:
-                task = task_pb2_grpc.TaskServiceStub(ch).GetTask(task_pb2.GetTaskRequest(task_id=task_id)).task
-            except grpc.RpcError as exc:
-                raise errors.from_rpc_error(exc) from None
-        self._env = WebEnv(self._browser, task=task, judge=self._judge, max_steps=self._max_steps,
+        task = asyncio.run(_get_task(self._sites, task_id))
+        self._holder[0] = WebEnv(self._browser, task=task, judge=self._judge, max_steps=self._max_steps,
                            max_text_chars=self._max_text_chars)
         obs, info = self._env.reset(seed=seed)
         self._reward = None
@@ -139,12 +148,19 @@ class WebTaskEnv:
         return float(self._reward or 0.0)
 
     def _close(self) -> None:
-        if self._env is not None:
-            self._env.close()
-            self._env = None
+        _close_holder(self._holder)
 
-    def __del__(self) -> None:
+
+async def _get_task(sites: str, task_id: str) -> pb.Task:
+    """The catalog task, over the sdk's channel (the deployment's bearer token and TLS, as the farm's calls)."""
+    async with make_channel(sites, timeout=60.0) as ch:
         try:
-            self._close()
-        except Exception:
-            pass
+            return (await task_pb2_grpc.TaskServiceStub(ch).GetTask(task_pb2.GetTaskRequest(task_id=task_id))).task
+        except grpc.RpcError as exc:
+            raise errors.from_rpc_error(exc) from None
+
+
+def _close_holder(holder: list[WebEnv | None]) -> None:
+    env, holder[0] = holder[0], None
+    if env is not None:
+        env.close()

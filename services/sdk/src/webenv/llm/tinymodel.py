@@ -5,6 +5,10 @@ memory prompts, the judge its judge prompts), with a chat template rendering the
 assistant cue; the model is a randomly initialised LlamaForCausalLM that ``save_pretrained`` writes next to it.
 Optionally ``train_steps`` of next-token training on the same texts teach it their shape (the policy's answer
 format), so demos see parsable output. Every backend loads the folder the way it loads a real model.
+
+A caller may give its own ``chat_template`` with the special tokens it renders and its end-of-turn ``eos_token``:
+TRL's GRPO example passes TRL's Qwen3 template (the tool-calling one TRL parses tool calls from) with Qwen's
+``<|im_start|>``/``<|im_end|>``/``<tool_call>`` tokens, and trains on tool-call turns so the random model calls tools.
 """
 
 from __future__ import annotations
@@ -28,34 +32,38 @@ DEFAULT_TEXTS = (
 )
 
 
-def build_tokenizer(out: Path, vocab_size: int, texts: Sequence[str]):
+def build_tokenizer(out: Path, vocab_size: int, texts: Sequence[str], chat_template: str = CHAT_TEMPLATE,
+                    special_tokens: Sequence[str] = (), eos_token: str = "</s>"):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
     tok = Tokenizer(models.BPE(unk_token="<unk>"))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
+    specials = SPECIALS + [t for t in special_tokens if t not in SPECIALS]
+    trainer = trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=specials,
                                   initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
     tok.train_from_iterator(list(texts), trainer=trainer)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token="</s>", unk_token="<unk>",
+    fast = PreTrainedTokenizerFast(tokenizer_object=tok, bos_token="<s>", eos_token=eos_token, unk_token="<unk>",
                                    pad_token="<pad>", padding_side="left")
-    fast.chat_template = CHAT_TEMPLATE
+    fast.chat_template = chat_template
     fast.save_pretrained(out)
     return fast
 
 
 def build_tiny_model(out: str | Path, texts: Sequence[str] = DEFAULT_TEXTS, *, vocab_size: int = 2048,
                      hidden: int = 128, layers: int = 2, heads: int = 2, max_positions: int = 2048,
-                     train_steps: int = 0, seed: int = 0) -> Path:
-    """Write tokenizer + model to ``out`` and return it. ``train_steps`` > 0 trains on ``texts``."""
+                     train_steps: int = 0, seed: int = 0, chat_template: str = CHAT_TEMPLATE,
+                     special_tokens: Sequence[str] = (), eos_token: str = "</s>") -> Path:
+    """Write tokenizer + model to ``out`` and return it. ``train_steps`` > 0 trains on ``texts``; ``chat_template``,
+    ``special_tokens`` (kept whole by the tokenizer) and ``eos_token`` replace the plain-text chat format."""
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
-    tok = build_tokenizer(out, vocab_size, texts)
+    tok = build_tokenizer(out, vocab_size, texts, chat_template, special_tokens, eos_token)
     config = LlamaConfig(
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_positions,
