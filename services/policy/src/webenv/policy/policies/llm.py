@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from webenv import errors
-from webenv.agent.prompt import FORMAT_NAMES, Prompt, build_prompt
-from webenv.llm import Batcher, GenerationRequest, ImageInput, Message, SamplingParams
+from webenv.agent.prompt import FORMAT_NAMES, Prompt, PromptBudget, chat_messages, step_prompt
+from webenv.llm import Batcher, GenerationRequest, ImageInput, SamplingParams
 from webenv.v1 import common_pb2, policy_pb2
 
 from .. import metrics
@@ -37,6 +37,10 @@ class LLMPolicy:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.max_chars = max_observation_chars
+        #: The prompt and context budget the trainer's causal-LM jobs rebuild stored steps with (webenv.agent.prompt).
+        self.budget = PromptBudget(context_tokens=batcher.backend.max_context_tokens or 2048,
+                                   new_tokens=max_new_tokens, observation_chars=max_observation_chars,
+                                   history_window=history_window, fmt=prompt_format)
         # Constrained decoding only where the backend can do it (vLLM); elsewhere the parser copes.
         self.constrained = constrained and batcher.capabilities.regex
         # Screenshots go with every prompt only when asked for and the backend takes images.
@@ -51,7 +55,7 @@ class LLMPolicy:
                 "policy 'llm' needs an instruction: set task.instruction or request.instruction",
                 reason="MISSING_INSTRUCTION", metadata={"field": "instruction"})
         opts = request.options
-        fmt = self.prompt_format
+        fmt = ""
         if opts.prompt_format:
             if opts.prompt_format == common_pb2.OBSERVATION_FORMAT_SCREENSHOT:
                 fmt = "screenshot"
@@ -73,9 +77,7 @@ class LLMPolicy:
                     f"options.prompt_format {common_pb2.ObservationFormat.Name(opts.prompt_format)} cannot be a "
                     "prompt; use AXTREE, MARKDOWN, HTML, ELEMENTS or SCREENSHOT", reason="BAD_PROMPT_FORMAT",
                     metadata={"field": "options.prompt_format"})
-        window = opts.history_window or self.history_window
-        return build_prompt(request, instruction, fmt=fmt, history_window=window, max_chars=self.max_chars,
-                            with_image=self.vision)
+        return step_prompt(request, self.budget, fmt=fmt, history_window=opts.history_window, with_image=self.vision)
 
     def params_for(self, request: policy_pb2.ActRequest) -> SamplingParams:
         opts = request.options
@@ -115,5 +117,4 @@ class LLMPolicy:
 def as_request(prompt: Prompt, params: SamplingParams, adapter: str = "") -> GenerationRequest:
     """A memory prompt as an LLM request (chat turns; its screenshot, if any, as an image input)."""
     images = (ImageInput(prompt.image, prompt.image_mime or "image/png"),) if prompt.image else ()
-    return GenerationRequest((Message("system", prompt.system), Message("user", prompt.user)), params, images=images,
-                             adapter=adapter)
+    return GenerationRequest(chat_messages(prompt), params, images=images, adapter=adapter)
