@@ -285,7 +285,7 @@ def train_causal_lm(manager, job, selected, staging: Path, stop) -> Report:
     trainer.remove_callback(printer_cls)  # progress goes to the job (WatchJob), not to stdout
     has_resume = resume.is_dir() and any(resume.glob("checkpoint-*"))
     trainer.train(resume_from_checkpoint=True if has_resume else None)
-    if not stop.is_set():
+    if not stop.is_set() and trainer.is_world_process_zero():  # under accelerate launch, process 0 writes
         trained = trainer.model
         if adapter:
             trained.save_pretrained(staging)
