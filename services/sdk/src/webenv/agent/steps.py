@@ -120,6 +120,6 @@ def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -
                                         instruction=instruction)
         yield StoredStep(i, ctx, cands, target_index(rec, next_obs, cands), request, rec)
         # the memory the collector handed on: a language model's own (its answer's Memory line), else the folded one
-        said = answer_sections(rec.raw_output).get("memory", "") if rec.raw_output else memory
+        said = answer_sections(rec.raw_output).get("memory", "") if rec.completion_token_ids else memory
         entries.append(policy_pb2.HistoryEntry(action_text=rec.action_text, url=rec.url_after,
                                                last_action_error=rec.last_action_error, memory=said))

@@ -51,10 +51,11 @@ SCHEDULERS = {"": "linear", "linear": "linear", "cosine": "cosine", "constant": 
 
 
 def target_text(step) -> str:
-    """A demonstration's answer in the four labelled lines the policy parses, ending in its element-id action."""
+    """A demonstration's answer in the four labelled lines the policy parses, ending in its element-id action. Its
+    Memory is the one the next stored step's prompt shows (webenv.agent.steps), so what a model trained on it
+    writes is what it is then served."""
     cand = step.candidates[step.target]
-    memory = "; ".join(step.ctx.memory.splitlines())[:400] or "(nothing yet)"
-    return (f"Memory: {memory}\nProgress: step {step.index}\nIntention: {cand.kind}\n"
+    return (f"Memory: {step.ctx.memory}\nProgress: step {step.index}\nIntention: {cand.kind}\n"
             f"Action: {cand.text}")
 
 

@@ -37,14 +37,18 @@ class LLMPolicy:
         self.max_new_tokens = max_new_tokens
         self.temperature = temperature
         self.max_chars = max_observation_chars
-        #: The prompt and context budget the trainer's causal-LM jobs rebuild stored steps with (webenv.agent.prompt).
-        self.budget = PromptBudget(context_tokens=batcher.backend.max_context_tokens or 2048,
-                                   new_tokens=max_new_tokens, observation_chars=max_observation_chars,
-                                   history_window=history_window, fmt=prompt_format)
         # Constrained decoding only where the backend can do it (vLLM); elsewhere the parser copes.
         self.constrained = constrained and batcher.capabilities.regex
         # Screenshots go with every prompt only when asked for and the backend takes images.
         self.vision = vision and batcher.capabilities.images
+
+    @property
+    def budget(self) -> PromptBudget:
+        """The prompt and context budget (webenv.agent.prompt) the trainer's causal-LM jobs rebuild stored steps
+        with; the context is the started backend's."""
+        return PromptBudget(context_tokens=self.batcher.backend.max_context_tokens or 2048,
+                            new_tokens=self.max_new_tokens, observation_chars=self.max_chars,
+                            history_window=self.history_window, fmt=self.prompt_format)
 
     def prompt_for(self, request: policy_pb2.ActRequest):
         """The prompt a request gets (exposed for tests and debugging)."""
