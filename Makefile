@@ -11,6 +11,7 @@ STAMP := $(VENV)/.installed
 # Optional extras the tests need (services/<name>/pyproject.toml), installed with the editable service.
 EXTRAS_judge := [transformers]
 EXTRAS_sdk := [compat,mcp,trl]
+EXTRAS_trainer := [lm]
 # Installed without their dependencies: browsergym-core pins playwright==1.44 (the farm runs a newer one; the tests
 # need only its action definitions, tests/test_compat_browsergym.py); openenv-core requires gradio, whose pillow
 # pin would downgrade the farm's (services/openenv lists what it does import).

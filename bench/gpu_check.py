@@ -60,9 +60,10 @@ class Manager:
         self.settings = SimpleNamespace(trainer_device=device, trainer_max_lm_tokens=max_tokens,
                                         trainer_gradient_checkpointing=checkpointing)
         self.last: dict = {}
+        self.shutting_down = False
 
-    def resume_path(self, job_id: str) -> Path:
-        return self.root / f"{job_id}.resume.pt"
+    def lm_resume_dir(self, job_id: str) -> Path:
+        return self.root / f"{job_id}.resume"
 
     def progress(self, job_id: str, **fields) -> None:
         self.last = fields
@@ -114,6 +115,7 @@ def main() -> None:
     selected = select(episodes, trainer_pb2.TRAINING_ALGORITHM_BC, drop_repeated=True)
     job = trainer_pb2.Job(job_id="gpu-check")
     job.spec.name, job.spec.base_model_path = "gpu", str(base)
+    job.spec.algorithm, job.spec.model = trainer_pb2.TRAINING_ALGORITHM_BC, trainer_pb2.MODEL_KIND_CAUSAL_LM
     job.spec.hyper.MergeFrom(trainer_pb2.Hyperparameters(max_steps=a.steps, epochs=1000, batch_size=a.batch,
                                                          learning_rate=3e-4, seed=0))
     mgr = Manager(a.out, device, a.max_tokens, a.gradient_checkpointing)
@@ -123,7 +125,8 @@ def main() -> None:
     orig = mgr.progress
 
     def progress(job_id, **fields):
-        losses.append(fields.get("loss"))
+        if "loss" in fields:
+            losses.append(fields["loss"])
         orig(job_id, **fields)
 
     mgr.progress = progress

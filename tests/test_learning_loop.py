@@ -11,8 +11,10 @@ with its trainer and must resume from its resume state when the trainer comes ba
 
 from __future__ import annotations
 
+import json
 import math
 import signal
+from pathlib import Path
 
 import grpc
 import pytest
@@ -32,9 +34,26 @@ from webenv.v1 import (
 pytestmark = pytest.mark.timeout(900)
 
 
+#: Tokens a language-model step may generate in this module's stack (the policy's and the LM jobs' budget).
+LM_NEW_TOKENS = 40
+
+
 @pytest.fixture(scope="module")
-def stack(tmp_path_factory):
-    s = Stack(tmp_path_factory.mktemp("learn"), free_ports=True, sites_count=12)
+def tiny_lm(tmp_path_factory) -> Path:
+    """A tiny Qwen3-architecture causal LM with a tokenizer trained here on memory-prompt-shaped text."""
+    from webenv.agent.prompt import SYSTEM_PROMPT
+    from webenv.llm.tinymodel import DEFAULT_TEXTS, build_tiny_model
+
+    texts = [*DEFAULT_TEXTS, SYSTEM_PROMPT, "Memory: (nothing yet)\nProgress: step 0\nIntention: click\nAction: click(12)"]
+    return build_tiny_model(tmp_path_factory.mktemp("tiny-qwen3"), texts, vocab_size=700, hidden=64, layers=2,
+                            heads=2, arch="qwen3")
+
+
+@pytest.fixture(scope="module")
+def stack(tmp_path_factory, tiny_lm):
+    env = {"WEBENV_POLICY_BACKEND": "transformers", "WEBENV_POLICY_MODEL_PATH": str(tiny_lm),
+           "WEBENV_POLICY_MAX_NEW_TOKENS": str(LM_NEW_TOKENS), "WEBENV_POLICY_TORCH_THREADS": "1"}
+    s = Stack(tmp_path_factory.mktemp("learn"), free_ports=True, sites_count=12, extra_env=env)
     s.start(timeout=180)
     yield s
     s.stop()
@@ -46,16 +65,24 @@ def stubs(stack: Stack):
             policy_pb2_grpc.PolicyServiceStub(ch["policy"]), task_pb2_grpc.TaskServiceStub(ch["sites"]))
 
 
-def run(collector, policy: str, task_ids: list[str], seed: int = 1) -> collector_pb2.Run:
-    spec = collector_pb2.RunSpec(policy=policy, seed=seed, concurrency=3, repeats=1,
-                                 level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
+def run_spec(policy: str, task_ids: list[str], seed: int = 1, **kw) -> collector_pb2.RunSpec:
+    spec = collector_pb2.RunSpec(policy=policy, seed=seed, level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
+                                 **{"concurrency": 3, "repeats": 1, **kw})
     spec.tasks.task_ids.extend(task_ids)
     spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
     spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+    return spec
+
+
+def run(collector, policy: str, task_ids: list[str], seed: int = 1, on_finished=None, **kw) -> collector_pb2.Run:
+    """A run to its end; ``on_finished(resp)`` sees every WatchRun report that names finished episodes."""
+    spec = run_spec(policy, task_ids, seed, **kw)
     r = collector.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=60).run
     last = r
     for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=r.run_id), timeout=600):
         last = resp.run
+        if on_finished and resp.finished:
+            on_finished(resp)
     assert last.state == collector_pb2.RUN_STATE_SUCCEEDED, last.error
     return last
 
@@ -127,6 +154,83 @@ def test_demos_train_load_and_solve(stack):
                                                   for ep in episodes if not ep.passed]
 
 
+def watch_losses(trainer, job_id: str) -> tuple[trainer_pb2.Job, list[float]]:
+    last, losses = None, []
+    for resp in trainer.WatchJob(trainer_pb2.WatchJobRequest(job_id=job_id), timeout=900):
+        last = resp.job
+        if last.progress.loss and (not losses or losses[-1] != last.progress.loss):
+            losses.append(last.progress.loss)
+    return last, losses
+
+
+def test_lm_lora_sft_hot_load_rl_iteration_and_adapter_swap(stack, tiny_lm):
+    """TRL + PEFT jobs of a tiny Qwen3 through the services: LoRA SFT on oracle demonstrations (the loss falls), the
+    adapter loaded hot by the policy service and acting on the farm with its version and sampled tokens per step, a
+    policy-gradient iteration on those judged rollouts from the stored logprobs (importance ratio ~1 on fresh data,
+    staleness 0), and an adapter swap mid-run that changes the recorded version with no episode or step lost."""
+    collector, trainer, policy, sites = stubs(stack)
+    task_ids = pick_tasks(sites)
+    demos = run(collector, "oracle", task_ids)
+    lm = trainer_pb2.LanguageModelOptions(lora_rank=8, max_new_tokens=LM_NEW_TOKENS)
+    spec = trainer_pb2.JobSpec(
+        name="qlm", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_CAUSAL_LM,
+        base_model_path=str(tiny_lm), data=trainer_pb2.TrainingData(run_ids=[demos.run_id]), lm=lm,
+        hyper=trainer_pb2.Hyperparameters(max_steps=10, epochs=100, batch_size=4, learning_rate=1e-2, seed=1,
+                                          validation_fraction=0.0))
+    for field, bad in (("spec.lm.lora_rank", dict(lora_rank=-1)), ("spec.lm.lr_scheduler", dict(lr_scheduler="steep")),
+                       ("spec.lm.lora_target_modules[0]", dict(lora_target_modules=["q proj!"]))):
+        wrong = trainer_pb2.JobSpec()
+        wrong.CopyFrom(spec)
+        wrong.lm.CopyFrom(trainer_pb2.LanguageModelOptions(**bad))
+        with pytest.raises(grpc.RpcError) as err:
+            start_job(trainer, wrong)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and field in err.value.details()
+    sft, losses = watch_losses(trainer, start_job(trainer, spec).job_id)
+    assert sft.state == trainer_pb2.JOB_STATE_SUCCEEDED, sft.error
+    assert sft.checkpoint.ref == "qlm@1" and sft.progress.tokens_per_second > 0
+    assert losses[-1] < losses[0] - 0.1, losses  # the moving average of 10 steps; LoRA's B starts at zero
+    adapter = json.loads((Path(sft.checkpoint.path) / "adapter_config.json").read_text())
+    assert adapter["r"] == 8 and not (Path(sft.checkpoint.path) / "model.safetensors").exists(), "the adapter only"
+
+    loaded = policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="qlm@1"), timeout=120)
+    assert loaded.policy.version == "qlm@1" and loaded.policy.backend == "transformers"
+    assert loaded.load_seconds < 5, "an adapter over the loaded base, not a model start"
+    horizons = collector_pb2.Horizons(easy=2, medium=2, hard=2)
+    rollouts = run(collector, "qlm", task_ids, seed=3, horizons=horizons)
+    stored = read(collector, rollouts.run_id)
+    steps = [s for ep in stored for s in ep.trajectory.steps]
+    assert steps and all(s.policy_version == "qlm@1" and s.completion_token_ids and
+                         len(s.completion_logprobs) == len(s.completion_token_ids) and s.prompt_tokens > 0
+                         for s in steps)
+
+    rl = trainer_pb2.JobSpec(
+        name="qlm", parent="qlm@1", algorithm=trainer_pb2.TRAINING_ALGORITHM_POLICY_GRADIENT,
+        model=trainer_pb2.MODEL_KIND_CAUSAL_LM, lm=lm,
+        data=trainer_pb2.TrainingData(run_ids=[demos.run_id, rollouts.run_id]),
+        hyper=trainer_pb2.Hyperparameters(max_steps=1, batch_size=64, learning_rate=1e-4, seed=1))
+    job = finish(trainer, start_job(trainer, rl).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    p = job.progress
+    assert job.checkpoint.ref == "qlm@2" and job.checkpoint.parent == "qlm@1"
+    assert 0 < p.sampled_examples <= len(steps) and p.mean_staleness == 0 and p.max_staleness == 0
+    assert abs(p.importance_ratio - 1) < 0.05, "the stored logprobs are the ones the trained model recomputes"
+
+    swapped = []
+
+    def swap(resp) -> None:
+        if not swapped:
+            swapped.append(policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="qlm@2"), timeout=120))
+
+    mid = run(collector, "qlm", task_ids, seed=4, horizons=horizons, concurrency=1, repeats=2, on_finished=swap)
+    eps = sorted(read(collector, mid.run_id), key=lambda e: e.finished_at.ToNanoseconds())  # one at a time
+    assert swapped and swapped[0].policy.version == "qlm@2"
+    assert mid.counts.finished == mid.counts.planned == 2 * len(task_ids) and mid.counts.errored == 0
+    assert sum(len(e.trajectory.steps) for e in eps) == sum(e.step_count for e in eps) == mid.counts.steps
+    versions = [s.policy_version for e in eps for s in e.trajectory.steps]
+    assert set(versions) == {"qlm@1", "qlm@2"} and versions[0] == "qlm@1" and versions[-1] == "qlm@2"
+    assert versions == sorted(versions), "once swapped, every later step is the new adapter's"
+
+
 def test_bad_job_specs_name_the_field(stack):
     collector, trainer, _, _ = stubs(stack)
     good = trainer_pb2.JobSpec(name="x", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC,
@@ -148,6 +252,7 @@ def test_bad_job_specs_name_the_field(stack):
         "spec.base_model_path": dict(model=trainer_pb2.MODEL_KIND_CAUSAL_LM),
         "spec.options.reward": dict(options=trainer_pb2.AlgorithmOptions(reward=9)),
         "spec.options.advantage_epsilon": dict(options=trainer_pb2.AlgorithmOptions(advantage_epsilon=2)),
+        "spec.lm": dict(lm=trainer_pb2.LanguageModelOptions(lora_rank=4)),  # LM options on a scorer job
     }.items())
     for field, change in cases:
         spec = trainer_pb2.JobSpec()

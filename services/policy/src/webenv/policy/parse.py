@@ -10,9 +10,9 @@ import re
 from dataclasses import dataclass
 
 from webenv.actions import ActionParseError, parse_action
+from webenv.agent.prompt import answer_sections
 from webenv.v1 import common_pb2
 
-_LABEL = re.compile(r"^\s*(?:[-*#>]\s*)?\**(memory|progress|intention|action)\**\s*:\s*(.*)$", re.IGNORECASE)
 _CALL = re.compile(
     r"\b(click|fill|select|hover|press|scroll_element|click_at|type|scroll|drag|goto|go_back|go_forward|new_tab|"
     r"switch_tab|close_tab|wait|answer|noop)\s*\(")
@@ -29,20 +29,6 @@ class Parsed:
     action_text: str = ""
     failed: bool = False
     error: str = ""
-
-
-def _sections(text: str) -> dict[str, str]:
-    """Label -> text (multi-line values continue until the next label); the last occurrence wins."""
-    out: dict[str, str] = {}
-    current = None
-    for line in text.splitlines():
-        m = _LABEL.match(line)
-        if m:
-            current = m.group(1).lower()
-            out[current] = m.group(2).strip()
-        elif current is not None and current != "action" and line.strip():
-            out[current] = (out[current] + "\n" + line.strip()).strip()
-    return out
 
 
 def _clean(action_text: str) -> str:
@@ -79,7 +65,7 @@ def _balanced_call(text: str) -> str | None:
 
 def parse_output(raw: str) -> Parsed:
     """Parse a model answer; never raises."""
-    sections = _sections(raw)
+    sections = answer_sections(raw)
     memory = sections.get("memory", "")
     progress, intention = sections.get("progress", ""), sections.get("intention", "")
     candidate = sections.get("action")

@@ -8,6 +8,7 @@ stand in for the whole trajectory.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from webenv.v1 import common_pb2, policy_pb2
@@ -29,6 +30,52 @@ FORMAT_NAMES = {
     common_pb2.OBSERVATION_FORMAT_HTML: "html",
     common_pb2.OBSERVATION_FORMAT_ELEMENTS: "elements",
 }
+
+
+_LABEL = re.compile(r"^\s*(?:[-*#>]\s*)?\**(memory|progress|intention|action)\**\s*:\s*(.*)$", re.IGNORECASE)
+
+
+def answer_sections(text: str) -> dict[str, str]:
+    """A model answer's labelled lines: label -> text (multi-line values continue until the next label); the last
+    occurrence wins. The policy parses its answers with it, and the trainer reads the memory a stored answer wrote
+    (the next step's prompt shows it) with it."""
+    out: dict[str, str] = {}
+    current = None
+    for line in text.splitlines():
+        m = _LABEL.match(line)
+        if m:
+            current = m.group(1).lower()
+            out[current] = m.group(2).strip()
+        elif current is not None and current != "action" and line.strip():
+            out[current] = (out[current] + "\n" + line.strip()).strip()
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class PromptBudget:
+    """What a language-model policy reads and writes per step, one value shared by serving and training.
+
+    The policy service's ``llm`` policy builds its prompts with it (its settings fill it), and the trainer's
+    causal-LM jobs rebuild every stored step's prompt with the same one, so the tokens a model is trained on are
+    the tokens it is served. The token rule is webenv.llm.encode's: the prompt keeps its last
+    ``context_tokens - new_tokens`` tokens, and the answer gets ``new_tokens``.
+    """
+
+    #: The model's context (prompt + answer), tokens: webenv.llm.model_context_tokens of its config.
+    context_tokens: int = 2048
+    #: Tokens an answer may take (the serving max_new_tokens).
+    new_tokens: int = 128
+    #: Characters of the observation text before it is cut ("... (truncated)").
+    observation_chars: int = 6000
+    #: Past actions listed in the prompt.
+    history_window: int = 5
+    #: Observation format of the prompt: axtree, markdown, html, elements (or screenshot for a VLM).
+    fmt: str = "axtree"
+
+    @property
+    def prompt_room(self) -> int:
+        """Prompt tokens kept (the last ones)."""
+        return max(1, self.context_tokens - self.new_tokens)
 
 
 @dataclass(slots=True)
@@ -118,9 +165,32 @@ def build_prompt(request: policy_pb2.ActRequest, instruction: str, *, fmt: str, 
     return Prompt(system=SYSTEM_PROMPT, user="\n\n".join(parts), image=image, image_mime=mime)
 
 
+def step_prompt(request: policy_pb2.ActRequest, budget: PromptBudget, *, fmt: str = "",
+                history_window: int = 0, with_image: bool = False) -> Prompt:
+    """The memory prompt of one step under ``budget`` (``fmt`` / ``history_window`` override it per request)."""
+    instruction = request.task.instruction or request.instruction
+    return build_prompt(request, instruction, fmt=fmt or budget.fmt, history_window=history_window or budget.history_window,
+                        max_chars=budget.observation_chars, with_image=with_image)
+
+
 def messages(prompt: Prompt) -> list[dict[str, str]]:
     """The prompt as chat messages (system, user)."""
     return [{"role": "system", "content": prompt.system}, {"role": "user", "content": prompt.user}]
+
+
+def chat_messages(prompt: Prompt):
+    """The prompt as the LLM layer's chat turns (system, user): what the policy sends and the trainer tokenizes."""
+    from webenv.llm.types import Message
+
+    return (Message("system", prompt.system), Message("user", prompt.user))
+
+
+def prompt_ids(tokenizer, prompt: Prompt, budget: PromptBudget) -> list[int]:
+    """The prompt's token ids as a local engine serving ``budget`` feeds them (webenv.llm.encode: the chat template,
+    the last ``budget.prompt_room`` tokens): the training prompt of a stored step."""
+    from webenv.llm.types import GenerationRequest, encode
+
+    return encode(tokenizer, GenerationRequest(chat_messages(prompt)), budget.prompt_room)
 
 
 def render(tokenizer, prompt: Prompt) -> str:

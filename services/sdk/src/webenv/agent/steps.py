@@ -15,7 +15,7 @@ from webenv.solutions import policy_task
 from webenv.v1 import collector_pb2, common_pb2, policy_pb2
 
 from .candidates import Candidate, Context, context, parse_axtree, propose, words
-from .prompt import previous_memory
+from .prompt import answer_sections, previous_memory
 
 #: Past steps a policy sees (the collector's ActRequest.history window).
 HISTORY_WINDOW = 10
@@ -93,6 +93,7 @@ class StoredStep:
     candidates: list[Candidate]
     target: int
     request: policy_pb2.ActRequest  # the ActRequest the policy got (for prompt-based models)
+    record: common_pb2.StepRecord | None = None  # the stored step (its sampled tokens and logprobs for LM jobs)
 
 
 def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -> Iterator[StoredStep]:
@@ -117,6 +118,8 @@ def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -
         request = policy_pb2.ActRequest(episode_id=episode.episode_id, task=shown, observation=rec.observation,
                                         history=entries[-HISTORY_WINDOW:], step_index=rec.step_index,
                                         instruction=instruction)
-        yield StoredStep(i, ctx, cands, target_index(rec, next_obs, cands), request)
+        yield StoredStep(i, ctx, cands, target_index(rec, next_obs, cands), request, rec)
+        # the memory the collector handed on: a language model's own (its answer's Memory line), else the folded one
+        said = answer_sections(rec.raw_output).get("memory", "") if rec.completion_token_ids else memory
         entries.append(policy_pb2.HistoryEntry(action_text=rec.action_text, url=rec.url_after,
-                                               last_action_error=rec.last_action_error, memory=memory))
+                                               last_action_error=rec.last_action_error, memory=said))

@@ -28,11 +28,12 @@ from .types import (
     Unsupported,
     check_supported,
     encode,
+    model_context_tokens,
     render_chat,
 )
 
 __all__ = [
     "AdapterError", "BACKENDS", "BackendConfig", "BatchObserver", "Batcher", "Capabilities", "GenerationRequest",
     "GenerationResult", "ImageInput", "LLMBackend", "LLMError", "Message", "SamplingParams", "Unsupported",
-    "check_supported", "encode", "make_backend", "render_chat",
+    "check_supported", "encode", "make_backend", "model_context_tokens", "render_chat",
 ]

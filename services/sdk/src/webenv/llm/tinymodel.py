@@ -1,14 +1,16 @@
-"""A tiny Llama-style causal LM and byte-level BPE tokenizer, built locally (no hub downloads): tests and demos.
+"""A tiny Llama- or Qwen3-architecture causal LM and byte-level BPE tokenizer, built locally (no hub downloads): tests and demos.
 
 The tokenizer is trained here on the given texts (a service passes text shaped like its prompts: the policy its
 memory prompts, the judge its judge prompts), with a chat template rendering the turns as ``<|role|>`` lines and an
-assistant cue; the model is a randomly initialised LlamaForCausalLM that ``save_pretrained`` writes next to it.
+assistant cue; the model is a randomly initialised LlamaForCausalLM (``arch="qwen3"``: Qwen3ForCausalLM, the
+architecture of the Qwen3 family, q/k norms and all) that ``save_pretrained`` writes next to it.
 Optionally ``train_steps`` of next-token training on the same texts teach it their shape (the policy's answer
 format), so demos see parsable output. Every backend loads the folder the way it loads a real model.
 
 A caller may give its own ``chat_template`` with the special tokens it renders and its end-of-turn ``eos_token``:
 TRL's GRPO example passes TRL's Qwen3 template (the tool-calling one TRL parses tool calls from) with Qwen's
-``<|im_start|>``/``<|im_end|>``/``<tool_call>`` tokens, and trains on tool-call turns so the random model calls tools.
+``<|im_start|>``/``<|im_end|>``/``<tool_call>`` tokens (a random model this small does not learn to call tools:
+that needs a real model, the example's GPU form).
 """
 
 from __future__ import annotations
@@ -54,23 +56,28 @@ def build_tokenizer(out: Path, vocab_size: int, texts: Sequence[str], chat_templ
 def build_tiny_model(out: str | Path, texts: Sequence[str] = DEFAULT_TEXTS, *, vocab_size: int = 2048,
                      hidden: int = 128, layers: int = 2, heads: int = 2, max_positions: int = 2048,
                      train_steps: int = 0, seed: int = 0, chat_template: str = CHAT_TEMPLATE,
-                     special_tokens: Sequence[str] = (), eos_token: str = "</s>") -> Path:
+                     special_tokens: Sequence[str] = (), eos_token: str = "</s>", arch: str = "llama") -> Path:
     """Write tokenizer + model to ``out`` and return it. ``train_steps`` > 0 trains on ``texts``; ``chat_template``,
-    ``special_tokens`` (kept whole by the tokenizer) and ``eos_token`` replace the plain-text chat format."""
+    ``special_tokens`` (kept whole by the tokenizer) and ``eos_token`` replace the plain-text chat format; ``arch``
+    is llama or qwen3."""
     import torch
-    from transformers import LlamaConfig, LlamaForCausalLM
+    from transformers import LlamaConfig, LlamaForCausalLM, Qwen3Config, Qwen3ForCausalLM
 
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(seed)
     tok = build_tokenizer(out, vocab_size, texts, chat_template, special_tokens, eos_token)
-    config = LlamaConfig(
+    if arch not in ("llama", "qwen3"):
+        raise ValueError(f"arch: llama or qwen3, got {arch!r}")
+    config_cls, model_cls = (Qwen3Config, Qwen3ForCausalLM) if arch == "qwen3" else (LlamaConfig, LlamaForCausalLM)
+    extra = {"head_dim": hidden // heads} if arch == "qwen3" else {}
+    config = config_cls(
         vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 4, num_hidden_layers=layers,
         num_attention_heads=heads, num_key_value_heads=heads, max_position_embeddings=max_positions,
         bos_token_id=tok.bos_token_id, eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
-        tie_word_embeddings=True, torch_dtype="float32",
+        tie_word_embeddings=True, torch_dtype="float32", **extra,
     )
-    model = LlamaForCausalLM(config)
+    model = model_cls(config)
     if train_steps > 0:
         _train(model, tok, list(texts), train_steps)
     model.eval()

@@ -41,6 +41,7 @@ from .types import (
     LLMError,
     check_supported,
     encode,
+    model_context_tokens,
 )
 
 
@@ -99,7 +100,7 @@ class TransformersBackend:
         lm = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True, **kwargs)
         lm.to(device).eval()
         self.device, self.tokenizer, self.lm = device, tok, lm
-        self.max_context_tokens = int(getattr(lm.config, "max_position_embeddings", 2048))
+        self.max_context_tokens = model_context_tokens(lm.config)
         self.parameters = sum(p.numel() for p in lm.parameters())
         from .fastdecode import FastLlama, supported
 

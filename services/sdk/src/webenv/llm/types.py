@@ -196,6 +196,12 @@ def render_chat(tokenizer, messages: Sequence[Message]) -> str:
     return "".join(f"{m.content}\n\n" for m in messages)
 
 
+def model_context_tokens(config) -> int:
+    """A model's context in tokens as every local engine and the trainer read it (its max_position_embeddings, 2048
+    when the config says none)."""
+    return int(getattr(config, "max_position_embeddings", None) or 2048)
+
+
 def encode(tokenizer, request: GenerationRequest, room: int) -> list[int]:
     """The prompt's token ids for a local engine, keeping the last ``room`` of them (at least one)."""
     if request.is_chat:  # the template carries the special tokens

@@ -31,6 +31,7 @@ from .types import (
     LLMError,
     check_supported,
     encode,
+    model_context_tokens,
 )
 
 
@@ -77,7 +78,7 @@ class VllmBackend:
             from vllm import AsyncLLMEngine as Engine
         if not self.max_context_tokens:
             config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
-            self.max_context_tokens = int(getattr(config, "max_position_embeddings", 2048))
+            self.max_context_tokens = model_context_tokens(config)
         self._tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         self._engine = Engine.from_engine_args(AsyncEngineArgs(max_model_len=self.max_context_tokens, **self._args))
 

@@ -202,8 +202,10 @@ def relabeled(episodes: Sequence[collector_pb2.StoredEpisode]) -> list[Span]:
 
 
 def select(episodes: Sequence[collector_pb2.StoredEpisode], algorithm: int, drop_repeated: bool,
-           options: trainer_pb2.AlgorithmOptions | None = None) -> Selected:
-    """The weighted step examples of ``algorithm`` over ``episodes``."""
+           options: trainer_pb2.AlgorithmOptions | None = None, sampled_targets: bool = False) -> Selected:
+    """The weighted step examples of ``algorithm`` over ``episodes``. With ``sampled_targets`` (language-model
+    jobs) a step that stored the tokens its policy generated is an example whatever the rule proposer makes of it:
+    its target is those tokens, not a candidate."""
     options = options or trainer_pb2.AlgorithmOptions()
     out = Selected()
     chosen: set[str] = set()
@@ -217,7 +219,7 @@ def select(episodes: Sequence[collector_pb2.StoredEpisode], algorithm: int, drop
             if drop_repeated and rec.repeated_state and rec.action.WhichOneof("kind") != "answer":
                 out.repeated += 1
                 continue
-            if st.target < 0:
+            if st.target < 0 and not (sampled_targets and rec.completion_token_ids):
                 out.unmapped += 1
                 continue
             rows.append(st)

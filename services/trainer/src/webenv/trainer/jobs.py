@@ -79,6 +79,21 @@ def validate_spec(spec: trainer_pb2.JobSpec, root: Path) -> None:
             not (Path(spec.base_model_path) / "config.json").is_file():
         raise bad("base_model_path", f"{spec.base_model_path[:200]!r} has no config.json")
     data.validate(spec.data)
+    lm = spec.lm
+    if spec.model != trainer_pb2.MODEL_KIND_CAUSAL_LM and spec.HasField("lm"):
+        raise bad("lm", "language-model options are for MODEL_KIND_CAUSAL_LM jobs only")
+    for field, value, lo, hi in (("lora_rank", lm.lora_rank, 0, 1024), ("lora_alpha", lm.lora_alpha, 0, 4096),
+                                 ("lora_dropout", lm.lora_dropout, 0, 0.9),
+                                 ("gradient_accumulation_steps", lm.gradient_accumulation_steps, 0, 4096),
+                                 ("warmup_ratio", lm.warmup_ratio, 0, 0.5), ("clip_ratio", lm.clip_ratio, 0, 10),
+                                 ("max_new_tokens", lm.max_new_tokens, 0, 32768)):
+        if math.isnan(value) or not lo <= value <= hi:
+            raise bad(f"lm.{field}", f"must be within {lo}..{hi}, got {value}")
+    for i, module in enumerate(lm.lora_target_modules):
+        if not module or len(module) > 128 or not module.replace("_", "").replace(".", "").replace("-", "").isalnum():
+            raise bad(f"lm.lora_target_modules[{i}]", f"a module name (letters, digits, '_', '.', '-'), got {module[:80]!r}")
+    if lm.lr_scheduler not in ("", "linear", "cosine", "constant"):
+        raise bad("lm.lr_scheduler", f"linear, cosine or constant, got {lm.lr_scheduler[:40]!r}")
     h = spec.hyper
     for field, value, lo, hi in (("epochs", h.epochs, 0, 1000), ("max_steps", h.max_steps, 0, 10_000_000),
                                  ("batch_size", h.batch_size, 0, 4096), ("checkpoint_every", h.checkpoint_every, 0, 10**7)):
@@ -117,6 +132,10 @@ class JobManager:
 
     def resume_path(self, job_id: str) -> Path:
         return self.dir / f"{job_id}.resume.pt"
+
+    def lm_resume_dir(self, job_id: str) -> Path:
+        """A causal-LM job's resume folder: the HF Trainer's own checkpoints (model, optimiser, scheduler, RNG)."""
+        return self.dir / f"{job_id}.resume"
 
     def _save(self, job: trainer_pb2.Job) -> None:
         tmp = self._path(job.job_id).with_suffix(".tmp")
@@ -224,6 +243,7 @@ class JobManager:
             self.reserved.get(job.spec.name, set()).discard(job.checkpoint.version)
             with contextlib.suppress(FileNotFoundError):
                 self.resume_path(job.job_id).unlink()
+            shutil.rmtree(self.lm_resume_dir(job.job_id), ignore_errors=True)
         self._save(job)
         await self._notify(job.job_id)
 
@@ -304,7 +324,8 @@ class JobManager:
         threads = self.settings.trainer_torch_threads or (1 if spec.model == trainer_pb2.MODEL_KIND_SCORER else 0)
         if threads:
             torch.set_num_threads(threads)
-        selected = select(episodes, spec.algorithm, spec.data.filter.drop_repeated, spec.options)
+        selected = select(episodes, spec.algorithm, spec.data.filter.drop_repeated, spec.options,
+                          sampled_targets=spec.model == trainer_pb2.MODEL_KIND_CAUSAL_LM)
         if spec.data.max_examples and len(selected.steps) > spec.data.max_examples:
             selected.steps = selected.steps[: spec.data.max_examples]
         if not selected.steps:

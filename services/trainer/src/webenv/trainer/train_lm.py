@@ -1,137 +1,297 @@
-"""Fine-tuning a local Hugging Face causal LM on the policy's own prompt -> action text (the GPU path).
+"""Causal-LM jobs on TRL + PEFT: SFT on demonstrations and passed rollouts, policy gradient on judged rollouts.
 
-The prompt is WebGym's memory prompt exactly as the `llm` policy renders it (webenv.agent.prompt:
-build_prompt + the tokenizer's chat template), and the target is the four labelled lines the policy
-parses, ending in the element-id action the step took (oracle selectors already mapped to element ids).
-Loss on target tokens only. What the model reads is sized to fit instead of skipped: when prompt +
-target exceed WEBENV_TRAINER_MAX_LM_TOKENS the observation text is halved until it fits (instruction,
-memory, history and the question at the end are kept whole), so no example is dropped for length.
+Examples. Every stored step is rebuilt as the prompt the policy service served it (webenv.agent.prompt:
+``step_prompt`` + ``prompt_ids`` under one :class:`PromptBudget`, the chat template and webenv.llm.encode's
+truncation: the last ``context - new_tokens`` prompt tokens), so the tokens trained on are the tokens served. The
+target of a step the policy's model generated is the model's own sampled output, the stored
+``StepRecord.completion_token_ids``, whatever the rule proposer makes of it; a demonstration (the oracle's steps,
+which have no tokens) is its element-id action rendered in the four labelled lines the policy parses. Loss on
+target tokens only.
 
-On CUDA the model trains in bf16 autocast with AdamW; on CPU the same code runs the tiny test models.
-The published folder is a save_pretrained model + tokenizer that the policy service's transformers or
-vLLM backend loads as it is.
+Trainers. ``BC`` and ``FILTERED_BC`` (weight 1 on every example) train with TRL's ``SFTTrainer`` and its own loss
+over a pre-tokenized dataset (``input_ids`` + ``labels``, -100 on the prompt). Every other algorithm (the learning
+loop's ``POLICY_GRADIENT``, ``GROUP_RELATIVE``, ``PARTIAL_CREDIT``, ``BRANCHING``, or ``step_normalize``) trains
+with :class:`PolicyGradientTrainer`, the same SFTTrainer with an importance-weighted, clipped policy-gradient
+loss: per generated token, ratio = exp(logp - logp_behaviour) with the behaviour logprobs the policy stored
+(``completion_logprobs``), objective min(ratio A, clip(ratio, 1 - e, 1 + e) A) with A the algorithm's example
+weight (the advantage); a demonstration has no behaviour logprobs and its ratio is 1 (plain REINFORCE). The
+mean ratio, the clipped share and the staleness (how many versions the behaviour policy is behind the parent
+being trained) are the job's progress.
+
+Full fine-tune or LoRA by ``JobSpec.lm.lora_rank`` (PEFT ``LoraConfig``, "all-linear" by default). A LoRA job
+publishes the adapter (``adapter_config.json`` + weights, with the tokenizer): what the policy service loads hot
+over its base model. A job continuing a LoRA parent trains the parent's adapter further.
+
+Multi-GPU is the same job under ``accelerate launch`` (services/trainer/README.md): the HF Trainer underneath takes
+its processes, DeepSpeed or FSDP from accelerate's configuration; the service runs one process (CPU or one GPU).
+Resume: the HF Trainer's own checkpoints every ``checkpoint_every`` steps (and at shutdown) under the job's
+resume folder, picked up by ``resume_from_checkpoint``.
 """
 
 from __future__ import annotations
 
+import json
 import math
-import random
+import shutil
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
-from webenv.agent.prompt import build_prompt, render
+from webenv.agent.prompt import PromptBudget, prompt_ids, step_prompt
+from webenv.v1 import trainer_pb2
 
 from .train_scorer import Report
 
-MIN_OBS_CHARS = 200
+A = trainer_pb2
+#: Algorithms whose examples all weigh 1: TRL's SFT loss as it is.
+SFT_ALGORITHMS = {A.TRAINING_ALGORITHM_BC, A.TRAINING_ALGORITHM_FILTERED_BC}
+DEFAULT_NEW_TOKENS = 128
+DEFAULT_CLIP = 0.2
+SCHEDULERS = {"": "linear", "linear": "linear", "cosine": "cosine", "constant": "constant"}
 
 
 def target_text(step) -> str:
+    """A demonstration's answer in the four labelled lines the policy parses, ending in its element-id action. Its
+    Memory is the one the next stored step's prompt shows (webenv.agent.steps), so what a model trained on it
+    writes is what it is then served."""
     cand = step.candidates[step.target]
-    memory = "; ".join(step.ctx.memory.splitlines())[:400] or "(nothing yet)"
-    return (f"Memory: {memory}\nProgress: step {step.index}\nIntention: {cand.kind}\n"
+    return (f"Memory: {step.ctx.memory}\nProgress: step {step.index}\nIntention: {cand.kind}\n"
             f"Action: {cand.text}")
 
 
-def encode(tok, step, max_tokens: int, max_chars: int = 6000) -> tuple[list[int], int]:
-    """(token ids, prompt length); the observation is shortened until prompt + target fit."""
-    target = target_text(step) + (tok.eos_token or "")
-    target_ids = tok(target, add_special_tokens=False)["input_ids"]
-    chars = max_chars
-    while True:
-        prompt = build_prompt(step.request, step.ctx.instruction, fmt="axtree", history_window=5, max_chars=chars)
-        prompt_ids = tok(render(tok, prompt), add_special_tokens=False)["input_ids"]
-        if len(prompt_ids) + len(target_ids) <= max_tokens or chars <= MIN_OBS_CHARS:
-            break
-        chars //= 2
-    ids = (prompt_ids + target_ids)[-max_tokens:]
-    return ids, max(0, len(ids) - len(target_ids))
+def version_number(version: str, family: str) -> int | None:
+    """N of "<family>@N"; 0 for the base model (no version); None for another family's or another policy's."""
+    if not version:
+        return 0
+    name, _, n = version.rpartition("@")
+    return int(n) if name == family and n.isdigit() else None
+
+
+@dataclass(slots=True)
+class Example:
+    input_ids: list[int]
+    prompt_len: int
+    weight: float
+    old_logprobs: list[float] | None  # per target token, the behaviour policy's (sampled examples)
+    staleness: int | None
+
+
+def build_example(tok, step, weight: float, budget: PromptBudget, family: str = "", current: int = 0) -> Example | None:
+    """One training example of a stored step (None when it has neither sampled tokens nor a demonstration)."""
+    rec = step.record
+    prompt = prompt_ids(tok, step_prompt(step.request, budget), budget)
+    old = None
+    staleness = None
+    if rec is not None and rec.completion_token_ids:
+        target = list(rec.completion_token_ids)[: budget.new_tokens]
+        if len(rec.completion_logprobs) == len(rec.completion_token_ids):
+            old = list(rec.completion_logprobs)[: budget.new_tokens]
+        behind = version_number(rec.policy_version, family)
+        staleness = None if behind is None else max(0, current - behind)
+    elif step.target >= 0:
+        target = tok(target_text(step) + (tok.eos_token or ""), add_special_tokens=False)["input_ids"]
+        target = target[: budget.new_tokens]
+    else:
+        return None
+    return Example(prompt + target, len(prompt), weight, old, staleness)
+
+
+def as_rows(examples: list[Example], weighted: bool) -> dict[str, list]:
+    """The pre-tokenized dataset columns TRL's SFTTrainer takes (plus the policy-gradient columns)."""
+    rows: dict[str, list] = {"input_ids": [], "labels": []}
+    if weighted:
+        rows |= {"weight": [], "old_logprobs": [], "has_old": []}
+    for ex in examples:
+        rows["input_ids"].append(ex.input_ids)
+        rows["labels"].append([-100] * ex.prompt_len + ex.input_ids[ex.prompt_len:])
+        if weighted:
+            n = len(ex.input_ids) - ex.prompt_len
+            rows["weight"].append(float(ex.weight))
+            rows["old_logprobs"].append([0.0] * ex.prompt_len + (ex.old_logprobs or [0.0] * n))
+            rows["has_old"].append([0] * ex.prompt_len + [1 if ex.old_logprobs else 0] * n)
+    return rows
+
+
+class Collator:
+    """Right-padded batches of the pre-tokenized rows; counts the tokens it hands out (tokens/s)."""
+
+    def __init__(self, pad_id: int) -> None:
+        self.pad_id, self.tokens = pad_id, 0
+
+    def __call__(self, rows: list[dict]) -> dict:
+        import torch
+
+        width = max(len(r["input_ids"]) for r in rows)
+
+        def padded(key: str, fill, dtype):
+            return torch.tensor([list(r[key]) + [fill] * (width - len(r[key])) for r in rows], dtype=dtype)
+
+        out = {"input_ids": padded("input_ids", self.pad_id, torch.long), "labels": padded("labels", -100, torch.long),
+               "attention_mask": torch.tensor([[1] * len(r["input_ids"]) + [0] * (width - len(r["input_ids"]))
+                                               for r in rows], dtype=torch.long)}
+        if "weight" in rows[0]:
+            out["weight"] = torch.tensor([r["weight"] for r in rows], dtype=torch.float32)
+            out["old_logprobs"] = padded("old_logprobs", 0.0, torch.float32)
+            out["has_old"] = padded("has_old", 0, torch.bool)
+        self.tokens += int(out["attention_mask"].sum())
+        return out
+
+
+def _trainer_classes():
+    """TRL's SFTTrainer and the policy-gradient trainer over it (imported when a job runs)."""
+    import torch
+    from transformers import TrainerCallback
+    from trl import SFTTrainer
+
+    class PolicyGradientTrainer(SFTTrainer):
+        """SFTTrainer with the importance-weighted, clipped policy-gradient loss over weighted examples."""
+
+        def __init__(self, *args, clip: float = DEFAULT_CLIP, **kwargs) -> None:
+            super().__init__(*args, **kwargs)
+            self.clip = clip
+            self.model_accepts_loss_kwargs = False  # the loss is a mean per example: Trainer divides by accumulation
+            self.last_ratio, self.last_clipped = 1.0, 0.0
+
+        def compute_loss(self, model, inputs, return_outputs=False, num_items_in_batch=None):
+            weight = inputs.pop("weight")
+            old, has_old = inputs.pop("old_logprobs"), inputs.pop("has_old")
+            labels = inputs.pop("labels")
+            out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], use_cache=False)
+            logits = out.logits[:, :-1].float()
+            tgt, old, has_old = labels[:, 1:], old[:, 1:], has_old[:, 1:]
+            mask = tgt != -100
+            logp = torch.log_softmax(logits, -1).gather(-1, tgt.clamp_min(0).unsqueeze(-1)).squeeze(-1)
+            behaviour = torch.where(has_old, old, logp.detach())
+            ratio = torch.exp(logp - behaviour)
+            adv = weight.unsqueeze(1)
+            clipped = torch.clamp(ratio, 1 - self.clip, 1 + self.clip)
+            objective = torch.minimum(ratio * adv, clipped * adv)
+            per_example = (objective * mask).sum(1) / mask.sum(1).clamp_min(1)
+            loss = -per_example.sum() / weight.abs().sum().clamp_min(1e-6)
+            counted = mask & has_old
+            if counted.any():
+                r = ratio.detach()[counted]
+                self.last_ratio = float(r.mean())
+                self.last_clipped = float(((r < 1 - self.clip) | (r > 1 + self.clip)).float().mean())
+            return (loss, out) if return_outputs else loss
+
+    return SFTTrainer, PolicyGradientTrainer, TrainerCallback
+
+
+def _load_model(manager, spec, device: str):
+    """(model, tokenizer, peft_config or None, is_adapter): the parent (adapter or full) or the base folder."""
+    from peft import LoraConfig, PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from webenv.agent import checkpoints
+
+    lm = spec.lm
+    source = checkpoints.resolve(manager.root, spec.parent) if spec.parent else Path(spec.base_model_path)
+    tok = AutoTokenizer.from_pretrained(source, local_files_only=True)
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    if (source / "adapter_config.json").is_file():  # continue a LoRA parent: its adapter over its base
+        base = json.loads((source / "adapter_config.json").read_text())["base_model_name_or_path"]
+        model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True)
+        return PeftModel.from_pretrained(model, source, is_trainable=True), tok, None, True
+    model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True)
+    if lm.lora_rank > 0:
+        config = LoraConfig(r=lm.lora_rank, lora_alpha=lm.lora_alpha or 2 * lm.lora_rank, lora_dropout=lm.lora_dropout,
+                            target_modules=list(lm.lora_target_modules) or "all-linear", task_type="CAUSAL_LM")
+        return model, tok, config, True
+    return model, tok, None, False
 
 
 def train_causal_lm(manager, job, selected, staging: Path, stop) -> Report:
     import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-    from webenv.agent import checkpoints
+    from datasets import Dataset
+    from trl import SFTConfig
+    from webenv.llm import model_context_tokens
 
     from . import metrics
 
-    spec = job.spec
-    h = spec.hyper
-    base = checkpoints.resolve(manager.root, spec.parent) if spec.parent else Path(spec.base_model_path)
+    spec, h, lm = job.spec, job.spec.hyper, job.spec.lm
     device = manager.settings.trainer_device
     if device == "auto":
         device = "cuda" if torch.cuda.is_available() else "cpu"
-    tok = AutoTokenizer.from_pretrained(base, local_files_only=True)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True).to(device)
-    if getattr(manager.settings, "trainer_gradient_checkpointing", False):
-        model.gradient_checkpointing_enable()
-        model.config.use_cache = False
-    limit = min(manager.settings.trainer_max_lm_tokens,
-                getattr(model.config, "max_position_embeddings", manager.settings.trainer_max_lm_tokens))
     torch.manual_seed(h.seed)
-    examples = [(*encode(tok, st, limit), w) for st, w, _ in selected.steps]
-    opt = torch.optim.AdamW(model.parameters(), lr=h.learning_rate, weight_decay=0.0)
-    per_epoch = max(1, math.ceil(len(examples) / h.batch_size))
+    model, tok, peft_config, adapter = _load_model(manager, spec, device)
+    if manager.settings.trainer_gradient_checkpointing:
+        model.gradient_checkpointing_enable()
+    context = model_context_tokens(model.config)
+    if manager.settings.trainer_max_lm_tokens:
+        context = min(context, manager.settings.trainer_max_lm_tokens)
+    budget = PromptBudget(context_tokens=context, new_tokens=lm.max_new_tokens or DEFAULT_NEW_TOKENS)
+    current = 0
+    if spec.parent:
+        from webenv.agent import checkpoints
+
+        current = checkpoints.read_meta(checkpoints.resolve(manager.root, spec.parent)).version
+    examples = [ex for st, w, _ in selected.steps
+                if (ex := build_example(tok, st, w, budget, spec.name, current)) is not None]
+    weighted = spec.algorithm not in SFT_ALGORITHMS or spec.options.step_normalize
+    sampled = [ex for ex in examples if ex.old_logprobs is not None or ex.staleness is not None]
+    stale = [ex.staleness for ex in sampled if ex.staleness is not None]
+    manager.progress(job.job_id, sampled_examples=len(sampled), max_staleness=max(stale, default=0),
+                     mean_staleness=sum(stale) / len(stale) if stale else 0.0)
+    per_epoch = max(1, math.ceil(len(examples) / (h.batch_size * max(1, lm.gradient_accumulation_steps))))
     total = min(h.max_steps, h.epochs * per_epoch) if h.max_steps else h.epochs * per_epoch
-    resume = manager.resume_path(job.job_id)
-    step = 0
-    if resume.is_file():
-        state = torch.load(resume, map_location=device, weights_only=True)
-        model.load_state_dict(state["model"])
-        opt.load_state_dict(state["optimizer"])
-        step = int(state["step"])
-    model.train()
-    pad = tok.pad_token_id
+    resume = manager.lm_resume_dir(job.job_id)
+    args = SFTConfig(
+        output_dir=str(resume), max_steps=total, per_device_train_batch_size=h.batch_size,
+        gradient_accumulation_steps=max(1, lm.gradient_accumulation_steps), learning_rate=h.learning_rate,
+        lr_scheduler_type=SCHEDULERS[lm.lr_scheduler], warmup_steps=int(lm.warmup_ratio * total), weight_decay=0.0,
+        max_grad_norm=1.0, seed=h.seed, data_seed=h.seed, logging_steps=1, report_to=[],
+        save_strategy="steps" if h.checkpoint_every else "no", save_steps=h.checkpoint_every or 500,
+        save_total_limit=1, max_length=None, remove_unused_columns=False, dataloader_num_workers=0,
+        use_cpu=device == "cpu", bf16=device == "cuda", disable_tqdm=True, gradient_checkpointing=False,
+    )
+    dataset = Dataset.from_dict(as_rows(examples, weighted))
+    collator = Collator(tok.pad_token_id)
+    from transformers.trainer_callback import PrinterCallback as printer_cls
+
+    sft_cls, pg_cls, callback_cls = _trainer_classes()
     t0 = time.perf_counter()
-    tokens = 0
-    ema = None
-    last = Report(step, total, 1, 0.0, 0.0, 0.0)
-    amp = torch.autocast("cuda", dtype=torch.bfloat16) if device == "cuda" else torch.autocast("cpu", enabled=False)
-    while step < total and not stop.is_set():
-        epoch = step // per_epoch
-        order = list(range(len(examples)))
-        random.Random(h.seed * 1000 + epoch).shuffle(order)
-        for i in range((step % per_epoch) * h.batch_size, len(order), h.batch_size):
-            if step >= total or stop.is_set():
-                break
-            chunk = [examples[j] for j in order[i:i + h.batch_size]]
-            width = max(len(ids) for ids, _, _ in chunk)
-            input_ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            labels = torch.full((len(chunk), width), -100, dtype=torch.long)
-            mask = torch.zeros((len(chunk), width), dtype=torch.long)
-            weights = torch.tensor([w for _, _, w in chunk], dtype=torch.float32, device=device)
-            for r, (ids, plen, _) in enumerate(chunk):
-                input_ids[r, :len(ids)] = torch.tensor(ids)
-                labels[r, plen:len(ids)] = torch.tensor(ids[plen:])
-                mask[r, :len(ids)] = 1
-            input_ids, labels, mask = input_ids.to(device), labels.to(device), mask.to(device)
-            with amp:
-                logits = model(input_ids=input_ids, attention_mask=mask).logits
-            logits = logits[:, :-1].float()
-            tgt = labels[:, 1:]
-            tok_loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.size(-1)), tgt.reshape(-1),
-                                                         ignore_index=-100, reduction="none").view(tgt.shape)
-            per_ex = tok_loss.sum(1) / (tgt != -100).sum(1).clamp_min(1)
-            loss = (weights * per_ex).sum() / weights.abs().sum().clamp_min(1e-6)
-            opt.zero_grad()
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            step += 1
-            tokens += int(mask.sum())
-            ema = loss.item() if ema is None else 0.9 * ema + 0.1 * loss.item()
+    last = Report(0, total, 1, 0.0, 0.0, 0.0)
+
+    class Progress(callback_cls):
+        """Reports each step to the job, stops at StopJob or shutdown (saving a resume checkpoint then)."""
+
+        def on_log(self, args, state, control, logs=None, **kwargs):
+            nonlocal last
+            if not logs or "loss" not in logs:
+                return
             elapsed = time.perf_counter() - t0
-            last = Report(step, total, epoch + 1, ema, step * h.batch_size / max(elapsed, 1e-9), elapsed)
-            tps = tokens / max(elapsed, 1e-9)
+            step = state.global_step
+            ema = logs["loss"] if not last.loss else 0.9 * last.loss + 0.1 * logs["loss"]
+            last = Report(step, total, max(1, math.ceil(state.epoch or 0)), ema,
+                          step * h.batch_size * args.gradient_accumulation_steps / max(elapsed, 1e-9), elapsed)
+            tps = collator.tokens / max(elapsed, 1e-9)
             metrics.TRAIN_STEPS.inc()
             metrics.TOKENS_PER_SECOND.set(tps)
-            manager.progress(job.job_id, step=step, total_steps=total, epoch=epoch + 1, loss=ema,
-                             examples_per_second=last.examples_per_second, tokens_per_second=tps, train_seconds=elapsed)
-            if h.checkpoint_every and step % h.checkpoint_every == 0 or stop.is_set():
-                torch.save({"model": model.state_dict(), "optimizer": opt.state_dict(), "step": step}, resume)
-    if not stop.is_set():
-        model.save_pretrained(staging)
+            extra = {}
+            if isinstance(trainer, pg_cls):
+                extra = {"importance_ratio": trainer.last_ratio, "clipped_fraction": trainer.last_clipped}
+            manager.progress(job.job_id, step=step, total_steps=total, epoch=last.epoch, loss=ema,
+                             examples_per_second=last.examples_per_second, tokens_per_second=tps,
+                             train_seconds=elapsed, **extra)
+
+        def on_step_end(self, args, state, control, **kwargs):
+            if stop.is_set():
+                control.should_training_stop = True
+                control.should_save = manager.shutting_down
+
+    kwargs = dict(model=model, args=args, train_dataset=dataset, processing_class=tok, data_collator=collator,
+                  peft_config=peft_config, callbacks=[Progress()])
+    trainer = pg_cls(**kwargs, clip=lm.clip_ratio or DEFAULT_CLIP) if weighted else sft_cls(**kwargs)
+    trainer.remove_callback(printer_cls)  # progress goes to the job (WatchJob), not to stdout
+    has_resume = resume.is_dir() and any(resume.glob("checkpoint-*"))
+    trainer.train(resume_from_checkpoint=True if has_resume else None)
+    if not stop.is_set() and trainer.is_world_process_zero():  # under accelerate launch, process 0 writes
+        trained = trainer.model
+        if adapter:
+            trained.save_pretrained(staging)
+        else:
+            getattr(trained, "module", trained).save_pretrained(staging)
         tok.save_pretrained(staging)
+        shutil.rmtree(resume, ignore_errors=True)
     return last

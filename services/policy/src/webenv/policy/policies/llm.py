@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from webenv import errors
-from webenv.agent.prompt import FORMAT_NAMES, Prompt, build_prompt
-from webenv.llm import Batcher, GenerationRequest, ImageInput, Message, SamplingParams
+from webenv.agent.prompt import FORMAT_NAMES, Prompt, PromptBudget, chat_messages, step_prompt
+from webenv.llm import Batcher, GenerationRequest, ImageInput, SamplingParams
 from webenv.v1 import common_pb2, policy_pb2
 
 from .. import metrics
@@ -42,6 +42,14 @@ class LLMPolicy:
         # Screenshots go with every prompt only when asked for and the backend takes images.
         self.vision = vision and batcher.capabilities.images
 
+    @property
+    def budget(self) -> PromptBudget:
+        """The prompt and context budget (webenv.agent.prompt) the trainer's causal-LM jobs rebuild stored steps
+        with; the context is the started backend's."""
+        return PromptBudget(context_tokens=self.batcher.backend.max_context_tokens or 2048,
+                            new_tokens=self.max_new_tokens, observation_chars=self.max_chars,
+                            history_window=self.history_window, fmt=self.prompt_format)
+
     def prompt_for(self, request: policy_pb2.ActRequest):
         """The prompt a request gets (exposed for tests and debugging)."""
         require_observation(request, self.name)
@@ -51,7 +59,7 @@ class LLMPolicy:
                 "policy 'llm' needs an instruction: set task.instruction or request.instruction",
                 reason="MISSING_INSTRUCTION", metadata={"field": "instruction"})
         opts = request.options
-        fmt = self.prompt_format
+        fmt = ""
         if opts.prompt_format:
             if opts.prompt_format == common_pb2.OBSERVATION_FORMAT_SCREENSHOT:
                 fmt = "screenshot"
@@ -73,9 +81,7 @@ class LLMPolicy:
                     f"options.prompt_format {common_pb2.ObservationFormat.Name(opts.prompt_format)} cannot be a "
                     "prompt; use AXTREE, MARKDOWN, HTML, ELEMENTS or SCREENSHOT", reason="BAD_PROMPT_FORMAT",
                     metadata={"field": "options.prompt_format"})
-        window = opts.history_window or self.history_window
-        return build_prompt(request, instruction, fmt=fmt, history_window=window, max_chars=self.max_chars,
-                            with_image=self.vision)
+        return step_prompt(request, self.budget, fmt=fmt, history_window=opts.history_window, with_image=self.vision)
 
     def params_for(self, request: policy_pb2.ActRequest) -> SamplingParams:
         opts = request.options
@@ -115,5 +121,4 @@ class LLMPolicy:
 def as_request(prompt: Prompt, params: SamplingParams, adapter: str = "") -> GenerationRequest:
     """A memory prompt as an LLM request (chat turns; its screenshot, if any, as an image input)."""
     images = (ImageInput(prompt.image, prompt.image_mime or "image/png"),) if prompt.image else ()
-    return GenerationRequest((Message("system", prompt.system), Message("user", prompt.user)), params, images=images,
-                             adapter=adapter)
+    return GenerationRequest(chat_messages(prompt), params, images=images, adapter=adapter)
