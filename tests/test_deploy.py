@@ -876,8 +876,12 @@ def test_k8s_peer_addresses_point_at_services():
     for name in SERVICES:
         for key, value in find("ConfigMap", f"webenv-{name}")["data"].items():
             if key.startswith("WEBENV_") and key.endswith("_ADDR"):
-                host, port = value.rsplit(":", 1)
-                find("Service", host)
+                # dns:///name:port: every replica behind the name (the collector balances over them), which needs a
+                # headless Service (its DNS answers with each pod, not one virtual IP)
+                replicas = value.startswith("dns:///")
+                host, port = value.removeprefix("dns:///").rsplit(":", 1)
+                service = find("Service", host)
+                assert not replicas or service["spec"].get("clusterIP") == "None", f"{name}: {key}: not headless"
                 expected = SITES_HTTP_PORT if key == "WEBENV_FARM_SITES_HTTP_ADDR" else PORTS[host][0]
                 assert int(port) == expected, f"{name}: {key}={value}"
 
