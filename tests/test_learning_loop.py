@@ -406,8 +406,9 @@ def test_branching_on_the_farm_trains_and_loads(stack):
     assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
     policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=job.checkpoint.ref), timeout=60)
 
-    # 3 anchors, one at a time (each holds 4 sessions after its fork, within the task's 60 s deadline)
-    spec = collector_pb2.RunSpec(policy="branchy", seed=4, concurrency=1, episodes=12,
+    # 4 anchors, one at a time (each holds 4 sessions after its fork, within the task's 60 s deadline); with 3, a run
+    # whose every group was flat (all passed: nothing to learn) was seen once in a full suite
+    spec = collector_pb2.RunSpec(policy="branchy", seed=4, concurrency=1, episodes=16,
                                  branching=collector_pb2.Branching(count=3, at_step=1),
                                  act_options=policy_pb2.ActOptions(temperature=1.0),
                                  horizons=collector_pb2.Horizons(easy=5, medium=5, hard=5),
