@@ -136,3 +136,46 @@ def test_readme_mcp_example_runs_as_written(stack: Stack) -> None:
                               "WEBENV_SITES_ADDR": stack.address("sites")})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["False", "True"], out.stdout
+
+
+def test_mcp_http_needs_the_platform_token_when_one_is_set(stack: Stack) -> None:
+    """With WEBENV_AUTH_TOKEN the streamable-HTTP endpoint refuses a request without the bearer token (401
+    UNAUTHENTICATED BAD_TOKEN), as every gRPC service does; with it the MCP handshake goes on."""
+    import json
+    import urllib.error
+    import urllib.request
+
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "webenv.compat.mcp", "--browser", stack.address("browser"),
+                             "--start-url", "http://shop-0000.web.test/", "--transport", "streamable-http",
+                             "--port", str(port)], env={**os.environ, "WEBENV_AUTH_TOKEN": "s3cret"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    hello = json.dumps({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}}).encode()
+
+    def post(headers: dict[str, str]) -> int:
+        req = urllib.request.Request(f"http://127.0.0.1:{port}/mcp", data=hello, method="POST", headers={
+            "content-type": "application/json", "accept": "application/json, text/event-stream", **headers})
+        try:
+            with urllib.request.urlopen(req, timeout=10) as resp:
+                return resp.status
+        except urllib.error.HTTPError as exc:
+            if exc.code == 401:
+                assert json.loads(exc.read())["details"][0]["reason"] == "BAD_TOKEN"
+            return exc.code
+
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                status = post({})
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
+                time.sleep(0.3)
+        assert status == 401
+        assert post({"authorization": "Bearer wrong"}) == 401
+        assert post({"authorization": "Bearer s3cret"}) == 200
+    finally:
+        proc.terminate()
+        proc.wait(20)

@@ -123,3 +123,26 @@ def test_concurrent_sessions_and_the_step_limit(stack: Stack) -> None:
     with urllib.request.urlopen(stack.openenv_metrics, timeout=5) as r:
         text = r.read().decode()
     assert 'webenv_openenv_graded_total{passed="false"}' in text and "webenv_openenv_step_seconds_count" in text
+
+
+def test_with_a_token_every_endpoint_but_health_needs_it() -> None:
+    """WEBENV_AUTH_TOKEN guards the OpenEnv HTTP and WebSocket side as it guards every gRPC call (openenv-core has
+    no authentication of its own); /health stays open for probes."""
+    import json
+
+    from starlette.testclient import TestClient
+    from starlette.websockets import WebSocketDisconnect
+    from webenv.openenv.app import make_app
+    from webenv.openenv.config import Settings
+    from webenv.openenv.env import Backend
+
+    client = TestClient(make_app(Backend(Settings(auth_token="s3cret"))))
+    assert client.get("/health").status_code == 200
+    for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
+        refused = client.post("/reset", json={}, headers=headers)
+        assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")
+        assert json.loads(refused.content)["details"][0]["reason"] == "BAD_TOKEN"
+    with pytest.raises(WebSocketDisconnect) as closed, client.websocket_connect("/ws"):
+        pass
+    assert closed.value.code == 1008
+    assert client.get("/schema", headers={"Authorization": "Bearer s3cret"}).status_code != 401

@@ -10,7 +10,7 @@ import logging
 from webenv.openenv.config import Settings
 from webenv.openenv.env import Backend, WebAction, WebEnvironment, WebObservation
 from webenv.runtime import Server, serving
-from webenv.runtime.http import HttpServer
+from webenv.runtime.http import BearerAuth, HttpServer
 
 from openenv.core.env_server.http_server import create_fastapi_app
 from openenv.core.env_server.types import ConcurrencyConfig
@@ -19,12 +19,15 @@ log = logging.getLogger("webenv.openenv")
 
 
 def make_app(backend: Backend):  # type: ignore[no-untyped-def]
-    """openenv-core's app over one shared backend (WEBENV_OPENENV_MAX_SESSIONS concurrent WebSocket sessions)."""
+    """openenv-core's app over one shared backend (WEBENV_OPENENV_MAX_SESSIONS concurrent WebSocket sessions),
+    behind the platform's bearer token when WEBENV_AUTH_TOKEN is set (openenv-core has no authentication of its
+    own; /health stays open for probes)."""
     settings = backend.settings
-    return create_fastapi_app(
+    app = create_fastapi_app(
         lambda: WebEnvironment(backend), WebAction, WebObservation,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=settings.openenv_max_sessions,
                                              session_timeout=settings.openenv_session_timeout_seconds))
+    return BearerAuth(app, settings.auth_token.get_secret_value())
 
 
 class OpenEnvServer:

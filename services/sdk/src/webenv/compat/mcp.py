@@ -24,6 +24,7 @@ limits and URL and network guard hold as on the gRPC path.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from typing import Literal
@@ -275,8 +276,13 @@ def main(
     server = build_server(session)
     if transport == "stdio":
         server.run("stdio")
-    else:
-        server.run("streamable-http", host=host, port=port)
+        return
+    import uvicorn
+    from webenv.runtime.http import BearerAuth
+
+    # the HTTP endpoint asks for the platform's bearer token (WEBENV_AUTH_TOKEN) as every service does
+    app = BearerAuth(server.streamable_http_app(host=host), os.environ.get("WEBENV_AUTH_TOKEN", ""))
+    uvicorn.run(app, host=host, port=port, log_level="warning")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
+import json
 import socket
 from collections.abc import Iterator
 from typing import Any
@@ -67,3 +69,39 @@ class HttpServer:
         with contextlib.suppress(Exception):
             await asyncio.wait_for(self._task, timeout=grace)
         self._server = self._task = None
+
+
+class BearerAuth:
+    """ASGI middleware: with a token, every HTTP request and WebSocket needs ``Authorization: Bearer <token>``, as
+    every gRPC call does (``WEBENV_AUTH_TOKEN``, the runtime's server interceptor); paths in ``open_paths`` (a
+    liveness probe) stay open. A refused request is 401 with a ``google.rpc.Status``-shaped JSON body
+    (UNAUTHENTICATED, reason BAD_TOKEN) and ``WWW-Authenticate``; a refused WebSocket is closed before it is
+    accepted (code 1008). The adapters' HTTP sides (OpenEnv, MCP) use it; without a token it passes everything."""
+
+    BODY = json.dumps({"code": 16, "status": "UNAUTHENTICATED", "message": "missing or invalid bearer token",
+                       "details": [{"@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "BAD_TOKEN",
+                                    "domain": "webenv"}]}).encode()
+
+    def __init__(self, app: Any, token: str, *, open_paths: tuple[str, ...] = ("/health",)) -> None:
+        self.app = app
+        self.token = token.encode()
+        self.open_paths = open_paths
+
+    def authorized(self, scope: dict) -> bool:
+        for key, value in scope.get("headers") or ():
+            if key.lower() == b"authorization" and value.startswith(b"Bearer "):
+                return hmac.compare_digest(value[7:], self.token)
+        return False
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if (not self.token or scope["type"] not in ("http", "websocket") or scope["path"] in self.open_paths
+                or self.authorized(scope)):
+            await self.app(scope, receive, send)
+            return
+        if scope["type"] == "websocket":
+            await send({"type": "websocket.close", "code": 1008})
+            return
+        await send({"type": "http.response.start", "status": 401, "headers": [
+            (b"content-type", b"application/json"), (b"content-length", str(len(self.BODY)).encode()),
+            (b"www-authenticate", b'Bearer realm="webenv"')]})
+        await send({"type": "http.response.body", "body": self.BODY})
