@@ -11,7 +11,6 @@ policy service loads from) as the service would. One process (no accelerate) run
 
 from __future__ import annotations
 
-import argparse
 import asyncio
 import os
 import shutil
@@ -20,6 +19,7 @@ import threading
 from pathlib import Path
 from types import SimpleNamespace
 
+import typer
 from google.protobuf import json_format
 from webenv.v1 import trainer_pb2
 
@@ -46,7 +46,18 @@ class StandaloneManager:
                   f"tokens/s {fields.get('tokens_per_second', 0):.0f}", flush=True)
 
 
-def main() -> None:
+app = typer.Typer(add_completion=False, help=__doc__.splitlines()[0])
+
+
+@app.command()
+def main(
+    spec_file: Path = typer.Option(..., "--spec", help="JobSpec as JSON"),
+    collector: str = typer.Option("localhost:50056", help="CollectorService the episodes are read from."),
+    checkpoint_dir: Path = typer.Option(..., help="Folder the checkpoint is published to (the policy's)."),
+    version: int = typer.Option(0, help="Version to publish (0 = the family's next)."),
+    device: str = typer.Option("auto", help="auto, cpu or cuda."),
+) -> None:
+    """Read the job's episodes, train, publish the checkpoint (process 0)."""
     from webenv.agent import checkpoints
 
     from . import data
@@ -54,13 +65,8 @@ def main() -> None:
     from .jobs import validate_spec
     from .train_lm import train_causal_lm
 
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--spec", type=Path, required=True, help="JobSpec as JSON")
-    ap.add_argument("--collector", default="localhost:50056")
-    ap.add_argument("--checkpoint-dir", type=Path, required=True)
-    ap.add_argument("--version", type=int, default=0, help="version to publish (0 = the family's next)")
-    ap.add_argument("--device", default="auto")
-    a = ap.parse_args()
+    a = SimpleNamespace(spec=spec_file, collector=collector, checkpoint_dir=checkpoint_dir, version=version,
+                        device=device)
     spec = json_format.Parse(a.spec.read_text(), trainer_pb2.JobSpec())
     a.checkpoint_dir.mkdir(parents=True, exist_ok=True)
     validate_spec(spec, a.checkpoint_dir)
@@ -88,4 +94,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":
-    main()
+    app()
