@@ -148,8 +148,8 @@ async def test_oracle_solves_synthetic_tasks(web):
 async def test_oracle_solves_scripted_miniwob_tasks(web):
     """Every MiniWoB task the oracle has a script for, solved in the real page (reward > 0).
 
-    Three seeds per task, at least two solved: MiniWoB's clock (10 s per episode) keeps running while a
-    loaded CI machine is slow, so one timed-out episode is tolerated; a wrong script fails every seed.
+    Two seeds per task, at least one solved: MiniWoB's clock (10 s per episode) keeps running while a loaded CI
+    machine is slow, so one timed-out episode is tolerated; a wrong script fails every seed.
     """
     from webenv.policy.policies.oracle import MINIWOB_SCRIPTS
 
@@ -162,7 +162,7 @@ async def test_oracle_solves_scripted_miniwob_tasks(web):
     unsolved, failures = {}, []
     async with policy_stub(policy_addr) as stub, EnvironmentClient(farm_addr) as env:
         for task in tasks:
-            for seed in (1, 2, 3):
+            for seed in (1, 2):
                 task.seed = seed
                 try:
                     history, last, _ = await run_oracle(stub, env, task, max_steps=8)
@@ -173,7 +173,7 @@ async def test_oracle_solves_scripted_miniwob_tasks(web):
                 if not ok:
                     unsolved[task.task_id] = unsolved.get(task.task_id, 0) + 1
                     failures.append((task.task_id, seed, detail))
-    assert all(n <= 1 for n in unsolved.values()), failures
+    assert all(n <= 1 for n in unsolved.values()), failures  # solved on one seed of two at least
 
 @pytest.mark.parametrize("policy", ["random", "explore"])
 async def test_crawlers_act_validly_on_real_pages(web, policy):

@@ -72,6 +72,8 @@ async def test_a_policy_and_a_judge_killed_mid_run_lose_and_double_nothing(world
         want = {r["episode_id"]: r["steps"] for r in await collector.store.query(
             "SELECT episode_id, steps FROM {db}.episodes FINAL WHERE run_id = {r:String}", {"r": run.run_id})}
         assert {x["episode_id"]: sorted(x["idx"]) for x in steps} == {e: list(range(n)) for e, n in want.items()}
-        assert retries("policy") > before["policy"] and retries("judge") > before["judge"]  # retried, and counted
+        # retried, and counted: a call was waiting on the killed peer (the judge is asked only as an episode ends,
+        # so on a loaded machine no verdict may fall in its 2 s down: one CI run saw none)
+        assert retries("policy") + retries("judge") > before["policy"] + before["judge"]
     finally:
         await asyncio.to_thread(st.stop)
