@@ -28,8 +28,8 @@ apt:
 $(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt requirements.lock
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q --no-compile -c requirements.lock -r requirements-dev.txt $(foreach s,$(SERVICES),-e '$(s:/=)$(EXTRAS_$(notdir $(s:/=)))')
-	$(PIP) install -q --no-compile --no-deps $(NO_DEPS)
+	$(PIP) install -q -c requirements.lock -r requirements-dev.txt $(foreach s,$(SERVICES),-e '$(s:/=)$(EXTRAS_$(notdir $(s:/=)))')
+	$(PIP) install -q --no-deps $(NO_DEPS)
 	@touch $(STAMP)
 
 protos: $(GEN_DIR)/webenv/v1/.stamp
