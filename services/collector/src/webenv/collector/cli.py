@@ -504,14 +504,20 @@ def replay(
         raise typer.Exit(1)
 
 
-def _export_tasks(dest: Path, found, sites, split, family, site, task, from_file, difficulty, source, kind) -> None:
-    from webenv.compat.hf import catalog_dataset
-
+def _task_filter(split, family, site, task, from_file, difficulty, source, kind) -> task_pb2.TaskFilter:
+    """The TaskFilter `webenv tasks` flags select (listing and --export alike)."""
     flt = task_pb2.TaskFilter(families=family or [], split=_choice(split, SPLITS, "--split"), sites=site or [],
                               task_ids=task or [], task_files=from_file or [])
     flt.difficulties.extend(_choices(difficulty, DIFFICULTIES, "--difficulty"))
     flt.sources.extend(_choices(source, SOURCES, "--source"))
     flt.kinds.extend(_choices(kind, KINDS, "--kind"))
+    return flt
+
+
+def _export_tasks(dest: Path, found, sites, split, family, site, task, from_file, difficulty, source, kind) -> None:
+    from webenv.compat.hf import catalog_dataset
+
+    flt = _task_filter(split, family, site, task, from_file, difficulty, source, kind)
     try:
         ds = catalog_dataset(found if found is not None else address("sites", sites), flt)
     except errors.WebenvError as exc:
@@ -549,11 +555,7 @@ def tasks(
         found = _task_files([task_file])
         total = len(found)
     else:
-        flt = task_pb2.TaskFilter(families=family or [], split=_choice(split, SPLITS, "--split"), sites=site or [],
-                                  task_ids=task or [], task_files=from_file or [])
-        flt.difficulties.extend(_choices(difficulty, DIFFICULTIES, "--difficulty"))
-        flt.sources.extend(_choices(source, SOURCES, "--source"))
-        flt.kinds.extend(_choices(kind, KINDS, "--kind"))
+        flt = _task_filter(split, family, site, task, from_file, difficulty, source, kind)
         try:
             resp = task_pb2_grpc.TaskServiceStub(grpc.insecure_channel(address("sites", sites))).ListTasks(
                 task_pb2.ListTasksRequest(filter=flt, page_size=limit), timeout=30)
