@@ -107,3 +107,42 @@ def test_an_interrupted_loop_stops_the_collection_it_overlaps():
     loop.stop_live()  # what the loop does when its evaluation is interrupted (Ctrl-C, SIGTERM)
     collecting.join(5)
     assert not collecting.is_alive() and not loop.live
+
+
+def test_a_cut_off_loop_leaves_its_figures_and_the_report_replaces_them(tmp_path):
+    loop = loop_with([ev("agent@1", "test", 3)], ["agent@1"])
+    loop.cfg.out_dir, loop.t_start = str(tmp_path), time.monotonic()
+    loop.evals[0].outcomes = {"t1": [1, 1], "t2": [0, 1]}
+    loop.save_progress()  # what the loop does after every evaluation
+    partial = json.loads((tmp_path / "learning.partial.json").read_text())
+    assert partial["evaluations"][0]["outcomes"] == {"t1": [1, 1], "t2": [0, 1]}
+    write_report(loop.result(loop.t_start), tmp_path, "webenv train")
+    assert not (tmp_path / "learning.partial.json").exists() and (tmp_path / "learning.json").exists()
+
+
+def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("learning_seeds", Path(__file__).parents[3] / "bench" / "learning_seeds.py")
+    seeds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seeds)
+    # 10 test tasks: BC solves 2, RL the same 2 and 4 more (6 discordant wins, 0 losses)
+    bc = ev("agent@1", "test", 2)
+    bc.outcomes = {f"t{i}": [int(i < 2), 1] for i in range(10)}
+    rl = ev("agent@2", "test", 6)
+    rl.outcomes = {f"t{i}": [int(i < 6), 1] for i in range(10)}
+    val = [ev("agent@1", "validation", 1), ev("agent@2", "validation", 4)]
+    loop = loop_with([bc, rl, *val, ev("random", "test", 0)], ["agent@1", "agent@2"])
+    loop.checkpoints[0]["label"], loop.checkpoints[1]["label"] = "bc", "rl-1"
+    for i, folder in enumerate(("s1", "s2")):
+        (tmp_path / folder).mkdir()
+        result = loop.result(time.monotonic()) | {"config": {"seed": i + 1}}
+        (tmp_path / folder / "learning.json").write_text(json.dumps(result))
+    assert seeds.main([str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "README.md")]) == 0
+    summary = json.loads((tmp_path / "README.json").read_text())
+    test = summary["suites"]["test"]
+    assert test["n"] == 20 and test["wins"] == 8 and test["losses"] == 0 and abs(test["gain"] - 0.4) < 1e-9
+    assert test["ci95"][0] > 0.15 and test["p"] < 0.01 and summary["goal_met"] is False  # two seeds, not three
+    text = (tmp_path / "README.md").read_text()
+    assert "| test | 2 | 20.0% | 60.0% | +40.0 |" in text and "| random |" not in text.split("## Transactions")[0].split("| suite")[0]

@@ -131,6 +131,7 @@ class Evaluation:
     truncated: int = 0  # episodes cut at their step cap
     errored: int = 0  # episodes the environment or a peer failed (counted as failures)
     tasks: str = ""  # digest of the task ids run: equal digests = the same tasks
+    outcomes: dict[str, list[int]] = field(default_factory=dict)  # task id -> [passed, episodes]: paired comparisons
 
     @property
     def rate(self) -> float:
@@ -179,6 +180,7 @@ class Loop:
         self.live: set[str] = set()  # runs started and still watched (StopRun'd when the loop is interrupted)
         self.checkpoints: list[dict] = []
         self.iterations: list[dict] = []  # per RL iteration: wall time, the sum of its phases, what overlapped
+        self.t_start = time.monotonic()
 
     # -- collector ------------------------------------------------------------------------------------------------
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
@@ -268,9 +270,22 @@ class Loop:
         ev = self.score(run.run_id, version, suite)
         self.timing.evaluate += time.monotonic() - t0
         self.evals.append(ev)
+        self.save_progress()
         lo, hi = ev.interval()
         self.say(f"  {version} on {suite}: {ev.rate:.1%} [{lo:.1%}, {hi:.1%}] ({ev.passed}/{ev.episodes})")
         return ev
+
+    def save_progress(self) -> None:
+        """Everything measured so far, to OUT/learning.partial.json after each evaluation: a loop of hours that is
+        cut off (a session's end, a node drained) still leaves its figures; the finished report replaces it."""
+        out = Path(self.cfg.out_dir)
+        try:
+            out.mkdir(parents=True, exist_ok=True)
+            tmp = out / "learning.partial.json.tmp"
+            tmp.write_text(json.dumps(self.result(self.t_start), indent=1, default=list), encoding="utf-8")
+            tmp.replace(out / "learning.partial.json")
+        except OSError as exc:  # a full or read-only disk costs the progress file, never the run
+            self.say(f"  progress not saved: {exc}")
 
     def evaluate_checkpoint(self, version: str, it: str) -> None:
         """A version on every held-out suite (validation first: it is the one the loop chooses on)."""
@@ -325,6 +340,8 @@ class Loop:
             ev.passed += int(ep.passed)
             ev.truncated += int(ep.truncated)
             ev.errored += int(bool(ep.error))
+            seen = ev.outcomes.setdefault(ep.task.task_id, [0, 0])
+            seen[0], seen[1] = seen[0] + int(ep.passed), seen[1] + 1
             for table, key in ((ev.by_kind, KINDS.get(ep.task.kind, "other")),
                                (ev.by_difficulty, DIFFS.get(ep.task.difficulty, "other"))):
                 table[key][0] += int(ep.passed)
@@ -415,7 +432,7 @@ class Loop:
         cfg = self.cfg
         if cfg.dyna:
             return self.run_dyna()
-        t_start = time.monotonic()
+        t_start = self.t_start = time.monotonic()
         self.prepare()
         self.baselines_and_ceiling()
         demos, cp = self.warm_start(evaluate=not cfg.overlap)
@@ -539,6 +556,7 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
     dyna = bool(result["config"].get("dyna"))
     stem = "dyna" if dyna else "learning"
     (out_dir / f"{stem}.json").write_text(json.dumps(result, indent=1))
+    (out_dir / "learning.partial.json").unlink(missing_ok=True)  # the loop's progress file, now superseded
     title = ("# Dyna: world-model rollouts vs the same budget of real rollouts, success on unseen websites" if dyna
              else "# Learning loop: success on unseen websites, task families and MiniWoB++")
     lines = [title, "", f"Command: `{command}`", "",
