@@ -76,9 +76,11 @@ bench: install-vllm install-browsergym
 # iterations of WebGym's filtered BC, success on unseen test-split websites. About an hour on 2 cores.
 # The learning benchmark (issue 22's protocol): one `webenv train` per seed, each ~1.5 h on 2 cores alone on the
 # machine, then the paired comparison of every seed's RL checkpoint with its own BC warm start. SEEDS=1 runs one.
+# Sequential (no --overlap): on 2 cores the farm is the bottleneck either way, and 4 episodes in flight in all keep
+# every episode inside its deadline (bench/results/learning/README.md).
 LEARN_ARGS ?= --demos 50 --iterations 3 --collect 200 --eval 150 --train-eval 0 --validation-eval 50 \
 	--holdout-family shop --family-eval 50 --miniwob-tasks 20 --baseline-eval 50 --baselines random \
-	--algorithm partial --sampling frontier --overlap
+	--algorithm partial --sampling frontier --concurrency 4
 SEEDS ?= 1 2 3
 learn: install
 	@for s in $(SEEDS); do \

@@ -12,7 +12,7 @@ from webenv.collector.learn import Evaluation, Loop, LoopConfig, Timing, write_r
 def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:
     loop = Loop.__new__(Loop)  # no services: only the recorded evaluations and checkpoints are read
     loop.cfg, loop.evals, loop.runs, loop.timing = LoopConfig(holdout_family="shop", overlap=True), evals, {}, Timing()
-    loop.live = set()
+    loop.live, loop.sharing = set(), False
     loop.checkpoints = [{"ref": r, "parent": "", "label": r, "episodes": 1, "examples": 1, "steps": 1, "loss": 0.1,
                          "validation_accuracy": 0.5, "examples_per_second": 1.0} for r in refs]
     loop.iterations = [{"iteration": 1, "collected_with": "agent@1", "evaluated_during_collection": "agent@1",
@@ -72,6 +72,11 @@ def test_only_the_collection_samples_by_the_loop_strategy_evaluations_are_unifor
     assert evaluation.sampling == collector_pb2.SAMPLING_STRATEGY_UNIFORM and not evaluation.history_run_ids
     assert collection.sampling == collector_pb2.SAMPLING_STRATEGY_FRONTIER
     assert list(collection.history_run_ids) == ["run-collect-1"]
+    # the loop's concurrency (4: the collector's 16 ran episodes past their deadlines on 2 cores), halved for each
+    # of the two runs --overlap keeps in flight
+    loop.sharing = True
+    loop.run("eval-2-test", policy="agent@2", split=common_pb2.SPLIT_TEST, episodes=5, seed=7920)
+    assert (evaluation.concurrency, loop.collector.specs[-1].concurrency) == (4, 2)
 
 
 class BlockingCollector(RecordingCollector):

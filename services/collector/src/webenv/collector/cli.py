@@ -672,7 +672,9 @@ def train(
     bc_epochs: int = typer.Option(40),
     rl_epochs: int = typer.Option(4),
     sampling: str = typer.Option("uniform", help="uniform, easy-only, hard-biased or frontier task sampling."),
-    concurrency: int = typer.Option(0),
+    concurrency: int = typer.Option(4, help="Episodes in flight per run, halved for each of --overlap's two runs "
+                                               "(0 = the collector's default of 16: on 2 cores episodes ran past their "
+                                               "deadlines)."),
     baselines: str = typer.Option("random,explore", help="Policies evaluated on the test split beside (comma list)."),
     baseline_eval: int = typer.Option(100, help="Test-split episodes per baseline policy."),
     seed: int = typer.Option(1),

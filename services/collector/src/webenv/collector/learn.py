@@ -93,7 +93,11 @@ class LoopConfig:
     bc_epochs: int = 40
     rl_epochs: int = 4
     sampling: str = "uniform"
-    concurrency: int = 0
+    # Episodes in flight per run. Not the collector's default (16): on 2 cores at 16 (32 with --overlap) a step took
+    # ~2 s and 14% of random's test episodes, 83% of a collection, ran past their 60 s episode deadline (errored:
+    # the machine's limit, counted as failures); at 4 the same work takes as long and episodes end on their own.
+    # With --overlap the two runs in flight (an evaluation, a collection) share it, each half.
+    concurrency: int = 4
     baselines: tuple[str, ...] = ("random", "explore")
     baseline_episodes: int = 100  # test episodes per baseline policy
     horizons: tuple[int, int, int] = (12, 16, 20)  # step caps by difficulty (WebGym's horizon caps)
@@ -181,6 +185,7 @@ class Loop:
         self.checkpoints: list[dict] = []
         self.iterations: list[dict] = []  # per RL iteration: wall time, the sum of its phases, what overlapped
         self.t_start = time.monotonic()
+        self.sharing = False  # an evaluation and a collection in flight together (--overlap): each gets half
 
     # -- collector ------------------------------------------------------------------------------------------------
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
@@ -195,7 +200,7 @@ class Loop:
         sampling = self.cfg.sampling if arm else "uniform"
         spec = collector_pb2.RunSpec(
             name=f"{self.cfg.name}/{label}", policy=policy, episodes=episodes, seed=seed, env_address=env_address,
-            concurrency=concurrency or self.cfg.concurrency, level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
+            concurrency=concurrency or self.shared_concurrency(), level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED,
             sampling=collector_pb2.SamplingStrategy.Value(f"SAMPLING_STRATEGY_{sampling.upper().replace('-', '_')}"),
             history_run_ids=list(history),
             act_options=policy_pb2.ActOptions(temperature=temperature),
@@ -234,6 +239,11 @@ class Loop:
             raise RuntimeError(f"run {label} failed: {last.error}")
         self.runs[label] = run.run_id
         return last
+
+    def shared_concurrency(self) -> int:
+        """The loop's concurrency, halved while two runs are in flight (0: the collector's default)."""
+        c = self.cfg.concurrency
+        return max(1, c // 2) if c and self.sharing else c
 
     def stop_live(self) -> None:
         """Stop the runs still being watched (an overlapped collection whose evaluation was interrupted), so the
@@ -444,6 +454,7 @@ class Loop:
                      + (f" while evaluating {pending[0]}" if pending else ""))
             t0, phases = time.monotonic(), sum(asdict(self.timing).values())
             if pending:
+                self.sharing = True
                 with ThreadPoolExecutor(1) as pool:
                     collecting = pool.submit(self.collect, it, cp.ref, tuple(data[1:]))
                     try:
@@ -452,6 +463,8 @@ class Loop:
                     except BaseException:  # Ctrl-C, SIGTERM, a failed run: the collection must not run on alone
                         self.stop_live()
                         raise
+                    finally:
+                        self.sharing = False
             else:
                 run = self.collect(it, cp.ref, tuple(data[1:]))
             data.append(run.run_id)
