@@ -72,7 +72,7 @@ async def test_vlm_sft_on_screenshots_is_served_hot_with_the_trained_prompt(tiny
                            "")
     spec = A.JobSpec(name="vlm", algorithm=A.TRAINING_ALGORITHM_BC, model=A.MODEL_KIND_CAUSAL_LM,
                      base_model_path=str(vlm), lm=A.LanguageModelOptions(lora_rank=8, max_new_tokens=NEW),
-                     hyper=A.Hyperparameters(max_steps=8, epochs=1000, batch_size=4, learning_rate=2e-2, seed=1))
+                     hyper=A.Hyperparameters(max_steps=4, epochs=1000, batch_size=4, learning_rate=2e-2, seed=1))
     root = tmp_path / "ckpt"
     root.mkdir()
     staging = root / ".staging"
@@ -82,8 +82,8 @@ async def test_vlm_sft_on_screenshots_is_served_hot_with_the_trained_prompt(tiny
     losses = [f["loss"] for f in manager.log if "loss" in f]
     print(f"\nVLM SFT loss {losses[0]:.3f} -> {losses[-1]:.3f} over {report.step} steps, "
           f"{manager.log[-1]['tokens_per_second']:.0f} tokens/s")
-    assert report.step == 8 and all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
-    assert losses[-1] < losses[0] - 0.1, losses  # the moving average; LoRA's B starts at zero
+    assert report.step == 4 and all(b < a for a, b in zip(losses, losses[1:], strict=False)), losses
+    assert losses[-1] < losses[0] - 0.05, losses  # the moving average (6.459 -> 6.354 here); LoRA's B starts at zero
     assert (staging / "adapter_config.json").is_file() and (staging / "preprocessor_config.json").is_file()
 
     st, w, _ = sel.steps[0]
