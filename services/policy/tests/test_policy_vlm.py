@@ -5,7 +5,7 @@ token ids and logprobs are recorded (a forward pass with the same pixel values r
 serving: the trainer's BC job (TRL's SFTTrainer on its vision path, LoRA) on stored one-step episodes whose
 screenshots are in the collector's blob store, its loss falling; the adapter it publishes loaded hot by the policy
 service over the same base; the served prompt of a trained step the same ids, image tokens and all, as the prompt
-it was trained on; and the coordinate action it is trained to answer parsed by the policy (ClickAt). (Eight LoRA
+it was trained on; and the coordinate action it is trained to answer parsed by the policy (ClickAt). (Four LoRA
 steps lower the loss but do not teach a random model the answer: the served answer is not asserted.)"""
 
 from __future__ import annotations
