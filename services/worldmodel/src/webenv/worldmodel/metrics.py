@@ -19,6 +19,12 @@ GENERATE_SECONDS = Histogram("webenv_worldmodel_generate_seconds", "Latency of o
 SIM_STEPS = Counter("webenv_worldmodel_simulated_steps_total", "Steps of simulated sessions")
 SIM_SESSIONS_OPENED = Counter("webenv_worldmodel_simulated_sessions_total", "Simulated sessions opened")
 SIM_SESSIONS_OPEN = Gauge("webenv_worldmodel_simulated_sessions_open", "Simulated sessions currently open")
+SIM_SESSIONS_CLOSED = Counter("webenv_worldmodel_simulated_sessions_closed_total",
+                              "Simulated sessions ended, by final state (closed, expired: idle past the lease, or "
+                              "ended episodes past WEBENV_WORLDMODEL_DONE_LEASE_SECONDS)", ["state"])
+FARM_STARTS = Counter("webenv_worldmodel_farm_starts_total",
+                      "Start pages without a recorded state, by result (taken: opened on the browser farm, kept: "
+                      "answered from those kept, failed: the farm refused or could not be reached)", ["result"])
 SIM_STEP_SECONDS = Histogram("webenv_worldmodel_simulated_step_seconds", "Latency of one simulated step", buckets=_BUCKETS)
 
 
