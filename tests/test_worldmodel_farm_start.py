@@ -7,8 +7,9 @@ seconds) with WEBENV_WORLDMODEL_FARM_ADDR naming the farm; its model directory r
 websites. Checked over gRPC: a world-model session opened at a synthetic website's page, and one of a MiniWoB++
 task (with a seed), starts from exactly what the farm observes there (URL, a11y tree, instruction); the page is
 taken once per start (concurrent opens and later ones share it; the farm session is closed), the simulation
-steps on from it, and a start the farm refuses gets the farm's own status and reason. (Without a farm such a start
-is FAILED_PRECONDITION START_STATE_UNKNOWN: services/worldmodel/tests/test_worldmodel_service.py.)
+steps on from it (a link click's URL is a web URL, whatever the tiny model predicts), and a start the farm
+refuses gets the farm's own status and reason. (Without a farm such a start is FAILED_PRECONDITION
+START_STATE_UNKNOWN: services/worldmodel/tests/test_worldmodel_service.py.)
 """
 
 from __future__ import annotations
@@ -25,7 +26,8 @@ from webenv import errors
 from webenv.actions import parse_action
 from webenv.testing import scrape
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
-from webenv.worldmodel.page import links_from_markdown
+from webenv.worldmodel.page import links_from_markdown, resolve
+from webenv.worldmodel.predict import url_problem
 
 pytestmark = pytest.mark.timeout(180)
 
@@ -94,9 +96,13 @@ def _taken_by_worldmodel(stack: Stack) -> int:
     return sum(1 for p in reg.closed.values() if p.labels.get("purpose") == "worldmodel-start")  # type: ignore[attr-defined]
 
 
-def _farm_starts(stack: Stack, result: str) -> float:
-    m = re.search(rf'^webenv_worldmodel_farm_starts_total{{result="{result}"}} (\S+)$', scrape(stack.wm_metrics_port), re.M)
+def _counter(stack: Stack, name: str, label: str, value: str) -> float:
+    m = re.search(rf'^webenv_worldmodel_{name}_total{{{label}="{value}"}} (\S+)$', scrape(stack.wm_metrics_port), re.M)
     return float(m.group(1)) if m else 0.0
+
+
+def _farm_starts(stack: Stack, result: str) -> float:
+    return _counter(stack, "farm_starts", "result", result)
 
 
 async def test_a_website_page_opens_from_the_farm_once(stack: Stack) -> None:
@@ -126,6 +132,16 @@ async def test_a_website_page_opens_from_the_farm_once(stack: Stack) -> None:
     sid = later.session.session_id
     step = await stack.wm.Step(environment_pb2.StepRequest(session_id=sid, action=parse_action("scroll(0, 400)"), step_index=0))
     assert step.observation.axtree == real.observation.axtree and step.observation.url == real.observation.url
+    # a click on a link to another page of a family the model never saw (its language model decides, if analogy
+    # does not): whatever the tiny model writes, the observation's URL is a web URL, the link's own href when the
+    # predicted one was malformed (the tiny model's usually is)
+    link_id, href = next((i, h) for i, h in links.items() if resolve(real.observation.url, h) != real.observation.url)
+    bad_urls = _counter(stack, "fallbacks", "reason", "url")
+    click = await stack.wm.Step(environment_pb2.StepRequest(session_id=sid, action=parse_action(f"click({link_id})"),
+                                                            step_index=1))
+    assert url_problem(click.observation.url) == "", click.observation.url
+    if _counter(stack, "fallbacks", "reason", "url") > bad_urls:
+        assert click.observation.url == resolve(real.observation.url, href)
     for o in [*opens, later]:
         await stack.wm.CloseSession(environment_pb2.CloseSessionRequest(session_id=o.session.session_id))
 

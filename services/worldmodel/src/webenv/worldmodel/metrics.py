@@ -10,7 +10,9 @@ PREDICTIONS = Counter("webenv_worldmodel_predictions_total",
                       "Next-page predictions by where the page came from (rule, edit, recall, compose, keep)", ["source"])
 DECISIONS = Counter("webenv_worldmodel_decisions_total",
                     "Next-page predictions by who decided the action's effect (rule, analogy, lm)", ["decided_by"])
-FALLBACKS = Counter("webenv_worldmodel_fallbacks_total", "Predictions whose output was malformed (state kept)")
+FALLBACKS = Counter("webenv_worldmodel_fallbacks_total",
+                    "Predictions whose output was malformed, by reason (output: the page kept; url: a predicted URL "
+                    "that is not a web URL, the clicked link's href loaded instead or the page kept)", ["reason"])
 REPAIRED = Counter("webenv_worldmodel_repaired_edits_total", "Predicted edits applied leniently (did not apply as a whole)")
 TOKENS = Counter("webenv_worldmodel_generated_tokens_total", "Tokens generated (rate = tokens/s)")
 PREDICT_SECONDS = Histogram("webenv_worldmodel_predict_seconds", "Latency of one prediction", buckets=_BUCKETS)
@@ -28,10 +30,11 @@ FARM_STARTS = Counter("webenv_worldmodel_farm_starts_total",
 SIM_STEP_SECONDS = Histogram("webenv_worldmodel_simulated_step_seconds", "Latency of one simulated step", buckets=_BUCKETS)
 
 
-def observe_prediction(seconds: float, tokens: int, fallback: bool, source: str, decided_by: str) -> None:
+def observe_prediction(seconds: float, tokens: int, fallback: bool, source: str, decided_by: str,
+                       fallback_reason: str = "") -> None:
     PREDICTIONS.labels(source=source).inc()
     DECISIONS.labels(decided_by=decided_by).inc()
     TOKENS.inc(tokens)
     PREDICT_SECONDS.observe(seconds)
     if fallback:
-        FALLBACKS.inc()
+        FALLBACKS.labels(reason=fallback_reason or "output").inc()
