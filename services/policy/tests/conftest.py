@@ -42,6 +42,17 @@ def tiny_model(tmp_path_factory) -> Path:
     return build_tiny_model(tmp_path_factory.mktemp("tiny-model"), corpus())
 
 
+@pytest.fixture(scope="session")
+def tiny_vlm(tmp_path_factory) -> Path:
+    """A tiny Qwen2-VL-architecture VLM (random weights, a tokenizer trained here on memory-prompt text, a Qwen2-VL
+    image processor capped at 16 image tokens a screenshot), built the way tiny_model is."""
+    from webenv.agent.prompt import SYSTEM_PROMPT
+    from webenv.llm.tinymodel import DEFAULT_TEXTS, build_tiny_vlm
+
+    answer = "Memory: the button\nProgress: looked\nIntention: press it\nAction: click_at(120, 48)"
+    return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"), [*DEFAULT_TEXTS, SYSTEM_PROMPT, answer], vocab_size=700)
+
+
 @pytest.fixture
 def serve_policy():
     """`async with serve_policy(**settings) as (server, app)`: a policy server on free ports."""

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+from prometheus_client import REGISTRY
+from webenv.llm import GenerationRequest, GenerationResult
 from webenv.worldmodel import tinyweb
 from webenv.worldmodel.compose import Exemplars, PageMemory, PageView, compose, refresh_chrome
 from webenv.worldmodel.page import links_from_markdown, page_kind, parse, regions, shift_ids
+from webenv.worldmodel.predict import ModelInfo, Predictor, Query, url_problem
 
 TRAIN, TEST = "shop-0000.web.test", "shop-0001.web.test"
 
@@ -34,6 +37,34 @@ def test_composed_pages_of_an_unseen_site_take_its_words_and_ids() -> None:
         got = compose(home, action, url, exemplar)
         want = _page(TEST, path)
         assert (got.url, got.state, got.links) == (url, want.state, want.links), got.state
+
+
+class _Says:
+    """A language model that completes every prompt with `text` (a tiny model's malformed `<nav>` output)."""
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    async def generate(self, requests: list[GenerationRequest]) -> list[GenerationResult]:
+        return [GenerationResult(self.text) for _ in requests]
+
+
+async def test_a_predicted_url_that_is_not_a_web_url_is_never_the_next_pages() -> None:
+    home = _page(TEST, "/")
+    fallbacks = REGISTRY.get_sample_value("webenv_worldmodel_fallbacks_total", {"reason": "url"}) or 0.0
+    info = ModelInfo("stub", "stub", ["axtree"], 0, 0)
+    for mode, text in (("lm", "<nav><nav><nav> <nav>"), ("lm", "<nav>/<nav>"), ("webworld", f"URL: <nav>\n{home.state}")):
+        predictor = Predictor(_Says(text), info, _exemplars(), mode=mode)  # type: ignore[arg-type]
+        # a click on a link: its href (the page of that new document, composed) instead of the malformed URL
+        link = await predictor.predict(Query(home, "click(12)", memory=PageMemory()))
+        assert (link.next_url, link.navigated, link.source) == (f"http://{TEST}/products/P1000", True, "compose"), mode
+        assert link.fallback and link.fallback_reason == "url" and "predicted URL" in link.error
+        # a click on a button (no href here): the page is kept
+        button = await predictor.predict(Query(home, "click(4)", memory=PageMemory()))
+        assert (button.next_url, button.next_state, button.navigated, button.fallback) == (home.url, home.state, False, True)
+    assert REGISTRY.get_sample_value("webenv_worldmodel_fallbacks_total", {"reason": "url"}) == fallbacks + 6
+    assert url_problem(f"http://{TEST}/products/P1000") == ""
+    assert url_problem("<nav><nav>") and url_problem(f"http://{TEST}/<nav>") and url_problem("javascript:void(0)")
 
 
 def test_recall_refreshes_the_chrome_and_the_memory_keeps_history() -> None:

@@ -193,8 +193,15 @@ async def test_environment_bad_inputs(wm_channel: grpc.aio.Channel) -> None:
     await _expect(grpc.StatusCode.NOT_FOUND, env.GetSession(environment_pb2.GetSessionRequest(session_id="nope")), "SESSION_NOT_FOUND")
     await _expect(grpc.StatusCode.NOT_FOUND, env.Step(environment_pb2.StepRequest(session_id="nope", action=parse_action("noop()"))),
                   "SESSION_NOT_FOUND")
-    await _expect(grpc.StatusCode.NOT_FOUND, env.OpenSession(environment_pb2.OpenSessionRequest(start_url="http://unknown.web.test/")),
-                  "START_STATE_UNKNOWN")
+    # no recorded start page and no browser farm to take it from: the field and the way out are named
+    err = await _expect(grpc.StatusCode.FAILED_PRECONDITION,
+                        env.OpenSession(environment_pb2.OpenSessionRequest(start_url="http://unknown.web.test/")),
+                        "START_STATE_UNKNOWN")
+    assert err.metadata["field"] == "start_url" and "WEBENV_WORLDMODEL_FARM_ADDR" in err.message
+    err = await _expect(grpc.StatusCode.FAILED_PRECONDITION, env.OpenSession(environment_pb2.OpenSessionRequest(
+        task=common_pb2.Task(task_id="miniwob/click-test", start_url="http://miniwob.web.test/miniwob/click-test.html"))),
+        "START_STATE_UNKNOWN")
+    assert err.metadata["field"] == "task.start_url"
     await _expect(grpc.StatusCode.INVALID_ARGUMENT, env.OpenSession(environment_pb2.OpenSessionRequest()), "BAD_START")
     spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_SCREENSHOT])
     err = await _expect(grpc.StatusCode.INVALID_ARGUMENT,

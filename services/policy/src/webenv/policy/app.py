@@ -63,7 +63,8 @@ class PolicyApp:
         await batcher.start()
         policy = LLMPolicy(batcher, prompt_format=s.policy_prompt_format, history_window=s.policy_history_window,
                            max_new_tokens=s.policy_max_new_tokens, temperature=s.policy_temperature,
-                           max_observation_chars=s.policy_max_observation_chars, constrained=s.policy_constrained)
+                           max_observation_chars=s.policy_max_observation_chars, constrained=s.policy_constrained,
+                           vision=s.policy_vision)
         policy.name, policy.version, policy.checkpoint_path = meta.name, meta.ref, meta.path
         policy.description = f"fine-tuned causal LM {meta.ref}"
         return policy, batcher.close
@@ -87,7 +88,7 @@ class PolicyApp:
         policy = LLMPolicy(self.batcher, prompt_format=s.policy_prompt_format, history_window=s.policy_history_window,
                            max_new_tokens=s.policy_max_new_tokens, temperature=s.policy_temperature,
                            max_observation_chars=s.policy_max_observation_chars, constrained=s.policy_constrained,
-                           adapter=meta.ref)
+                           vision=s.policy_vision, adapter=meta.ref)
         policy.name, policy.version, policy.checkpoint_path, policy.model = meta.name, meta.ref, meta.path, meta.ref
         policy.description = f"LoRA adapter {meta.ref} over {backend.model}"
 

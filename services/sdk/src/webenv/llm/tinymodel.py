@@ -11,6 +11,12 @@ A caller may give its own ``chat_template`` with the special tokens it renders a
 TRL's GRPO example passes TRL's Qwen3 template (the tool-calling one TRL parses tool calls from) with Qwen's
 ``<|im_start|>``/``<|im_end|>``/``<tool_call>`` tokens (a random model this small does not learn to call tools:
 that needs a real model, the example's GPU form).
+
+``build_tiny_vlm`` writes a Qwen2-VL-architecture vision-language model the same way: this tokenizer (trained here,
+with Qwen's chat and vision special tokens and a chat template rendering image parts as Qwen2-VL's placeholder), a
+Qwen2-VL image processor capped at a few image tokens per screenshot, and a randomly initialised
+Qwen2VLForConditionalGeneration (a one-block vision tower, a two-layer text model); webenv.llm.vision serves and
+trains it.
 """
 
 from __future__ import annotations
@@ -84,6 +90,51 @@ def build_tiny_model(out: str | Path, texts: Sequence[str] = DEFAULT_TEXTS, *, v
     model.generation_config.pad_token_id = tok.pad_token_id
     model.save_pretrained(out)
     (out / "webenv-tiny.json").write_text(json.dumps({"train_steps": train_steps, "seed": seed}))
+    return out
+
+
+#: Qwen2-VL's chat format (Qwen's turns, image parts as the vision placeholder), for the tiny VLM.
+VLM_CHAT_TEMPLATE = (
+    "{% for m in messages %}<|im_start|>{{ m['role'] }}\n{% if m['content'] is string %}{{ m['content'] }}{% else %}"
+    "{% for c in m['content'] %}{% if c['type'] == 'image' %}<|vision_start|><|image_pad|><|vision_end|>"
+    "{% else %}{{ c['text'] }}{% endif %}{% endfor %}{% endif %}<|im_end|>\n{% endfor %}"
+    "{% if add_generation_prompt %}<|im_start|>assistant\n{% endif %}"
+)
+VLM_SPECIALS = ("<|im_start|>", "<|im_end|>", "<|vision_start|>", "<|vision_end|>", "<|image_pad|>", "<|video_pad|>")
+
+
+def build_tiny_vlm(out: str | Path, texts: Sequence[str] = DEFAULT_TEXTS, *, vocab_size: int = 1024,
+                   hidden: int = 64, layers: int = 2, heads: int = 2, max_positions: int = 2048,
+                   max_pixels: int = 112 * 112, seed: int = 0) -> Path:
+    """Write a tiny Qwen2-VL-architecture VLM (tokenizer, image processor, random weights) to ``out`` and return it.
+    ``max_pixels`` caps the image processor's resize: 112 x 112 is 16 image tokens (patches of 14, merged 2 x 2)."""
+    import torch
+    from transformers import Qwen2VLConfig, Qwen2VLForConditionalGeneration
+    from transformers.models.qwen2_vl.image_processing_pil_qwen2_vl import Qwen2VLImageProcessorPil
+
+    out = Path(out)
+    out.mkdir(parents=True, exist_ok=True)
+    torch.manual_seed(seed)
+    tok = build_tokenizer(out, vocab_size, texts, VLM_CHAT_TEMPLATE, VLM_SPECIALS, "<|im_end|>")
+    Qwen2VLImageProcessorPil(min_pixels=28 * 28, max_pixels=max_pixels).save_pretrained(out)
+    token = tok.convert_tokens_to_ids
+    head = hidden // heads
+    config = Qwen2VLConfig(
+        text_config=dict(vocab_size=len(tok), hidden_size=hidden, intermediate_size=hidden * 2,
+                         num_hidden_layers=layers, num_attention_heads=heads, num_key_value_heads=heads,
+                         max_position_embeddings=max_positions, bos_token_id=tok.bos_token_id,
+                         eos_token_id=tok.eos_token_id, pad_token_id=tok.pad_token_id,
+                         rope_parameters={"rope_type": "default", "rope_theta": 10000.0,
+                                          "mrope_section": [head // 8, head * 3 // 16, head * 3 // 16]}),
+        vision_config=dict(depth=1, embed_dim=32, hidden_size=hidden, num_heads=2, mlp_ratio=2, patch_size=14,
+                           spatial_merge_size=2, temporal_patch_size=2),
+        image_token_id=token("<|image_pad|>"), video_token_id=token("<|video_pad|>"),
+        vision_start_token_id=token("<|vision_start|>"), vision_end_token_id=token("<|vision_end|>"),
+        tie_word_embeddings=True)
+    model = Qwen2VLForConditionalGeneration(config).eval()
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out)
+    (out / "webenv-tiny.json").write_text(json.dumps({"arch": "qwen2_vl", "seed": seed}))
     return out
 
 

@@ -20,6 +20,13 @@ weights only, where a full model load reads, allocates and initialises all of th
 services/policy/README.md). Sequential decoding with an adapter runs through transformers (FastLlama reads the
 base weights).
 
+A vision-language model (a Qwen2-VL-family folder: its config.json has a vision_config, webenv.llm.vision) is
+loaded with its image processor and serves requests with images: each request's images go into its last user
+turn as the chat template's image placeholder, expanded per image token, and its pixel values go with the batch;
+a request without images is a text prompt as on any model. Such a model always decodes batched (``sequential``
+is the text models' option), and its logprobs and token counts are reported as for text (prompt_tokens includes
+the image tokens).
+
 Every batch runs on one worker thread, off the event loop: torch already uses every core for one batch, so two
 batches at once would only make both slower. torch and transformers are imported when the model loads.
 """
@@ -41,6 +48,7 @@ from .types import (
     LLMError,
     check_supported,
     encode,
+    is_vision_model,
     model_context_tokens,
 )
 
@@ -54,6 +62,11 @@ class TransformersBackend:
                  dtype: str = "", sequential: bool = False, lookup_draft: int = 10) -> None:
         self.model_path = Path(model_path)
         self.model = model_name or self.model_path.name
+        #: A vision-language model (known from config.json before the load): it takes images.
+        self.vision = is_vision_model(self.model_path)
+        self.capabilities = Capabilities(choices=True, logprobs=True, adapters=True, images=self.vision)
+        #: The VLM's webenv.llm.vision.VisionProcessor once loaded (None for a text model).
+        self.processor: Any = None
         self.device_preference = device
         self.threads = threads
         self.dtype = dtype
@@ -92,12 +105,20 @@ class TransformersBackend:
         device = self.device_preference
         if device == "auto":
             device = "cuda" if torch.cuda.is_available() else "cpu"
-        tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        if self.vision:
+            from transformers import AutoModelForImageTextToText
+
+            from .vision import VisionProcessor
+
+            self.processor = VisionProcessor.load(self.model_path)
+            tok, model_cls = self.processor.tokenizer, AutoModelForImageTextToText
+        else:
+            tok, model_cls = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True), AutoModelForCausalLM
         tok.padding_side = "left"
         if tok.pad_token is None:
             tok.pad_token = tok.eos_token
         kwargs = {"dtype": getattr(torch, self.dtype)} if self.dtype not in ("", "auto") else {}
-        lm = AutoModelForCausalLM.from_pretrained(self.model_path, local_files_only=True, **kwargs)
+        lm = model_cls.from_pretrained(self.model_path, local_files_only=True, **kwargs)
         lm.to(device).eval()
         self.device, self.tokenizer, self.lm = device, tok, lm
         self.max_context_tokens = model_context_tokens(lm.config)
@@ -105,7 +126,7 @@ class TransformersBackend:
         from .fastdecode import FastLlama, supported
 
         self.fast = (FastLlama(lm, self.max_context_tokens)
-                     if self.sequential and device == "cpu" and supported(lm) else None)
+                     if self.sequential and not self.vision and device == "cpu" and supported(lm) else None)
 
     async def close(self) -> None:
         self._pool.shutdown(wait=False, cancel_futures=True)
@@ -214,7 +235,7 @@ class TransformersBackend:
                 elif r.params.choices:
                     with self._with_adapter(r.adapter):
                         out[i] = self._choose(r)
-                elif self.sequential:
+                elif self.sequential and not self.vision:
                     with self._with_adapter(r.adapter):
                         out[i] = self._one(r, deadlines[i])
                 else:
@@ -252,11 +273,11 @@ class TransformersBackend:
         import torch
 
         tok, lm, p = self.tokenizer, self.lm, requests[0].params
-        rows = [encode(tok, r, self._room(p.max_tokens)) for r in requests]
-        width = max(len(row) for row in rows)
         pad = tok.pad_token_id
-        input_ids = torch.tensor([[pad] * (width - len(row)) + row for row in rows], device=self.device)
-        mask = torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in rows], device=self.device)
+        inputs = self.inputs(requests, self._room(p.max_tokens))
+        rows = [row[row_mask.bool()].tolist() for row, row_mask in zip(inputs["input_ids"], inputs["attention_mask"],
+                                                                         strict=True)]
+        width = inputs["input_ids"].shape[1]
         kwargs: dict[str, Any] = dict(max_new_tokens=p.max_tokens, pad_token_id=pad, return_dict_in_generate=True,
                                       output_scores=p.logprobs)
         if p.temperature > 0:
@@ -269,7 +290,7 @@ class TransformersBackend:
             kwargs["min_new_tokens"] = p.max_tokens
         if deadline != float("inf"):
             kwargs["max_time"] = max(deadline - time.monotonic(), 1e-3)
-        out = lm.generate(input_ids=input_ids, attention_mask=mask, **kwargs)
+        out = lm.generate(**inputs, **kwargs)
         new = out.sequences[:, width:]
         logprobs = None
         if p.logprobs:
@@ -285,17 +306,40 @@ class TransformersBackend:
                                         n < len(row), deadline))
         return results
 
+    def prompt_ids(self, request: GenerationRequest, room: int) -> list[int]:
+        """The token ids the model reads for a request (a VLM's with its image tokens), keeping the last ``room``."""
+        if self.processor is not None:
+            return self.processor.encode_request(request, room).input_ids
+        return encode(self.tokenizer, request, room)
+
+    def inputs(self, requests: Sequence[GenerationRequest], room: int) -> dict:
+        """Left-padded model inputs of requests (a VLM's with pixel values and image positions)."""
+        import torch
+
+        if self.processor is not None:
+            rows = [self.processor.encode_request(r, room) for r in requests]
+            return self.processor.batch(rows, self.tokenizer.pad_token_id, "left", self.device)
+        ids = [encode(self.tokenizer, r, room) for r in requests]
+        width, pad = max(len(row) for row in ids), self.tokenizer.pad_token_id
+        return {"input_ids": torch.tensor([[pad] * (width - len(row)) + row for row in ids], device=self.device),
+                "attention_mask": torch.tensor([[0] * (width - len(row)) + [1] * len(row) for row in ids],
+                                               device=self.device)}
+
     def _choose(self, r: GenerationRequest) -> GenerationResult:
         """The most likely of the request's choices after its prompt."""
         import torch
 
         tok = self.tokenizer
         conts = [tok(c, add_special_tokens=False)["input_ids"] for c in r.params.choices]
-        ids = encode(tok, r, self._room(max(len(c) for c in conts)))
+        prompt = self.inputs([r], self._room(max(len(c) for c in conts)))
+        ids = prompt["input_ids"][0].tolist()
         best: tuple[float, list[int], list[float]] | None = None
         for cont in conts:
             full = torch.tensor([ids + cont], device=self.device)
-            logits = self.lm(full).logits[0, len(ids) - 1 : -1]
+            extra = {k: v for k, v in prompt.items() if k in ("pixel_values", "image_grid_thw")}
+            if "mm_token_type_ids" in prompt:
+                extra["mm_token_type_ids"] = (full == self.processor.image_token_id).long()
+            logits = self.lm(full, **extra).logits[0, len(ids) - 1 : -1]
             per = torch.log_softmax(logits.float(), dim=-1).gather(1, torch.tensor(cont, device=self.device)
                                                                     .unsqueeze(1)).squeeze(1).tolist()
             if best is None or sum(per) > best[0]:

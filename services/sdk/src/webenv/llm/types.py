@@ -14,7 +14,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Protocol, runtime_checkable
+from typing import Any, Protocol, runtime_checkable
 
 
 class LLMError(RuntimeError):
@@ -48,6 +48,17 @@ class ImageInput:
 
     data: bytes
     mime: str = "image/png"
+
+
+@dataclass(slots=True)
+class VisionPrompt:
+    """A prompt's token ids (a vision model's image placeholders expanded, webenv.llm.vision) and its images with
+    their image-processor outputs (empty / None for a text prompt)."""
+
+    input_ids: list[int]
+    images: list[bytes] = field(default_factory=list)
+    pixel_values: Any = None
+    image_grid_thw: Any = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,20 +197,43 @@ def check_supported(backend: LLMBackend, requests: Sequence[GenerationRequest]) 
             raise ValueError("SamplingParams.max_tokens must be >= 1")
 
 
-def render_chat(tokenizer, messages: Sequence[Message]) -> str:
+def render_chat(tokenizer, messages: Sequence[Message], images: int = 0) -> str:
     """Chat messages as the text a local model sees: its chat template with the assistant cue, or (a model
     without one) the contents joined by blank lines. The trainer renders training prompts the same way
-    (webenv.agent.prompt.render), so a fine-tuned model sees at serving time what it saw in training."""
+    (webenv.agent.prompt.render), so a fine-tuned model sees at serving time what it saw in training.
+
+    ``images`` > 0 (a vision-language model, webenv.llm.vision): the last user turn becomes content parts, that
+    many ``{"type": "image"}`` parts before its text, which the template renders as its image placeholders."""
+    turns: list[dict] = [{"role": m.role, "content": m.content} for m in messages]
+    if images:
+        last = max(i for i, t in enumerate(turns) if t["role"] == "user")
+        turns[last]["content"] = [{"type": "image"}] * images + [{"type": "text", "text": turns[last]["content"]}]
     if getattr(tokenizer, "chat_template", None):
-        return tokenizer.apply_chat_template([{"role": m.role, "content": m.content} for m in messages],
-                                             tokenize=False, add_generation_prompt=True)
+        return tokenizer.apply_chat_template(turns, tokenize=False, add_generation_prompt=True)
+    if images:
+        raise ValueError("images need a chat template that renders image parts")
     return "".join(f"{m.content}\n\n" for m in messages)
 
 
 def model_context_tokens(config) -> int:
-    """A model's context in tokens as every local engine and the trainer read it (its max_position_embeddings, 2048
-    when the config says none)."""
-    return int(getattr(config, "max_position_embeddings", None) or 2048)
+    """A model's context in tokens as every local engine and the trainer read it (its max_position_embeddings, or
+    its text model's for a vision-language model; 2048 when the config says none)."""
+    text = getattr(config, "text_config", None)
+    return int(getattr(config, "max_position_embeddings", None) or getattr(text, "max_position_embeddings", None)
+               or 2048)
+
+
+def is_vision_model(model_path) -> bool:
+    """Whether the local Hugging Face folder holds a vision-language model (its config.json has a vision_config):
+    read without importing transformers, so a backend knows before it loads."""
+    import json
+    from pathlib import Path
+
+    try:
+        config = json.loads((Path(model_path) / "config.json").read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(config, dict) and bool(config.get("vision_config"))
 
 
 def encode(tokenizer, request: GenerationRequest, room: int) -> list[int]:

@@ -30,5 +30,8 @@ class Settings(ServiceSettings):
     trainer_max_lm_tokens: int = Field(
         0, ge=0, le=131072, description="causal LM: caps the context (prompt + answer tokens) below the model's own; "
                                         "0 = the model's context, the budget the policy service serves it with")
+    trainer_blob_dir: str = Field(
+        "", description="causal LM on a vision-language model: the collector's blob folder (its WEBENV_BLOB_DIR, "
+                        "default <data_dir>/blobs), where the stored steps' screenshots are read from")
     trainer_gradient_checkpointing: bool = Field(
         False, description="causal LM: recompute activations in the backward pass (about 1/3 slower, far less memory)")

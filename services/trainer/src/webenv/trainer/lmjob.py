@@ -2,6 +2,8 @@
 
     accelerate launch -m webenv.trainer.lmjob --spec job.json --collector host:50056 --checkpoint-dir /ckpt
 
+A vision-language model's job also needs ``--blob-dir`` (the collector's blob folder: the steps' screenshots).
+
 ``--spec`` is a ``JobSpec`` as JSON (the StartJob message). Every process reads the job's episodes from the
 collector (ReadEpisodes, train split only, as the service reads them), selects the algorithm's examples and runs
 the same ``train_causal_lm`` as the service; the HF Trainer underneath takes its processes, DDP, DeepSpeed or FSDP
@@ -28,11 +30,12 @@ class StandaloneManager:
     """The slice of the service's JobManager a causal-LM job uses (settings, progress, the resume folder)."""
 
     def __init__(self, root: Path, work: Path, device: str = "auto", max_lm_tokens: int = 0,
-                 gradient_checkpointing: bool = False) -> None:
+                 gradient_checkpointing: bool = False, blob_dir: str | Path = "") -> None:
         self.root, self.dir = Path(root), Path(work)
         self.dir.mkdir(parents=True, exist_ok=True)
         self.settings = SimpleNamespace(trainer_device=device, trainer_max_lm_tokens=max_lm_tokens,
-                                        trainer_gradient_checkpointing=gradient_checkpointing)
+                                        trainer_gradient_checkpointing=gradient_checkpointing,
+                                        trainer_blob_dir=str(blob_dir))
         self.shutting_down = False
         self.log: list[dict] = []
 
@@ -56,6 +59,7 @@ def main(
     checkpoint_dir: Path = typer.Option(..., help="Folder the checkpoint is published to (the policy's)."),
     version: int = typer.Option(0, help="Version to publish (0 = the family's next)."),
     device: str = typer.Option("auto", help="auto, cpu or cuda."),
+    blob_dir: str = typer.Option("", help="The collector's blob folder (screenshots, for a vision-language model)."),
 ) -> None:
     """Read the job's episodes, train, publish the checkpoint (process 0)."""
     from webenv.agent import checkpoints
@@ -77,7 +81,8 @@ def main(
     version = a.version or max([0, *checkpoints.versions(a.checkpoint_dir, spec.name)]) + 1
     job = trainer_pb2.Job(job_id=f"{spec.name}-v{version}", spec=spec)
     job.checkpoint.name, job.checkpoint.version, job.checkpoint.ref = spec.name, version, f"{spec.name}@{version}"
-    manager = StandaloneManager(a.checkpoint_dir, Path(tempfile.gettempdir()) / "webenv-lmjob", a.device)
+    manager = StandaloneManager(a.checkpoint_dir, Path(tempfile.gettempdir()) / "webenv-lmjob", a.device,
+                                blob_dir=blob_dir)
     staging = Path(tempfile.mkdtemp(prefix=f".{spec.name}-", dir=a.checkpoint_dir))
     report = train_causal_lm(manager, job, selected, staging, threading.Event())
     if int(os.environ.get("RANK", "0")) == 0:

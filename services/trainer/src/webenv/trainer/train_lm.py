@@ -18,6 +18,16 @@ weight (the advantage); a demonstration has no behaviour logprobs and its ratio 
 mean ratio, the clipped share and the staleness (how many versions the behaviour policy is behind the parent
 being trained) are the job's progress.
 
+Vision-language models. A base (or parent) folder of the Qwen2-VL family (its config.json has a vision_config) trains
+on screenshot + action steps: each stored step's screenshot (``StepRecord.screenshot_key``, read from the collector's
+blob folder, ``WEBENV_TRAINER_BLOB_DIR``) goes back into its request's observation and the prompt is rebuilt as the
+policy serves a VLM (``step_prompt(..., with_image=True)`` encoded by webenv.llm.vision's processor: the image tokens
+in the user turn, the same truncation rule), so served and trained prompts are the same ids; a step without a
+screenshot is a text-only prompt, as it is served. The dataset gains an ``images`` column and the job runs TRL's
+SFTTrainer on its vision path (a ``ProcessorMixin`` as ``processing_class``: webenv.llm.vision.VisionProcessor), with
+this module's collator, which turns the images into pixel values per batch (as TRL's own vision collator does)
+after the pre-tokenized ids. A step whose screenshot key names a blob the trainer cannot read fails the job.
+
 Full fine-tune or LoRA by ``JobSpec.lm.lora_rank`` (PEFT ``LoraConfig``, "all-linear" by default). A LoRA job
 publishes the adapter (``adapter_config.json`` + weights, with the tokenizer): what the policy service loads hot
 over its base model. A job continuing a LoRA parent trains the parent's adapter further.
@@ -32,13 +42,14 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import shutil
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
-from webenv.agent.prompt import PromptBudget, prompt_ids, step_prompt
-from webenv.v1 import trainer_pb2
+from webenv.agent.prompt import PromptBudget, prompt_inputs, step_prompt
+from webenv.v1 import common_pb2, trainer_pb2
 
 from .train_scorer import Report
 
@@ -48,6 +59,33 @@ SFT_ALGORITHMS = {A.TRAINING_ALGORITHM_BC, A.TRAINING_ALGORITHM_FILTERED_BC}
 DEFAULT_NEW_TOKENS = 128
 DEFAULT_CLIP = 0.2
 SCHEDULERS = {"": "linear", "linear": "linear", "cosine": "cosine", "constant": "constant"}
+#: A screenshot's key in the collector's content-addressed blob folder (the gateway's BLOB_KEY).
+BLOB_KEY = re.compile(r"^[0-9a-f]{64}(\.(png|jpg))?$")
+
+
+class MissingScreenshot(ValueError):
+    """A stored step names a screenshot the trainer cannot read (no blob folder configured, or no such blob)."""
+
+
+def attach_screenshots(steps, blob_dir: str | Path) -> int:
+    """Put each stored step's screenshot (its record's screenshot_key, a blob of the collector's folder
+    ``blob_dir``) back into its request's observation, as the policy got it; the number attached."""
+    attached = 0
+    for st in steps:
+        key = st.record.screenshot_key if st.record is not None else ""
+        obs = st.request.observation
+        if not key or obs.screenshot.data:
+            continue
+        if not blob_dir:
+            raise MissingScreenshot(f"step {st.index} has screenshot {key}, and a vision model trains on it: set "
+                                    "WEBENV_TRAINER_BLOB_DIR to the collector's blob folder")
+        path = Path(blob_dir) / key[:2] / key
+        if not BLOB_KEY.match(key) or not path.is_file():
+            raise MissingScreenshot(f"step {st.index}: screenshot {key} is not in the blob folder {blob_dir}")
+        obs.screenshot.data = path.read_bytes()
+        obs.screenshot.codec = common_pb2.IMAGE_CODEC_JPEG if key.endswith(".jpg") else common_pb2.IMAGE_CODEC_PNG
+        attached += 1
+    return attached
 
 
 def target_text(step) -> str:
@@ -74,12 +112,18 @@ class Example:
     weight: float
     old_logprobs: list[float] | None  # per target token, the behaviour policy's (sampled examples)
     staleness: int | None
+    images: list[bytes] = field(default_factory=list)  # the prompt's screenshot (vision models)
 
 
 def build_example(tok, step, weight: float, budget: PromptBudget, family: str = "", current: int = 0) -> Example | None:
-    """One training example of a stored step (None when it has neither sampled tokens nor a demonstration)."""
+    """One training example of a stored step (None when it has neither sampled tokens nor a demonstration).
+    ``tok`` is the tokenizer, or a vision model's VisionProcessor (the step's screenshot then goes in its prompt)."""
     rec = step.record
-    prompt = prompt_ids(tok, step_prompt(step.request, budget), budget)
+    vision = hasattr(tok, "encode_request")
+    encoded = prompt_inputs(tok, step_prompt(step.request, budget, with_image=vision), budget)
+    prompt = encoded.input_ids
+    if vision:
+        tok = tok.tokenizer
     old = None
     staleness = None
     if rec is not None and rec.completion_token_ids:
@@ -93,12 +137,15 @@ def build_example(tok, step, weight: float, budget: PromptBudget, family: str = 
         target = target[: budget.new_tokens]
     else:
         return None
-    return Example(prompt + target, len(prompt), weight, old, staleness)
+    return Example(prompt + target, len(prompt), weight, old, staleness, list(encoded.images))
 
 
-def as_rows(examples: list[Example], weighted: bool) -> dict[str, list]:
-    """The pre-tokenized dataset columns TRL's SFTTrainer takes (plus the policy-gradient columns)."""
+def as_rows(examples: list[Example], weighted: bool, vision: bool = False) -> dict[str, list]:
+    """The pre-tokenized dataset columns TRL's SFTTrainer takes (plus the policy-gradient columns, and for a vision
+    model the ``images`` column of TRL's vision datasets: each example's encoded screenshots)."""
     rows: dict[str, list] = {"input_ids": [], "labels": []}
+    if vision:
+        rows["images"] = [ex.images for ex in examples]
     if weighted:
         rows |= {"weight": [], "old_logprobs": [], "has_old": []}
     for ex in examples:
@@ -113,10 +160,11 @@ def as_rows(examples: list[Example], weighted: bool) -> dict[str, list]:
 
 
 class Collator:
-    """Right-padded batches of the pre-tokenized rows; counts the tokens it hands out (tokens/s)."""
+    """Right-padded batches of the pre-tokenized rows; counts the tokens it hands out (tokens/s). With a vision
+    model's ``processor``, rows' images become the batch's pixel values and image positions."""
 
-    def __init__(self, pad_id: int) -> None:
-        self.pad_id, self.tokens = pad_id, 0
+    def __init__(self, pad_id: int, processor=None) -> None:
+        self.pad_id, self.tokens, self.processor = pad_id, 0, processor
 
     def __call__(self, rows: list[dict]) -> dict:
         import torch
@@ -133,6 +181,12 @@ class Collator:
             out["weight"] = torch.tensor([r["weight"] for r in rows], dtype=torch.float32)
             out["old_logprobs"] = padded("old_logprobs", 0.0, torch.float32)
             out["has_old"] = padded("has_old", 0, torch.bool)
+        if self.processor is not None and any(r.get("images") for r in rows):
+            from webenv.llm.types import VisionPrompt
+
+            vision = self.processor.batch([VisionPrompt(list(r["input_ids"]), list(r["images"])) for r in rows],
+                                          self.pad_id, "right")
+            out |= {k: vision[k] for k in ("pixel_values", "image_grid_thw", "mm_token_type_ids")}
         self.tokens += int(out["attention_mask"].sum())
         return out
 
@@ -156,7 +210,9 @@ def _trainer_classes():
             weight = inputs.pop("weight")
             old, has_old = inputs.pop("old_logprobs"), inputs.pop("has_old")
             labels = inputs.pop("labels")
-            out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], use_cache=False)
+            vision = {k: inputs[k] for k in ("pixel_values", "image_grid_thw", "mm_token_type_ids") if k in inputs}
+            out = model(input_ids=inputs["input_ids"], attention_mask=inputs["attention_mask"], use_cache=False,
+                        **vision)
             logits = out.logits[:, :-1].float()
             tgt, old, has_old = labels[:, 1:], old[:, 1:], has_old[:, 1:]
             mask = tgt != -100
@@ -179,21 +235,32 @@ def _trainer_classes():
 
 
 def _load_model(manager, spec, device: str):
-    """(model, tokenizer, peft_config or None, is_adapter): the parent (adapter or full) or the base folder."""
+    """(model, tokenizer, peft_config or None, is_adapter): the parent (adapter or full) or the base folder. For a
+    vision-language model the tokenizer is its webenv.llm.vision.VisionProcessor."""
     from peft import LoraConfig, PeftModel
-    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from transformers import AutoModelForCausalLM, AutoModelForImageTextToText, AutoTokenizer
     from webenv.agent import checkpoints
+    from webenv.llm import is_vision_model
 
     lm = spec.lm
     source = checkpoints.resolve(manager.root, spec.parent) if spec.parent else Path(spec.base_model_path)
-    tok = AutoTokenizer.from_pretrained(source, local_files_only=True)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
+    base = source
+    if (source / "adapter_config.json").is_file():
+        base = Path(json.loads((source / "adapter_config.json").read_text())["base_model_name_or_path"])
+    if is_vision_model(base):
+        from webenv.llm.vision import VisionProcessor
+
+        tok = VisionProcessor.load(source)
+        text_tok, model_cls = tok.tokenizer, AutoModelForImageTextToText
+    else:
+        tok = text_tok = AutoTokenizer.from_pretrained(source, local_files_only=True)
+        model_cls = AutoModelForCausalLM
+    if text_tok.pad_token is None:
+        text_tok.pad_token = text_tok.eos_token
     if (source / "adapter_config.json").is_file():  # continue a LoRA parent: its adapter over its base
-        base = json.loads((source / "adapter_config.json").read_text())["base_model_name_or_path"]
-        model = AutoModelForCausalLM.from_pretrained(base, local_files_only=True)
+        model = model_cls.from_pretrained(base, local_files_only=True)
         return PeftModel.from_pretrained(model, source, is_trainable=True), tok, None, True
-    model = AutoModelForCausalLM.from_pretrained(source, local_files_only=True)
+    model = model_cls.from_pretrained(source, local_files_only=True)
     if lm.lora_rank > 0:
         config = LoraConfig(r=lm.lora_rank, lora_alpha=lm.lora_alpha or 2 * lm.lora_rank, lora_dropout=lm.lora_dropout,
                             target_modules=list(lm.lora_target_modules) or "all-linear", task_type="CAUSAL_LM")
@@ -221,6 +288,10 @@ def train_causal_lm(manager, job, selected, staging: Path, stop) -> Report:
     if manager.settings.trainer_max_lm_tokens:
         context = min(context, manager.settings.trainer_max_lm_tokens)
     budget = PromptBudget(context_tokens=context, new_tokens=lm.max_new_tokens or DEFAULT_NEW_TOKENS)
+    vision = hasattr(tok, "encode_request")
+    text_tok = tok.tokenizer if vision else tok
+    if vision:
+        attach_screenshots([st for st, _, _ in selected.steps], getattr(manager.settings, "trainer_blob_dir", ""))
     current = 0
     if spec.parent:
         from webenv.agent import checkpoints
@@ -245,8 +316,8 @@ def train_causal_lm(manager, job, selected, staging: Path, stop) -> Report:
         save_total_limit=1, max_length=None, remove_unused_columns=False, dataloader_num_workers=0,
         use_cpu=device == "cpu", bf16=device == "cuda", disable_tqdm=True, gradient_checkpointing=False,
     )
-    dataset = Dataset.from_dict(as_rows(examples, weighted))
-    collator = Collator(tok.pad_token_id)
+    dataset = Dataset.from_dict(as_rows(examples, weighted, vision))
+    collator = Collator(text_tok.pad_token_id, tok if vision else None)
     from transformers.trainer_callback import PrinterCallback as printer_cls
 
     sft_cls, pg_cls, callback_cls = _trainer_classes()
@@ -292,6 +363,9 @@ def train_causal_lm(manager, job, selected, staging: Path, stop) -> Report:
             trained.save_pretrained(staging)
         else:
             getattr(trained, "module", trained).save_pretrained(staging)
-        tok.save_pretrained(staging)
+        if vision:
+            tok.save_parts(staging)  # tokenizer + image processor: what the policy's backend loads
+        else:
+            tok.save_pretrained(staging)
         shutil.rmtree(resume, ignore_errors=True)
     return last

@@ -12,6 +12,7 @@ from webenv import runtime
 from webenv.runtime import Server
 from webenv.v1 import environment_pb2_grpc, worldmodel_pb2_grpc
 from webenv.worldmodel.config import Settings
+from webenv.worldmodel.farmstart import FarmStarts
 from webenv.worldmodel.predict import START_STATES_FILE, Predictor, load_start_states, load_world_model
 from webenv.worldmodel.servicer import WorldModelServicer
 from webenv.worldmodel.simenv import SimulatedEnvironment
@@ -23,12 +24,19 @@ log = logging.getLogger("webenv.worldmodel")
 async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelServicer, SimulatedEnvironment]]:
     """Bind, load the model (health NOT_SERVING meanwhile), set SERVING; stop on exit."""
     wm = WorldModelServicer(None, settings.worldmodel_max_state_chars, settings.worldmodel_max_wait_ms)
+    farm = (FarmStarts(settings.worldmodel_farm_addr, settings.worldmodel_farm_start_pages,
+                       settings.worldmodel_farm_timeout_seconds) if settings.worldmodel_farm_addr else None)
     env = SimulatedEnvironment(None, {}, settings.worldmodel_horizon, settings.worldmodel_lease_seconds,
                                settings.worldmodel_max_sessions, settings.worldmodel_max_state_chars,
-                               settings.worldmodel_max_lease_seconds, settings.worldmodel_max_wait_ms)
+                               settings.worldmodel_max_lease_seconds, settings.worldmodel_max_wait_ms,
+                               done_lease_seconds=settings.worldmodel_done_lease_seconds,
+                               reaper_interval_seconds=settings.worldmodel_reaper_interval_seconds,
+                               ended_kept=settings.worldmodel_ended_sessions_kept,
+                               request_ids_kept=settings.worldmodel_request_ids_kept, farm=farm)
     loaded: list[Predictor] = []
 
     async def start() -> None:
+        env.start()  # the sweep of idle and ended sessions
         reason = {"auto": None, "on": True, "off": False}[settings.worldmodel_reasoning]
         predictor = await load_world_model(settings.worldmodel_backend, settings.worldmodel_model_path,
                                            settings.worldmodel_device, settings.worldmodel_threads,
@@ -44,9 +52,10 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelS
         info = predictor.info
         log.info("model loaded", extra={"model": info.model, "backend": info.backend, "parameters": info.parameters,
                                         "exemplars": len(predictor.exemplars), "start_states": len(starts),
-                                        "reasoning": predictor.reason})
+                                        "reasoning": predictor.reason, "farm": settings.worldmodel_farm_addr})
 
     async def close() -> None:
+        await env.close()
         for predictor in loaded:
             if predictor.llm is not None:
                 await predictor.llm.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import Field, model_validator
+from pydantic import Field, field_validator, model_validator
 from webenv.runtime import ServiceSettings
 
 
@@ -30,6 +30,30 @@ class Settings(ServiceSettings):
     worldmodel_max_lease_seconds: float = Field(3600.0, gt=0, description="Longest lease a client may ask for.")
     worldmodel_max_wait_ms: int = Field(10000, ge=0, description="Cap on a WaitAction (as the farm's).")
     worldmodel_max_sessions: int = Field(1000, gt=0, description="Open simulated sessions at most (then RESOURCE_EXHAUSTED).")
+    worldmodel_done_lease_seconds: float = Field(
+        30.0, ge=0, description="A session whose episode ended (done or truncated) stays open this long after its last "
+        "step (for its CloseSession and a retried last step), then is evicted as EXPIRED; 0: at the next sweep.")
+    worldmodel_reaper_interval_seconds: float = Field(1.0, gt=0, description="How often idle and ended sessions are swept.")
+    worldmodel_ended_sessions_kept: int = Field(
+        2000, ge=1, description="Ended sessions remembered (their final state, for GetSession and the ended-session "
+        "errors); older ones are forgotten (then NOT_FOUND), as the farm's.")
+    worldmodel_request_ids_kept: int = Field(10_000, ge=1, description="OpenSession and ForkSession request ids kept "
+                                             "for retries (each), the oldest forgotten first.")
+    worldmodel_farm_addr: str = Field(
+        "", description="Browser farm (EnvironmentService) address: a start page with no recorded state is opened "
+        "there once and its first observation simulated on from; empty: such a start is FAILED_PRECONDITION.")
+    worldmodel_farm_start_pages: int = Field(256, ge=1, description="First observations taken from the farm kept "
+                                             "(per start), the oldest forgotten first.")
+    worldmodel_farm_timeout_seconds: float = Field(60.0, gt=0, description="Deadline of one OpenSession on the farm.")
+
+    @field_validator("worldmodel_farm_addr")
+    @classmethod
+    def _farm_addr(cls, v: str) -> str:
+        v = v.strip()
+        port = v.rpartition(":")[2]
+        if v and (not port.isdigit() or not 0 < int(port) < 65536 or any(c.isspace() for c in v)):
+            raise ValueError(f"expected host:port (e.g. localhost:50051), got {v!r}")
+        return v
 
     @model_validator(mode="after")
     def _model_present(self) -> Settings:

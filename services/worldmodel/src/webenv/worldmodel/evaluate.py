@@ -390,8 +390,8 @@ def to_markdown(res: dict) -> str:
             for src, s in ss[key].items():
                 lines.append(f"| {src} | {s['n']} | {s.get('share', 0):.1%} | {s['line_f1']:.3f} | {ci(s, 'diff_f1')} | "
                              f"{s['exact_match']:.3f} | {s['url_accuracy']:.3f} |")
-        lines += ["", f"Language-model fallbacks (malformed output, page kept): {ss['fallback_rate']:.1%}; edits repaired: "
-                      f"{ss['repaired_rate']:.1%}."]
+        lines += ["", "Language-model fallbacks (malformed output or URL: page kept, or the clicked link's href): "
+                      f"{ss['fallback_rate']:.1%}; edits repaired: {ss['repaired_rate']:.1%}."]
         if "latency" in ss:
             lat = ss["latency"]
             lines.append(f"Prediction latency (steps that are not rules): p50 {lat['predict_p50_s'] * 1000:.1f} ms, mean "

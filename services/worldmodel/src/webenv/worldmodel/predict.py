@@ -12,6 +12,8 @@ One step of a simulated browser is decided in this order (each part is measured 
    composed by analogy with a training transition of the same kind (compose.Exemplars).
 Shared by the Predict RPC, the simulated environment and the evaluation, so all three measure the same thing.
 A malformed completion keeps the current page and sets `fallback`; the simulation goes on instead of failing.
+A predicted URL is accepted only when it is a web URL (`url_problem`): otherwise the prediction is malformed too
+(`fallback`, reason `url`) and a click on a link of this page loads the link's href, anything else keeps the page.
 The language model is a backend of the sdk's LLM layer (webenv.llm; served behind its Batcher, so concurrent
 steps of many sessions share backend calls): prompts go in as raw text with the BOS token training used, and
 come back with the special markers (`<same>`, `<nav>`) kept.
@@ -26,10 +28,18 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from webenv.envcontract import web_url_problem
 from webenv.llm import BackendConfig, GenerationRequest, LLMBackend, SamplingParams, make_backend
 from webenv.worldmodel import metrics
 from webenv.worldmodel.analogy import PageActions, apply_outcome, context, fill_template
-from webenv.worldmodel.compose import Exemplars, PageMemory, PageView, compose, refresh_chrome
+from webenv.worldmodel.compose import (
+    Exemplars,
+    PageMemory,
+    PageView,
+    compose,
+    navigation_target,
+    refresh_chrome,
+)
 from webenv.worldmodel.dataset import (
     HISTORY,
     NO_CHANGE,
@@ -110,6 +120,9 @@ class Prediction:
     fallback: bool = False
     error: str = ""
     repaired: bool = False
+    #: Why `fallback` (the fallbacks metric's label): output (the completion is malformed), url (a predicted URL
+    #: that is not a web URL).
+    fallback_reason: str = ""
 
     @property
     def next_state(self) -> str:
@@ -128,6 +141,28 @@ def history_target(q: Query) -> str:
     if kind == "go_back":
         return next((u for u, _ in reversed(q.history) if u != q.page.url), q.page.url)
     return q.page.url
+
+
+def url_problem(url: str) -> str:
+    """What keeps a predicted URL from being the next page's ('' when nothing): the farm's rule for the URLs it
+    opens (webenv.envcontract.web_url_problem: http or https, a host name, a valid port), and no whitespace or
+    angle brackets anywhere (a browser's URL has them percent-encoded; a tiny model's `<nav><nav>...` has them)."""
+    problem = web_url_problem(url)
+    if problem:
+        return problem
+    if any(c.isspace() or c in "<>" for c in url):
+        return "has whitespace or angle brackets"
+    return ""
+
+
+def checked_target(q: Query, url: str) -> tuple[str, str]:
+    """The URL a predicted navigation loads: `url` when it is a web URL; else the clicked link's href when this page
+    has it, or '' (keep the page). Second, what was wrong with `url` ('' when nothing)."""
+    problem = url_problem(url)
+    if not problem:
+        return url, ""
+    href = navigation_target(q.page, q.action_text) if action_kind(q.action_text) == "click" else ""
+    return (href if href and not url_problem(href) else ""), f"predicted URL {url!r} {problem}"
 
 
 def _navigate_url(action_text: str) -> str:
@@ -178,7 +213,8 @@ class Predictor:
             await self._language_model([queries[i] for i in lm], lm, out)
         for p in out:
             assert p is not None
-            metrics.observe_prediction(p.latency_seconds, p.completion_tokens, p.fallback, p.source, p.decided_by)
+            metrics.observe_prediction(p.latency_seconds, p.completion_tokens, p.fallback, p.source, p.decided_by,
+                                       p.fallback_reason)
         return out  # type: ignore[return-value]
 
     def _decide(self, queries: list[Query]) -> tuple[list[Prediction | None], list[int]]:
@@ -224,7 +260,7 @@ class Predictor:
             return Prediction(q.page, "keep", decided_by="analogy")
         if o.kind == "nav":
             url = fill_template(o.url_template, ctx)
-            if url is None:
+            if url is None or url_problem(url):  # bound to a value this page lacks, or not a web URL (javascript:)
                 return None
             page, source = self.new_page(q, url)
             return Prediction(page, source, navigated=True, decided_by="analogy")
@@ -270,21 +306,32 @@ class Predictor:
 
                 w = webworld.parse(g.text, q.page.url, q.page.state)
                 nav = w.next_url != q.page.url
+                target, bad = checked_target(q, w.next_url) if nav else (w.next_url, "")
+                if bad:  # a malformed URL: the output is malformed (the link's href loads, or the page is kept)
+                    page, source = self.new_page(q, target) if target else (q.page, "keep")
+                    out[i] = Prediction(page, source, bool(target), "lm", "", "", g.prompt_tokens, g.completion_tokens,
+                                        g.inference_seconds + time.perf_counter() - t1, True, bad, fallback_reason="url")
+                    continue
                 out[i] = Prediction(PageView(w.next_url, w.next_state, {} if nav else q.page.links),
                                     "keep" if w.fallback else "generate", nav, "lm", "", "",
                                     g.prompt_tokens, g.completion_tokens, g.inference_seconds + time.perf_counter() - t1,
-                                    w.fallback, w.error)
+                                    w.fallback, w.error, fallback_reason="output" if w.fallback else "")
                 continue
             parsed = parse_output(g.text, q.page.url, q.page.state, repair=self.repair)
-            if parsed.navigates:
-                page, source = self.new_page(q, parsed.next_url)
+            navigates, fallback, error = parsed.navigates, parsed.fallback, parsed.error
+            reason = "output" if fallback else ""
+            target, bad = checked_target(q, parsed.next_url) if navigates else ("", "")
+            if bad:  # a malformed URL: the output is malformed (the link's href loads, or the page is kept)
+                navigates, fallback, error, reason = bool(target), True, bad, "url"
+            if navigates:
+                page, source = self.new_page(q, target)
             else:
-                page, source = PageView(q.page.url, parsed.next_state, q.page.links), ("keep" if parsed.fallback else "edit")
+                page, source = PageView(q.page.url, parsed.next_state, q.page.links), ("keep" if fallback else "edit")
             if parsed.repaired:
                 metrics.REPAIRED.inc()
-            out[i] = Prediction(page, source, parsed.navigates, "lm", parsed.edit, parsed.reasoning, g.prompt_tokens,
-                                g.completion_tokens, g.inference_seconds + time.perf_counter() - t1, parsed.fallback,
-                                parsed.error, parsed.repaired)
+            out[i] = Prediction(page, source, navigates, "lm", parsed.edit, parsed.reasoning, g.prompt_tokens,
+                                g.completion_tokens, g.inference_seconds + time.perf_counter() - t1, fallback,
+                                error, parsed.repaired, reason)
 
     async def predict(self, query: Query) -> Prediction:
         return (await self.predict_many([query]))[0]

@@ -11,6 +11,19 @@ other formats are left out.
 Requests are checked by the same rules as the farm's (`webenv.envcontract`): malformed actions and observation
 specs, leases, repeated step indexes, unknown and ended sessions get the same answers from both.
 
+Sessions are bounded and evicted as the farm's are (its `registry.py`): only open sessions are held whole; one that
+ends — closed, idle past its lease, or an ended episode (done or truncated) left unclosed
+WEBENV_WORLDMODEL_DONE_LEASE_SECONDS after its last step — is dropped, swept every
+WEBENV_WORLDMODEL_REAPER_INTERVAL_SECONDS (and at once when it is next asked for), and only its final state is kept,
+for the last WEBENV_WORLDMODEL_ENDED_SESSIONS_KEPT ended sessions: acting on one is FAILED_PRECONDITION
+`SESSION_CLOSED` / `SESSION_EXPIRED`, on one forgotten or never opened NOT_FOUND `SESSION_NOT_FOUND`. The request
+ids of OpenSession and ForkSession are kept in the sdk's `RequestCache`, the last WEBENV_WORLDMODEL_REQUEST_IDS_KEPT
+each. The gauge `webenv_worldmodel_simulated_sessions_open` is the number of sessions held.
+
+A start page with no recorded state is taken once from the real page through the browser farm when
+WEBENV_WORLDMODEL_FARM_ADDR names one (`farmstart.py`); without a farm such a start is FAILED_PRECONDITION
+`START_STATE_UNKNOWN` naming the field.
+
 ForkSession copies everything a simulated session is — its page, the pages its documents loaded, its history and
 position, and the action history the model is conditioned on — so a copy predicts exactly as the parent would
 have (PageView is never changed in place: copying the containers is the whole copy, microseconds). A copy starts
@@ -20,11 +33,14 @@ at step 0 with the parent's remaining horizon, so a rollout from the fork is tru
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import dataclasses
 import json
+import logging
 import socket
 import time
 import uuid
+from collections import OrderedDict
 from dataclasses import dataclass, field
 
 import grpc
@@ -46,11 +62,14 @@ from webenv.idempotency import RequestCache
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from webenv.worldmodel import metrics
 from webenv.worldmodel.compose import PageMemory, PageView
+from webenv.worldmodel.farmstart import FarmStarts
 from webenv.worldmodel.formats import axtree_to_markdown
 from webenv.worldmodel.predict import Predictor, Query, advance
 from webenv.worldmodel.servicer import ready
 
-REQUEST_IDS_KEPT = 10_000  # OpenSession / ForkSession request ids remembered for retries
+log = logging.getLogger("webenv.worldmodel")
+REQUEST_IDS_KEPT = 10_000  # OpenSession / ForkSession request ids remembered for retries (each)
+ENDED_KEPT = 2000  # ended sessions whose final state is remembered (the farm's number)
 _SUPPORTED = {common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_MARKDOWN}
 
 
@@ -98,7 +117,10 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
 
     def __init__(self, predictor: Predictor | None, start_states: dict[str, tuple[PageView, str]] | None = None,
                  horizon: int = 30, lease_seconds: float = 300.0, max_sessions: int = 1000,
-                 max_state_chars: int = 200_000, max_lease_seconds: float = 3600.0, max_wait_ms: int = 10_000) -> None:
+                 max_state_chars: int = 200_000, max_lease_seconds: float = 3600.0, max_wait_ms: int = 10_000, *,
+                 done_lease_seconds: float = 30.0, reaper_interval_seconds: float = 1.0,
+                 ended_kept: int = ENDED_KEPT, request_ids_kept: int = REQUEST_IDS_KEPT,
+                 farm: FarmStarts | None = None) -> None:
         self._predictor = predictor  # None while the model loads
         self.start_states = start_states or {}
         self.horizon = horizon
@@ -107,9 +129,15 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         self.max_wait_ms = max_wait_ms
         self.max_sessions = max_sessions
         self.max_state_chars = max_state_chars
-        self.sessions: dict[str, SimSession] = {}
-        self._by_request: RequestCache[str] = RequestCache(REQUEST_IDS_KEPT)  # OpenSession request id -> session id
-        self._forks_by_request: RequestCache[list[str]] = RequestCache(REQUEST_IDS_KEPT)  # ForkSession's -> copies
+        self.done_lease_seconds = done_lease_seconds
+        self.reaper_interval_seconds = reaper_interval_seconds
+        self.ended_kept = ended_kept
+        self.farm = farm
+        self.sessions: dict[str, SimSession] = {}  # open sessions only
+        self.ended: OrderedDict[str, environment_pb2.Session] = OrderedDict()  # final states, the last `ended_kept`
+        self._by_request: RequestCache[str] = RequestCache(request_ids_kept)  # OpenSession request id -> session id
+        self._forks_by_request: RequestCache[list[str]] = RequestCache(request_ids_kept)  # ForkSession's -> copies
+        self._reaper: asyncio.Task[None] | None = None
         self.node = socket.gethostname()
 
     @property
@@ -121,28 +149,88 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         """The loaded world model (the service answers UNAVAILABLE until it is set)."""
         self._predictor = predictor
 
-    # --- helpers ------------------------------------------------------------------------------------
-    def _expire(self) -> None:
-        now = time.time()
-        for s in self.sessions.values():
-            if s.status == environment_pb2.SESSION_STATE_OPEN and now > s.lease_expires:
-                s.status = environment_pb2.SESSION_STATE_EXPIRED
-                metrics.SIM_SESSIONS_OPEN.dec()
+    # --- the sessions' lives --------------------------------------------------------------------------
+    def start(self) -> None:
+        """Start the sweep of idle and ended sessions (the farm's lease reaper)."""
+        self._reaper = asyncio.create_task(self._reap_loop(), name="worldmodel-session-reaper")
 
-    def _get(self, session_id: str) -> SimSession:
-        require_session_id(session_id)
-        self._expire()
+    async def close(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await self._reaper
+        if self.farm is not None:
+            await self.farm.close()
+
+    async def _reap_loop(self) -> None:
+        while True:
+            await asyncio.sleep(self.reaper_interval_seconds)
+            self.sweep()
+
+    def sweep(self) -> int:
+        """End every session past its lease that is not mid-step (EXPIRED); how many ended."""
+        now = time.time()
+        gone = [s for s in self.sessions.values() if now >= s.lease_expires and not s.lock.locked()]
+        for s in gone:
+            self._end(s, environment_pb2.SESSION_STATE_EXPIRED)
+        return len(gone)
+
+    def _end(self, s: SimSession, state: int) -> environment_pb2.Session:
+        """Drop a session, keeping only its final state (the last `ended_kept`)."""
+        if self.sessions.pop(s.session_id, None) is None:
+            return self.ended.get(s.session_id) or self._session_pb(s)
+        s.status = state
+        proto = self._session_pb(s)
+        self.ended[s.session_id] = proto
+        while len(self.ended) > self.ended_kept:
+            self.ended.popitem(last=False)
+        name = environment_pb2.SessionState.Name(state).removeprefix("SESSION_STATE_").lower()
+        if state == environment_pb2.SESSION_STATE_EXPIRED:
+            log.info("simulated session %s expired", s.session_id)
+        metrics.SIM_SESSIONS_CLOSED.labels(state=name).inc()
+        metrics.SIM_SESSIONS_OPEN.set(len(self.sessions))
+        return proto
+
+    def _add(self, s: SimSession) -> None:
+        self.sessions[s.session_id] = s
+        metrics.SIM_SESSIONS_OPENED.inc()
+        metrics.SIM_SESSIONS_OPEN.set(len(self.sessions))
+
+    def _lookup(self, session_id: str) -> SimSession | None:
+        """The open session of this id (one past its lease is ended here, as the sweep would), else None."""
         s = self.sessions.get(session_id)
-        if s is None:
-            raise session_not_found(session_id, f"world model {self.node}")
+        if s is not None and time.time() >= s.lease_expires and not s.lock.locked():
+            self._end(s, environment_pb2.SESSION_STATE_EXPIRED)
+            return None
         return s
 
     def _open(self, session_id: str) -> SimSession:
-        s = self._get(session_id)
-        if s.status != environment_pb2.SESSION_STATE_OPEN:
-            raise session_ended(session_id, environment_pb2.SessionState.Name(s.status))
-        return s
+        """An open session, or the error that says why there is none (bad id, ended and how, unknown)."""
+        require_session_id(session_id)
+        s = self._lookup(session_id)
+        if s is not None:
+            return s
+        old = self.ended.get(session_id)
+        if old is not None:
+            raise session_ended(session_id, environment_pb2.SessionState.Name(old.state))
+        raise session_not_found(session_id, f"world model {self.node}")
 
+    def _still_open(self, s: SimSession) -> None:
+        """Under the session's lock: the session's final state when it ended while the caller waited."""
+        if s.session_id not in self.sessions:
+            self._open(s.session_id)
+
+    def _room(self, n: int) -> None:
+        """RESOURCE_EXHAUSTED `TOO_MANY_SESSIONS` when `n` more sessions would pass the limit (after a sweep)."""
+        if len(self.sessions) + n > self.max_sessions:
+            self.sweep()
+        if len(self.sessions) + n > self.max_sessions:
+            more = f", {n} more asked for" if n > 1 else ""
+            raise errors.ResourceExhausted(f"{len(self.sessions)} simulated sessions are open{more} "
+                                           f"(limit {self.max_sessions})", reason="TOO_MANY_SESSIONS",
+                                           retry_after_seconds=1.0)
+
+    # --- helpers ------------------------------------------------------------------------------------
     def _session_pb(self, s: SimSession) -> environment_pb2.Session:
         return environment_pb2.Session(
             session_id=s.session_id, state=s.status, task_id=s.task_id, env_kind=common_pb2.ENV_KIND_WORLD_MODEL,
@@ -188,30 +276,33 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
             raise errors.InvalidArgument("start_url or task is required", reason="BAD_START", metadata={"field": "start"})
         formats = self._formats(request.observation_spec, [common_pb2.OBSERVATION_FORMAT_AXTREE])
         validate_lease(request.lease_seconds, self.max_lease_seconds)
-        again = self._by_request.get(request.request_id)
-        if again in self.sessions:
-            s = self.sessions[again]
-            return environment_pb2.OpenSessionResponse(session=self._session_pb(s), observation=self._observation(s, s.formats),
-                                                       instruction=s.instruction)
+        again = self._lookup(self._by_request.get(request.request_id) or "")
+        if again is not None:
+            return environment_pb2.OpenSessionResponse(session=self._session_pb(again), instruction=again.instruction,
+                                                       observation=self._observation(again, again.formats))
         task = request.task if which == "task" else None
         url = task.start_url if task is not None else request.start_url
+        field_name = "task.start_url" if task is not None else "start_url"
         instruction = task.instruction if task is not None else ""
         if task is not None and task.metadata.get("start_state"):
-            page = PageView(url, task.metadata["start_state"])
+            page, field_name = PageView(url, task.metadata["start_state"]), "task.metadata.start_state"
         elif url in self.start_states:
             page, recorded_instruction = self.start_states[url]
             instruction = instruction or recorded_instruction
+        elif self.farm is not None:
+            self._room(1)  # a full service does not open a farm session first
+            page, farm_instruction = await self.farm.start_page(request)
+            instruction = farm_instruction or instruction
         else:
-            raise errors.NotFound(f"start: no recorded start state for {url!r} (give task.metadata['start_state'])",
-                                  reason="START_STATE_UNKNOWN", metadata={"url": url})
+            raise errors.FailedPrecondition(
+                f"{field_name}: no recorded start state for {url!r}, and no browser farm to take it from (set "
+                "WEBENV_WORLDMODEL_FARM_ADDR, add it to WEBENV_WORLDMODEL_START_STATES or give "
+                "task.metadata['start_state'])", reason="START_STATE_UNKNOWN", metadata={"field": field_name, "url": url})
         if len(page.state) > self.max_state_chars:
-            raise errors.InvalidArgument(f"start_state: {len(page.state)} characters exceeds the limit of {self.max_state_chars}",
-                                         reason="STATE_TOO_LARGE", metadata={"field": "task.metadata.start_state"})
-        self._expire()
-        open_now = sum(1 for x in self.sessions.values() if x.status == environment_pb2.SESSION_STATE_OPEN)
-        if open_now >= self.max_sessions:
-            raise errors.ResourceExhausted(f"{open_now} simulated sessions are open (limit {self.max_sessions})",
-                                           reason="TOO_MANY_SESSIONS", retry_after_seconds=1.0)
+            raise errors.InvalidArgument(f"{field_name}: the start page's {len(page.state)} characters exceed the limit "
+                                         f"of {self.max_state_chars}", reason="STATE_TOO_LARGE",
+                                         metadata={"field": field_name})
+        self._room(1)
         lease = request.lease_seconds or self.lease_seconds
         s = SimSession(session_id=uuid.uuid4().hex, page=page, instruction=instruction,
                        task_id=task.task_id if task is not None else "",
@@ -219,10 +310,8 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                        lease_seconds=lease, labels=dict(request.labels), formats=formats)
         s.memory.navigated(page)
         s.lease_expires = time.time() + lease
-        self.sessions[s.session_id] = s
+        self._add(s)
         self._by_request.put(request.request_id, s.session_id)
-        metrics.SIM_SESSIONS_OPENED.inc()
-        metrics.SIM_SESSIONS_OPEN.inc()
         return environment_pb2.OpenSessionResponse(session=self._session_pb(s), observation=self._observation(s, formats),
                                                    instruction=instruction, open_seconds=time.perf_counter() - t0)
 
@@ -237,13 +326,10 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
             return environment_pb2.ForkSessionResponse(sessions=[environment_pb2.OpenSessionResponse(
                 session=self._session_pb(f), observation=self._observation(f, f.formats), instruction=f.instruction)
                 for f in forks])
-        open_now = sum(1 for x in self.sessions.values() if x.status == environment_pb2.SESSION_STATE_OPEN)
-        if open_now + request.count > self.max_sessions:
-            raise errors.ResourceExhausted(f"{open_now} simulated sessions are open, {request.count} more asked for "
-                                           f"(limit {self.max_sessions})", reason="TOO_MANY_SESSIONS",
-                                           retry_after_seconds=1.0)
+        self._room(request.count)
         answers = []
         async with parent.lock:  # between steps: the copy is of one state
+            self._still_open(parent)
             for _ in range(request.count):
                 t1 = time.perf_counter()
                 lease = request.lease_seconds or parent.lease_seconds
@@ -254,9 +340,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                     lease_expires=time.time() + lease, step_count=0, last=None, last_action=None,
                     memory=PageMemory(pages=dict(m.pages), history=list(m.history), position=m.position),
                     history=list(parent.history), lock=asyncio.Lock())
-                self.sessions[f.session_id] = f
-                metrics.SIM_SESSIONS_OPENED.inc()
-                metrics.SIM_SESSIONS_OPEN.inc()
+                self._add(f)
                 answers.append(environment_pb2.OpenSessionResponse(
                     session=self._session_pb(f), observation=self._observation(f, f.formats), instruction=f.instruction,
                     open_seconds=time.perf_counter() - t1))
@@ -275,6 +359,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                                          metadata={"field": "timeout_seconds"})
         formats = self._formats(request.observation_spec, s.formats) if request.HasField("observation_spec") else s.formats
         async with s.lock:
+            self._still_open(s)
             if is_retry(request.step_index, s.step_count, s.last.step_index if s.last is not None else None,
                         s.last_action, request.action):
                 return s.last  # type: ignore[return-value]  # a retried step: answered from cache, not acted twice
@@ -293,7 +378,8 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
             done = kind == "answer"
             truncated = not done and s.step_count >= s.horizon
             s.done = done or truncated
-            s.lease_expires = time.time() + s.lease_seconds
+            # an ended episode is kept for its CloseSession and a retried last step, then evicted
+            s.lease_expires = time.time() + (min(s.lease_seconds, self.done_lease_seconds) if s.done else s.lease_seconds)
             total = time.perf_counter() - t0
             resp = environment_pb2.StepResponse(
                 session_id=s.session_id, step_index=index, observation=self._observation(s, formats), done=done,
@@ -313,13 +399,19 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
 
     async def CloseSession(self, request: environment_pb2.CloseSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.CloseSessionResponse:
         s = self._open(request.session_id)
-        s.status = environment_pb2.SESSION_STATE_CLOSED
-        metrics.SIM_SESSIONS_OPEN.dec()
-        evidence = json.dumps({"simulated": True, "url": s.page.url, "steps": s.step_count}) if request.capture_evidence else ""
-        return environment_pb2.CloseSessionResponse(session=self._session_pb(s), site_state_json=evidence)
+        async with s.lock:  # after a step in flight, as the farm's
+            self._still_open(s)
+            evidence = json.dumps({"simulated": True, "url": s.page.url, "steps": s.step_count}) if request.capture_evidence else ""
+            proto = self._end(s, environment_pb2.SESSION_STATE_CLOSED)
+        return environment_pb2.CloseSessionResponse(session=proto, site_state_json=evidence)
 
     async def GetSession(self, request: environment_pb2.GetSessionRequest, context: grpc.aio.ServicerContext) -> environment_pb2.GetSessionResponse:
-        return environment_pb2.GetSessionResponse(session=self._session_pb(self._get(request.session_id)))
+        """An open session, or an ended one's final state (the last WEBENV_WORLDMODEL_ENDED_SESSIONS_KEPT)."""
+        require_session_id(request.session_id)
+        s = self._lookup(request.session_id)
+        if s is None and request.session_id in self.ended:
+            return environment_pb2.GetSessionResponse(session=self.ended[request.session_id])
+        return environment_pb2.GetSessionResponse(session=self._session_pb(s or self._open(request.session_id)))
 
     async def RenewLease(self, request: environment_pb2.RenewLeaseRequest, context: grpc.aio.ServicerContext) -> environment_pb2.RenewLeaseResponse:
         validate_lease(request.lease_seconds, self.max_lease_seconds)

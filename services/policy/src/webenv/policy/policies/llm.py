@@ -5,8 +5,8 @@ from __future__ import annotations
 import logging
 
 from webenv import errors
-from webenv.agent.prompt import FORMAT_NAMES, Prompt, PromptBudget, chat_messages, step_prompt
-from webenv.llm import Batcher, GenerationRequest, ImageInput, SamplingParams
+from webenv.agent.prompt import FORMAT_NAMES, Prompt, PromptBudget, generation_request, step_prompt
+from webenv.llm import Batcher, GenerationRequest, SamplingParams
 from webenv.v1 import common_pb2, policy_pb2
 
 from .. import metrics
@@ -39,8 +39,10 @@ class LLMPolicy:
         self.max_chars = max_observation_chars
         # Constrained decoding only where the backend can do it (vLLM); elsewhere the parser copes.
         self.constrained = constrained and batcher.capabilities.regex
-        # Screenshots go with every prompt only when asked for and the backend takes images.
-        self.vision = vision and batcher.capabilities.images
+        # Screenshots go with every prompt when the backend serves a vision-language model (the transformers backend
+        # on a VLM folder), or when asked for and the backend takes images (an OpenAI-compatible server). A request
+        # whose observation has no screenshot is then a text-only prompt.
+        self.vision = batcher.capabilities.images and (vision or bool(getattr(batcher.backend, "vision", False)))
 
     @property
     def budget(self) -> PromptBudget:
@@ -67,7 +69,8 @@ class LLMPolicy:
                 if not backend.capabilities.images:
                     raise errors.InvalidArgument(
                         f"options.prompt_format SCREENSHOT needs a backend that takes images; '{backend.name}' "
-                        "does not (use the openai backend with a vision model)", reason="BAD_PROMPT_FORMAT",
+                        "does not here (serve a vision-language model: a Qwen2-VL-family folder on the transformers "
+                        "backend, or the openai backend with a vision model)", reason="BAD_PROMPT_FORMAT",
                         metadata={"field": "options.prompt_format"})
                 if not request.observation.screenshot.data:
                     raise errors.InvalidArgument(
@@ -119,6 +122,5 @@ class LLMPolicy:
 
 
 def as_request(prompt: Prompt, params: SamplingParams, adapter: str = "") -> GenerationRequest:
-    """A memory prompt as an LLM request (chat turns; its screenshot, if any, as an image input)."""
-    images = (ImageInput(prompt.image, prompt.image_mime or "image/png"),) if prompt.image else ()
-    return GenerationRequest(chat_messages(prompt), params, images=images, adapter=adapter)
+    """A memory prompt as an LLM request (webenv.agent.prompt.generation_request, the trainer's too)."""
+    return generation_request(prompt, params, adapter)
