@@ -10,7 +10,6 @@ steps lower the loss but do not teach a random model the answer: the served answ
 
 from __future__ import annotations
 
-import io
 import random
 import threading
 
@@ -32,17 +31,7 @@ NEW = 32
 ANSWER = "Memory: the button\nProgress: looked\nIntention: press it\nAction: click_at(120, 48)"
 
 
-def screenshot(i: int) -> bytes:
-    from PIL import Image, ImageDraw
-
-    img = Image.new("RGB", (224, 140), (240, 240, 240))
-    ImageDraw.Draw(img).rectangle((100 + i, 36, 150 + i, 60), fill=(30 * i % 255, 90, 200))
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return buf.getvalue()
-
-
-def episodes(tok, blobs: BlobStore, n: int = 6) -> list[collector_pb2.StoredEpisode]:
+def episodes(tok, blobs: BlobStore, screenshot, n: int = 6) -> list[collector_pb2.StoredEpisode]:
     """One-step episodes as the collector stores a VLM's steps: the screenshot by key, the answer's tokens."""
     rng = random.Random(0)
     target = tok(ANSWER + tok.eos_token, add_special_tokens=False)["input_ids"]
@@ -60,11 +49,11 @@ def episodes(tok, blobs: BlobStore, n: int = 6) -> list[collector_pb2.StoredEpis
 
 
 async def test_vlm_sft_on_screenshots_is_served_hot_with_the_trained_prompt(tiny_vlm, tmp_path, serve_policy,
-                                                                             policy_stub):
+                                                                             policy_stub, screenshot):
     vlm = tiny_vlm
     blobs = BlobStore(tmp_path / "blobs")
     processor = VisionProcessor.load(vlm)
-    eps = episodes(processor.tokenizer, blobs)
+    eps = episodes(processor.tokenizer, blobs, screenshot)
     sel = select(eps, A.TRAINING_ALGORITHM_BC, False, sampled_targets=True)
     assert len(sel.steps) == len(eps)
     with pytest.raises(MissingScreenshot, match="WEBENV_TRAINER_BLOB_DIR"):  # a VLM job without the blob folder
@@ -108,7 +97,8 @@ async def test_vlm_sft_on_screenshots_is_served_hot_with_the_trained_prompt(tiny
     assert not parsed.failed and (parsed.action.click_at.x, parsed.action.click_at.y) == (120, 48)
 
 
-async def test_vlm_serves_the_screenshot_as_image_tokens_and_text_without_one(serve_policy, policy_stub, tiny_vlm):
+async def test_vlm_serves_the_screenshot_as_image_tokens_and_text_without_one(serve_policy, policy_stub, tiny_vlm,
+                                                                                screenshot):
     """One ActStream batch of a request with a screenshot and one without: the first's prompt has the image tokens,
     the second is a text-only prompt; both record token ids and logprobs that a forward pass with the same pixel
     values reproduces. SCREENSHOT as the prompt format without a screenshot is INVALID_ARGUMENT."""
