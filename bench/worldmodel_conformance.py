@@ -7,7 +7,8 @@ start page is taken from the real page. Then runs, as a subprocess,
 
     python -m webenv.worldmodel conformance --worldmodel WM --farm FARM --sites SITES --record N --out OUT
 
-which records N oracle episodes of the catalog's synthetic tasks on the farm (AXTREE, MARKDOWN and HTML) and
+(`--exclude-family shop`: the tiny model records start pages of its own shop-0000 and shop-0001, other websites
+under the sites service's names) which records N oracle episodes of the catalog's synthetic tasks on the farm (AXTREE, MARKDOWN and HTML) and
 replays them through the world model, writing bench/results/worldmodel-conformance.{json,md}.
 """
 
@@ -59,6 +60,7 @@ async def main(n: int) -> int:
             async with wm_serving(wm_settings) as (wm_server, _, _):
                 args = ["conformance", "--worldmodel", f"127.0.0.1:{wm_server.port}", "--farm", farm_addr,
                         "--sites", f"127.0.0.1:{sites.port}", "--record", str(n), "--out", str(OUT),
+                        "--exclude-family", "shop",
                         "--command", f"nice -n 19 python bench/worldmodel_conformance.py {n}"]
                 proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "webenv.worldmodel", *args,
                                                             env=os.environ.copy())

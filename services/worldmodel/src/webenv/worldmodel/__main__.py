@@ -184,6 +184,7 @@ def conformance(
     sites: str = typer.Option("", help="With --farm: the task catalog (sites service) whose synthetic tasks are run."),
     record: int = typer.Option(20, help="With --farm: oracle episodes recorded (the first tasks of the catalog)."),
     html: bool = typer.Option(True, help="With --farm: record (and ask the simulation for) HTML too."),
+    exclude_family: list[str] = typer.Option([], help="With --farm: skip this family's tasks (repeatable)."),
     save_episodes: Path = typer.Option(None, help="Write the episodes replayed here (StoredEpisode JSONL)."),
     limit: int = typer.Option(0, help="Episodes replayed at most (0 = all)."),
     out: Path = typer.Option(None, help="Write the report's JSON here and its Markdown next to it (.md)."),
@@ -208,7 +209,7 @@ def conformance(
         elif collector:
             recorded = conf.read_collector(collector, run_id, limit)
         else:
-            recorded = asyncio.run(conf.record_from_catalog(farm, sites, record, html))
+            recorded = asyncio.run(conf.record_from_catalog(farm, sites, record, html, exclude_family))
     except ValueError as exc:
         raise typer.BadParameter(str(exc), param_hint="--episodes") from None
     if limit:

@@ -28,6 +28,7 @@ from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, environment
 
 #: (field, what it is): the contract's fields first, then the page content a simulator predicts.
 FIELDS: dict[str, str] = {
+    "start": "OpenSession's observation (URL and a11y tree) is the recorded first one",
     "step_index": "StepResponse.step_index echoes the request's",
     "done": "StepResponse.done (answer given / task done)",
     "truncated": "StepResponse.truncated (cut at the step budget)",
@@ -35,13 +36,13 @@ FIELDS: dict[str, str] = {
     "target_element_id": "StepResponse.target_element_id (the element the action's target resolved to)",
     "last_action_error": "Observation.last_action_error: empty vs set (the message's words may differ)",
     "formats": "Observation.formats produced, of those asked for",
-    "tabs": "Observation.tabs: ids, active flag and URLs (recorded from the farm only: the store keeps none)",
+    "tabs": "Observation.tabs ids and active flag, active_tab_id (recorded from the farm only: the store keeps none)",
     "step_count": "Session.step_count after the episode (GetSession)",
     "url": "Observation.url after the action (page content: predicted)",
     "title": "Observation.title after the action (page content: predicted)",
     "axtree": "Observation.axtree after the action, exactly (page content: predicted)",
 }
-CONTRACT = ("step_index", "done", "truncated", "reward", "target_element_id", "last_action_error", "formats", "tabs",
+CONTRACT = ("start", "step_index", "done", "truncated", "reward", "target_element_id", "last_action_error", "formats", "tabs",
             "step_count")
 EXAMPLES = 3
 TIMEOUT = 120.0
@@ -102,10 +103,12 @@ def write_jsonl(episodes: Iterable[collector_pb2.StoredEpisode], path: str) -> N
             fh.write(json_format.MessageToJson(ep, indent=None) + "\n")
 
 
-async def record_oracle(farm: environment_pb2_grpc.EnvironmentServiceStub, task: common_pb2.Task,
-                        spec: common_pb2.ObservationSpec, seed: int = 0) -> collector_pb2.StoredEpisode:
-    """One episode of the task's oracle actions on the browser farm, as the collector would store it (plus tabs:
-    each step's observation is the farm's whole Observation, the one its action was chosen from)."""
+async def record(farm: environment_pb2_grpc.EnvironmentServiceStub, task: common_pb2.Task,
+                 actions: Iterable[common_pb2.Action], spec: common_pb2.ObservationSpec,
+                 seed: int = 0) -> collector_pb2.StoredEpisode:
+    """One episode of these actions on the browser farm, as the collector would store it (plus tabs: each step's
+    observation is the farm's whole Observation, the one its action was chosen from). As the collector's, the
+    episode is cut at the task's max_steps (`truncated`: the farm itself caps no episode)."""
     opened = await farm.OpenSession(environment_pb2.OpenSessionRequest(
         request_id=f"conformance-{uuid.uuid4().hex}", task=task, seed=seed, observation_spec=spec), timeout=TIMEOUT)
     sid = opened.session.session_id
@@ -114,7 +117,7 @@ async def record_oracle(farm: environment_pb2_grpc.EnvironmentServiceStub, task:
     ep.trajectory.env_kind = common_pb2.ENV_KIND_BROWSER
     obs = opened.observation
     try:
-        for i, action in enumerate(task.oracle):
+        for i, action in enumerate(actions):
             resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=action, step_index=i),
                                    timeout=TIMEOUT)
             ep.trajectory.steps.append(common_pb2.StepRecord(
@@ -122,8 +125,8 @@ async def record_oracle(farm: environment_pb2_grpc.EnvironmentServiceStub, task:
                 done=resp.done, last_action_error=resp.observation.last_action_error, url_after=resp.observation.url,
                 target_element_id=resp.target_element_id))
             obs = resp.observation
-            if resp.done or resp.truncated:
-                ep.truncated = resp.truncated
+            if resp.done or resp.truncated or (task.max_steps and i + 1 >= task.max_steps):
+                ep.truncated = not resp.done
                 break
     finally:
         await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid), timeout=TIMEOUT)
@@ -132,9 +135,11 @@ async def record_oracle(farm: environment_pb2_grpc.EnvironmentServiceStub, task:
     return ep
 
 
-async def record_from_catalog(farm_address: str, sites_address: str, n: int, html: bool = True) -> list[collector_pb2.StoredEpisode]:
-    """Oracle episodes of the catalog's first `n` synthetic tasks that have an oracle, recorded on the farm (AXTREE,
-    MARKDOWN and, with `html`, HTML asked for and kept)."""
+async def record_from_catalog(farm_address: str, sites_address: str, n: int, html: bool = True,
+                              exclude_families: Iterable[str] = ()) -> list[collector_pb2.StoredEpisode]:
+    """Oracle episodes of the catalog's first `n` synthetic tasks that have an oracle (none of `exclude_families`),
+    recorded on the farm (AXTREE, MARKDOWN and, with `html`, HTML asked for and kept)."""
+    skip = set(exclude_families)
     from webenv import paging
     from webenv.v1 import task_pb2, task_pb2_grpc
 
@@ -147,10 +152,10 @@ async def record_from_catalog(farm_address: str, sites_address: str, n: int, htm
         req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]),
                                         page_size=1000)
         chosen = [t for t in paging.iterate(lambda r: tasks.ListTasks(r, timeout=TIMEOUT), req, "tasks")
-                  if len(t.oracle)][:n]
+                  if len(t.oracle) and t.family not in skip][:n]
     async with grpc.aio.insecure_channel(farm_address) as ch:
         stub = environment_pb2_grpc.EnvironmentServiceStub(ch)
-        return [await record_oracle(stub, t, spec) for t in chosen]
+        return [await record(stub, t, t.oracle, spec) for t in chosen]
 
 
 # --- replay ---------------------------------------------------------------------------------------------------------
@@ -159,8 +164,9 @@ def _formats(obs: common_pb2.Observation) -> list[int]:
     return [f for f in obs.formats if f != common_pb2.OBSERVATION_FORMAT_SCREENSHOT]
 
 
-def _tabs(obs: common_pb2.Observation) -> list[tuple[str, bool, str]]:
-    return [(t.tab_id, t.active, t.url) for t in obs.tabs]
+def _tabs(obs: common_pb2.Observation) -> list[tuple[str, bool]]:
+    """The tabs as the contract fixes them: ids and which is active (their URLs are the page's: `url`)."""
+    return [(t.tab_id, t.active) for t in obs.tabs] + [("active_tab_id", obs.active_tab_id)]  # type: ignore[list-item]
 
 
 def compare_step(rep: Report, ep: collector_pb2.StoredEpisode, i: int, resp: environment_pb2.StepResponse) -> None:
@@ -218,6 +224,10 @@ async def replay(wm: environment_pb2_grpc.EnvironmentServiceStub, ep: collector_
         return
     sid = opened.session.session_id
     rep.episodes += 1
+    o = opened.observation
+    rep.fields["start"].add((o.url, o.axtree) == (first.url, first.axtree), {
+        "episode_id": ep.episode_id, "task_id": ep.task.task_id, "recorded": _short(first.url + "\n" + first.axtree),
+        "simulated": _short(o.url + "\n" + o.axtree)})
     try:
         for i, rec in enumerate(steps):
             after = steps[i + 1].observation if i + 1 < len(steps) else ep.trajectory.final_observation
