@@ -8,6 +8,11 @@ truncates it. Sessions are marked ENV_KIND_WORLD_MODEL, so a collector pointed a
 episodes as such. Observations carry AXTREE and MARKDOWN (rendered from the tree with the links' targets);
 other formats are left out.
 
+An element action addressed by an element id answers that id as `target_element_id` (the farm's, for click,
+hover, fill, select and scroll_element); one whose element is not on the page does nothing and answers the farm's
+`element N not found on the page` as `last_action_error`. A CSS selector cannot be resolved without a DOM: its
+target_element_id is empty (`python -m webenv.worldmodel conformance` measures what agrees with the farm).
+
 Requests are checked by the same rules as the farm's (`webenv.envcontract`): malformed actions and observation
 specs, leases, repeated step indexes, unknown and ended sessions get the same answers from both.
 
