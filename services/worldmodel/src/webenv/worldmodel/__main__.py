@@ -203,6 +203,10 @@ def conformance(
         raise typer.BadParameter("--collector needs at least one --run", param_hint="--run")
     if farm and not sites:
         raise typer.BadParameter("--farm needs --sites (the task catalog)", param_hint="--sites")
+    if record < 1:
+        raise typer.BadParameter(f"must be at least 1, got {record}", param_hint="--record")
+    if limit < 0:
+        raise typer.BadParameter(f"must be 0 (all) or more, got {limit}", param_hint="--limit")
     try:
         if episodes:
             recorded = conf.read_jsonl(str(episodes))
