@@ -23,6 +23,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "worldmodel-conformance.json"
+NOTE = ("Recorded: oracle episodes (`Task.oracle`) of the sites service's first synthetic tasks of every family but "
+        "shop, on the browser farm (real Chromium), AXTREE, MARKDOWN and HTML asked for. Replayed against: the world "
+        "model serving a tiny model trained for 4 steps on the tiny web's exports (its page predictions are not what "
+        "is measured here), every start page taken from the farm (WEBENV_WORLDMODEL_FARM_ADDR). One 2-core machine "
+        "shared with a running benchmark.")
 
 
 async def main(n: int) -> int:
@@ -61,7 +66,7 @@ async def main(n: int) -> int:
                 args = ["conformance", "--worldmodel", f"127.0.0.1:{wm_server.port}", "--farm", farm_addr,
                         "--sites", f"127.0.0.1:{sites.port}", "--record", str(n), "--out", str(OUT),
                         "--exclude-family", "shop",
-                        "--command", f"nice -n 19 python bench/worldmodel_conformance.py {n}"]
+                        "--command", f"nice -n 19 python bench/worldmodel_conformance.py {n}", "--note", NOTE]
                 proc = await asyncio.create_subprocess_exec(sys.executable, "-m", "webenv.worldmodel", *args,
                                                             env=os.environ.copy())
                 return await proc.wait()

@@ -189,6 +189,7 @@ def conformance(
     limit: int = typer.Option(0, help="Episodes replayed at most (0 = all)."),
     out: Path = typer.Option(None, help="Write the report's JSON here and its Markdown next to it (.md)."),
     command: str = typer.Option("", help="The command line written into the report."),
+    note: str = typer.Option("", help="A paragraph written into the report (what was replayed against what)."),
 ) -> None:
     """Replay recorded real episodes through the world model and compare every StepResponse field by field."""
     import sys
@@ -221,7 +222,7 @@ def conformance(
     if save_episodes:
         conf.write_jsonl(recorded, str(save_episodes))
     rep = asyncio.run(conf.run(worldmodel, recorded))
-    md = conf.to_markdown(rep, command or " ".join(["python -m webenv.worldmodel", *sys.argv[1:]]))
+    md = conf.to_markdown(rep, command or " ".join(["python -m webenv.worldmodel", *sys.argv[1:]]), note)
     if out:
         out.parent.mkdir(parents=True, exist_ok=True)
         out.write_text(json.dumps(rep.as_dict(), indent=2))

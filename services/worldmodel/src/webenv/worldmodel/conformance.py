@@ -262,10 +262,15 @@ async def run(wm_address: str, episodes: list[collector_pb2.StoredEpisode]) -> R
 
 
 # --- the report -----------------------------------------------------------------------------------------------------
-def to_markdown(rep: Report, command: str = "") -> str:
+def to_markdown(rep: Report, command: str = "", note: str = "") -> str:
     lines = ["# World model replay conformance", ""]
     if command:
         lines += ["Produced by:", "", "```", command, "```", ""]
+    if note:
+        lines += [note, ""]
+    lines += ["Fields of kind *contract* are what the EnvironmentService contract fixes (services/worldmodel/README.md, "
+              "One contract, proven by replay, says which the simulation guarantees); *content* is the predicted page "
+              "(fidelity: bench/results/worldmodel.md).", ""]
     lines += [f"{rep.episodes} recorded episodes replayed, {rep.steps} steps; {len(rep.failed)} replays stopped early.",
               "", "| field | kind | agree | differ | agree % | what |", "|---|---|---:|---:|---:|---|"]
     for name, t in rep.fields.items():
