@@ -23,8 +23,8 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
 OUT = ROOT / "bench" / "results" / "worldmodel-conformance.json"
-NOTE = ("Recorded: oracle episodes (`Task.oracle`) of the sites service's first synthetic tasks of every family but "
-        "shop, on the browser farm (real Chromium), AXTREE, MARKDOWN and HTML asked for. Replayed against: the world "
+NOTE = ("Recorded: oracle episodes (`Task.oracle`) of the sites service's synthetic tasks, one of each website in turn, every family "
+        "but shop, on the browser farm (real Chromium), AXTREE, MARKDOWN and HTML asked for. Replayed against: the world "
         "model serving a tiny model trained for 4 steps on the tiny web's exports (its page predictions are not what "
         "is measured here), every start page taken from the farm (WEBENV_WORLDMODEL_FARM_ADDR). One 2-core machine "
         "shared with a running benchmark.")

@@ -67,11 +67,12 @@ class FieldTally:
 class Report:
     episodes: int = 0
     steps: int = 0
+    task_ids: list[str] = field(default_factory=list)  # of the episodes replayed
     failed: list[dict] = field(default_factory=list)  # episodes the world model could not replay, and why
     fields: dict[str, FieldTally] = field(default_factory=lambda: {f: FieldTally() for f in FIELDS})
 
     def as_dict(self) -> dict:
-        return {"episodes": self.episodes, "steps": self.steps, "failed": self.failed,
+        return {"episodes": self.episodes, "steps": self.steps, "task_ids": self.task_ids, "failed": self.failed,
                 "fields": {f: asdict(t) for f, t in self.fields.items()}}
 
 
@@ -137,8 +138,8 @@ async def record(farm: environment_pb2_grpc.EnvironmentServiceStub, task: common
 
 async def record_from_catalog(farm_address: str, sites_address: str, n: int, html: bool = True,
                               exclude_families: Iterable[str] = ()) -> list[collector_pb2.StoredEpisode]:
-    """Oracle episodes of the catalog's first `n` synthetic tasks that have an oracle (none of `exclude_families`),
-    recorded on the farm (AXTREE, MARKDOWN and, with `html`, HTML asked for and kept)."""
+    """Oracle episodes of `n` synthetic tasks of the catalog that have an oracle (none of `exclude_families`; one
+    of each website in turn), recorded on the farm (AXTREE, MARKDOWN and, with `html`, HTML asked for and kept)."""
     skip = set(exclude_families)
     from webenv import paging
     from webenv.v1 import task_pb2, task_pb2_grpc
@@ -151,8 +152,13 @@ async def record_from_catalog(farm_address: str, sites_address: str, n: int, htm
         tasks = task_pb2_grpc.TaskServiceStub(ch)
         req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]),
                                         page_size=1000)
-        chosen = [t for t in paging.iterate(lambda r: tasks.ListTasks(r, timeout=TIMEOUT), req, "tasks")
-                  if len(t.oracle) and t.family not in skip][:n]
+        by_site: dict[str, list[common_pb2.Task]] = {}
+        for t in paging.iterate(lambda r: tasks.ListTasks(r, timeout=TIMEOUT), req, "tasks"):
+            if len(t.oracle) and t.family not in skip:
+                by_site.setdefault(t.site, []).append(t)
+    # one task of each website in turn (the catalog lists a website's tasks together)
+    rounds = max((len(v) for v in by_site.values()), default=0)
+    chosen = [ts[i] for i in range(rounds) for ts in by_site.values() if i < len(ts)][:n]
     async with grpc.aio.insecure_channel(farm_address) as ch:
         stub = environment_pb2_grpc.EnvironmentServiceStub(ch)
         return [await record(stub, t, t.oracle, spec) for t in chosen]
@@ -224,6 +230,7 @@ async def replay(wm: environment_pb2_grpc.EnvironmentServiceStub, ep: collector_
         return
     sid = opened.session.session_id
     rep.episodes += 1
+    rep.task_ids.append(ep.task.task_id)
     o = opened.observation
     rep.fields["start"].add((o.url, o.axtree) == (first.url, first.axtree), {
         "episode_id": ep.episode_id, "task_id": ep.task.task_id, "recorded": _short(first.url + "\n" + first.axtree),
@@ -271,7 +278,9 @@ def to_markdown(rep: Report, command: str = "", note: str = "") -> str:
     lines += ["Fields of kind *contract* are what the EnvironmentService contract fixes (services/worldmodel/README.md, "
               "One contract, proven by replay, says which the simulation guarantees); *content* is the predicted page "
               "(fidelity: bench/results/worldmodel.md).", ""]
-    lines += [f"{rep.episodes} recorded episodes replayed, {rep.steps} steps; {len(rep.failed)} replays stopped early.",
+    sites = sorted({t.split("/")[1] for t in rep.task_ids if t.count("/") >= 2})
+    lines += [f"{rep.episodes} recorded episodes replayed, {rep.steps} steps; {len(rep.failed)} replays stopped early."
+              + (f" Websites: {', '.join(sites)}." if sites else ""),
               "", "| field | kind | agree | differ | agree % | what |", "|---|---|---:|---:|---:|---|"]
     for name, t in rep.fields.items():
         n = t.agree + t.differ
