@@ -170,3 +170,46 @@ async def test_a_start_the_farm_refuses_gets_the_farms_answer(stack: Stack) -> N
     assert (info.value.code(), err.reason, err.metadata) == (real.code, real.reason, real.metadata)
     assert "browser farm at" in err.message
     assert _farm_starts(stack, "failed") == failed + 1
+
+
+async def test_recorded_farm_episodes_replay_through_the_world_model(stack: Stack) -> None:
+    """Replay conformance (webenv.worldmodel.conformance): an oracle episode and one of id-addressed actions,
+    recorded on the farm, replayed through the world model: the fields the simulator guarantees agree."""
+    from webenv.worldmodel import conformance
+
+    spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_MARKDOWN,
+                                               common_pb2.OBSERVATION_FORMAT_HTML])
+    task = next(t for t in stack.tasks if t.source == common_pb2.TASK_SOURCE_SYNTHETIC and t.family != "shop"
+                and len(t.oracle) and t.oracle[-1].WhichOneof("kind") == "answer")
+    oracle = await conformance.record(stack.farm, task, task.oracle, spec)
+    assert oracle.trajectory.steps[-1].done and oracle.trajectory.steps[0].target_element_id  # a selector, resolved
+    # by element id, cut at max_steps (the collector's horizon): a link hovered, a missing element clicked, a scroll
+    capped = common_pb2.Task()
+    capped.CopyFrom(task)
+    capped.max_steps = 3
+    first = (await _farm_first(stack, task=task)).observation.axtree
+    link = re.search(r"\[(\d+)\] link ", first)
+    assert link, first
+    by_id = await conformance.record(stack.farm, capped, [parse_action(f"hover({link.group(1)})"),
+                                                          parse_action("click(99999)"), parse_action("scroll(0, 200)")],
+                                     spec)
+    steps = by_id.trajectory.steps
+    assert by_id.truncated and len(steps) == 3 and steps[0].target_element_id == link.group(1)
+    assert "not found" in steps[1].last_action_error
+    rep = conformance.Report()
+    for ep in (oracle, by_id):
+        await conformance.replay(stack.wm, ep, rep)
+    assert rep.episodes == 2 and not rep.failed and rep.steps == len(oracle.trajectory.steps) + 3
+    f = rep.fields
+    for name in ("start", "step_index", "done", "truncated", "reward", "last_action_error", "tabs", "step_count"):
+        assert f[name].differ == 0 and f[name].agree, (name, f[name])
+    # target_element_id: agrees on every id-addressed step; a CSS selector (the oracle's) is not resolved in simulation
+    assert f["target_element_id"].agree >= 3
+    for ex in f["target_element_id"].examples:
+        assert not ex["simulated"] and ex["action"] in {s.action_text for s in oracle.trajectory.steps}
+    # formats: all asked for but HTML, which a simulator cannot produce (left out, as the contract says)
+    assert f["formats"].differ == rep.steps
+    html = common_pb2.OBSERVATION_FORMAT_HTML
+    assert all(set(ex["recorded"]) - set(ex["simulated"]) == {html} for ex in f["formats"].examples)
+    md = conformance.to_markdown(rep)
+    assert "| done | contract | " in md and "## Examples of differences" in md

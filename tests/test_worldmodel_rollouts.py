@@ -11,11 +11,15 @@ closed port). A random-crawl run is started and watched over a real gRPC channel
 TRANSITIONS, and every stored step is checked against the world model itself: asking `Predict` for the same
 state, links, URL, action and history gives exactly the next observation the collector stored — or, where the
 session went back to a URL it had loaded, that page again (a session remembers its pages; Predict is
-stateless) — so the observations are the model's predictions and not copies or browser pages.
+stateless) — so the observations are the model's predictions and not copies or browser pages. Last, the stored
+episodes read back through the collector's reader (`ReadEpisodes`) and replayed through the world model
+(`webenv.worldmodel.conformance`) answer the same contract fields (done, truncated at the collector's horizon,
+target_element_id, errors, formats, step counts).
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import re
@@ -32,7 +36,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from webenv.actions import format_action
 from webenv.testing import free_port, scrape, wait_for_port
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, worldmodel_pb2, worldmodel_pb2_grpc
-from webenv.worldmodel import tinyweb
+from webenv.worldmodel import conformance, tinyweb
 from webenv.worldmodel.page import links_from_markdown
 
 pytestmark = pytest.mark.timeout(240)
@@ -247,6 +251,17 @@ def test_collector_rollouts_against_world_model(tmp_path: Path) -> None:
         text = scrape(wm.metrics_port)
         assert _metric(text, "webenv_worldmodel_simulated_sessions_total") == EPISODES
         assert _metric(text, "webenv_worldmodel_simulated_steps_total") == n_steps
+
+        # Replay conformance through the collector's reader (ReadEpisodes): the stored episodes replayed through the
+        # world model answer the stored contract fields again (the collector's horizon cut is the session's truncated)
+        stored = conformance.read_collector(collector.address, [run.run_id])
+        assert len(stored) == EPISODES and all(len(e.trajectory.steps) == e.step_count for e in stored)
+        rep = asyncio.run(conformance.run(wm.address, stored))
+        assert rep.episodes == EPISODES and not rep.failed, rep.failed
+        for name in ("start", "step_index", "done", "truncated", "reward", "target_element_id", "last_action_error",
+                     "formats", "step_count"):
+            assert rep.fields[name].differ == 0 and rep.fields[name].agree, (name, rep.fields[name])
+        assert rep.fields["truncated"].agree == rep.steps and any(e.truncated for e in stored)
 
         # Durable in the store itself: after the collector stopped, its chDB folder is read directly (in a
         # subprocess: chDB opens one data folder per process, and this pytest process may hold another).

@@ -1,4 +1,4 @@
-"""`python -m webenv.worldmodel` / `webenv-worldmodel` serves; `... dataset|train|evaluate|card` run the offline commands.
+"""`python -m webenv.worldmodel` / `webenv-worldmodel` serves; `... dataset|train|evaluate|card|conformance` run the offline commands.
 
 `webenv worldmodel build` runs the offline commands in this order as subprocesses (collector/wmbuild.py). Their
 modules are imported when a command runs, not before: serving and `--help` do not pay for torch's import.
@@ -171,6 +171,63 @@ def card(model: Path = typer.Option(..., help="A model directory (what `train` l
         raise typer.BadParameter(f"{model} is not a model directory (no config.json)", param_hint="--model")
     (model / CARD_FILE).write_text(write_card(model))
     typer.echo(model / CARD_FILE)
+
+
+@app.command()
+def conformance(
+    worldmodel: str = typer.Option(..., help="The world model's EnvironmentService address (host:port)."),
+    episodes: Path = typer.Option(None, exists=True, dir_okay=False,
+                                  help="Recorded episodes: StoredEpisode JSON, one a line (as --save-episodes writes)."),
+    collector: str = typer.Option("", help="A collector's address: replay the stored episodes of --run (ReadEpisodes)."),
+    run_id: list[str] = typer.Option([], "--run", help="Collector run id (repeatable; with --collector)."),
+    farm: str = typer.Option("", help="Record oracle episodes here first (the browser farm's address)."),
+    sites: str = typer.Option("", help="With --farm: the task catalog (sites service) whose synthetic tasks are run."),
+    record: int = typer.Option(20, help="With --farm: oracle episodes recorded (the first tasks of the catalog)."),
+    html: bool = typer.Option(True, help="With --farm: record (and ask the simulation for) HTML too."),
+    exclude_family: list[str] = typer.Option([], help="With --farm: skip this family's tasks (repeatable)."),
+    save_episodes: Path = typer.Option(None, help="Write the episodes replayed here (StoredEpisode JSONL)."),
+    limit: int = typer.Option(0, help="Episodes replayed at most (0 = all)."),
+    out: Path = typer.Option(None, help="Write the report's JSON here and its Markdown next to it (.md)."),
+    command: str = typer.Option("", help="The command line written into the report."),
+    note: str = typer.Option("", help="A paragraph written into the report (what was replayed against what)."),
+) -> None:
+    """Replay recorded real episodes through the world model and compare every StepResponse field by field."""
+    import sys
+
+    from webenv.worldmodel import conformance as conf
+
+    sources = [bool(episodes), bool(collector), bool(farm)]
+    if sum(sources) != 1:
+        raise typer.BadParameter("give exactly one of --episodes, --collector (with --run) or --farm (with --sites)",
+                                 param_hint="--episodes")
+    if collector and not run_id:
+        raise typer.BadParameter("--collector needs at least one --run", param_hint="--run")
+    if farm and not sites:
+        raise typer.BadParameter("--farm needs --sites (the task catalog)", param_hint="--sites")
+    if record < 1:
+        raise typer.BadParameter(f"must be at least 1, got {record}", param_hint="--record")
+    if limit < 0:
+        raise typer.BadParameter(f"must be 0 (all) or more, got {limit}", param_hint="--limit")
+    try:
+        if episodes:
+            recorded = conf.read_jsonl(str(episodes))
+        elif collector:
+            recorded = conf.read_collector(collector, run_id, limit)
+        else:
+            recorded = asyncio.run(conf.record_from_catalog(farm, sites, record, html, exclude_family))
+    except ValueError as exc:
+        raise typer.BadParameter(str(exc), param_hint="--episodes") from None
+    if limit:
+        recorded = recorded[:limit]
+    if save_episodes:
+        conf.write_jsonl(recorded, str(save_episodes))
+    rep = asyncio.run(conf.run(worldmodel, recorded))
+    md = conf.to_markdown(rep, command or " ".join(["python -m webenv.worldmodel", *sys.argv[1:]]), note)
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(json.dumps(rep.as_dict(), indent=2))
+        out.with_suffix(".md").write_text(md)
+    typer.echo(md)
 
 
 if __name__ == "__main__":

@@ -8,6 +8,11 @@ truncates it. Sessions are marked ENV_KIND_WORLD_MODEL, so a collector pointed a
 episodes as such. Observations carry AXTREE and MARKDOWN (rendered from the tree with the links' targets);
 other formats are left out.
 
+An element action addressed by an element id answers that id as `target_element_id` (the farm's, for click,
+hover, fill, select and scroll_element); one whose element is not on the page does nothing and answers the farm's
+`element N not found on the page` as `last_action_error`. A CSS selector cannot be resolved without a DOM: its
+target_element_id is empty (`python -m webenv.worldmodel conformance` measures what agrees with the farm).
+
 Requests are checked by the same rules as the farm's (`webenv.envcontract`): malformed actions and observation
 specs, leases, repeated step indexes, unknown and ended sessions get the same answers from both.
 
@@ -64,6 +69,7 @@ from webenv.worldmodel import metrics
 from webenv.worldmodel.compose import PageMemory, PageView
 from webenv.worldmodel.farmstart import FarmStarts
 from webenv.worldmodel.formats import axtree_to_markdown
+from webenv.worldmodel.page import parse
 from webenv.worldmodel.predict import Predictor, Query, advance
 from webenv.worldmodel.servicer import ready
 
@@ -71,12 +77,23 @@ log = logging.getLogger("webenv.worldmodel")
 REQUEST_IDS_KEPT = 10_000  # OpenSession / ForkSession request ids remembered for retries (each)
 ENDED_KEPT = 2000  # ended sessions whose final state is remembered (the farm's number)
 _SUPPORTED = {common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_MARKDOWN}
+#: Actions whose StepResponse.target_element_id the farm fills (browser/actions.py: pointer and element actions).
+_RESOLVED = frozenset({"click", "hover", "fill", "select", "scroll_element"})
 
 
 def _ts(t: float) -> Timestamp:
     ts = Timestamp()
     ts.FromNanoseconds(int(t * 1e9))
     return ts
+
+
+def _element_id(action: common_pb2.Action) -> str:
+    """The element id an element action's target names (empty for a CSS selector or an action without a target)."""
+    kind = action.WhichOneof("kind")
+    msg = getattr(action, kind) if kind else None
+    if msg is None or "target" not in msg.DESCRIPTOR.fields_by_name or not msg.HasField("target"):
+        return ""
+    return msg.target.element_id if msg.target.WhichOneof("ref") == "element_id" else ""
 
 
 def _title(state: str) -> str:
@@ -368,11 +385,18 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                                                 metadata={"session_id": s.session_id})
             kind = request.action.WhichOneof("kind")
             action_text = format_action(request.action)
-            query = Query(s.page, action_text, history=list(s.history), instruction=s.instruction, memory=s.memory)
-            pred = await self.predictor.predict(query)
-            advance(s.memory, query, pred)
+            element = _element_id(request.action)
+            error, latency, page = "", 0.0, s.page
+            if element and element not in {n.node_id for n in parse(s.page.state)}:
+                error = f"element {element} not found on the page"  # the farm's words; nothing was done
+            else:
+                query = Query(s.page, action_text, history=list(s.history), instruction=s.instruction,
+                              memory=s.memory)
+                pred = await self.predictor.predict(query)
+                advance(s.memory, query, pred)
+                latency, page = pred.latency_seconds, pred.page
             s.history.append((s.page.url, action_text))
-            s.page = pred.page
+            s.page = page
             index = s.step_count
             s.step_count += 1
             done = kind == "answer"
@@ -383,9 +407,10 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
             total = time.perf_counter() - t0
             resp = environment_pb2.StepResponse(
                 session_id=s.session_id, step_index=index, observation=self._observation(s, formats), done=done,
-                truncated=truncated, timings=common_pb2.StepTimings(
-                    action_seconds=pred.latency_seconds, total_seconds=total,
-                    queue_seconds=max(0.0, total - pred.latency_seconds)))
+                truncated=truncated, target_element_id=element if kind in _RESOLVED and not error else "",
+                timings=common_pb2.StepTimings(action_seconds=latency, total_seconds=total,
+                                               queue_seconds=max(0.0, total - latency)))
+            resp.observation.last_action_error = error
             s.last, s.last_action = resp, request.action
         metrics.SIM_STEPS.inc()
         metrics.SIM_STEP_SECONDS.observe(total)
