@@ -218,6 +218,8 @@ async def test_vllm_serves_lora_checkpoints_hot_in_one_engine(tiny_model, free_p
     # Each adapter answers differently from the base and from the other adapters.
     outputs = {p: (tuple(r.completion_token_ids), tuple(round(x, 4) for x in r.completion_logprobs))
                for p, r in answers.items()}
+    for p, out in outputs.items():
+        print(f"{p}: ids {list(out[0])} logprobs {list(out[1])}")
     assert len(set(outputs.values())) == 4, outputs
     assert list(again.completion_token_ids) == list(one.completion_token_ids)
     assert torch.allclose(torch.tensor(list(again.completion_logprobs)), torch.tensor(list(one.completion_logprobs)),
