@@ -13,7 +13,7 @@ trained policy's act latency vs the random policy, side by side on one stack.
    this process its examples/s with the context tower's top 2 layers tuned (the default; first epoch: frozen states
    computed, later epochs: cached), the head only, the top 2 layers tuned for candidates too, and all 6 layers.
 5. PolicyService.Act over the demonstrations' observations: both checkpoints vs the random policy (p50, p95).
-The learning result itself (success on unseen websites) is `webenv train`: bench/results/learning.md.
+The learning result itself (success on unseen websites) is `webenv train` (`make learn`): bench/results/learning/README.md.
 """
 
 from __future__ import annotations
