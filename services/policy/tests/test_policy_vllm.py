@@ -167,16 +167,8 @@ async def test_vllm_backend_serves_a_vlm_with_images(free_port, tmp_path, screen
     page = random_observation(random.Random(3), n=5)
     shot, text = (request(page, policy="llm", episode_id=e, seed=1) for e in ("shot", "text"))
     shot.observation.screenshot.data, shot.observation.screenshot.codec = png, common_pb2.IMAGE_CODEC_PNG
-    log = (tmp_path / "policy-vllm-vlm.log").open("w")
-    proc = start_service(env, log)
-    try:
-        try:
-            await wait_serving(port, proc)
-        except Exception:
-            log.flush()
-            sys.stderr.write(tail(tmp_path / "policy-vllm-vlm.log"))
-            raise
-        channel = make_channel(f"127.0.0.1:{port}")
+    async with vllm_service(env, tmp_path) as (address, _):
+        channel = make_channel(address)
         stub = policy_pb2_grpc.PolicyServiceStub(channel)
         acted = {"shot": await stub.Act(shot), "text": await stub.Act(text)}
         await channel.close()
@@ -189,15 +181,6 @@ async def test_vllm_backend_serves_a_vlm_with_images(free_port, tmp_path, screen
         with pytest.raises(openai.BadRequestError) as two:
             await api.chat.completions.create(model=vlm.name, max_tokens=4, messages=[
                 {"role": "user", "content": [{"type": "text", "text": "Act."}, image_part, image_part]}])
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=60)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-        log.close()
-    assert proc.returncode == 0, tail(tmp_path / "policy-vllm-vlm.log")
     processor = VisionProcessor.load(vlm)
     expected = processor.encode_request(GenerationRequest((Message("user", "Act."),), SamplingParams(max_tokens=4),
                                                           images=(ImageInput(png),)), 2048 - 4).input_ids
