@@ -15,7 +15,6 @@ START_STATE_UNKNOWN: services/worldmodel/tests/test_worldmodel_service.py.)
 from __future__ import annotations
 
 import asyncio
-import json
 import re
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -45,41 +44,17 @@ class Stack:
 
 @pytest.fixture(scope="module")
 async def stack(tmp_path_factory: pytest.TempPathFactory, chromium_path: str) -> AsyncIterator[Stack]:
-    from webenv.browser.__main__ import serving as farm_serving
-    from webenv.browser.config import Settings as FarmSettings
-    from webenv.sites.config import Settings as SitesSettings
-    from webenv.sites.service import SitesService
-    from webenv.worldmodel import tinyweb
-    from webenv.worldmodel.app import serving as wm_serving
-    from webenv.worldmodel.config import Settings as WmSettings
-    from webenv.worldmodel.dataset import join_exports, write_transitions
-    from webenv.worldmodel.train import TrainConfig, train
+    from bench.worldmodel_conformance import local_stack
 
-    folder = tmp_path_factory.mktemp("wm-farm-start")
-    files = tinyweb.write_exports(folder / "exports")  # the tiny web's shops: none of the sites service's pages
-    data = folder / "transitions.jsonl"
-    write_transitions(join_exports([files["axtree"]], [files["markdown"]], json.loads(files["sites"].read_text())), data)
-    model = train(TrainConfig(data=[str(data)], out=str(folder / "run"), size="tiny", vocab_size=400, batch_size=4,
-                              max_steps=4, eval_every=4, warmup=1), progress=False).model_dir
-    sites = SitesService(SitesSettings(host="127.0.0.1", grpc_port=0, metrics_port=0, http_port=0,
-                                       http_host="127.0.0.1", sites_count=8, log_json=False))
-    async with sites:
-        farm_settings = FarmSettings(grpc_port=0, metrics_port=0, host="127.0.0.1", farm_chromium_path=chromium_path,
-                                     farm_sites_http_addr=f"127.0.0.1:{sites.http_port}",
-                                     sites_addr=f"127.0.0.1:{sites.port}", farm_warm_contexts=1,
-                                     farm_primed_contexts=0, log_json=False, grace_seconds=1.0)
-        async with farm_serving(farm_settings) as (farm_server, farm):
-            farm_addr = f"127.0.0.1:{farm_server.port}"
-            wm_settings = WmSettings(grpc_port=0, metrics_port=0, host="127.0.0.1", worldmodel_model_path=model,
-                                     worldmodel_max_new_tokens=8, worldmodel_farm_addr=farm_addr, log_json=False,
-                                     grace_seconds=1.0)
-            async with wm_serving(wm_settings) as (wm_server, _, _), \
-                    grpc.aio.insecure_channel(farm_addr) as farm_ch, \
-                    grpc.aio.insecure_channel(f"127.0.0.1:{wm_server.port}") as wm_ch:
-                assert sites.world is not None
-                yield Stack(environment_pb2_grpc.EnvironmentServiceStub(farm_ch),
-                            environment_pb2_grpc.EnvironmentServiceStub(wm_ch), farm.registry,
-                            list(sites.world.tasks.tasks), wm_server.metrics_port)
+    async with local_stack(tmp_path_factory.mktemp("wm-farm-start"), chromium_path) as (sites, farm_server, farm,
+                                                                                        wm_server):
+        farm_addr = f"127.0.0.1:{farm_server.port}"
+        async with grpc.aio.insecure_channel(farm_addr) as farm_ch, \
+                grpc.aio.insecure_channel(f"127.0.0.1:{wm_server.port}") as wm_ch:
+            assert sites.world is not None
+            yield Stack(environment_pb2_grpc.EnvironmentServiceStub(farm_ch),
+                        environment_pb2_grpc.EnvironmentServiceStub(wm_ch), farm.registry,
+                        list(sites.world.tasks.tasks), wm_server.metrics_port)
 
 
 async def _farm_first(stack: Stack, **start: object) -> environment_pb2.OpenSessionResponse:

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 from webenv.agent import checkpoints
 from webenv.client import make_channel
-from webenv.policy.app import PolicyApp
+from webenv.policy.app import PolicyApp, serving_app
 from webenv.policy.config import Settings
-from webenv.runtime import Server, serving
+from webenv.runtime import Server
 from webenv.v1 import policy_pb2_grpc, trainer_pb2
 
 
@@ -20,10 +20,8 @@ from webenv.v1 import policy_pb2_grpc, trainer_pb2
 async def serve(**overrides) -> AsyncIterator[tuple[Server, PolicyApp]]:
     """Start the service as `python -m webenv.policy` would, on free ports, and stop it afterwards."""
     settings = Settings(grpc_port=0, metrics_port=0, host="127.0.0.1", log_json=False, grace_seconds=1, **overrides)
-    app = PolicyApp(settings)
-    async with serving("policy", settings, [(policy_pb2_grpc.add_PolicyServiceServicer_to_server, app.servicer,
-                                             "webenv.v1.PolicyService")], start=app.start, close=app.close) as server:
-        yield server, app
+    async with serving_app(settings) as served:
+        yield served
 
 
 @contextlib.asynccontextmanager
@@ -55,23 +53,12 @@ def tiny_vlm(tmp_path_factory) -> Path:
     return build_tiny_vlm(tmp_path_factory.mktemp("tiny-vlm"), [*DEFAULT_TEXTS, SYSTEM_PROMPT, answer], vocab_size=700)
 
 
-def make_screenshot(i: int) -> bytes:
-    """A 224 x 140 PNG page with a blue button moved by ``i`` pixels (15 image tokens for the tiny VLM)."""
-    import io
-
-    from PIL import Image, ImageDraw
-
-    img = Image.new("RGB", (224, 140), (240, 240, 240))
-    ImageDraw.Draw(img).rectangle((100 + i, 36, 150 + i, 60), fill=(30 * i % 255, 90, 200))
-    buf = io.BytesIO()
-    img.save(buf, "PNG")
-    return buf.getvalue()
-
-
 @pytest.fixture
 def screenshot():
-    """`screenshot(i)`: the PNG of make_screenshot (the tiny VLM tests' page)."""
-    return make_screenshot
+    """`screenshot(i)`: the tiny VLM tests' page (webenv.llm.tinymodel.tiny_screenshot)."""
+    from webenv.llm.tinymodel import tiny_screenshot
+
+    return tiny_screenshot
 
 
 @pytest.fixture

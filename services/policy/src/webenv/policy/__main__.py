@@ -9,18 +9,16 @@ import json
 from pathlib import Path
 
 import typer
-from webenv.runtime import run, serve
+from webenv.runtime import run
 from webenv.runtime.cli import service_app
-from webenv.v1 import policy_pb2_grpc
 
-from .app import PolicyApp
+from .app import serving_app
 from .config import Settings
 
 
 async def main(settings: Settings) -> None:
-    app = PolicyApp(settings)  # health stays NOT_SERVING until app.start() has loaded the model
-    await serve("policy", settings, [(policy_pb2_grpc.add_PolicyServiceServicer_to_server, app.servicer,
-                                      "webenv.v1.PolicyService")], start=app.start, close=app.close)
+    async with serving_app(settings) as (server, _):
+        await server.wait_for_termination()
 
 
 app = service_app("webenv-policy", "The policy: PolicyService (oracle, random, explore and LLM policies).",

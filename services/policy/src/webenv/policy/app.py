@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 from webenv import errors
 from webenv.llm import AdapterError, Batcher, make_backend
+from webenv.runtime import Server, serving
+from webenv.v1 import policy_pb2_grpc
 
 from .config import Settings, parse_mix
 from .metrics import BatchMetrics
@@ -147,3 +151,13 @@ class PolicyApp:
                 await self.batcher.close()
         finally:
             await self.checkpoints.close()
+
+
+@contextlib.asynccontextmanager
+async def serving_app(settings: Settings) -> AsyncIterator[tuple[Server, PolicyApp]]:
+    """PolicyService served from ``settings`` until the block ends: ``python -m webenv.policy``'s body, and the
+    tests' in-process server. Health stays NOT_SERVING until ``app.start()`` has loaded the model."""
+    app = PolicyApp(settings)
+    async with serving("policy", settings, [(policy_pb2_grpc.add_PolicyServiceServicer_to_server, app.servicer,
+                                             "webenv.v1.PolicyService")], start=app.start, close=app.close) as server:
+        yield server, app

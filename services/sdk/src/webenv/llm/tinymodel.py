@@ -153,3 +153,16 @@ def _train(model, tok, texts: list[str], steps: int, batch: int = 8) -> None:
         loss.backward()
         optim.step()
         optim.zero_grad()
+
+
+def tiny_screenshot(i: int = 0) -> bytes:
+    """A 224 x 140 PNG page with a blue button moved by ``i`` pixels: the tiny VLM's test page (15 image tokens)."""
+    import io
+
+    from PIL import Image, ImageDraw
+
+    img = Image.new("RGB", (224, 140), (240, 240, 240))
+    ImageDraw.Draw(img).rectangle((100 + i, 36, 150 + i, 60), fill=(30 * i % 255, 90, 200))
+    buf = io.BytesIO()
+    img.save(buf, "PNG")
+    return buf.getvalue()
