@@ -153,6 +153,18 @@ def test_demos_train_load_and_solve(stack):
     assert again.counts.passed == len(task_ids), [(ep.task.task_id, [s.action_text for s in ep.trajectory.steps])
                                                   for ep in episodes if not ep.passed]
 
+    # an RL step from the warm start under a KL penalty towards it (the loop's --kl-coef) trains and loads
+    rl = trainer_pb2.JobSpec(
+        name="tiny", parent="tiny@1", algorithm=trainer_pb2.TRAINING_ALGORITHM_PARTIAL_CREDIT,
+        model=trainer_pb2.MODEL_KIND_SCORER, data=trainer_pb2.TrainingData(run_ids=[demos.run_id, again.run_id]),
+        options=trainer_pb2.AlgorithmOptions(kl_coef=0.5, kl_reference="tiny@1"),
+        hyper=trainer_pb2.Hyperparameters(max_steps=4, batch_size=8, seed=3, validation_fraction=0.0))
+    job = finish(trainer, start_job(trainer, rl).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    assert job.checkpoint.ref == "tiny@2" and '"klReference": "tiny@1"' in job.checkpoint.config_json
+    loaded = policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="tiny@2"), timeout=60)
+    assert loaded.policy.version == "tiny@2"
+
 
 def watch_losses(trainer, job_id: str) -> tuple[trainer_pb2.Job, list[float]]:
     last, losses = None, []
@@ -252,6 +264,8 @@ def test_bad_job_specs_name_the_field(stack):
         "spec.base_model_path": dict(model=trainer_pb2.MODEL_KIND_CAUSAL_LM),
         "spec.options.reward": dict(options=trainer_pb2.AlgorithmOptions(reward=9)),
         "spec.options.advantage_epsilon": dict(options=trainer_pb2.AlgorithmOptions(advantage_epsilon=2)),
+        "spec.options.kl_coef": dict(options=trainer_pb2.AlgorithmOptions(kl_coef=11)),
+        "spec.options.kl_reference": dict(options=trainer_pb2.AlgorithmOptions(kl_reference="x@1")),  # beta 0
         "spec.lm": dict(lm=trainer_pb2.LanguageModelOptions(lora_rank=4)),  # LM options on a scorer job
     }.items())
     for field, change in cases:
@@ -267,6 +281,21 @@ def test_bad_job_specs_name_the_field(stack):
         code = err.value.code()
         assert code in (grpc.StatusCode.INVALID_ARGUMENT, grpc.StatusCode.NOT_FOUND), (field, code)
         assert field in err.value.details(), (field, err.value.details())
+    kl = trainer_pb2.AlgorithmOptions(kl_coef=0.1)
+    for field, change in (("spec.options.kl_coef", dict(options=kl)),  # no reference: neither parent nor kl_reference
+                          ("spec.options.kl_coef", dict(options=kl, model=trainer_pb2.MODEL_KIND_CAUSAL_LM)),
+                          ("spec.options.kl_reference", dict(options=trainer_pb2.AlgorithmOptions(
+                              kl_coef=0.1, kl_reference="other@1"))),  # another family's
+                          ("spec.options.kl_reference", dict(options=trainer_pb2.AlgorithmOptions(
+                              kl_coef=0.1, kl_reference="x")))):  # not pinned to a version
+        spec = trainer_pb2.JobSpec()
+        spec.CopyFrom(good)
+        spec.options.CopyFrom(change["options"])
+        spec.model = change.get("model", spec.model)
+        with pytest.raises(grpc.RpcError) as err:
+            trainer.StartJob(trainer_pb2.StartJobRequest(spec=spec), timeout=10)
+        assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT, (field, err.value.details())
+        assert err.value.details().startswith(field), (field, err.value.details())
     spec = trainer_pb2.JobSpec()
     spec.CopyFrom(good)
     spec.algorithm = 99  # an algorithm this trainer does not know

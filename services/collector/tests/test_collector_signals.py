@@ -154,8 +154,9 @@ def test_every_arm_of_the_ablation_spends_the_same_budget_with_a_valid_spec():
         specs.validate(run)
         planned[name] = run.episodes
         job = trainer_pb2.JobSpec(data=trainer_pb2.TrainingData(filter=collector_pb2.ExportFilter(passed=True)))
-        arm.job(job, step_normalize=True)
+        arm.job(job, step_normalize=True, kl_coef=0.2, kl_reference="agent@1")
         assert job.algorithm == arm.algorithm and job.options.step_normalize
+        assert (job.options.kl_coef, job.options.kl_reference) == (0.2, "agent@1"), "the loop's --kl-coef reaches the job"
         assert job.data.filter.HasField("passed") == (name == "filtered_bc"), "only filtered BC drops the failures"
     assert set(planned.values()) == {300}, planned
     assert ARMS["branching"].branching and ARMS["group"].groups

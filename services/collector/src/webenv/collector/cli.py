@@ -667,6 +667,8 @@ def train(
                                    "anchor and its k - 1 forks."),
     branch_step: int = typer.Option(2, help="(branching) steps an anchor takes before it is forked."),
     step_normalize: bool = typer.Option(False, help="Divide each episode's step weights by its steps (1/k)."),
+    kl_coef: float = typer.Option(0.0, help="Beta of the RL jobs' KL penalty towards the BC warm start's ranking "
+                                            "(0 = none, at most 10)."),
     model: str = typer.Option("scorer", help="The ranker trained: scorer (hashed features, trains in minutes) or encoder "
                                              "(fine-tuned all-MiniLM-L6-v2; slower per example, its first epoch most)."),
     bc_epochs: int = typer.Option(40),
@@ -705,14 +707,14 @@ def train(
                      collect_episodes=collect, eval_episodes=eval_episodes, train_eval_episodes=train_eval,
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
                      sampling=sampling, concurrency=concurrency, group_size=group_size, branch_step=branch_step,
-                     step_normalize=step_normalize,
+                     step_normalize=step_normalize, kl_coef=kl_coef,
                      baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
                      out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
                      family_episodes=family_eval, miniwob_tasks=miniwob_tasks, oracle_slack=oracle_slack,
                      oracle_ceiling=oracle_ceiling, overlap=overlap)
     for option, value, low, high in (("--validation-eval", validation_eval, 0, 10_000),
                                      ("--family-eval", family_eval, 1, 10_000), ("--miniwob-tasks", miniwob_tasks, 0, 1000),
-                                     ("--oracle-slack", oracle_slack, 0, 100)):
+                                     ("--oracle-slack", oracle_slack, 0, 100), ("--kl-coef", kl_coef, 0, 10)):
         if not low <= value <= high:
             raise typer.BadParameter(f"must be in [{low}, {high}], got {value}", param_hint=option)
     if dyna:

@@ -40,10 +40,13 @@ class Arm:
         if self.branching:
             spec.branching.count, spec.branching.at_step = k - 1, branch_step
 
-    def job(self, spec: trainer_pb2.JobSpec, *, step_normalize: bool) -> None:
-        """Shape the iteration's training job."""
+    def job(self, spec: trainer_pb2.JobSpec, *, step_normalize: bool, kl_coef: float = 0.0,
+            kl_reference: str = "") -> None:
+        """Shape the iteration's training job (with ``kl_coef``, a KL penalty towards ``kl_reference``)."""
         spec.algorithm = self.algorithm
         spec.options.step_normalize = step_normalize
+        if kl_coef:
+            spec.options.kl_coef, spec.options.kl_reference = kl_coef, kl_reference
         if self.algorithm != T.TRAINING_ALGORITHM_FILTERED_BC:
             spec.data.filter.ClearField("passed")
 

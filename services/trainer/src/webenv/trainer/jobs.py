@@ -70,6 +70,23 @@ def validate_spec(spec: trainer_pb2.JobSpec, root: Path) -> None:
         if parent_kind != spec.model:
             raise bad("parent", f"holds a {trainer_pb2.ModelKind.Name(parent_kind)} model, not "
                                 f"{trainer_pb2.ModelKind.Name(spec.model)}")
+    if math.isnan(o.kl_coef) or not 0 <= o.kl_coef <= 10:
+        raise bad("options.kl_coef", f"must be within 0..10, got {o.kl_coef}")
+    if o.kl_reference and not o.kl_coef:
+        raise bad("options.kl_reference", "is the reference of options.kl_coef, which is 0")
+    if o.kl_coef:
+        if spec.model not in RANKERS:
+            raise bad("options.kl_coef", "a KL penalty is built for SCORER and ENCODER jobs only")
+        if not (o.kl_reference or spec.parent):
+            raise bad("options.kl_coef", "needs a reference: options.kl_reference or a parent")
+        if o.kl_reference:
+            name, version = checkpoints.parse_ref(o.kl_reference, "spec.options.kl_reference")
+            if name != spec.name or version is None:
+                raise bad("options.kl_reference", f"must be a version of '{spec.name}', '{spec.name}@<version>'")
+            ref = checkpoints.resolve(root, o.kl_reference, "spec.options.kl_reference")
+            if checkpoints.read_meta(ref).model != spec.model:
+                raise bad("options.kl_reference", f"holds a {trainer_pb2.ModelKind.Name(checkpoints.read_meta(ref).model)}"
+                                                  f" model, not {trainer_pb2.ModelKind.Name(spec.model)}")
     if spec.model == trainer_pb2.MODEL_KIND_CAUSAL_LM and not spec.parent:
         if not spec.base_model_path:
             raise bad("base_model_path", "required for a CAUSAL_LM job without a parent (a local Hugging Face folder)")
@@ -385,11 +402,15 @@ class JobManager:
                           examples_per_second=r.examples_per_second, train_seconds=time.perf_counter() - t0,
                           validation_loss=r.validation_loss, validation_accuracy=r.validation_accuracy)
 
-        h = spec.hyper
+        h, o = spec.hyper, spec.options
+        reference = None
+        if o.kl_coef:
+            reference = lib.load(checkpoints.resolve(self.root, o.kl_reference or spec.parent)).eval()
+            reference.requires_grad_(False)
         final = train_scorer.train(lib, model, train_set, valid_set, epochs=h.epochs, max_steps=h.max_steps,
                                    batch_size=h.batch_size, lr=h.learning_rate, seed=h.seed,
                                    checkpoint_every=h.checkpoint_every, resume_path=self.resume_path(job.job_id),
-                                   report=report, stopped=stop.is_set)
+                                   report=report, stopped=stop.is_set, reference=reference, kl_coef=o.kl_coef)
         lib.save(model, staging)
         return final
 

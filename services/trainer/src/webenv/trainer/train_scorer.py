@@ -3,7 +3,10 @@ the fine-tuned encoder (webenv.agent.encoder). One loop for both: a ranker modul
 `optimizers` and `clip_parameters`, and an acting wrapper gives `example`.
 
 Loss: weighted cross-entropy of the taken candidate among the step's candidates, normalised by the
-batch's total absolute weight (weights are 1 for BC and filtered BC, advantages for policy gradient).
+batch's total absolute weight (weights are 1 for BC and filtered BC, advantages for policy gradient), plus, with
+a KL coefficient, beta times the steps' mean KL to a frozen reference (`AlgorithmOptions.kl_coef`): RL from the BC
+warm start made the held-out family worse with every iteration (bench/results/learning, seed 1: 26% -> 8%) while
+nothing held the ranking near the warm start's.
 Resumable: every `checkpoint_every` steps the model, the optimiser and the position in the schedule are
 saved to the job's resume file (only the trainable parameters: the encoder's frozen layers come from its base); a restarted trainer continues from there with the same shuffles.
 """
@@ -50,7 +53,14 @@ def split_examples(selected: Selected, scorer, fraction: float, seed: int):
     return train, valid
 
 
-def _batch_loss(lib: ModuleType, model: torch.nn.Module, batch: dict) -> tuple[torch.Tensor, torch.Tensor]:
+def step_kl(logp: torch.Tensor, ref_logp: torch.Tensor, step_of_cand: torch.Tensor, n_steps: int) -> torch.Tensor:
+    """KL(pi || pi_ref) of each step's distribution over its candidates, from flat per-candidate log-probs."""
+    terms = logp.exp() * (logp - ref_logp)
+    return torch.zeros(n_steps).index_add(0, step_of_cand, terms)
+
+
+def _batch_loss(lib: ModuleType, model: torch.nn.Module, batch: dict, reference: torch.nn.Module | None = None,
+                kl_coef: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     from webenv.agent.scorer import step_log_probs
 
     scores = lib.scores(model, batch)
@@ -59,6 +69,10 @@ def _batch_loss(lib: ModuleType, model: torch.nn.Module, batch: dict) -> tuple[t
     chosen = logp[batch["starts"] + batch["targets"]]
     w = batch["weights"]
     loss = -(w * chosen).sum() / w.abs().sum().clamp_min(1e-6)
+    if reference is not None and kl_coef:
+        with torch.no_grad():
+            ref_logp = step_log_probs(lib.scores(reference, batch), batch["step_of_cand"], n)
+        loss = loss + kl_coef * step_kl(logp, ref_logp, batch["step_of_cand"], n).mean()
     # accuracy: the step's best-scored candidate is the target
     best = torch.full((n,), -math.inf).scatter_reduce(0, batch["step_of_cand"], scores.detach(), reduce="amax")
     correct = (scores.detach()[batch["starts"] + batch["targets"]] >= best).float()
@@ -93,9 +107,11 @@ def save_resume(model: torch.nn.Module, opts, step: int, path: Path) -> None:
 
 def train(lib: ModuleType, model: torch.nn.Module, train_set: list, valid_set: list, *,
           epochs: int, max_steps: int, batch_size: int, lr: float, seed: int, checkpoint_every: int,
-          resume_path: Path, report: Callable[[Report], None], stopped: Callable[[], bool]) -> Report:
+          resume_path: Path, report: Callable[[Report], None], stopped: Callable[[], bool],
+          reference: torch.nn.Module | None = None, kl_coef: float = 0.0) -> Report:
     """Optimise ``model`` (of ranker module ``lib``) in place; returns the final report. Raises nothing on stop:
-    returns where it stopped."""
+    returns where it stopped. With ``reference`` and ``kl_coef`` the loss adds kl_coef * the steps' mean
+    KL(model || reference) over their candidates (the reference frozen, in eval mode)."""
     per_epoch = max(1, math.ceil(len(train_set) / batch_size))
     total = min(max_steps, epochs * per_epoch) if max_steps else epochs * per_epoch
     opts = lib.optimizers(model, lr)
@@ -124,7 +140,7 @@ def train(lib: ModuleType, model: torch.nn.Module, train_set: list, valid_set: l
             if step >= total or stopped():
                 break
             batch = lib.collate([train_set[j] for j in order[i:i + batch_size]])
-            loss, _ = _batch_loss(lib, model, batch)
+            loss, _ = _batch_loss(lib, model, batch, reference, kl_coef)
             for opt in opts:
                 opt.zero_grad()
             loss.backward()

@@ -1,0 +1,63 @@
+"""The KL penalty towards a reference ranker (AlgorithmOptions.kl_coef) in the ranker training loop: zero against
+itself, and an update under it stays nearer the reference's ranking than the same update without it."""
+
+from __future__ import annotations
+
+import copy
+import random
+
+import torch
+from webenv.agent import scorer as lib
+from webenv.agent.scorer import step_log_probs
+from webenv.trainer import train_scorer
+
+
+def examples(n: int, seed: int) -> list[lib.StepExample]:
+    """Steps of 4 candidates with random hashed tokens; the target is candidate 0 (one the reference ranks low)."""
+    rng = random.Random(seed)
+    cfg = lib.ScorerConfig()
+    out = []
+    for _ in range(n):
+        cands = [[rng.randrange(cfg.buckets) for _ in range(5)] for _ in range(4)]
+        nums = [[rng.random() for _ in range(lib.N_NUMERIC)] for _ in range(4)]
+        out.append(lib.StepExample(cands, nums, [rng.randrange(cfg.buckets) for _ in range(8)], target=0, weight=1.0))
+    return out
+
+
+def mean_kl(model, reference, steps) -> float:
+    batch = lib.collate(steps)
+    n = len(steps)
+    with torch.no_grad():
+        logp = step_log_probs(lib.scores(model, batch), batch["step_of_cand"], n)
+        ref = step_log_probs(lib.scores(reference, batch), batch["step_of_cand"], n)
+    return train_scorer.step_kl(logp, ref, batch["step_of_cand"], n).mean().item()
+
+
+def fit(model, reference, kl_coef: float, steps, tmp_path) -> None:
+    train_scorer.train(lib, model, steps, [], epochs=6, max_steps=0, batch_size=8, lr=2e-2, seed=1,
+                       checkpoint_every=0, resume_path=tmp_path / f"resume-{kl_coef}.pt", report=lambda r: None,
+                       stopped=lambda: False, reference=reference, kl_coef=kl_coef)
+
+
+def test_kl_penalty_holds_the_update_near_the_reference(tmp_path):
+    torch.manual_seed(0)
+    reference = lib.ScorerModel(lib.ScorerConfig()).eval().requires_grad_(False)
+    steps = examples(48, seed=1)
+    assert mean_kl(reference, reference, steps) == 0.0
+
+    free, held = copy.deepcopy(reference).requires_grad_(True), copy.deepcopy(reference).requires_grad_(True)
+    fit(free, None, 0.0, steps, tmp_path)
+    fit(held, reference, 5.0, steps, tmp_path)
+    kl_free, kl_held = mean_kl(free, reference, steps), mean_kl(held, reference, steps)
+    assert kl_held < 0.5 * kl_free, (kl_held, kl_free)
+
+    # the penalty is towards the reference only: both still moved the target up from where the reference had it
+    batch = lib.collate(steps)
+    n = len(steps)
+
+    def target_p(m) -> float:
+        with torch.no_grad():
+            logp = step_log_probs(lib.scores(m, batch), batch["step_of_cand"], n)
+        return logp[batch["starts"] + batch["targets"]].exp().mean().item()
+
+    assert target_p(free) > target_p(held) > target_p(reference)
