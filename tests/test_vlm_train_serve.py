@@ -3,12 +3,15 @@
 The trainer's BC job (TRL's SFTTrainer on its vision path, LoRA) on stored one-step episodes whose screenshots are in
 the collector's blob store, its loss falling; the adapter it publishes loaded hot by the policy service over the same
 base; the served prompt of a trained step the same ids, image tokens and all, as the prompt it was trained on; and
-the coordinate action it is trained to answer parsed by the policy (ClickAt). (Four LoRA steps lower the loss but do
+the coordinate action it is trained to answer parsed by the policy (ClickAt); then RL with images: the served answers'
+tokens and logprobs, stored as judged rollouts, train a policy-gradient step from that version whose recomputed
+logprobs are the served ones (importance ratio 1). (Four LoRA steps lower the loss but do
 not teach a random model the answer: the served answer is not asserted.) Serving alone: services/policy/tests/
 test_policy_vlm.py."""
 
 from __future__ import annotations
 
+import math
 import random
 import threading
 
@@ -49,7 +52,7 @@ def episodes(tok, blobs: BlobStore, n: int = 6) -> list[collector_pb2.StoredEpis
     return out
 
 
-async def test_vlm_sft_on_screenshots_is_served_hot_with_the_trained_prompt(tmp_path):
+async def test_vlm_sft_on_screenshots_is_served_hot_and_its_logprobs_train_a_policy_gradient_step(tmp_path):
     vlm = build_tiny_vlm(tmp_path / "vlm", [*DEFAULT_TEXTS, SYSTEM_PROMPT, ANSWER], vocab_size=700)
     blobs = BlobStore(tmp_path / "blobs")
     processor = VisionProcessor.load(vlm)
@@ -91,6 +94,8 @@ async def test_vlm_sft_on_screenshots_is_served_hot_with_the_trained_prompt(tmp_
         stub = policy_pb2_grpc.PolicyServiceStub(channel)
         loaded = await stub.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="vlm@1"), timeout=60)
         resp = await stub.Act(req, timeout=60)
+        req.seed = 2
+        resp2 = await stub.Act(req, timeout=60)
         await channel.close()
         served = app.batcher.backend.prompt_ids(app.checkpoints.served()[0].generation_request(req), 2048 - NEW)
     assert loaded.policy.version == "vlm@1" and resp.policy_version == "vlm@1"
@@ -99,3 +104,37 @@ async def test_vlm_sft_on_screenshots_is_served_hot_with_the_trained_prompt(tmp_
     assert len(resp.completion_token_ids) == len(resp.completion_logprobs) == resp.completion_tokens > 0
     parsed = parse_output(ANSWER)  # what the VLM is trained to answer, through the policy's parser
     assert not parsed.failed and (parsed.action.click_at.x, parsed.action.click_at.y) == (120, 48)
+
+    # RL with images: vlm@1's served tokens and logprobs (its screenshot in the prompt), stored as two judged
+    # rollouts of one task, train a POLICY_GRADIENT step from vlm@1 that recomputes the same logprobs
+    rollouts = []
+    for i, (r, passed) in enumerate(((resp, True), (resp2, False))):
+        ep = collector_pb2.StoredEpisode()
+        ep.CopyFrom(eps[0])
+        ep.episode_id, ep.passed = f"rl-{i}", passed
+        rec = ep.trajectory.steps[0]
+        del rec.completion_token_ids[:]
+        rec.completion_token_ids.extend(r.completion_token_ids)
+        # the failed rollout's behaviour logprobs as if served log 2 higher: its ratios are 1/2, so the ratio the
+        # job reports is measured against the stored values (the passed rollout's, as served, give 1)
+        rec.completion_logprobs.extend([lp + (0 if passed else math.log(2)) for lp in r.completion_logprobs])
+        rec.policy_version = "vlm@1"
+        rollouts.append(ep)
+    rl_sel = select(rollouts, A.TRAINING_ALGORITHM_POLICY_GRADIENT, False, sampled_targets=True)
+    assert sorted(w for _, w, _ in rl_sel.steps) == [-0.5, 0.5], "reward - the task's mean"
+    rl = A.JobSpec(name="vlm", parent="vlm@1", algorithm=A.TRAINING_ALGORITHM_POLICY_GRADIENT,
+                   model=A.MODEL_KIND_CAUSAL_LM, lm=A.LanguageModelOptions(max_new_tokens=NEW),
+                   hyper=A.Hyperparameters(max_steps=1, batch_size=2, learning_rate=1e-4, seed=1))
+    rl_staging = root / ".staging-2"
+    rl_staging.mkdir()
+    manager.log.clear()
+    train_causal_lm(manager, A.Job(job_id="vlm-2", spec=rl), rl_sel, rl_staging, threading.Event())
+    counts = next(f for f in manager.log if "sampled_examples" in f)
+    assert counts["sampled_examples"] == 2 and counts["max_staleness"] == 0
+    last = [f for f in manager.log if "importance_ratio" in f][-1]
+    print(f"VLM policy-gradient step from vlm@1: mean importance ratio {last['importance_ratio']:.4f}, clipped "
+          f"{last['clipped_fraction']:.2f}")
+    assert len(resp.completion_token_ids) == len(resp2.completion_token_ids)
+    assert abs(last["importance_ratio"] - 0.75) < 0.02, "the served logprobs, image tokens in the prompt, are the trained ones"
+    assert abs(last["clipped_fraction"] - 0.5) < 0.01, "only the shifted rollout's ratios are outside 1 +- 0.2"
+    assert (rl_staging / "adapter_config.json").is_file(), "the parent's adapter, trained further"

@@ -26,7 +26,9 @@ in the user turn, the same truncation rule), so served and trained prompts are t
 screenshot is a text-only prompt, as it is served. The dataset gains an ``images`` column and the job runs TRL's
 SFTTrainer on its vision path (a ``ProcessorMixin`` as ``processing_class``: webenv.llm.vision.VisionProcessor), with
 this module's collator, which turns the images into pixel values per batch (as TRL's own vision collator does)
-after the pre-tokenized ids. A step whose screenshot key names a blob the trainer cannot read fails the job.
+after the pre-tokenized ids; the policy-gradient trainer passes the same pixel inputs (RL with images: the served
+logprobs of a screenshot step are the ones it recomputes, tests/test_vlm_train_serve.py). A step whose screenshot key
+names a blob the trainer cannot read fails the job.
 
 Full fine-tune or LoRA by ``JobSpec.lm.lora_rank`` (PEFT ``LoraConfig``, "all-linear" by default). A LoRA job
 publishes the adapter (``adapter_config.json`` + weights, with the tokenizer): what the policy service loads hot
