@@ -88,13 +88,21 @@ learn: install
 	done
 	$(PY) bench/learning_seeds.py $(foreach s,$(SEEDS),bench/results/learning/seed$(s)) --out bench/results/learning/README.md
 
-# The ablation: the same budget per learning-signal arm, one seed (bench/results/learning/arms/<arm>).
-ARMS ?= filtered_bc group partial branching
+# The ablation: the same budget per learning-signal arm, one seed (bench/results/learning/arms/<arm>). The partial
+# arm is `make learn`'s seed 1 (LEARN_ARGS' own algorithm), so it is not run again; KL sets --kl-coef on a further
+# partial arm (arms/partial-kl<KL>), the penalty towards the warm start (0 = no such arm). Then the table:
+# bench/results/learning/ablation.md.
+ARMS ?= filtered_bc group branching
+KL ?= 0.1
 learn-ablation: install
 	@for a in $(ARMS); do \
 	  $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --algorithm $$a --seed 1 \
 	    --out bench/results/learning/arms/$$a || exit 1; \
 	done
+	@if [ "$(KL)" != "0" ]; then $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --kl-coef $(KL) \
+	  --seed 1 --out bench/results/learning/arms/partial-kl$(KL) || exit 1; fi
+	$(PY) bench/learning_seeds.py --ablation bench/results/learning/seed1 bench/results/learning/arms/* \
+	  --out bench/results/learning/ablation.md
 
 up: install  ## the whole local stack as processes, until Ctrl-C
 	$(VENV)/bin/webenv up

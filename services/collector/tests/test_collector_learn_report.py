@@ -142,7 +142,8 @@ def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp
     loop.checkpoints[0]["label"], loop.checkpoints[1]["label"] = "bc", "rl-1"
     for i, folder in enumerate(("s1", "s2")):
         (tmp_path / folder).mkdir()
-        result = loop.result(time.monotonic()) | {"config": {"seed": i + 1}}
+        config = {"seed": i + 1, "algorithm": "partial", "kl_coef": 0.1 * i}
+        result = loop.result(time.monotonic()) | {"config": config}
         (tmp_path / folder / "learning.json").write_text(json.dumps(result))
     assert seeds.main([str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "README.md")]) == 0
     summary = json.loads((tmp_path / "README.json").read_text())
@@ -151,3 +152,9 @@ def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp
     assert test["ci95"][0] > 0.15 and test["p"] < 0.01 and summary["goal_met"] is False  # two seeds, not three
     text = (tmp_path / "README.md").read_text()
     assert "| test | 2 | 20.0% | 60.0% | +40.0 |" in text and "| random |" not in text.split("## Transactions")[0].split("| suite")[0]
+    # the same runs read as arms of an ablation: one row per arm, named by its algorithm and options
+    assert seeds.main(["--ablation", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "abl.md")]) == 0
+    arms = json.loads((tmp_path / "abl.json").read_text())["arms"]
+    assert [a["arm"] for a in arms] == ["partial", "partial, kl_coef 0.1"]
+    assert arms[0]["suites"]["test"]["wins"] == 4 and abs(arms[0]["suites"]["test"]["gain"] - 0.4) < 1e-9
+    assert "| partial, kl_coef 0.1 | 2 | 20.0% -> 60.0%, +40.0 [" in (tmp_path / "abl.md").read_text()
