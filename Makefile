@@ -93,7 +93,7 @@ learn: install
 # partial arm (arms/partial-kl<KL>), the penalty towards the warm start (0 = no such arm). Then the table:
 # bench/results/learning/ablation.md.
 ARMS ?= filtered_bc group branching
-KL ?= 0.1
+KL ?= 0.5
 learn-ablation: install
 	@for a in $(ARMS); do \
 	  $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --algorithm $$a --seed 1 \
