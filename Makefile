@@ -88,6 +88,15 @@ learn: install
 	done
 	$(PY) bench/learning_seeds.py $(foreach s,$(SEEDS),bench/results/learning/seed$(s)) --out bench/results/learning/README.md
 
+# The same benchmark with the KL penalty towards the warm start (--kl-coef $(KL)) on every RL job: bench/results/
+# learning/kl/seed<N>, then kl/README.md (the committed seed 1 is the ablation's arms/partial-kl0.5, the same command).
+learn-kl: install
+	@for s in $(SEEDS); do \
+	  $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --kl-coef $(KL) --seed $$s \
+	    --out bench/results/learning/kl/seed$$s || exit 1; \
+	done
+	$(PY) bench/learning_seeds.py $(foreach s,$(SEEDS),bench/results/learning/kl/seed$(s)) --out bench/results/learning/kl/README.md
+
 # The ablation: the same budget per learning-signal arm, one seed (bench/results/learning/arms/<arm>). The partial
 # arm is `make learn`'s seed 1 (LEARN_ARGS' own algorithm), so it is not run again; KL sets --kl-coef on a further
 # partial arm (arms/partial-kl<KL>), the penalty towards the warm start (0 = no such arm). Then the table:
