@@ -82,20 +82,17 @@ LEARN_ARGS ?= --demos 50 --iterations 3 --collect 200 --eval 150 --train-eval 0 
 	--holdout-family shop --family-eval 50 --miniwob-tasks 20 --baseline-eval 50 --baselines random \
 	--algorithm partial --sampling frontier --concurrency 4
 SEEDS ?= 1 2 3
+LEARN_OUT ?= bench/results/learning
 learn: install
 	@for s in $(SEEDS); do \
-	  $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --seed $$s --out bench/results/learning/seed$$s || exit 1; \
+	  $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --seed $$s --out $(LEARN_OUT)/seed$$s || exit 1; \
 	done
-	$(PY) bench/learning_seeds.py $(foreach s,$(SEEDS),bench/results/learning/seed$(s)) --out bench/results/learning/README.md
+	$(PY) bench/learning_seeds.py $(foreach s,$(SEEDS),$(LEARN_OUT)/seed$(s)) --out $(LEARN_OUT)/README.md
 
 # The same benchmark with the KL penalty towards the warm start (--kl-coef $(KL)) on every RL job: bench/results/
 # learning/kl/seed<N>, then kl/README.md (the committed seed 1 is the ablation's arms/partial-kl0.5, the same command).
 learn-kl: install
-	@for s in $(SEEDS); do \
-	  $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --kl-coef $(KL) --seed $$s \
-	    --out bench/results/learning/kl/seed$$s || exit 1; \
-	done
-	$(PY) bench/learning_seeds.py $(foreach s,$(SEEDS),bench/results/learning/kl/seed$(s)) --out bench/results/learning/kl/README.md
+	$(MAKE) learn LEARN_ARGS="$(LEARN_ARGS) --kl-coef $(KL)" LEARN_OUT=bench/results/learning/kl
 
 # The ablation: the same budget per learning-signal arm, one seed (bench/results/learning/arms/<arm>). The partial
 # arm is `make learn`'s seed 1 (LEARN_ARGS' own algorithm), so it is not run again; KL sets --kl-coef on a further

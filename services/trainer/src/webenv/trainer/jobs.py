@@ -83,10 +83,10 @@ def validate_spec(spec: trainer_pb2.JobSpec, root: Path) -> None:
             name, version = checkpoints.parse_ref(o.kl_reference, "spec.options.kl_reference")
             if name != spec.name or version is None:
                 raise bad("options.kl_reference", f"must be a version of '{spec.name}', '{spec.name}@<version>'")
-            ref = checkpoints.resolve(root, o.kl_reference, "spec.options.kl_reference")
-            if checkpoints.read_meta(ref).model != spec.model:
-                raise bad("options.kl_reference", f"holds a {trainer_pb2.ModelKind.Name(checkpoints.read_meta(ref).model)}"
-                                                  f" model, not {trainer_pb2.ModelKind.Name(spec.model)}")
+            ref_kind = checkpoints.read_meta(checkpoints.resolve(root, o.kl_reference, "spec.options.kl_reference")).model
+            if ref_kind != spec.model:
+                raise bad("options.kl_reference", f"holds a {trainer_pb2.ModelKind.Name(ref_kind)} model, not "
+                                                  f"{trainer_pb2.ModelKind.Name(spec.model)}")
     if spec.model == trainer_pb2.MODEL_KIND_CAUSAL_LM and not spec.parent:
         if not spec.base_model_path:
             raise bad("base_model_path", "required for a CAUSAL_LM job without a parent (a local Hugging Face folder)")
@@ -405,8 +405,7 @@ class JobManager:
         h, o = spec.hyper, spec.options
         reference = None
         if o.kl_coef:
-            reference = lib.load(checkpoints.resolve(self.root, o.kl_reference or spec.parent)).eval()
-            reference.requires_grad_(False)
+            reference = lib.load(checkpoints.resolve(self.root, o.kl_reference or spec.parent)).requires_grad_(False)
         final = train_scorer.train(lib, model, train_set, valid_set, epochs=h.epochs, max_steps=h.max_steps,
                                    batch_size=h.batch_size, lr=h.learning_rate, seed=h.seed,
                                    checkpoint_every=h.checkpoint_every, resume_path=self.resume_path(job.job_id),
