@@ -78,7 +78,8 @@ bench: install-vllm install-browsergym
 # machine, then the paired comparison of every seed's RL checkpoint with its own BC warm start. SEEDS=1 runs one.
 # Sequential (no --overlap): on 2 cores the farm is the bottleneck either way, and 4 episodes in flight in all keep
 # every episode inside its deadline (bench/results/learning/README.md).
-LEARN_ARGS ?= --demos 50 --iterations 3 --collect 200 --eval 150 --train-eval 0 --validation-eval 50 \
+ITERATIONS ?= 3
+LEARN_ARGS ?= --demos 50 --iterations $(ITERATIONS) --collect 200 --eval 150 --train-eval 0 --validation-eval 50 \
 	--holdout-family shop --family-eval 50 --miniwob-tasks 20 --baseline-eval 50 --baselines random \
 	--algorithm partial --sampling frontier --concurrency 4
 SEEDS ?= 1 2 3
@@ -91,8 +92,10 @@ learn: install
 
 # The same benchmark with the KL penalty towards the warm start (--kl-coef $(KL)) on every RL job: bench/results/
 # learning/kl/seed<N>, then kl/README.md (the committed seed 1 is the ablation's arms/partial-kl0.5, the same command).
+# Five iterations instead of three: make learn-kl ITERATIONS=5 KL_OUT=bench/results/learning/kl-i5.
+KL_OUT ?= bench/results/learning/kl
 learn-kl: install
-	$(MAKE) learn LEARN_ARGS="$(LEARN_ARGS) --kl-coef $(KL)" LEARN_OUT=bench/results/learning/kl
+	$(MAKE) learn LEARN_ARGS="$(LEARN_ARGS) --kl-coef $(KL)" LEARN_OUT=$(KL_OUT)
 
 # The ablation: the same budget per learning-signal arm, one seed (bench/results/learning/arms/<arm>). The partial
 # arm is `make learn`'s seed 1 (LEARN_ARGS' own algorithm), so it is not run again; KL sets --kl-coef on a further
