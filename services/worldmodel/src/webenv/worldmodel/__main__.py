@@ -1,4 +1,4 @@
-"""`python -m webenv.worldmodel` / `webenv-worldmodel` serves; `... dataset|train|evaluate|card|conformance` run the offline commands.
+"""`python -m webenv.worldmodel` / `webenv-worldmodel` serves; `... dataset|train|evaluate|card|conformance|consistency` run the offline commands.
 
 `webenv worldmodel build` runs the offline commands in this order as subprocesses (collector/wmbuild.py). Their
 modules are imported when a command runs, not before: serving and `--help` do not pay for torch's import.
@@ -229,6 +229,30 @@ def conformance(
         out.with_suffix(".md").write_text(md)
     typer.echo(md)
 
+
+
+@app.command()
+def consistency(
+    sessions: int = typer.Option(40, min=1, help="Simulated sessions (random walks) per setting."),
+    steps: int = typer.Option(12, min=1, help="Steps per session."),
+    noise: list[float] = typer.Option([0.0, 0.25], help="Share of new documents whose prices are mispredicted "
+                                                          "(repeatable)."),
+    seed: int = typer.Option(0),
+    out: Path = typer.Option(None, help="Write the Markdown report here."),
+) -> None:
+    """Values shown for one item across the pages of a simulated session, value memory off and on (tiny web)."""
+    import sys
+
+    from webenv.worldmodel.agreement import report
+
+    for p in noise:
+        if not 0.0 <= p <= 1.0:
+            raise typer.BadParameter(f"must be within 0..1, got {p}", param_hint="--noise")
+    md = asyncio.run(report(sessions, steps, noise, seed, " ".join(["python -m webenv.worldmodel", *sys.argv[1:]])))
+    if out:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        out.write_text(md)
+    typer.echo(md)
 
 if __name__ == "__main__":
     cli()

@@ -32,7 +32,8 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelS
                                done_lease_seconds=settings.worldmodel_done_lease_seconds,
                                reaper_interval_seconds=settings.worldmodel_reaper_interval_seconds,
                                ended_kept=settings.worldmodel_ended_sessions_kept,
-                               request_ids_kept=settings.worldmodel_request_ids_kept, farm=farm)
+                               request_ids_kept=settings.worldmodel_request_ids_kept, farm=farm,
+                               values_kept=settings.worldmodel_values_kept)
     loaded: list[Predictor] = []
 
     async def start() -> None:

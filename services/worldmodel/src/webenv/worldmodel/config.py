@@ -44,6 +44,9 @@ class Settings(ServiceSettings):
         "there once and its first observation simulated on from; empty: such a start is FAILED_PRECONDITION.")
     worldmodel_farm_start_pages: int = Field(256, ge=1, description="First observations taken from the farm kept "
                                              "(per start), the oldest forgotten first.")
+    worldmodel_values_kept: int = Field(
+        512, ge=0, description="Values a simulated session keeps consistent (an item's price, a typed text: the first "
+        "shown stays on later pages), the oldest dropped first; 0: no value memory (every page as predicted).")
     worldmodel_farm_timeout_seconds: float = Field(60.0, gt=0, description="Deadline of one OpenSession on the farm.")
 
     @field_validator("worldmodel_farm_addr")

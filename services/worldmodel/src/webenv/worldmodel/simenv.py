@@ -33,6 +33,10 @@ ForkSession copies everything a simulated session is — its page, the pages its
 position, and the action history the model is conditioned on — so a copy predicts exactly as the parent would
 have (PageView is never changed in place: copying the containers is the whole copy, microseconds). A copy starts
 at step 0 with the parent's remaining horizon, so a rollout from the fork is truncated where the parent's would be.
+
+Each session keeps a value memory (consistency.py): an item's price, a quantity, a text the agent typed stay on later
+predicted pages what the session first showed, the last WEBENV_WORLDMODEL_VALUES_KEPT values per session (0: off);
+it is the session's, so it goes when the session is dropped, and a fork copies it.
 """
 
 from __future__ import annotations
@@ -67,6 +71,7 @@ from webenv.idempotency import RequestCache
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from webenv.worldmodel import metrics
 from webenv.worldmodel.compose import PageMemory, PageView
+from webenv.worldmodel.consistency import VALUES_KEPT, ValueMemory
 from webenv.worldmodel.farmstart import FarmStarts
 from webenv.worldmodel.formats import axtree_to_markdown
 from webenv.worldmodel.page import parse
@@ -124,6 +129,7 @@ class SimSession:
     done: bool = False
     memory: PageMemory = field(default_factory=PageMemory)
     history: list[tuple[str, str]] = field(default_factory=list)
+    values: ValueMemory | None = None  # what the session has shown (consistency.py); None: the memory is off
     last: environment_pb2.StepResponse | None = None
     last_action: common_pb2.Action | None = None  # of `last`: a retry must carry the same action
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
@@ -137,7 +143,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                  max_state_chars: int = 200_000, max_lease_seconds: float = 3600.0, max_wait_ms: int = 10_000, *,
                  done_lease_seconds: float = 30.0, reaper_interval_seconds: float = 1.0,
                  ended_kept: int = ENDED_KEPT, request_ids_kept: int = REQUEST_IDS_KEPT,
-                 farm: FarmStarts | None = None) -> None:
+                 farm: FarmStarts | None = None, values_kept: int = VALUES_KEPT) -> None:
         self._predictor = predictor  # None while the model loads
         self.start_states = start_states or {}
         self.horizon = horizon
@@ -150,6 +156,7 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
         self.reaper_interval_seconds = reaper_interval_seconds
         self.ended_kept = ended_kept
         self.farm = farm
+        self.values_kept = values_kept  # entity values kept per session (consistency.py); 0: no value memory
         self.sessions: dict[str, SimSession] = {}  # open sessions only
         self.ended: OrderedDict[str, environment_pb2.Session] = OrderedDict()  # final states, the last `ended_kept`
         self._by_request: RequestCache[str] = RequestCache(request_ids_kept)  # OpenSession request id -> session id
@@ -326,6 +333,9 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                        horizon=(task.max_steps if task is not None and task.max_steps else self.horizon),
                        lease_seconds=lease, labels=dict(request.labels), formats=formats)
         s.memory.navigated(page)
+        if self.values_kept:
+            s.values = ValueMemory(self.values_kept)
+            s.values.start(page)  # in line, no await: nothing else takes the room reserved above before _add
         s.lease_expires = time.time() + lease
         self._add(s)
         self._by_request.put(request.request_id, s.session_id)
@@ -356,7 +366,8 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                     lease_seconds=lease, labels={**parent.labels, **request.labels}, created=time.time(),
                     lease_expires=time.time() + lease, step_count=0, last=None, last_action=None,
                     memory=PageMemory(pages=dict(m.pages), history=list(m.history), position=m.position),
-                    history=list(parent.history), lock=asyncio.Lock())
+                    history=list(parent.history), lock=asyncio.Lock(),
+                    values=parent.values.copy() if parent.values is not None else None)
                 self._add(f)
                 answers.append(environment_pb2.OpenSessionResponse(
                     session=self._session_pb(f), observation=self._observation(f, f.formats), instruction=f.instruction,
@@ -393,6 +404,10 @@ class SimulatedEnvironment(environment_pb2_grpc.EnvironmentServiceServicer):
                 query = Query(s.page, action_text, history=list(s.history), instruction=s.instruction,
                               memory=s.memory)
                 pred = await self.predictor.predict(query)
+                if s.values is not None:  # the values this session has shown (consistency.py)
+                    kept = await asyncio.to_thread(s.values.step, s.page, action_text, pred.page, pred.navigated)
+                    if kept is not pred.page:
+                        pred = dataclasses.replace(pred, page=kept)
                 advance(s.memory, query, pred)
                 latency, page = pred.latency_seconds, pred.page
             s.history.append((s.page.url, action_text))
