@@ -92,7 +92,7 @@ learn: install
 
 # The same benchmark with the KL penalty towards the warm start (--kl-coef $(KL)) on every RL job: bench/results/
 # learning/kl/seed<N>, then kl/README.md (the committed seed 1 is the ablation's arms/partial-kl0.5, the same command).
-# Five iterations instead of three: make learn-kl ITERATIONS=5 KL_OUT=bench/results/learning/kl-i5.
+# Five iterations instead of three: make learn-kl ITERATIONS=5 KL_OUT=bench/results/learning/kl-i5 (+14.0 vs +12.7).
 KL_OUT ?= bench/results/learning/kl
 learn-kl: install
 	$(MAKE) learn LEARN_ARGS="$(LEARN_ARGS) --kl-coef $(KL)" LEARN_OUT=$(KL_OUT)

@@ -147,7 +147,10 @@ def report(seeds: list[dict], commands: list[str]) -> tuple[str, dict]:
     if len(gains) > 1:
         m, sd = statistics.mean(gains), statistics.stdev(gains)
         half = T95.get(len(gains) - 1, 1.96) * sd / math.sqrt(len(gains))
-        lines += ["", f"Over seeds (t interval, n = {len(gains)}): gain {pts(m)} points [{pts(m - half)}, {pts(m + half)}]."]
+        spread = (f"[{pts(m - half)}, {pts(m + half)}]" if sd > 0 else
+                  f"(all {len(gains)} seeds gave the same gain, so this interval has no width; read the pooled "
+                  "paired interval above)")
+        lines += ["", f"Over seeds (t interval, n = {len(gains)}): gain {pts(m)} points {spread}."]
         summary["over_seeds"] = {"n": len(gains), "gain": m, "ci95": [m - half, m + half]}
     test = summary["suites"].get("test")
     if test:
