@@ -31,7 +31,7 @@ from pathlib import Path
 import grpc
 import psutil
 from webenv import fuzz
-from webenv.runtime.stack import Stack
+from webenv.cli.stack import Stack
 from webenv.v1 import (
     browser_pb2,
     browser_pb2_grpc,

@@ -142,7 +142,7 @@ def main() -> int:
     out = Path(args.out)
     data_dir = Path(args.data_dir or tempfile.mkdtemp(prefix="webenv-faults-"))
     report_dir = data_dir / "report"
-    cmd = [sys.executable, "-m", "webenv.collector.cli", "train", "--stack", "--data-dir", str(data_dir),
+    cmd = [sys.executable, "-m", "webenv.cli", "train", "--stack", "--data-dir", str(data_dir),
            "--out", str(report_dir), *TRAIN_ARGS]
     log = open(data_dir.parent / f"{data_dir.name}-train.log", "wb")
     t0 = time.monotonic()

@@ -34,7 +34,7 @@ from pathlib import Path
 import grpc
 import numpy as np
 import psutil
-from webenv.runtime.stack import Stack
+from webenv.cli.stack import Stack
 from webenv.v1 import browser_pb2, browser_pb2_grpc, collector_pb2, collector_pb2_grpc, common_pb2
 
 MB = 1024 * 1024

@@ -23,7 +23,7 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from webenv import errors, fuzz
-from webenv.runtime.stack import Stack
+from webenv.cli.stack import Stack
 from webenv.v1 import (
     browser_pb2,
     browser_pb2_grpc,

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 from webenv.agent.candidates import context, page_facts, parse_axtree, propose
+from webenv.cli.stack import Stack
 from webenv.client import make_channel
 from webenv.client.environment import EnvironmentClient
-from webenv.runtime.stack import Stack
 
 PAGES = Path(__file__).resolve().parents[1] / "services" / "sdk" / "tests" / "pages"
 EXPECTED = json.loads((PAGES / "expected.json").read_text())

@@ -1,5 +1,5 @@
-"""One CLI library for every command line: each console script of services/*/pyproject.toml, and each
-`python -m webenv.<service>`, is a typer app whose every command answers `--help`; no installed package parses
+"""One CLI library for every command line: each console script of services/*/pyproject.toml, each
+`python -m webenv.<service>` and `python -m webenv.cli`, is a typer app whose every command answers `--help`; no installed package parses
 arguments with argparse (scripts that are not installed may: bench.py, tools/, deploy/)."""
 
 from __future__ import annotations
@@ -49,9 +49,9 @@ def test_no_installed_package_imports_argparse() -> None:
 
 def test_every_service_has_a_console_script() -> None:
     scripts = console_scripts()
-    services = {p.parent.name for p in SERVICES.glob("*/pyproject.toml")} - {"sdk"}
+    services = {p.parent.name for p in SERVICES.glob("*/pyproject.toml")} - {"sdk", "cli"}  # cli: the client
     assert {f"webenv-{s}" for s in services} <= set(scripts), scripts
-    assert scripts["webenv"] == "webenv.collector.cli:app"
+    assert scripts["webenv"] == "webenv.cli.main:app"  # the `webenv` command is the client's (services/cli)
 
 
 @pytest.mark.parametrize("script", sorted(console_scripts()))
@@ -71,7 +71,8 @@ def test_help_answers_on_every_command_of_every_console_script(script: str) -> N
     assert res.exit_code == 2 and "No such command" in res.output, res.output
 
 
-@pytest.mark.parametrize("service", sorted(p.parent.name for p in SERVICES.glob("*/src/webenv/*/__main__.py")))
+@pytest.mark.parametrize("service", sorted(p.parent.name for p in SERVICES.glob("*/src/webenv/*/__main__.py")
+                                            if p.parent.name != "cli"))
 def test_python_m_runs_the_same_app(service: str, monkeypatch: pytest.MonkeyPatch,
                                     capsys: pytest.CaptureFixture[str]) -> None:
     """`python -m webenv.<service>` (what the Dockerfiles run) dispatches to the app; run in this process."""
@@ -82,3 +83,15 @@ def test_python_m_runs_the_same_app(service: str, monkeypatch: pytest.MonkeyPatc
     assert exited.value.code == 0
     out = " ".join(capsys.readouterr().out.split())  # rich wraps the help at the terminal's width
     assert f"Usage: python -m webenv.{service} " in out and "Without a command it serves." in out, out
+
+
+def test_python_m_webenv_cli_runs_the_webenv_command(monkeypatch: pytest.MonkeyPatch,
+                                                    capsys: pytest.CaptureFixture[str]) -> None:
+    """`python -m webenv.cli` is the `webenv` command (the client serves nothing: no `serve`)."""
+    monkeypatch.setattr(sys, "argv", ["webenv", "--help"])
+    with warnings.catch_warnings(), pytest.raises(SystemExit) as exited:
+        warnings.simplefilter("ignore", RuntimeWarning)
+        runpy.run_module("webenv.cli", run_name="__main__", alter_sys=True)
+    assert exited.value.code == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "Usage: python -m webenv.cli " in out and "train and evaluate web agents" in out, out

@@ -23,9 +23,9 @@ from browsergym.core.action.highlevel import ACTION_SUBSETS, HighLevelActionSet
 from gymnasium.utils.env_checker import check_env
 from webenv import errors
 from webenv.actions import format_action
+from webenv.cli.stack import Stack
 from webenv.client.gym import WebEnv
 from webenv.compat import browsergym as bg
-from webenv.runtime.stack import Stack
 from webenv.v1 import task_pb2, task_pb2_grpc
 
 pytestmark = pytest.mark.timeout(600)

@@ -16,7 +16,7 @@ import pytest
 from mcp import Client
 from mcp.client.stdio import StdioServerParameters
 from PIL import Image
-from webenv.runtime.stack import Stack
+from webenv.cli.stack import Stack
 from webenv.testing import free_port
 
 pytestmark = pytest.mark.timeout(600)

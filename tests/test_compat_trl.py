@@ -20,8 +20,8 @@ import grpc
 import pytest
 from transformers.utils import get_json_schema
 from webenv import errors
+from webenv.cli.stack import Stack
 from webenv.compat.trl import WebTaskEnv
-from webenv.runtime.stack import Stack
 from webenv.v1 import common_pb2, task_pb2, task_pb2_grpc
 
 pytestmark = pytest.mark.timeout(600)
@@ -93,7 +93,7 @@ def test_a_rollout_on_a_synthetic_task_with_the_tools(stack: Stack) -> None:
 
 def test_the_catalog_as_a_dataset(stack: Stack, tmp_path: Path) -> None:
     from typer.testing import CliRunner
-    from webenv.collector.cli import app
+    from webenv.cli.main import app
     from webenv.compat.hf import catalog_dataset
 
     flt = task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_MINIWOB])

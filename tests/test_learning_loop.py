@@ -18,7 +18,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from webenv.runtime.stack import Stack
+from webenv.cli.stack import Stack
 from webenv.v1 import (
     collector_pb2,
     collector_pb2_grpc,

@@ -15,8 +15,8 @@ import datasets
 import grpc
 import pyarrow.parquet as pq
 import pytest
-from webenv.collector.replay import replay
-from webenv.runtime.stack import Stack
+from webenv.cli.replay import replay
+from webenv.cli.stack import Stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
 pytestmark = pytest.mark.timeout(420)

@@ -1,6 +1,7 @@
 """The house's one structural rule: services meet only through the sdk and the generated stubs.
 
-A service package (`webenv.browser`, `webenv.collector`, ...) imports no other service's package, and the sdk
+A service package (`webenv.browser`, `webenv.collector`, ...) imports no other service's package, the client
+(`webenv.cli`, services/cli: the `webenv` command and its workflows) imports none and none imports it, and the sdk
 imports none: what two services share lives in the sdk, and what they say to each other goes over the contract
 (`protos/webenv/v1`). The imports are read from the code by `tools/imports.py` (ast only: nothing is imported),
 which also prints the whole graph: `python tools/imports.py`.
@@ -19,15 +20,15 @@ imports = importlib.util.module_from_spec(_spec)
 sys.modules[_spec.name] = imports  # dataclasses look their module up while the class is built
 _spec.loader.exec_module(imports)
 
-#: Crossings allowed between service packages: none (task files, which the collector's CLI and the sites
-#: service both read, live in the sdk: webenv.taskfiles).
+#: Crossings allowed between service packages and the client: none (task files, which the `webenv` command and the
+#: sites service both read, live in the sdk: webenv.taskfiles).
 KNOWN: set[tuple[str, str]] = set()
 
 
 def test_no_service_imports_another_services_package() -> None:
     mods = imports.modules()
     services = imports.service_packages()
-    assert {"webenv.browser", "webenv.collector", "webenv.policy", "webenv.sites"} <= set(services)
+    assert {"webenv.browser", "webenv.collector", "webenv.policy", "webenv.sites", "webenv.cli"} <= set(services)
     crossing = set()
     for mod in mods.values():
         home = imports.package_of(mod.name)
@@ -41,7 +42,7 @@ def test_no_service_imports_another_services_package() -> None:
 def test_the_reader_sees_relative_and_lazy_imports() -> None:
     mods = imports.modules()
     assert "webenv.policy.metrics" in mods["webenv.policy.servicer"].imports  # `from . import metrics`
-    assert "webenv.taskfiles" in mods["webenv.collector.cli"].imports  # inside a function
+    assert "webenv.taskfiles" in mods["webenv.cli.commands.common"].imports  # inside a function
     assert "webenv.streams" in mods["webenv.envcontract"].imports
 
 
@@ -59,7 +60,13 @@ def test_the_collectors_work_queue_does_not_import_its_engine() -> None:
     assert "webenv.collector.queue" not in mods["webenv.collector.engine"].imports
 
 
-def test_the_stack_launcher_is_the_sdks() -> None:
-    """The launcher of every service lives in the sdk (benches, the gateway's tests and `webenv up` share it)."""
+def test_the_client_is_its_own_distribution() -> None:
+    """The `webenv` command, the workflows it drives (learning loop, world-model build, replay) and the launcher of
+    the whole stack are the client's (services/cli), not the collector's nor the sdk's; the collector keeps its
+    service."""
     mods = imports.modules()
-    assert "webenv.runtime.stack" in mods and "webenv.collector.stack" not in mods
+    assert imports.service_packages()["webenv.cli"] == imports.CLIENT
+    for name in ("main", "stack", "learn", "signals", "wmbuild", "replay"):
+        assert f"webenv.cli.{name}" in mods and f"webenv.collector.{name}" not in mods, name
+    assert "webenv.runtime.stack" not in mods and "webenv.collector.cli" not in mods
+    assert {"webenv.collector.servicer", "webenv.collector.app"} <= set(mods)  # CollectorService stays

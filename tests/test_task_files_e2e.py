@@ -7,7 +7,8 @@ import asyncio
 from pathlib import Path
 
 from typer.testing import CliRunner
-from webenv.collector import cli
+from webenv.cli.commands import common
+from webenv.cli.main import app
 from webenv.sites.config import Settings
 from webenv.sites.service import SitesService
 
@@ -21,10 +22,10 @@ async def test_webenv_tasks_lists_one_files_tasks_on_local_hosts(tmp_path: Path)
         '"task": "Log in", "fact_groups": [{"facts": ["f"]}]}]')
     settings = Settings(host="127.0.0.1", grpc_port=0, metrics_port=0, http_port=0, http_host="127.0.0.1", sites_count=8,
                         log_json=False, sites_rubric_dirs=[str(rdir)], sites_miniwob=False)
-    cli.console.width = 200
+    common.console.width = 200
 
     def invoke(*args: str):
-        return CliRunner().invoke(cli.app, list(args))
+        return CliRunner().invoke(app, list(args))
 
     async with SitesService(settings) as svc:
         addr = f"127.0.0.1:{svc.port}"

@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 import pytest
 from webenv.actions import parse_action
-from webenv.runtime.stack import wait_serving
+from webenv.cli.stack import wait_serving
 from webenv.testing import free_port
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 

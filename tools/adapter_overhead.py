@@ -30,10 +30,10 @@ import tempfile
 import time
 
 import grpc
+from webenv.cli.stack import Stack, wait_serving
 from webenv.client import EnvironmentClient, observation_spec
 from webenv.client.gym import WebEnv
 from webenv.runtime.ports import free_port
-from webenv.runtime.stack import Stack, wait_serving
 from webenv.v1 import task_pb2, task_pb2_grpc
 
 WARMUP = 5

@@ -3,11 +3,12 @@
     python tools/imports.py              # packages and the imports between them, then loops of files
     python tools/imports.py --files PKG  # the imports between the files of one package (e.g. webenv.browser)
 
-A package is a service's `webenv.<name>` or one top-level module or package of the sdk (`webenv.errors`,
+A package is a service's `webenv.<name>`, the client's `webenv.cli` (services/cli: the `webenv` command and the
+workflows it drives across the services), or one top-level module or package of the sdk (`webenv.errors`,
 `webenv.runtime`, ...); tests, benchmarks and the generated `webenv.v1` stubs are left out (the stubs are
 counted as `webenv.v1` where imported). Imports inside functions and under TYPE_CHECKING count: a loop that
 only a type annotation closes is still a loop a reader has to follow. `tests/test_structure.py` holds the
-rule this drawing shows: services meet only through the sdk and the generated stubs.
+rule this drawing shows: services (and the client) meet only through the sdk and the generated stubs.
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ROOT / "services"
 SDK = "sdk"
+CLIENT = "cli"  # the folder of the platform's client, webenv.cli: it talks to the services over the contract
 
 
 @dataclass
@@ -34,7 +36,7 @@ class Module:
 
 
 def service_packages() -> dict[str, str]:
-    """`webenv.<name>` of every service but the sdk -> its folder under services/."""
+    """`webenv.<name>` of every folder under services/ but the sdk (the services and the client) -> the folder."""
     out = {}
     for src in sorted(SERVICES.glob("*/src/webenv")):
         service = src.parents[1].name
@@ -172,15 +174,22 @@ def main(argv: list[str] | None = None) -> int:
     for mod in mods.values():
         sizes[package_of(mod.name)] += mod.lines
     edges = package_graph(mods)
-    print("PACKAGES (lines; service or sdk) and what each imports from the others (number of files importing):")
-    for pkg in sorted(sizes, key=lambda p: (p not in services, p)):
+    print("PACKAGES (lines; service, cli (the client) or sdk) and what each imports from the others "
+          "(number of files importing):")
+    for pkg in sorted(sizes, key=lambda p: (p not in services, services.get(p) == CLIENT, p)):
         where = services.get(pkg, SDK)
         uses = sorted((b, len(files)) for (a, b), files in edges.items() if a == pkg)
         print(f"  {pkg:22} {sizes[pkg]:6}  {where:10} -> {', '.join(f'{b} ({n})' for b, n in uses) or '-'}")
-    crossing = sorted((a, b) for (a, b) in edges if a in services and b in services)
-    print("SERVICE -> SERVICE imports:", ", ".join(f"{a} -> {b}" for a, b in crossing) or "none")
-    sdk_up = sorted((a, b) for (a, b) in edges if a not in services and b in services)
-    print("SDK -> SERVICE imports:", ", ".join(f"{a} -> {b}" for a, b in sdk_up) or "none")
+    client = {p for p, where in services.items() if where == CLIENT}
+
+    def listed(pairs) -> str:
+        return ", ".join(f"{a} -> {b}" for a, b in sorted(pairs)) or "none"
+
+    print("SERVICE -> SERVICE imports:", listed((a, b) for (a, b) in edges if a in services and b in services
+                                                 and not {a, b} & client))
+    print("CLIENT -> SERVICE imports:", listed((a, b) for (a, b) in edges if a in client and b in services))
+    print("SERVICE -> CLIENT imports:", listed((a, b) for (a, b) in edges if a in services and b in client))
+    print("SDK -> SERVICE or CLIENT imports:", listed((a, b) for (a, b) in edges if a not in services and b in services))
     loops = file_loops(mods)
     print(f"LOOPS OF FILES ({len(loops)}):")
     for group in loops:

@@ -1,7 +1,7 @@
 """The farm's scale: one node vs two behind one collector, and memory per session up to K=128 (called by bench.py;
 `bench.py --scale-only` runs just this; `make bench`).
 
-(a) nodes: the real stack as processes (`webenv.runtime.stack.Stack`: sites, browser farm node-a, oracle policy,
+(a) nodes: the real stack as processes (`webenv.cli.stack.Stack`: sites, browser farm node-a, oracle policy,
     judge, collector) plus a second farm node-b (`Stack.add_browser_node`), all on loopback. The same collector run
     (oracle policy on synthetic tasks, same seed, episodes and concurrency) is started with `env_address` naming
     node-a alone and naming both ("a,b": the collector sends episode i to address i mod 2, and retries an attempt
@@ -28,7 +28,7 @@ from typing import Any
 
 import grpc
 import psutil
-from webenv.runtime.stack import Stack
+from webenv.cli.stack import Stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
 CpuOf = Callable[[psutil.Process], tuple[float, float]]  # bench.cpu_seconds: (own, descendants) CPU seconds

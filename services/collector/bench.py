@@ -286,7 +286,7 @@ async def bench_farm(tmp: Path, chdb: str, episodes: int, concurrency: int) -> d
     """The same comparison on the real browser farm + sites + judge (the policy is the delayed oracle)."""
     import importlib.util
 
-    from webenv.runtime.stack import Stack
+    from webenv.cli.stack import Stack
     from webenv.testing import find_chromium
 
     if find_chromium() is None or any(importlib.util.find_spec(f"webenv.{n}") is None for n in ("sites", "browser", "judge")):

@@ -36,11 +36,11 @@ import urllib.request
 from pathlib import Path
 
 import httpx
+from webenv.cli.stack import Stack
 from webenv.client import make_channel
 from webenv.gateway.app import Gateway
 from webenv.gateway.config import Settings
 from webenv.runtime import Server, ServiceSettings
-from webenv.runtime.stack import Stack
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from websockets.asyncio.client import connect
 

@@ -40,7 +40,7 @@ def main() -> None:
     import torch
     from webenv.agent import encoder as enc
     from webenv.agent import scorer as lib
-    from webenv.runtime.stack import Stack
+    from webenv.cli.stack import Stack
     from webenv.trainer import train_scorer
     from webenv.trainer.algorithms import select
     from webenv.v1 import (

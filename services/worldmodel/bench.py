@@ -139,7 +139,7 @@ async def _stream_batch(stub: environment_pb2_grpc.EnvironmentServiceStub, chose
 
 async def real_latency(eps: list[list], steps: int, sites_count: int) -> dict:
     """The same replays against the browser farm (real Chromium) on the sites service, started here."""
-    from webenv.runtime.stack import Stack
+    from webenv.cli.stack import Stack
 
     stack = Stack(Path(tempfile.mkdtemp(prefix="wm-bench-stack-")), free_ports=True, sites_count=sites_count)
     try:

@@ -1,6 +1,6 @@
 """Kill -9 of the policy and of the judge during a run: the run finishes with every episode stored once.
 
-The policy and judge are the real services, as processes (``webenv.runtime.stack.Stack``, restarted on the same
+The policy and judge are the real services, as processes (``webenv.cli.stack.Stack``, restarted on the same
 ports after the kill, as a Kubernetes pod restarts); the environment and catalog are the tests' page walk (the
 farm's own kill is tests/test_farm_failover.py). The tasks carry rubrics the real judge grades (final URL and
 answer). Each stays down 2 s, longer than the channel's own UNAVAILABLE retries (< 1 s, `webenv.client`), as a
@@ -17,7 +17,7 @@ import signal
 import grpc
 import pytest
 from prometheus_client import REGISTRY
-from webenv.runtime.stack import Stack
+from webenv.cli.stack import Stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
 pytestmark = pytest.mark.timeout(300)

@@ -142,26 +142,6 @@ async def test_bad_group_and_branching_specs_name_the_field(stub, field, kw):
     assert err.value.details().startswith(field + ":"), err.value.details()
 
 
-def test_every_arm_of_the_ablation_spends_the_same_budget_with_a_valid_spec():
-    from webenv.collector import spec as specs
-    from webenv.collector.signals import ARMS
-    from webenv.v1 import trainer_pb2
-
-    planned = {}
-    for name, arm in ARMS.items():
-        run = collector_pb2.RunSpec(policy="agent@2", episodes=300)
-        arm.collect(run, group_size=4, branch_step=2)
-        specs.validate(run)
-        planned[name] = run.episodes
-        job = trainer_pb2.JobSpec(data=trainer_pb2.TrainingData(filter=collector_pb2.ExportFilter(passed=True)))
-        arm.job(job, step_normalize=True, kl_coef=0.2, kl_reference="agent@1")
-        assert job.algorithm == arm.algorithm and job.options.step_normalize
-        assert (job.options.kl_coef, job.options.kl_reference) == (0.2, "agent@1"), "the loop's --kl-coef reaches the job"
-        assert job.data.filter.HasField("passed") == (name == "filtered_bc"), "only filtered BC drops the failures"
-    assert set(planned.values()) == {300}, planned
-    assert ARMS["branching"].branching and ARMS["group"].groups
-
-
 def test_served_policy_is_the_one_check_against_listpolicies():
     from webenv import errors
     from webenv.collector import spec as specs

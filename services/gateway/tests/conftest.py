@@ -1,6 +1,6 @@
 """The real platform behind the gateway, once per test session, with auth on everywhere.
 
-``webenv up``'s launcher (runtime/stack.py) starts sites, browser farm, policy, judge, collector, trainer and the
+``webenv up``'s launcher (webenv.cli.stack) starts sites, browser farm, policy, judge, collector, trainer and the
 gateway as processes on free loopback ports, every one with the same WEBENV_AUTH_TOKEN; a tiny world model
 (trained here in seconds) runs beside them. Two runs are stored before the tests: the oracle on three easy
 synthetic tasks of train-split sites, keeping a11y trees, elements and JPEG screenshots, and a random policy that
@@ -22,7 +22,7 @@ from pathlib import Path
 import httpx
 import pytest
 from playwright.sync_api import Browser, Page, expect, sync_playwright
-from webenv.runtime.stack import Stack, wait_serving
+from webenv.cli.stack import Stack, wait_serving
 from webenv.testing import find_chromium, free_port
 
 F = ["OBSERVATION_FORMAT_AXTREE", "OBSERVATION_FORMAT_ELEMENTS", "OBSERVATION_FORMAT_SCREENSHOT"]

@@ -16,9 +16,9 @@ import grpc
 import pydantic
 import pytest
 from webenv.actions import format_action
+from webenv.cli.stack import Stack, wait_serving
 from webenv.openenv.client import WebEnvClient
 from webenv.openenv.env import WebAction
-from webenv.runtime.stack import Stack, wait_serving
 from webenv.testing import free_port
 from webenv.v1 import task_pb2, task_pb2_grpc
 

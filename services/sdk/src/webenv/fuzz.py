@@ -50,7 +50,7 @@ _FLOATS = (0.0, -0.0, 1.0, -1.0, 0.5, 1e308, -1e308, math.inf, -math.inf, math.n
 _INT_TYPES = {_F.TYPE_INT32, _F.TYPE_SINT32, _F.TYPE_SFIXED32, _F.TYPE_INT64, _F.TYPE_SINT64, _F.TYPE_SFIXED64}
 _UINT_TYPES = {_F.TYPE_UINT32, _F.TYPE_FIXED32, _F.TYPE_UINT64, _F.TYPE_FIXED64}
 _BITS = {_F.TYPE_INT32: 32, _F.TYPE_SINT32: 32, _F.TYPE_SFIXED32: 32, _F.TYPE_UINT32: 32, _F.TYPE_FIXED32: 32}
-#: The gRPC services each webenv process serves (docs/api.md), by the process name ``webenv.runtime.stack`` uses.
+#: The gRPC services each webenv process serves (docs/api.md), by the process name ``webenv.cli.stack`` uses.
 SERVED_BY: dict[str, tuple[_d.ServiceDescriptor, ...]] = {
     "browser": (environment_pb2.DESCRIPTOR.services_by_name["EnvironmentService"],
                 browser_pb2.DESCRIPTOR.services_by_name["BrowserFarmService"]),

@@ -1,6 +1,6 @@
 """`python -m webenv.worldmodel` / `webenv-worldmodel` serves; `... dataset|train|evaluate|card|conformance|consistency` run the offline commands.
 
-`webenv worldmodel build` runs the offline commands in this order as subprocesses (collector/wmbuild.py). Their
+`webenv worldmodel build` runs the offline commands in this order as subprocesses (webenv.cli.wmbuild). Their
 modules are imported when a command runs, not before: serving and `--help` do not pay for torch's import.
 """
 

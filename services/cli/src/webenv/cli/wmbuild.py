@@ -23,8 +23,8 @@ from pathlib import Path
 
 import grpc
 from webenv import paging
+from webenv.cli.stack import Stack
 from webenv.client.watch import to_end
-from webenv.runtime.stack import Stack
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
 LEVELS = ("random_crawl", "exploration", "task_oriented")

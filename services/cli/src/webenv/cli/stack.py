@@ -1,6 +1,7 @@
 """The local stack as processes: sites, browser farm, policy, judge, collector and gateway (and the world model when
-a model directory is given), started health-gated. It is the sdk's because it launches every service: `webenv up`,
-the cross-service tests and the benches all use this one launcher.
+a model directory is given), started health-gated. It is the platform client's (webenv-cli): `webenv up`, `webenv
+demo`, `webenv train --stack`, `webenv worldmodel build`, the cross-service tests and the benches all use this one
+launcher; it needs the services installed in the same environment (each runs as `python -m webenv.<name>`).
 
 Each service is ``python -m webenv.<name>`` with WEBENV_* variables; start-up waits for its gRPC health check
 to say SERVING before the next one that depends on it starts, and shutdown sends SIGTERM in reverse order

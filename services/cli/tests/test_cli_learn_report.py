@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 import time
 
-from webenv.collector.learn import Evaluation, Loop, LoopConfig, Timing, write_report
+from webenv.cli.learn import Evaluation, Loop, LoopConfig, Timing, write_report
 
 
 def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
-from webenv.collector.cli import app
-from webenv.collector.replay import axtree_diff, read_trace, replay
+from webenv.cli.main import app
+from webenv.cli.replay import axtree_diff, read_trace, replay
 from webenv.v1 import collector_pb2
 
 

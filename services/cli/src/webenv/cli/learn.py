@@ -85,7 +85,7 @@ class LoopConfig:
     eval_episodes: int = 200  # test split, greedy; the same tasks every time
     train_eval_episodes: int = 100  # train split, greedy
     temperature: float = 1.0
-    algorithm: str = "filtered_bc"  # an arm of webenv.collector.signals.ARMS: policy_gradient, group, partial, branching
+    algorithm: str = "filtered_bc"  # an arm of webenv.cli.signals.ARMS: policy_gradient, group, partial, branching
     group_size: int = 4  # k of the group and branching arms (a branching anchor is forked k - 1 times)
     branch_step: int = 2  # steps a branching anchor takes before it is forked
     step_normalize: bool = False  # AsyncWebRL's 1/k step normaliser in the RL jobs
@@ -636,7 +636,7 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
         return paths
     try:
         paths.append(plot(result, out_dir / "learning.png"))
-    except ImportError:  # matplotlib is a dependency of the collector; a stripped install still gets the tables
+    except ImportError:  # matplotlib is a dependency of webenv-cli; a stripped install still gets the tables
         pass
     return paths
 
