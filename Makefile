@@ -128,7 +128,7 @@ worldmodel: install  ## a world model from the platform's own data (collect -> t
 base-image:  ## Debian bookworm + Python 3.11 with debootstrap, imported as webenv/base:bookworm (CA_BUNDLE, PIP_INDEX_URL)
 	bash deploy/docker/base-image.sh
 
-images:  ## every image (services/*/Dockerfile, deploy/docker/*/Dockerfile); a table of results, sizes, build times
+images:  ## every image (deploy/docker/Dockerfile targets, deploy/docker/*/Dockerfile); a table of results, sizes, build times
 	bash deploy/docker/build.sh $(or $(TAG),dev)
 
 test-containers:  ## build (cached), compose up, episodes through the containerized collector, checks, tear down

@@ -1,4 +1,5 @@
-"""Deployment artefacts: docker-compose.yml, deploy/k8s, deploy/prometheus, deploy/grafana, docs/operations.md.
+"""Deployment artefacts: deploy/docker/Dockerfile, docker-compose.yml, deploy/k8s, deploy/prometheus, deploy/grafana,
+docs/operations.md.
 
 Everything here runs offline and fast (a few seconds): YAML/JSON parsing, the port and address conventions,
 `WEBENV_*` names checked against the services' real settings classes, Kubernetes manifests validated against the
@@ -9,9 +10,11 @@ unit-tested) with `promtool`, and every PromQL expression checked to name only m
 from __future__ import annotations
 
 import copy
+import dataclasses
 import functools
 import importlib
 import importlib.util
+import itertools
 import json
 import os
 import re
@@ -29,6 +32,7 @@ import yaml
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
 COMPOSE_FILE = ROOT / "docker-compose.yml"
+DOCKERFILE = DEPLOY / "docker" / "Dockerfile"  # every service image, one target each
 OPERATIONS = ROOT / "docs" / "operations.md"
 
 # The port conventions (docs/architecture: "Default ports").
@@ -59,8 +63,59 @@ def compose() -> dict:
     return yaml.safe_load(COMPOSE_FILE.read_text())
 
 
-def service_dirs_with_dockerfile() -> list[str]:
-    return sorted(p.parent.name for p in (ROOT / "services").glob("*/Dockerfile"))
+@dataclasses.dataclass(frozen=True)
+class Stage:
+    name: str
+    base: str  # a stage's name or ${PYTHON_IMAGE}
+    text: str  # its instructions, continuation lines joined, comments dropped
+
+
+def parse_stages(text: str) -> tuple[dict[str, str], dict[str, Stage]]:
+    """(the ARGs before the first FROM with their defaults, the stages by name in the file's order)."""
+    lines = [ln for ln in text.replace("\\\n", " ").splitlines() if ln.strip() and not ln.startswith("#")]
+    first = next(i for i, ln in enumerate(lines) if ln.startswith("FROM "))
+    assert all(ln.startswith("ARG ") for ln in lines[:first]), "before the first FROM only ARG"
+    global_args = {k: v.strip('"') for k, _, v in (ln.removeprefix("ARG ").partition("=") for ln in lines[:first])}
+    starts = [i for i, ln in enumerate(lines) if ln.startswith("FROM ")] + [len(lines)]
+    stages: dict[str, Stage] = {}
+    for begin, end in itertools.pairwise(starts):
+        m = re.fullmatch(r"FROM (\S+) AS (\S+)", lines[begin])
+        assert m, f"every stage is named: {lines[begin]}"
+        assert m.group(2) not in stages, f"stage {m.group(2)} defined twice"
+        stages[m.group(2)] = Stage(m.group(2), m.group(1), "\n".join(lines[begin + 1:end]))
+    return global_args, stages
+
+
+@functools.cache
+def service_stages() -> dict[str, Stage]:
+    return parse_stages(DOCKERFILE.read_text())[1]
+
+
+def stage_chain(name: str) -> list[Stage]:
+    """The stage and its ancestors, the base image's child first (``name`` last)."""
+    stages, chain = service_stages(), []
+    while name in stages:
+        chain.insert(0, stages[name])
+        name = stages[name].base
+    assert name == "${PYTHON_IMAGE}", f"a chain ends at {name}"
+    return chain
+
+
+def image_text(name: str) -> str:
+    """What a service's image is made of: its target's chain from the base image (not the build stages)."""
+    return "\n".join(s.text for s in stage_chain(name))
+
+
+def build_text(name: str) -> str:
+    """The build stages whose /opt/venv the target copies, with their ancestors."""
+    sources = re.findall(r"^COPY --from=(\S+) /opt/venv /opt/venv$", service_stages()[name].text, re.M)
+    assert len(sources) == 1, f"{name}: one COPY --from=<build stage> /opt/venv"
+    return "\n".join(s.text for s in stage_chain(sources[0]))
+
+
+def service_targets() -> list[str]:
+    """The service images: the stages built FROM the shared runtime stage."""
+    return [s.name for s in service_stages().values() if s.base == "runtime"]
 
 
 def load_module(path: Path, name: str):
@@ -130,10 +185,9 @@ def validate_settings(service: str, env: dict[str, str], monkeypatch, tmp_path: 
 
 
 def dockerfile_env(service: str) -> dict[str, str]:
-    text = (ROOT / "services" / service / "Dockerfile").read_text().replace("\\\n", " ")
     env: dict[str, str] = {}
-    for line in text.splitlines():
-        if line.strip().startswith("ENV "):
+    for line in image_text(service).splitlines():
+        if line.startswith("ENV "):
             env.update(dict(re.findall(r"(\w+)=(\S+)", line)))
     return env
 
@@ -342,31 +396,61 @@ def test_compose_parses_and_has_the_platform():
     assert expected <= set(services), f"missing from docker-compose.yml: {expected - set(services)}"
 
 
-def test_compose_builds_every_service_with_a_dockerfile():
+def test_every_deployed_service_has_a_target():
+    """One Dockerfile for every service image (deploy/docker/Dockerfile, `--target <name>`): each service with a
+    `python -m webenv.<name>` entry point that compose deploys has its target, and no target is a service nobody runs."""
+    mains = {p.parents[0].name for p in (ROOT / "services").glob("*/src/webenv/*/__main__.py")
+             if p.parents[0].name == p.parents[3].name}
+    deployed = mains & set(compose()["services"])
+    assert deployed == set(SERVICES), f"services with a __main__ in compose: {sorted(deployed)}"
+    assert sorted(service_targets()) == SERVICES, f"{DOCKERFILE}: targets {service_targets()}"
+    assert not list((ROOT / "services").glob("*/Dockerfile")), "the per-service Dockerfiles are gone: one file"
+
+
+def test_compose_builds_every_service_from_its_target():
     services = compose()["services"]
-    for name in service_dirs_with_dockerfile():
-        assert name in services, f"services/{name}/Dockerfile exists but docker-compose.yml has no `{name}`"
     for name in SERVICES:
         build = services[name].get("build")
         assert build, f"{name}: no build section"
         assert build["context"] == ".", f"{name}: build context must be the repository root (protos/, services/sdk)"
-        assert build["dockerfile"] == f"services/{name}/Dockerfile"
+        assert build["dockerfile"] == DOCKERFILE.relative_to(ROOT).as_posix(), f"{name}: dockerfile"
+        assert build["target"] == name and name in service_stages(), f"{name}: target {build.get('target')}"
 
 
-@pytest.mark.parametrize("name", SERVICES)
-def test_compose_dockerfile_exists(name):
-    assert (ROOT / "services" / name / "Dockerfile").is_file(), f"docker-compose.yml builds services/{name}/Dockerfile"
+def test_dockerfile_writes_the_shared_stages_once():
+    """The stub generation, the sdk install, the package sources and the runtime user are written once, in shared
+    stages; only the sdk's torch variant repeats the sdk install (torch's layer has to come before the code)."""
+    text = DOCKERFILE.read_text()
+    stages = service_stages()
+    for name in ("build", "stubs", "sdk", "sdk-torch", "runtime"):
+        assert name in stages, f"no shared stage {name}"
+    assert stages["build"].base == stages["runtime"].base == "${PYTHON_IMAGE}"
+    assert {stages[n].base for n in ("stubs", "sdk", "sdk-torch")} == {"build"}
+    for once in ("protos/generate.sh", "COPY protos/ protos/", "COPY services/sdk/ services/sdk/", "useradd",
+                 "ARG CA_CERT", "python -m venv /opt/venv", "PYTHONUNBUFFERED=1"):
+        assert len(re.findall(rf"^(?!#).*{re.escape(once)}", text, re.M)) == 1, f"{once!r} written more than once"
+    assert "protos/generate.sh" in stages["stubs"].text and "useradd --uid 10001" in stages["runtime"].text
+    assert text.count("RUN pip install ./services/sdk\n") == 2  # sdk and sdk-torch
+    for name in SERVICES:
+        build = re.search(r"^COPY --from=(\S+) /opt/venv", stages[name].text, re.M).group(1)
+        assert build == f"build-{name}" and stages[build].base in ("sdk", "sdk-torch"), f"{name}: built from {build}"
+        assert re.search(rf"^COPY services/{name}/ services/{name}/$", stages[build].text, re.M), name
+        assert "COPY --from=stubs /src/services/sdk/ services/sdk/" in build_text(name), f"{name}: generated stubs"
+        # nothing else of the build stages reaches the image
+        assert not re.search(r"^COPY --from=(?!build-)", image_text(name), re.M), f"{name}: copies from a build stage"
 
 
 @pytest.mark.parametrize("name", SERVICES)
 def test_dockerfile_fits_the_deploy_contract(name):
     """What compose and the manifests rely on: uid 10001, exec-form entrypoint (SIGTERM reaches Python)."""
-    text = (ROOT / "services" / name / "Dockerfile").read_text()
-    assert re.search(r"^USER (10001|webenv)\s*$", text, re.M), f"{name}: run as the non-root user 10001"
-    assert "10001" in text
-    assert re.search(rf'^ENTRYPOINT \["python", "-m", "webenv\.{name}"', text, re.M), f"{name}: exec-form ENTRYPOINT"
-    assert "PYTHONUNBUFFERED=1" in text
-    assert "COPY protos/" in text and "COPY services/sdk/" in text, f"{name}: build context is the repository root"
+    text = image_text(name)
+    users = re.findall(r"^USER (\S+)$", text, re.M)
+    assert users and users[-1] == "10001", f"{name}: run as the non-root user 10001"
+    assert re.search(r"^RUN useradd --uid 10001 ", text, re.M)
+    entrypoints = re.findall(r"^ENTRYPOINT .*", text, re.M)
+    assert entrypoints == [f'ENTRYPOINT ["python", "-m", "webenv.{name}"]'], f"{name}: exec-form ENTRYPOINT"
+    assert dockerfile_env(name)["PYTHONUNBUFFERED"] == "1"
+    assert dockerfile_env(name)["PATH"].startswith("/opt/venv/bin:")
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -383,12 +467,13 @@ def test_compose_ports_follow_the_conventions(name):
         assert env["WEBENV_HTTP_PORT"] == str(SITES_HTTP_PORT) and SITES_HTTP_PORT in published
     if name == "gateway":
         assert env["WEBENV_HTTP_PORT"] == str(GATEWAY_HTTP_PORT) and GATEWAY_HTTP_PORT in published
-    dockerfile = ROOT / "services" / name / "Dockerfile"
-    if dockerfile.exists():  # the image's own defaults agree too
-        image_env = dockerfile_env(name)
-        assert image_env.get("WEBENV_GRPC_PORT", str(grpc_port)) == str(grpc_port)
-        assert image_env.get("WEBENV_METRICS_PORT", str(metrics_port)) == str(metrics_port)
-        assert re.search(rf"EXPOSE[^\n]*\b{grpc_port}\b", dockerfile.read_text())
+    image_env = dockerfile_env(name)  # the image's own defaults agree too
+    assert image_env["WEBENV_GRPC_PORT"] == str(grpc_port)
+    assert image_env["WEBENV_METRICS_PORT"] == str(metrics_port)
+    (expose,) = re.findall(r"^EXPOSE (.*)$", image_text(name), re.M)
+    assert {str(grpc_port), str(metrics_port)} <= set(expose.split()), f"{name}: EXPOSE {expose}"
+    if "WEBENV_HTTP_PORT" in image_env:
+        assert image_env["WEBENV_HTTP_PORT"] in expose.split()
 
 
 @pytest.mark.parametrize("name", SERVICES)
@@ -451,7 +536,7 @@ def test_compose_passes_the_build_arguments():
         assert compose()["services"][name]["build"]["args"] == args, f"{name}: build args"
     for arg in ("PYTHON_IMAGE", "TORCH_INDEX", "PIP_INDEX_URL", "CA_CERT"):
         assert arg in args
-    assert resolve_compose_value(args["PYTHON_IMAGE"]) == dockerfile_default("sites", "PYTHON_IMAGE")
+    assert resolve_compose_value(args["PYTHON_IMAGE"]) == parse_stages(DOCKERFILE.read_text())[0]["PYTHON_IMAGE"]
 
 
 def test_compose_healthchecks_and_shutdown():
@@ -479,54 +564,58 @@ def test_compose_monitoring_mounts():
     assert graf["environment"]["WEBENV_PROMETHEUS_URL"] == "http://prometheus:9090"
 
 
-def dockerfile_default(service: str, arg: str, path: Path | None = None) -> str:
-    text = (path or ROOT / "services" / service / "Dockerfile").read_text()
-    m = re.search(rf'^ARG {arg}="?([^"\n]*)"?$', text, re.M)
-    assert m, f"{service}: no ARG {arg}"
+def stage_default(stage: str, arg: str) -> str:
+    m = re.search(rf'^ARG {arg}="?([^"\n]*)"?$', service_stages()[stage].text, re.M)
+    assert m, f"{stage}: no ARG {arg}"
     return m.group(1)
 
 
-def dockerfiles() -> dict[str, Path]:
-    files = {p.parent.name: p for p in (ROOT / "services").glob("*/Dockerfile")}
-    files.update({p.parent.name: p for p in (DEPLOY / "docker").glob("*/Dockerfile")})
-    return files
-
-
-def build_prefix(text: str) -> str:
-    """The build stage up to the service's own lines: from the first ARG to the sdk install (comments dropped)."""
-    lines = [ln for ln in text.split("\n") if not ln.startswith("#")]
-    start = next(i for i, ln in enumerate(lines) if ln.startswith("ARG PYTHON_IMAGE"))
-    end = next(i for i, ln in enumerate(lines) if ln.startswith("WORKDIR /src"))
-    return "\n".join(lines[start:end + 1])
-
-
-def test_dockerfiles_share_their_base_and_build_layers():
+def test_dockerfiles_share_their_base():
     """One base for every image (PYTHON_IMAGE: the public python:3.11 bookworm image or the local one of
-    `make base-image`), the same package-source arguments, and a byte-identical start of the build stage, so the
-    builder reuses those layers across images (and the torch layer across the images that have torch)."""
-    files = dockerfiles()
-    prefixes = {name: build_prefix(p.read_text()) for name, p in files.items() if name in SERVICES}
-    assert len(set(prefixes.values())) == 1, "the build stages' shared start differs between Dockerfiles"
-    for name, path in files.items():
+    `make base-image`), also for the infrastructure images of deploy/docker/<name>/Dockerfile."""
+    files = [DOCKERFILE, *(DEPLOY / "docker").glob("*/Dockerfile")]
+    assert len(files) >= 2
+    for path in files:
         text = path.read_text()
-        default = dockerfile_default(name, "PYTHON_IMAGE", path)
-        assert re.fullmatch(r"python:3\.11(\.\d+)?-slim-bookworm(@sha256:[0-9a-f]{64})?", default), f"{name}: {default}"
-        assert text.count("FROM ${PYTHON_IMAGE}") >= 1 and not re.search(r"^FROM (?!\$\{PYTHON_IMAGE\})", text, re.M)
-        if name not in SERVICES:
-            continue
-        for arg in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "CA_CERT"):
-            assert re.search(rf"^ARG {arg}\b", text, re.M), f"{name}: ARG {arg}"
-        if "torch" in text:
-            assert dockerfile_default(name, "TORCH_INDEX", path) == "https://download.pytorch.org/whl/cpu", name
-            assert "--index-url \"$TORCH_INDEX\"" in text and "torch==" in text, f"{name}: torch from TORCH_INDEX"
-        if name in ("policy", "trainer", "worldmodel"):
-            torch_run = next(ln for ln in text.splitlines() if ln.startswith("RUN pip install --index-url \"$TORCH_INDEX"))
-            assert text.index(torch_run) < text.index("COPY protos/"), f"{name}: torch's layer before the code's"
+        m = re.search(r'^ARG PYTHON_IMAGE="?([^"\n]*)"?$', text, re.M)
+        assert m, f"{path}: no ARG PYTHON_IMAGE"
+        assert re.fullmatch(r"python:3\.11(\.\d+)?-slim-bookworm(@sha256:[0-9a-f]{64})?", m.group(1)), f"{path}: {m.group(1)}"
+        # FROM the base or an earlier stage, nothing else
+        known = {"${PYTHON_IMAGE}"}
+        for base, name in re.findall(r"^FROM (\S+)(?: AS (\S+))?$", text, re.M):
+            assert base in known, f"{path}: FROM {base}"
+            known.add(name)
+        assert len(re.findall(r"^FROM ", text, re.M)) == len(re.findall(r"^FROM \S+(?: AS \S+)?$", text, re.M))
+
+
+def test_dockerfile_build_arguments_and_torch_layer():
+    """The package-source arguments in the shared build stage; torch from TORCH_INDEX (CPU build by default) in a
+    layer before any code for the images that always have it, so the builder keeps it across code changes."""
+    stages = service_stages()
+    for arg in ("PIP_INDEX_URL", "PIP_EXTRA_INDEX_URL", "PIP_TRUSTED_HOST", "CA_CERT"):
+        assert stage_default("build", arg) == "", f"ARG {arg}"
+    torch_stages = [s for s in stages.values() if "torch==" in s.text]
+    assert {s.name for s in torch_stages} == {"sdk-torch", "build-judge"}
+    for stage in torch_stages:
+        assert stage_default(stage.name, "TORCH_INDEX") == "https://download.pytorch.org/whl/cpu", stage.name
+        assert '--index-url "$TORCH_INDEX"' in stage.text, f"{stage.name}: torch from TORCH_INDEX"
+    torch = stages["sdk-torch"].text
+    assert torch.index('RUN pip install --index-url "$TORCH_INDEX"') < torch.index("COPY "), "torch's layer first"
+    for name in ("policy", "trainer", "worldmodel"):
+        assert stages[f"build-{name}"].base == "sdk-torch", f"{name}: torch's layer"
+    for name in set(SERVICES) - {"policy", "trainer", "worldmodel"}:
+        assert stages[f"build-{name}"].base == "sdk", f"{name}: no torch layer"
+    for name in ("judge", "policy", "worldmodel"):  # GPU images: EXTRAS=[vllm]; judge: [transformers]
+        assert stage_default(f"build-{name}", "EXTRAS") == "", name
+        assert f'"./services/{name}${{EXTRAS}}"' in stages[f"build-{name}"].text, f"{name}: EXTRAS installed"
+    # the legacy builder builds every stage above the target: torch's stage only above the images that have it
+    order = list(stages)
+    assert order.index("sdk-torch") > max(order.index(n) for n in ("sites", "browser", "collector", "judge"))
 
 
 def test_judge_image_has_torch_only_when_asked():
-    text = (ROOT / "services/judge/Dockerfile").read_text()
-    assert dockerfile_default("judge", "EXTRAS") == ""
+    text = service_stages()["build-judge"].text
+    assert stage_default("build-judge", "EXTRAS") == ""
     assert re.search(r'case "\$EXTRAS" in \*transformers\*\) pip install', text)
     deps = tomllib.loads((ROOT / "services/judge/pyproject.toml").read_text())["project"]
     assert not [d for d in deps["dependencies"] if d.startswith(("torch", "transformers"))]
@@ -539,10 +628,30 @@ def test_judge_image_has_torch_only_when_asked():
 
 def test_browser_image_has_what_playwrights_driver_needs():
     """Playwright's node driver links libatomic.so.1, which slim bases lack: without it the farm crash-loops."""
-    text = (ROOT / "services/browser/Dockerfile").read_text()
-    install = next(ln for ln in text.splitlines() if "apt-get install" in ln)
-    for pkg in ("chromium", "libatomic1"):
+    install = next(ln for ln in image_text("browser").splitlines() if "apt-get install" in ln)
+    for pkg in ("chromium", "libatomic1", "fonts-dejavu-core"):
         assert pkg in install.split()
+    assert dockerfile_env("browser")["WEBENV_FARM_CHROMIUM_PATH"] == "/usr/lib/chromium/chromium"
+    others = [n for n in SERVICES if n != "browser" and "apt-get" in image_text(n)]
+    assert not others, f"Debian packages only in the browser image: {others}"
+
+
+def test_images_keep_their_home_and_volumes():
+    """uid 10001 has a home directory where the service writes one (browser, collector, trainer), volumes belong
+    to it, and the collector and trainer declare theirs."""
+    for name in SERVICES:
+        has_home = "mkhomedir_helper webenv" in image_text(name)
+        assert has_home is (name in ("browser", "collector", "trainer")), f"{name}: home directory"
+    assert re.search(r"^VOLUME /data$", image_text("collector"), re.M)
+    assert re.search(r"chown 10001 /data\b", image_text("collector"))
+    assert re.search(r'^VOLUME \["/data", "/checkpoints"\]$', image_text("trainer"), re.M)
+
+
+def test_collector_image_carries_the_webenv_command():
+    """`webenv` in a pod (docs/operations.md): the collector image installs webenv-cli, which declares the command."""
+    assert re.search(r"^RUN pip install .*\./services/cli\b", service_stages()["build-collector"].text, re.M)
+    scripts = tomllib.loads((ROOT / "services/cli/pyproject.toml").read_text())["project"]["scripts"]
+    assert "webenv" in scripts
 
 
 def test_compose_validates_with_docker_compose():
@@ -571,7 +680,7 @@ def test_compose_checkpoints_are_shared_by_trainer_and_policy():
         "job records need a named volume (jobs resume from them after a restart)"
     assert trainer["depends_on"]["collector"] == {"condition": "service_healthy"}
     # The image's own mount points belong to uid 10001, so new named volumes start writable for the trainer.
-    text = (ROOT / "services/trainer/Dockerfile").read_text()
+    text = image_text("trainer")
     assert re.search(rf"chown 10001 .*{re.escape(data_dir)}\b.*{re.escape(path)}\b", text)
 
 

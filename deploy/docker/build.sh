@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# Build the webenv images (`make images`): services/<name>/Dockerfile with the repository root as build context,
-# and the local infrastructure images of deploy/docker/<name>/Dockerfile (redis). Keeps going past a failure and
-# prints a table of results, sizes and build times; exits 1 when any build failed.
+# Build the webenv images (`make images`): each service is a target of deploy/docker/Dockerfile (`--target <name>`,
+# the repository root as build context), and the local infrastructure images are deploy/docker/<name>/Dockerfile
+# (redis). Keeps going past a failure and prints a table of results, sizes and build times; exits 1 when any build
+# failed.
 #
 #   deploy/docker/build.sh [TAG] [IMAGE...]       e.g. deploy/docker/build.sh dev sites browser redis
 #
@@ -24,9 +25,13 @@ tag=${1:-dev}
 shift || true
 engine=${ENGINE:-$(bash deploy/docker/engine.sh)}
 
+services_file=deploy/docker/Dockerfile
+# The service targets: the Dockerfile's `FROM runtime AS <name>` stages, in the file's order.
+mapfile -t targets < <(sed -n 's/^FROM runtime AS \([a-z0-9-]*\).*/\1/p' "$services_file")
 names=("$@")
 if [ ${#names[@]} -eq 0 ]; then
-  for f in services/*/Dockerfile deploy/docker/*/Dockerfile; do names+=("$(basename "$(dirname "$f")")"); done
+  names=("${targets[@]}")
+  for f in deploy/docker/*/Dockerfile; do names+=("$(basename "$(dirname "$f")")"); done
 fi
 
 # No PYTHON_IMAGE given: the Dockerfiles' public default, unless only the local base of `make base-image` is here.
@@ -70,14 +75,15 @@ extra=(${BUILD_ARGS:-})
 rows=()
 failed=0
 for name in "${names[@]}"; do
-  if [ -f "services/$name/Dockerfile" ]; then dockerfile="services/$name/Dockerfile"
-  elif [ -f "deploy/docker/$name/Dockerfile" ]; then dockerfile="deploy/docker/$name/Dockerfile"
-  else echo "build: no Dockerfile for $name" >&2; rows+=("$name|no Dockerfile|-|-|-"); failed=1; continue; fi
+  if printf '%s\n' "${targets[@]}" | grep -qx -- "$name"; then dockerfile=$services_file; target=(--target "$name")
+  elif [ -f "deploy/docker/$name/Dockerfile" ]; then dockerfile="deploy/docker/$name/Dockerfile"; target=()
+  else echo "build: no image $name (not a target of $services_file, no deploy/docker/$name/Dockerfile)" >&2
+    rows+=("$name|no Dockerfile|-|-|-"); failed=1; continue; fi
   image="${REGISTRY:-}webenv/${name}:${tag}"
-  echo "== $image ($dockerfile)"
+  echo "== $image ($dockerfile${target[*]:+ ${target[*]}})"
   start=$(date +%s)
   log=$(mktemp)
-  if "$engine" build "${args[@]}" "${extra[@]}" -f "$dockerfile" -t "$image" . 2>&1 | tee "$log" | grep --line-buffered -E '^(Step |#[0-9]+ \[|Successfully|ERROR|error)' ; [ "${PIPESTATUS[0]}" = 0 ]; then
+  if "$engine" build "${args[@]}" "${extra[@]}" -f "$dockerfile" "${target[@]}" -t "$image" . 2>&1 | tee "$log" | grep --line-buffered -E '^(Step |#[0-9]+ \[|Successfully|ERROR|error)' ; [ "${PIPESTATUS[0]}" = 0 ]; then
     seconds=$(( $(date +%s) - start ))
     size=$("$engine" image inspect "$image" --format '{{.Size}}')
     rows+=("$name|ok|$((size / 1000000)) MB|${seconds} s|$image")
