@@ -72,16 +72,17 @@ install-browsergym: install
 bench: install-vllm install-browsergym
 	$(PY) -m bench.run
 
-# The learning benchmark (bench/results/learning.md): a local stack, BC warm start on oracle demonstrations, RL
-# iterations of WebGym's filtered BC, success on unseen test-split websites. About an hour on 2 cores.
-# The learning benchmark (issue 22's protocol): one `webenv train` per seed, each ~1.5 h on 2 cores alone on the
-# machine, then the paired comparison of every seed's RL checkpoint with its own BC warm start. SEEDS=1 runs one.
+# The learning benchmark (bench/results/learning/README.md): one `webenv train` per seed (a local stack, BC warm start
+# on 50 oracle demonstrations, RL iterations with ALGORITHM, success on unseen websites), each ~30 min on 2 cores alone
+# on the machine, then the paired comparison of every seed's RL checkpoint with its own BC warm start. SEEDS=1 runs
+# one; ALGORITHM=filtered_bc LEARN_OUT=bench/results/learning/filtered_bc runs another recipe.
 # Sequential (no --overlap): on 2 cores the farm is the bottleneck either way, and 4 episodes in flight in all keep
 # every episode inside its deadline (bench/results/learning/README.md).
 ITERATIONS ?= 3
+ALGORITHM ?= partial
 LEARN_ARGS ?= --demos 50 --iterations $(ITERATIONS) --collect 200 --eval 150 --train-eval 0 --validation-eval 50 \
 	--holdout-family shop --family-eval 50 --miniwob-tasks 20 --baseline-eval 50 --baselines random \
-	--algorithm partial --sampling frontier --concurrency 4
+	--algorithm $(ALGORITHM) --sampling frontier --concurrency 4
 SEEDS ?= 1 2 3
 LEARN_OUT ?= bench/results/learning
 learn: install

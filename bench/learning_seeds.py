@@ -76,8 +76,9 @@ def seed_rows(result: dict) -> dict:
     evals = result["evaluations"]
     cfg = result["config"]
     arm = cfg.get("algorithm", "") + "".join(f", {k} {cfg[k]}" for k in ("kl_coef", "step_normalize") if cfg.get(k))
-    out = {"seed": cfg["seed"], "arm": arm, "bc": bc, "selected": sel, "wall_seconds": result["wall_seconds"],
-           "suites": {}}
+    last = result["checkpoints"][-1]["ref"] if result["checkpoints"] else ""
+    out = {"seed": cfg["seed"], "arm": arm, "bc": bc, "selected": sel, "last": last,
+           "wall_seconds": result["wall_seconds"], "suites": {}}
     for e in evals:
         row = out["suites"].setdefault(e["split"], {})
         role = "bc" if e["version"] == bc else "rl" if e["version"] == sel else e["version"]
@@ -85,6 +86,8 @@ def seed_rows(result: dict) -> dict:
                      "by_kind": e.get("by_kind", {}), "by_difficulty": e.get("by_difficulty", {}),
                      "outcomes": e.get("outcomes", {})}
     for row in out["suites"].values():
+        if sel == bc and "bc" in row:  # validation kept the warm start: RL is BC, a gain of 0 by definition
+            row["rl"] = row["bc"]
         if "bc" in row and "rl" in row and row["bc"]["outcomes"] and row["rl"]["outcomes"]:
             row["paired"] = paired(row["bc"]["outcomes"], row["rl"]["outcomes"])
     if "paired" not in out["suites"].get("test", {}):
@@ -180,8 +183,9 @@ def ablation(arms: list[dict], commands: list[str]) -> tuple[str, dict]:
              "from the same BC warm start (same seed, same demonstrations) and collects the same number of episodes "
              "per iteration; its reported checkpoint is the one chosen on validation. Cells: BC -> RL and the paired "
              "gain in points with its 95% interval; the test split's sign-test p beside.", "",
-             "| arm | seed | " + " | ".join(suites) + " | test p | transactions (test) | wall time |",
-             "|---|---|" + "---|" * len(suites) + "---|---|---|"]
+             "| arm | seed | selected | " + " | ".join(suites) + " | test p | transactions (test) | last checkpoint "
+             "(test) | wall time |",
+             "|---|---|---|" + "---|" * len(suites) + "---|---|---|---|"]
     summary: dict = {"arms": []}
     for a in arms:
         cells, row = [], {"arm": a["arm"], "seed": a["seed"], "selected": a["selected"], "suites": {}}
@@ -197,8 +201,11 @@ def ablation(arms: list[dict], commands: list[str]) -> tuple[str, dict]:
         test = a["suites"].get("test", {})
         p = row["suites"].get("test", {}).get("p")
         tx = [test[v]["by_kind"].get("transaction", [0, 0]) for v in ("bc", "rl") if v in test]
-        lines.append(f"| {a['arm']} | {a['seed']} | " + " | ".join(cells) + f" | {'-' if p is None else f'{p:.2g}'} | "
-                     + (" -> ".join(f"{t[0]}/{t[1]}" for t in tx) or "-") + f" | {a['wall_seconds'] / 60:.0f} min |")
+        last = test.get("rl" if a["last"] == a["selected"] else "bc" if a["last"] == a["bc"] else a["last"], {})
+        lines.append(f"| {a['arm']} | {a['seed']} | {a['selected']} | " + " | ".join(cells)
+                     + f" | {'-' if p is None else f'{p:.2g}'} | "
+                     + (" -> ".join(f"{t[0]}/{t[1]}" for t in tx) or "-")
+                     + f" | {a['last']} {pct(last['rate']) if last else '-'} | {a['wall_seconds'] / 60:.0f} min |")
         summary["arms"].append(row)
     lines += ["", "## Commands", ""] + [f"- `{c}`" for c in commands]
     return "\n".join(lines) + "\n", summary
