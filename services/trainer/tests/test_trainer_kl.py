@@ -1,10 +1,12 @@
-"""The KL penalty towards a reference ranker (AlgorithmOptions.kl_coef) in the ranker training loop: zero against
-itself, and an update under it stays nearer the reference's ranking than the same update without it."""
+"""The ranker training loop's regularised terms: the KL penalty towards a reference ranker (AlgorithmOptions.kl_coef),
+zero against itself, and an update under it stays nearer the reference's ranking than the same update without it;
+a negative weight's bounded push-down."""
 
 from __future__ import annotations
 
 import copy
 import random
+from dataclasses import replace
 
 import torch
 from webenv.agent import scorer as lib
@@ -61,3 +63,36 @@ def test_kl_penalty_holds_the_update_near_the_reference(tmp_path):
         return logp[batch["starts"] + batch["targets"]].exp().mean().item()
 
     assert target_p(free) > target_p(held) > target_p(reference)
+
+
+def test_a_failures_negative_weight_pushes_down_boundedly(tmp_path):
+    """A negative advantage lowers the taken candidate's probability with a loss bounded below by 0 (the
+    unlikelihood -log(1 - p)), where -w * log p would fall without bound; a positive weight is plain cross-entropy."""
+    torch.manual_seed(0)
+    model = lib.ScorerModel(lib.ScorerConfig())
+    steps = examples(16, seed=2)
+    failures = [replace(s, weight=-1.0) for s in steps]
+    batch = lib.collate(failures)
+    n = len(failures)
+
+    def target_p(m) -> float:
+        with torch.no_grad():
+            logp = step_log_probs(lib.scores(m, batch), batch["step_of_cand"], n)
+        return logp[batch["starts"] + batch["targets"]].exp().mean().item()
+
+    before = target_p(model)
+    train_scorer.train(lib, model, failures, [], epochs=40, max_steps=0, batch_size=16, lr=5e-2, seed=1,
+                       checkpoint_every=0, resume_path=tmp_path / "resume.pt", report=lambda r: None,
+                       stopped=lambda: False)
+    assert target_p(model) < 0.5 * before
+    loss, _ = train_scorer._batch_loss(lib, model, batch)
+    assert 0.0 <= loss.item() < 0.1  # saturates at 0, never runs to minus infinity
+
+    # positive weights: the same cross-entropy as before the change
+    passes = [replace(s, weight=1.0) for s in steps]
+    pb = lib.collate(passes)
+    with torch.no_grad():
+        logp = step_log_probs(lib.scores(model, pb), pb["step_of_cand"], n)
+        ce = -logp[pb["starts"] + pb["targets"]].mean().item()
+        got, _ = train_scorer._batch_loss(lib, model, pb)
+    assert abs(got.item() - ce) < 1e-5

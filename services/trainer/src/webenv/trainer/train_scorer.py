@@ -3,7 +3,9 @@ the fine-tuned encoder (webenv.agent.encoder). One loop for both: a ranker modul
 `optimizers` and `clip_parameters`, and an acting wrapper gives `example`.
 
 Loss: weighted cross-entropy of the taken candidate among the step's candidates, normalised by the
-batch's total absolute weight (weights are 1 for BC and filtered BC, advantages for policy gradient), plus, with
+batch's total absolute weight (weights are 1 for BC and filtered BC, advantages for policy gradient); a negative
+weight's term is the unlikelihood -log(1 - p) of the taken candidate, bounded where +log p is not (the group arm of
+the seed-1 ablation diverged on it: training loss -32 -> -378 -> -1846, test success 21% -> 1%), plus, with
 a KL coefficient, beta times the steps' mean KL to a frozen reference (`AlgorithmOptions.kl_coef`): RL from the BC
 warm start made the held-out family worse with every iteration (bench/results/learning, seed 1: 26% -> 8%) while
 nothing held the ranking near the warm start's.
@@ -68,7 +70,11 @@ def _batch_loss(lib: ModuleType, model: torch.nn.Module, batch: dict, reference:
     logp = step_log_probs(scores, batch["step_of_cand"], n)
     chosen = logp[batch["starts"] + batch["targets"]]
     w = batch["weights"]
-    loss = -(w * chosen).sum() / w.abs().sum().clamp_min(1e-6)
+    # a negative weight (a failure's advantage) pushes the taken candidate down by -log(1 - p), not by +log p:
+    # bounded below by 0, its gradient fading as p -> 0 (bench/results/learning/notes.md: with +log p, group
+    # advantages drove the loss to -1846 and test success from 21% to 1% in three iterations)
+    push_down = -torch.log1p(-chosen.exp().clamp(max=1.0 - 1e-6))
+    loss = (-(w.clamp_min(0) * chosen) + (-w).clamp_min(0) * push_down).sum() / w.abs().sum().clamp_min(1e-6)
     if reference is not None and kl_coef:
         with torch.no_grad():
             ref_logp = step_log_probs(lib.scores(reference, batch), batch["step_of_cand"], n)
