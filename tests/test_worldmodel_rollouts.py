@@ -147,7 +147,9 @@ def test_collector_rollouts_against_world_model(tmp_path: Path) -> None:
         # shop-0001 is held out: its start pages come from the data, the model directory holds training websites' only
         wm = Proc("worldmodel", logs, WEBENV_WORLDMODEL_MODEL_PATH=model_dir, WEBENV_WORLDMODEL_MAX_NEW_TOKENS="160",
                   WEBENV_WORLDMODEL_START_STATES=str(transitions),
-                  WEBENV_WORLDMODEL_THREADS="1")
+                  # the value memory off: what is checked below is that a stored page is the model's own prediction
+                  # (the memory's rewrites are test_worldmodel_consistency.py's)
+                  WEBENV_WORLDMODEL_THREADS="1", WEBENV_WORLDMODEL_VALUES_KEPT="0")
         policy = Proc("policy", logs, WEBENV_POLICY_BACKEND="none", WEBENV_POLICY_DEFAULT="random")
         procs += [wm, policy]
         wm.wait_serving(90)

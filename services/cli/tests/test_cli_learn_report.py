@@ -157,4 +157,4 @@ def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp
     arms = json.loads((tmp_path / "abl.json").read_text())["arms"]
     assert [a["arm"] for a in arms] == ["partial", "partial, kl_coef 0.1"]
     assert arms[0]["suites"]["test"]["wins"] == 4 and abs(arms[0]["suites"]["test"]["gain"] - 0.4) < 1e-9
-    assert "| partial, kl_coef 0.1 | 2 | 20.0% -> 60.0%, +40.0 [" in (tmp_path / "abl.md").read_text()
+    assert "| partial, kl_coef 0.1 | 2 | agent@2 | 20.0% -> 60.0%, +40.0 [" in (tmp_path / "abl.md").read_text()
