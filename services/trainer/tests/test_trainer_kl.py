@@ -35,6 +35,14 @@ def mean_kl(model, reference, steps) -> float:
     return train_scorer.step_kl(logp, ref, batch["step_of_cand"], n).mean().item()
 
 
+def target_p(model, steps) -> float:
+    """The mean probability the model gives each step's taken candidate."""
+    batch = lib.collate(steps)
+    with torch.no_grad():
+        logp = step_log_probs(lib.scores(model, batch), batch["step_of_cand"], len(steps))
+    return logp[batch["starts"] + batch["targets"]].exp().mean().item()
+
+
 def fit(model, reference, kl_coef: float, steps, tmp_path) -> None:
     train_scorer.train(lib, model, steps, [], epochs=6, max_steps=0, batch_size=8, lr=2e-2, seed=1,
                        checkpoint_every=0, resume_path=tmp_path / f"resume-{kl_coef}.pt", report=lambda r: None,
@@ -54,15 +62,7 @@ def test_kl_penalty_holds_the_update_near_the_reference(tmp_path):
     assert kl_held < 0.5 * kl_free, (kl_held, kl_free)
 
     # the penalty is towards the reference only: both still moved the target up from where the reference had it
-    batch = lib.collate(steps)
-    n = len(steps)
-
-    def target_p(m) -> float:
-        with torch.no_grad():
-            logp = step_log_probs(lib.scores(m, batch), batch["step_of_cand"], n)
-        return logp[batch["starts"] + batch["targets"]].exp().mean().item()
-
-    assert target_p(free) > target_p(held) > target_p(reference)
+    assert target_p(free, steps) > target_p(held, steps) > target_p(reference, steps)
 
 
 def test_a_failures_negative_weight_pushes_down_boundedly(tmp_path):
@@ -74,17 +74,11 @@ def test_a_failures_negative_weight_pushes_down_boundedly(tmp_path):
     failures = [replace(s, weight=-1.0) for s in steps]
     batch = lib.collate(failures)
     n = len(failures)
-
-    def target_p(m) -> float:
-        with torch.no_grad():
-            logp = step_log_probs(lib.scores(m, batch), batch["step_of_cand"], n)
-        return logp[batch["starts"] + batch["targets"]].exp().mean().item()
-
-    before = target_p(model)
+    before = target_p(model, failures)
     train_scorer.train(lib, model, failures, [], epochs=40, max_steps=0, batch_size=16, lr=5e-2, seed=1,
                        checkpoint_every=0, resume_path=tmp_path / "resume.pt", report=lambda r: None,
                        stopped=lambda: False)
-    assert target_p(model) < 0.5 * before
+    assert target_p(model, failures) < 0.5 * before
     loss, _ = train_scorer._batch_loss(lib, model, batch)
     assert 0.0 <= loss.item() < 0.1  # saturates at 0, never runs to minus infinity
 
