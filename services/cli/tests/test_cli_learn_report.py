@@ -158,3 +158,48 @@ def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp
     assert [a["arm"] for a in arms] == ["partial", "partial, kl_coef 0.1"]
     assert arms[0]["suites"]["test"]["wins"] == 4 and abs(arms[0]["suites"]["test"]["gain"] - 0.4) < 1e-9
     assert "| partial, kl_coef 0.1 | 2 | agent@2 | 20.0% -> 60.0%, +40.0 [" in (tmp_path / "abl.md").read_text()
+
+
+class RecordingPolicy:
+    def __init__(self) -> None:
+        self.loaded = []
+
+    def LoadCheckpoint(self, req, timeout=None):
+        from webenv.v1 import policy_pb2
+        self.loaded.append(req.ref)
+        return policy_pb2.LoadCheckpointResponse(policy=policy_pb2.PolicyInfo(version=req.ref))
+
+
+def test_eval_mode_selected_runs_the_reported_suites_only_on_bc_and_the_checkpoint_chosen_on_validation():
+    """`--eval-mode selected`: every RL checkpoint runs validation; test, the held-out family and MiniWoB++ run on
+    the BC warm start and, after the loop, on the one chosen on validation (no test figure of any other exists)."""
+    from types import SimpleNamespace
+
+    loop = loop_with([], [])
+    loop.cfg.eval_mode, loop.cfg.iterations, loop.cfg.overlap, loop.cfg.train_eval_episodes = "selected", 3, False, 0
+    loop.cfg.baselines, loop.cfg.oracle_ceiling, loop.cfg.reference_demo_episodes = (), False, 0
+    loop.say, loop.miniwob_ids, loop.policy = (lambda _: None), ("miniwob/click-test",), RecordingPolicy()
+    validation = {"agent@1": 2, "agent@2": 6, "agent@3": 4, "agent@4": 5}  # agent@2 is the best on validation
+
+    def fake_evaluate(version, suite, label, run_args):
+        e = ev(version, suite, validation[version] if suite == "validation" else 1)
+        loop.evals.append(e)
+        return e
+
+    def fake_train(label, algorithm, run_ids, parent, epochs):
+        ref = f"agent@{len(loop.checkpoints) + 1}"
+        loop.checkpoints.append({"ref": ref})
+        return SimpleNamespace(ref=ref)
+
+    loop.prepare = loop.baselines_and_ceiling = lambda: None
+    loop._evaluate, loop.train = fake_evaluate, fake_train
+    loop.collect = lambda it, version, history=(): SimpleNamespace(run_id=f"run-collect-{it}")
+    loop.run = lambda *a, **k: SimpleNamespace(run_id="run-demos")
+    result = loop.run_loop()
+    ran = {(e.version, e.split) for e in loop.evals}
+    reported = {"test", "family:shop", "miniwob"}
+    assert {v for v, s in ran if s == "validation"} == {"agent@1", "agent@2", "agent@3", "agent@4"}
+    assert {v for v, s in ran if s in reported} == {"agent@1", "agent@2"}  # BC and the selected only
+    assert {s for v, s in ran if v == "agent@2"} == reported | {"validation"}
+    assert result["selected"]["ref"] == "agent@2" and loop.policy.loaded == ["agent@2"]
+    assert [e.split for e in loop.evals if e.version == "agent@2"] == ["validation", "test", "family:shop", "miniwob"]

@@ -40,6 +40,9 @@ def train(
                                                "and by random (0 = skip)."),
     oracle_slack: int = typer.Option(4, help="No task's step cap below its oracle's length plus this."),
     oracle_ceiling: bool = typer.Option(True, help="Run the oracle on every suite's tasks under the same caps."),
+    eval_mode: str = typer.Option("every", help="Checkpoints that run test, the held-out family and MiniWoB++: every "
+                                              "one, or selected (the BC warm start and the RL checkpoint chosen on "
+                                              "validation, once chosen; every checkpoint runs validation)."),
     overlap: bool = typer.Option(False, help="Evaluate each version while the next iteration collects with it "
                                              "(same data, less wall time; the report gives wall time per iteration)."),
     temperature: float = typer.Option(1.0, help="Sampling temperature while collecting."),
@@ -83,6 +86,7 @@ def train(
     if not 2 <= group_size <= 33:
         raise typer.BadParameter("must be within 2..33", param_hint="--group-size")
     choice(sampling, SAMPLING, "--sampling")
+    choice(eval_mode, dict.fromkeys(("every", "selected")), "--eval-mode")
     if model not in ("scorer", "encoder"):
         raise typer.BadParameter(f"{model!r}: expected scorer or encoder", param_hint="--model")
     cfg = LoopConfig(name=name, model=model, demo_episodes=demos, reference_demo_episodes=reference_demos, iterations=iterations,
@@ -93,7 +97,7 @@ def train(
                      baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
                      out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
                      family_episodes=family_eval, miniwob_tasks=miniwob_tasks, oracle_slack=oracle_slack,
-                     oracle_ceiling=oracle_ceiling, overlap=overlap)
+                     oracle_ceiling=oracle_ceiling, overlap=overlap, eval_mode=eval_mode)
     for option, value, low, high in (("--validation-eval", validation_eval, 0, 10_000),
                                      ("--family-eval", family_eval, 1, 10_000), ("--miniwob-tasks", miniwob_tasks, 0, 1000),
                                      ("--oracle-slack", oracle_slack, 0, 100), ("--kl-coef", kl_coef, 0, 10)):
