@@ -5,8 +5,8 @@ between them by address. Each used to write the lifecycle of a call itself — c
 up, answer a repeated request id, take the session's lock, apply the step_index rule, bound the step by its
 deadline, keep the last answer for a retry, count, evict — and the two copies had drifted: the world model had no
 step deadline and did not close an OpenSession answer that reached no one; the farm did not expire a session
-when it was next asked for, nor sweep before refusing a full node, nor give an ended episode a short lease. Here
-that lifecycle is written once:
+when it was next asked for, nor sweep before refusing a full node. Here that lifecycle is written once (an ended
+episode's short lease stays the world model's: a browser tab can still act after a task's reward):
 
 * :class:`EnvSession` — what the lifecycle keeps of a session (id, lease, step count, the last answered step and
   its action, the step lock, state); each implementation's session type extends it with its own state (a
