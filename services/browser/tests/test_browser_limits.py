@@ -10,6 +10,7 @@ import signal
 import grpc
 import pytest
 from webenv import errors
+from webenv.envservice import EnvironmentService
 from webenv.testing import scrape
 from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
@@ -153,7 +154,7 @@ async def test_a_close_its_caller_gives_up_on_still_frees_the_context(farm_facto
         for _ in range(4):
             r = await f.env.OpenSession(environment_pb2.OpenSessionRequest(start_url=page_server.url("basic")))
             sid = r.session.session_id
-            closing = asyncio.create_task(f.farm.close_session(environment_pb2.CloseSessionRequest(session_id=sid)))
+            closing = asyncio.create_task(EnvironmentService(f.farm).CloseSession(environment_pb2.CloseSessionRequest(session_id=sid), None))
             while sid in f.farm.registry.sessions:  # noqa: ASYNC110 - until the close is under way
                 await asyncio.sleep(0)
             closing.cancel()  # what grpc does to the handler when the client's deadline passes
@@ -366,7 +367,8 @@ async def test_opens_given_up_midway_leave_no_context_behind(farm_factory, page_
             opening.cancel()  # what grpc does to the handler when the client's deadline passes or it goes away
             with contextlib.suppress(asyncio.CancelledError):
                 r = await opening
-                await f.farm.close_session(environment_pb2.CloseSessionRequest(session_id=r.session.session_id))
+                await EnvironmentService(f.farm).CloseSession(
+                    environment_pb2.CloseSessionRequest(session_id=r.session.session_id), None)
 
         async def give_up(k: int) -> None:
             req = (environment_pb2.OpenSessionRequest(task=miniwob_task("click-test"), seed=k) if k % 3 == 0 else
@@ -387,7 +389,7 @@ async def test_opens_given_up_midway_leave_no_context_behind(farm_factory, page_
         await asyncio.sleep(1.0)
         for sid in list(f.farm.registry.sessions):
             with contextlib.suppress(Exception):
-                await f.farm.close_session(environment_pb2.CloseSessionRequest(session_id=sid))
+                await EnvironmentService(f.farm).CloseSession(environment_pb2.CloseSessionRequest(session_id=sid), None)
         procs, live = await settled()
         cap = await f.admin.GetCapacity(browser_pb2.GetCapacityRequest())
         assert cap.active_sessions == 0

@@ -15,6 +15,7 @@ import grpc
 import pytest
 from webenv import runtime
 from webenv.actions import parse_action
+from webenv.envservice import EnvironmentService
 from webenv.runtime import ServiceSettings
 from webenv.v1 import environment_pb2, environment_pb2_grpc
 from webenv.worldmodel.compose import PageView
@@ -69,7 +70,8 @@ async def _serve(values_kept: int) -> AsyncIterator[Served]:
     env = SimulatedEnvironment(Scripted(), {URL: (PageView(URL, HOME, LINKS), "")},  # type: ignore[arg-type]
                                horizon=20, values_kept=values_kept)
     settings = ServiceSettings(grpc_port=0, metrics_port=0, host="127.0.0.1", log_json=False, grace_seconds=1.0)
-    services = [(environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, env, "webenv.v1.EnvironmentService")]
+    services = [(environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, EnvironmentService(env),
+                 "webenv.v1.EnvironmentService")]
     async with runtime.serving("worldmodel", settings, services) as server:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
             yield Served(environment_pb2_grpc.EnvironmentServiceStub(channel), env)

@@ -132,7 +132,7 @@ async def test_request_ids_are_bounded(served: Served) -> None:
     copies = {rid: await fork(rid) for rid in ("fork-1", "fork-2", "fork-3")}
     assert await fork("fork-3") == copies["fork-3"]
     assert await fork("fork-1") != copies["fork-1"]
-    assert len(s.env._by_request) == len(s.env._forks_by_request) == 2
+    assert len(s.env.table.open_requests) == len(s.env.table.fork_requests) == 2
     for sid in list(s.env.sessions):
         await s.stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid))
     assert not s.env.sessions and _gauge(s) == 0

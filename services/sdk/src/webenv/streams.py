@@ -1,4 +1,4 @@
-"""The one streaming layer of webenv: tagged bidi streams answered in completion order.
+"""The one streaming layer of webenv: tagged bidi streams answered in completion order, and watch streams.
 
 StepStream and ActStream carry many episodes on one call: each request has a `tag`, each answer names the tag
 of its request and leaves as soon as it is ready, so one slow item never holds up the rest (a collector with
@@ -14,6 +14,13 @@ here, once:
   future by tag. When the stream ends — normally, with a gRPC status, or with any other error — every request
   still waiting on it is failed with :class:`StreamBroken` (never left waiting); the next request opens a
   fresh stream.
+
+The other server streams, ``CollectorService.WatchRun`` and ``TrainerService.WatchJob``, follow one resource
+until it ends. They held three copies of one loop (the collector's own runs, its shared or stored runs, the
+trainer's jobs: report the state now, end if that was the end, wait for a change or at most an interval, report
+again), each with its own try/except around the timed wait. :func:`serve_watch` is that loop, once; what differs
+(how a report is made, when it is the last, what a change is) stays with each service. :func:`wait_at_most` is
+the "a change, or this long at most" wait all three use.
 """
 
 from __future__ import annotations
@@ -29,7 +36,7 @@ from typing import Any, TypeVar
 import grpc
 from webenv import errors
 
-__all__ = ["Multiplexer", "StreamBroken", "serve_in_completion_order"]
+__all__ = ["Multiplexer", "StreamBroken", "serve_in_completion_order", "serve_watch", "wait_at_most"]
 
 log = logging.getLogger("webenv.streams")
 
@@ -100,6 +107,43 @@ async def serve_in_completion_order(
             t.cancel()
         with contextlib.suppress(asyncio.CancelledError, Exception):
             await read_task
+
+
+async def serve_watch(
+    report: Callable[[], Awaitable[tuple[Resp, bool]]],
+    wait: Callable[[], Awaitable[object]],
+) -> AsyncIterator[Resp]:
+    """Serve "watch a resource until it ends": ``report()``'s message, then after each ``wait()`` the next one,
+    until a report says it is the last.
+
+    ``report()`` returns ``(message, last)``. The first message is the state at the call (clients such as
+    ``webenv.client.watch.follow`` rely on it: a reopened watch starts from the current state, nothing counted
+    twice), and the stream's last message is the end state. `last` is decided by the service, not read from the
+    message, because the end is not always in it: a collector's run shows a terminal state before its final
+    counts are stored, and its watchers must end only after that. Whatever ``report()`` raises ends the stream
+    with that error; raised by the first report (an unknown id: NOT_FOUND), no message is sent at all.
+
+    ``wait()`` returns when the next report is due: a change of the resource, or an interval passed without one
+    (a keepalive, and the only signal a resource that is polled has); see :func:`wait_at_most`. A client that goes
+    away cancels the handler's task, which raises CancelledError at the await in progress; nothing is held
+    between reports, so nothing else needs undoing.
+    """
+    while True:
+        message, last = await report()
+        yield message
+        if last:
+            return
+        await wait()
+
+
+async def wait_at_most(change: Awaitable[object], seconds: float) -> bool:
+    """Await `change` for at most `seconds`; True when it happened, False when the time ran out (it is then
+    cancelled). A watch wakes on either: the change is reported at once, the timeout is a report anyway."""
+    try:
+        await asyncio.wait_for(change, seconds)
+    except TimeoutError:
+        return False
+    return True
 
 
 class StreamBroken(errors.WebenvError):

@@ -6,9 +6,11 @@
   rule), returning a typed `StepResult`;
 - `fork.Forker` (ForkSession) builds its copies through the same two parts.
 
-What is left here is what belongs to the RPC: validating requests, the order of an open (admission, task
-setup, first observation), the step cache, the step's deadline and what a failed step means for the session,
-rewards, and building the responses.
+The farm is the EnvironmentService backend (`webenv.envservice.EnvBackend`): the sdk's `EnvironmentService`
+checks requests by the contract's rules, looks sessions up, answers repeated request ids and step indexes from
+cache, holds the session's lock and bounds a step by its deadline. What is left here is the farm's own: its
+OpenSession checks (viewport, start URL, URL guard), the order of an open (admission, task setup, first
+observation), what a failed or timed-out step means for the session, rewards, and building the responses.
 
 A step past its deadline (page JS in an infinite loop, alert storm) cannot be interrupted inside the renderer,
 so the session gets a fresh context (the hung renderer is disposed with the old one), the step is answered
@@ -28,7 +30,7 @@ from webenv.browser import metrics
 from webenv.browser.config import Settings
 from webenv.browser.driver import PageDriver, StepResult
 from webenv.browser.egress import EgressPolicy, EgressProxy, split_addr
-from webenv.browser.fork import Forker
+from webenv.browser.fork import Forker, Snapshot
 from webenv.browser.guard import BlockedUrl, UrlGuard
 from webenv.browser.observe import ObserveSettings
 from webenv.browser.pool import SITES_HOSTS, BrowserPool
@@ -37,20 +39,13 @@ from webenv.browser.registry import SessionRegistry
 from webenv.browser.session import BrowserSession
 from webenv.browser.settle import Settler
 from webenv.browser.tasks import adapter_for
-from webenv.envcontract import (
-    is_retry,
-    validate_action,
-    validate_lease,
-    validate_screenshot_spec,
-    web_url_problem,
-)
-from webenv.envcontract import validate_observation_spec as validate_spec
+from webenv.envcontract import validate_screenshot_spec, web_url_problem
 from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
 
 class Farm:
-    """Owns the guards, the pool, the registry and the driver: the farm's RPCs go through it (the servicer maps each to
-    one of its methods; StepStream reuses `step`)."""
+    """Owns the guards, the pool, the registry and the driver: the EnvironmentService backend (`EnvBackend`, served
+    by the sdk's `EnvironmentService`) and what BrowserFarmService's servicer maps its RPCs to."""
 
     def __init__(self, settings: Settings) -> None:
         self.settings = settings
@@ -78,7 +73,7 @@ class Farm:
             Settler(settings.farm_nav_timeout_ms, settings.farm_network_idle_ms),
             nav_timeout_ms=settings.farm_nav_timeout_ms, capture_concurrency=settings.farm_capture_concurrency,
             node=self.node)
-        self.forker = Forker(settings, self.registry, self.queues, self.pool, self.driver, self.answer_again)
+        self.forker = Forker(settings, self.registry, self.queues, self.pool, self.driver)
 
     def busy(self) -> bool:
         """Is a session opening or stepping? The warm pool's refill waits for a moment when none is (for 1 s
@@ -98,22 +93,32 @@ class Farm:
         if self.egress is not None:
             await self.egress.close()
 
-    # -- EnvironmentService ----------------------------------------------------------------------
-    async def open(self, req: environment_pb2.OpenSessionRequest) -> environment_pb2.OpenSessionResponse:
-        t0 = time.perf_counter()
-        start = req.WhichOneof("start")
-        if start is None:
-            raise errors.InvalidArgument("start_url or task is required", reason="BAD_START",
-                                         metadata={"field": "start"})
-        validate_spec(req.observation_spec, "observation_spec")
+    # -- EnvironmentService backend (webenv.envservice.EnvBackend) ----------------------------------------
+    @property
+    def table(self) -> SessionRegistry:
+        return self.registry
+
+    @property
+    def max_lease_seconds(self) -> float:
+        return self.settings.farm_max_lease_seconds
+
+    @property
+    def max_wait_ms(self) -> int:
+        return self.settings.farm_max_wait_ms
+
+    @property
+    def step_timeout_seconds(self) -> float:
+        return self.settings.farm_step_timeout_seconds
+
+    def check_open(self, req: environment_pb2.OpenSessionRequest) -> None:
         if req.viewport.width or req.viewport.height:
             if not (100 <= req.viewport.width <= 8192 and 100 <= req.viewport.height <= 8192):
                 raise errors.InvalidArgument("viewport: width and height must both be within 100..8192",
                                              reason="BAD_VIEWPORT", metadata={"field": "viewport"})
-        validate_lease(req.lease_seconds, self.settings.farm_max_lease_seconds)
-        again = self.registry.reopened(req.request_id)
-        if again is not None:
-            return await self.answer_again(again)
+
+    async def open(self, req: environment_pb2.OpenSessionRequest) -> environment_pb2.OpenSessionResponse:
+        t0 = time.perf_counter()
+        start = req.WhichOneof("start")
         task = req.task if start == "task" else None
         adapter = adapter_for(task, req.start_url if start == "start_url" else "", self.settings.sites_addr)
         if adapter.start_url:
@@ -155,62 +160,43 @@ class Farm:
             finally:
                 if session is not None:
                     session.lock.release()
-        self.registry.remember(req.request_id, session.session_id)
         dt = time.perf_counter() - t0
         metrics.OPEN_SECONDS.observe(dt)
         return environment_pb2.OpenSessionResponse(session=session.to_proto(), observation=obs,
                                                    instruction=session.instruction, open_seconds=dt)
 
-    async def answer_again(self, s: BrowserSession) -> environment_pb2.OpenSessionResponse:
+    async def reopen(self, s: BrowserSession) -> environment_pb2.OpenSessionResponse:
         """The answer to a repeated open (or fork) of a session that is still open: its page as it is now."""
         async with s.lock:
             obs, _ = await self.driver.observe(s, s.spec, settle=False)
         return environment_pb2.OpenSessionResponse(session=s.to_proto(), observation=obs, instruction=s.instruction)
 
-    async def step(self, req: environment_pb2.StepRequest, deadline: float | None = None) -> environment_pb2.StepResponse:
-        s = self.registry.get(req.session_id)
-        kind = validate_action(req.action, self.settings.farm_max_wait_ms)
-        if req.HasField("observation_spec"):
-            validate_spec(req.observation_spec, "observation_spec")
-        if req.timeout_seconds < 0:
-            raise errors.InvalidArgument("timeout_seconds: must be >= 0", reason="BAD_TIMEOUT",
-                                         metadata={"field": "timeout_seconds"})
+    async def step(self, s: BrowserSession, req: environment_pb2.StepRequest, kind: str) -> environment_pb2.StepResponse:
         spec = req.observation_spec if req.HasField("observation_spec") else s.spec
-        async with s.lock:
-            self.registry.still_open(s)
-            if is_retry(req.step_index, s.step_count, s.last_response.step_index if s.last_response else None,
-                        s.last_action, req.action):
-                return s.last_response
-            s.renew()
-            timeout = req.timeout_seconds or self.settings.farm_step_timeout_seconds
-            if deadline is not None:
-                timeout = min(timeout, max(0.05, deadline))
-            t0 = time.perf_counter()
-            try:
-                result = await asyncio.wait_for(self.driver.step(s, req.action, kind, spec), timeout)
-            except PlaywrightError as exc:
-                if not s.slot.handle.alive:  # the browser died under this step
-                    await self.registry.end(s, environment_pb2.SESSION_STATE_CRASHED)
-                    raise errors.FailedPrecondition(f"session {s.session_id} was lost: its browser crashed",
-                                                    reason="SESSION_CRASHED",
-                                                    metadata={"session_id": s.session_id}) from exc
-                raise errors.Internal(f"page error during {kind}: {str(exc).splitlines()[0][:300]}",
-                                      reason="PAGE_ERROR", metadata={"session_id": s.session_id}) from exc
-            except TimeoutError as exc:
-                metrics.STEP_TIMEOUTS.inc()
-                s.last_response = None  # a retry of the timed-out step must not get the step before it
-                await self.registry.reset_context(s, f"step {s.step_count} exceeded its {timeout:.3g}s deadline; "
-                                                     "the session's pages were reset to about:blank")
-                s.step_count += 1
-                raise errors.DeadlineExceeded(
-                    f"step {s.step_count - 1} of session {s.session_id} ({kind}) exceeded {timeout:.3g}s; "
-                    "its pages were reset", reason="STEP_TIMEOUT",
-                    metadata={"session_id": s.session_id, "kind": kind}) from exc
-            resp = self._answer(s, result, time.perf_counter() - t0)
-            s.step_count += 1
-            s.last_response, s.last_action = resp, req.action
-            s.renew()
-            return resp
+        t0 = time.perf_counter()
+        try:
+            result = await self.driver.step(s, req.action, kind, spec)
+        except PlaywrightError as exc:
+            if not s.slot.handle.alive:  # the browser died under this step
+                await self.registry.end(s, environment_pb2.SESSION_STATE_CRASHED)
+                raise errors.FailedPrecondition(f"session {s.session_id} was lost: its browser crashed",
+                                                reason="SESSION_CRASHED",
+                                                metadata={"session_id": s.session_id}) from exc
+            raise errors.Internal(f"page error during {kind}: {str(exc).splitlines()[0][:300]}",
+                                  reason="PAGE_ERROR", metadata={"session_id": s.session_id}) from exc
+        return self._answer(s, result, time.perf_counter() - t0)
+
+    async def step_timed_out(self, s: BrowserSession, kind: str, seconds: float) -> errors.WebenvError:
+        """The renderer may be hung (it cannot be interrupted): the session gets a fresh context, and the step
+        counts (the action may have happened)."""
+        metrics.STEP_TIMEOUTS.inc()
+        s.last_response = None  # a retry of the timed-out step must not get the step before it
+        await self.registry.reset_context(s, f"step {s.step_count} exceeded its {seconds:.3g}s deadline; "
+                                             "the session's pages were reset to about:blank")
+        s.step_count += 1
+        return errors.DeadlineExceeded(
+            f"step {s.step_count - 1} of session {s.session_id} ({kind}) exceeded {seconds:.3g}s; "
+            "its pages were reset", reason="STEP_TIMEOUT", metadata={"session_id": s.session_id, "kind": kind})
 
     def _answer(self, s: BrowserSession, result: StepResult, total: float) -> environment_pb2.StepResponse:
         """The StepResponse of a step: the task's reward, the timings (also as metrics)."""
@@ -231,25 +217,17 @@ class Farm:
             reward_reason=rw.reason if rw else "", timings=timings, target_element_id=result.outcome.target_element_id,
         )
 
-    async def fork(self, req: environment_pb2.ForkSessionRequest) -> environment_pb2.ForkSessionResponse:
-        """ForkSession: copies of a session's browser and site state (`webenv.browser.fork`)."""
-        return await self.forker.fork(req)
+    async def fork_capture(self, parent: BrowserSession, req: environment_pb2.ForkSessionRequest) -> Snapshot:
+        """ForkSession, under the parent's lock: its browser and site state (`webenv.browser.fork`)."""
+        return await self.forker.capture(parent, req)
 
-    async def close_session(self, req: environment_pb2.CloseSessionRequest) -> environment_pb2.CloseSessionResponse:
-        s = self.registry.get(req.session_id)
-        async with s.lock:
-            evidence = ""
-            if req.capture_evidence and s.adapter and s.session_id in self.registry.sessions:
-                evidence = await s.adapter.evidence(s)
-            proto = await self.registry.end(s, environment_pb2.SESSION_STATE_CLOSED)
-        return environment_pb2.CloseSessionResponse(session=proto, site_state_json=evidence, env_reward=s.env_reward)
+    async def fork_copies(self, snap: Snapshot, req: environment_pb2.ForkSessionRequest
+                          ) -> list[environment_pb2.OpenSessionResponse]:
+        return await self.forker.copies(snap, req)
 
-    def get_session(self, session_id: str) -> environment_pb2.Session:
-        return self.registry.proto(session_id)
-
-    def renew(self, req: environment_pb2.RenewLeaseRequest) -> environment_pb2.Session:
-        validate_lease(req.lease_seconds, self.settings.farm_max_lease_seconds)
-        return self.registry.renew(req.session_id, req.lease_seconds)
+    async def evidence(self, s: BrowserSession) -> str:
+        """The task's site state at the close (synthetic sites, MiniWoB), '' without a task adapter."""
+        return await s.adapter.evidence(s) if s.adapter else ""
 
     # -- BrowserFarmService ----------------------------------------------------------------------
     def list_sessions(self, req: browser_pb2.ListSessionsRequest) -> browser_pb2.ListSessionsResponse:

@@ -36,6 +36,10 @@ the parent's step count (a fork starts at step 0).
 The parent's elements are matched by index in document order (`querySelectorAll('*')`), a static list taken
 before any event fires, so a `change` handler that inserts nodes does not shift later fields. Measured cost
 (`bench.py --fork-only`): bench/results/browser.md, section Session fork.
+
+The RPC around it is the sdk's (`webenv.envservice.EnvironmentService.ForkSession`): the count and lease checks,
+the parent's lookup, the request id, admission, the parent's lock held for `capture` only; `copies` then builds
+the copies beside the parent's next steps.
 """
 
 from __future__ import annotations
@@ -45,7 +49,6 @@ import contextlib
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +59,6 @@ from webenv.browser import metrics
 from webenv.browser.actions import goto
 from webenv.browser.pool import Slot
 from webenv.browser.session import BrowserSession, TaskHooks
-from webenv.envcontract import validate_fork_count, validate_lease
-from webenv.idempotency import RequestCache
 from webenv.v1 import environment_pb2
 
 if TYPE_CHECKING:
@@ -67,7 +68,6 @@ if TYPE_CHECKING:
     from webenv.browser.queues import Queues
     from webenv.browser.registry import SessionRegistry
 
-_KEEP_REQUESTS = 2000
 MAX_HISTORY = 20  # earlier entries rebuilt per copy: each is a document commit (module docstring), bounding a fork
 
 # The page state a fork carries (top document only): changed form fields, scrolls, focus, sessionStorage.
@@ -162,52 +162,45 @@ class Snapshot:
     page: dict[str, Any]
     viewport: tuple[int, int] | None
     adapters: list[TaskHooks | None] = field(default_factory=list)
+    ids: list[str] = field(default_factory=list)  # the copies' session ids
+    started: float = 0.0  # time.perf_counter() when the fork was asked for (webenv_browser_fork_seconds)
 
 
 class Forker:
-    """ForkSession for the farm that owns it (`Farm.fork`), handed the farm's parts it needs: the registry
-    (admission, new sessions, ends), the open queue, the pool's viewport, the page driver (settle and the first
-    observation) and the farm's answer to a retried open."""
+    """ForkSession's copies for the farm that owns it (`Farm.fork_capture` / `Farm.fork_copies`), handed the
+    farm's parts it needs: the registry (new sessions, ends), the open queue, the pool's viewport and the page
+    driver (settle and the first observation)."""
 
     def __init__(self, settings: Settings, registry: SessionRegistry, queues: Queues, pool: BrowserPool,
-                 driver: PageDriver, answer_again: Callable[[BrowserSession], Awaitable[Any]]) -> None:
+                 driver: PageDriver) -> None:
         self.settings, self.registry, self.queues, self.pool, self.driver = settings, registry, queues, pool, driver
-        self.answer_again = answer_again
-        self.requests: RequestCache[list[str]] = RequestCache(_KEEP_REQUESTS)  # request id -> the copies' ids
 
-    async def fork(self, req: environment_pb2.ForkSessionRequest) -> environment_pb2.ForkSessionResponse:
+    async def capture(self, parent: BrowserSession, req: environment_pb2.ForkSessionRequest) -> Snapshot:
+        """Under the parent's lock (the service holds it): the parent's state and its copies' ids."""
         t0 = time.perf_counter()
-        registry = self.registry
-        validate_fork_count(req.count)
-        validate_lease(req.lease_seconds, self.settings.farm_max_lease_seconds)
-        parent = registry.get(req.session_id)
-        sids = self.requests.get(req.request_id)
-        if sids is not None:
-            if all(sid in registry.sessions for sid in sids):
-                answers = [await self.answer_again(registry.sessions[sid]) for sid in sids]
-                return environment_pb2.ForkSessionResponse(sessions=answers)
-        async with registry.admission(req.count):
-            ids = [uuid.uuid4().hex for _ in range(req.count)]
-            made: list[BrowserSession] = []
-            try:
-                async with parent.lock:
-                    registry.still_open(parent)
-                    snap = await self._capture(parent, ids, req.request_id or uuid.uuid4().hex)
-                answers = await asyncio.gather(*(self._make(snap, sid, adapter, req, made)
-                                                 for sid, adapter in zip(ids, snap.adapters, strict=True)),
-                                               return_exceptions=True)
-                failed = [a for a in answers if isinstance(a, BaseException)]
-                if failed:
-                    raise failed[0]
-            except BaseException:
-                for s in made:  # all or nothing: no copy is left open when one failed
-                    with contextlib.suppress(Exception):
-                        await registry.end(s, environment_pb2.SESSION_STATE_CLOSED)
-                raise
-        self.requests.put(req.request_id, ids)
-        dt = time.perf_counter() - t0
-        metrics.FORK_SECONDS.observe(dt)
-        return environment_pb2.ForkSessionResponse(sessions=answers, fork_seconds=dt)  # type: ignore[arg-type]
+        ids = [uuid.uuid4().hex for _ in range(req.count)]
+        snap = await self._capture(parent, ids, req.request_id or uuid.uuid4().hex)
+        snap.started = t0
+        return snap
+
+    async def copies(self, snap: Snapshot, req: environment_pb2.ForkSessionRequest
+                     ) -> list[environment_pb2.OpenSessionResponse]:
+        """The copies, built at once; all or nothing: no copy is left open when one failed."""
+        made: list[BrowserSession] = []
+        try:
+            answers = await asyncio.gather(*(self._make(snap, sid, adapter, req, made)
+                                             for sid, adapter in zip(snap.ids, snap.adapters, strict=True)),
+                                           return_exceptions=True)
+            failed = [a for a in answers if isinstance(a, BaseException)]
+            if failed:
+                raise failed[0]
+        except BaseException:
+            for s in made:
+                with contextlib.suppress(Exception):
+                    await self.registry.end(s, environment_pb2.SESSION_STATE_CLOSED)
+            raise
+        metrics.FORK_SECONDS.observe(time.perf_counter() - snap.started)
+        return answers  # type: ignore[return-value]
 
     async def _capture(self, parent: BrowserSession, ids: list[str], request_id: str) -> Snapshot:
         """The parent's state, and its task adapters' copies (site state forked now, before its next step)."""
@@ -233,7 +226,7 @@ class Forker:
         vp = page.viewport_size
         return Snapshot(parent=parent, cookies=storage["cookies"], local_storage=storage.get("origins", []),
                         history=entries or [page.url], page=state,
-                        viewport=(vp["width"], vp["height"]) if vp else None, adapters=adapters)
+                        viewport=(vp["width"], vp["height"]) if vp else None, adapters=adapters, ids=ids)
 
     async def _make(self, snap: Snapshot, sid: str, adapter: TaskHooks | None,
                     req: environment_pb2.ForkSessionRequest, made: list[BrowserSession]

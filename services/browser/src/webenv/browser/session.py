@@ -1,17 +1,15 @@
-"""A session: one browser context with its tabs, its lease and its step bookkeeping."""
+"""A session: one browser context with its tabs; its lease and step bookkeeping are the sdk's `EnvSession`."""
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
-import time
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-from google.protobuf.timestamp_pb2 import Timestamp
 from playwright.async_api import CDPSession, Page
 from webenv.browser.guard import UrlGuard
 from webenv.browser.pool import Slot
+from webenv.envservice import EnvSession
 from webenv.v1 import common_pb2, environment_pb2
 
 
@@ -45,47 +43,23 @@ class Tab:
 
 
 @dataclass
-class BrowserSession:
-    """State of one session. `lock` serialises its steps (a session acts one step at a time)."""
+class BrowserSession(EnvSession):
+    """State of one session: its context, tabs and task adapter (id, lease, steps and the step lock: EnvSession)."""
 
-    session_id: str
     slot: Slot
     guard: UrlGuard
     spec: common_pb2.ObservationSpec
-    lease_seconds: float
     node: str
-    task_id: str = ""
-    labels: dict[str, str] = field(default_factory=dict)
     adapter: TaskHooks | None = None
-    instruction: str = ""
-    state: int = environment_pb2.SESSION_STATE_OPEN
-    step_count: int = 0
-    created_wall: float = field(default_factory=time.time)
-    lease_deadline: float = 0.0  # monotonic
     tabs: dict[str, Tab] = field(default_factory=dict)
     active_tab_id: str = ""
-    last_response: environment_pb2.StepResponse | None = None
-    last_action: common_pb2.Action | None = None  # of last_response: a retry must carry the same action
     pending_error: str = ""
-    done: bool = False
-    env_reward: float = 0.0
-    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     _next_tab: int = 0
     _pages: dict[int, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        self.renew()
+        super().__post_init__()
         self.attach(self.slot)
-
-    # -- lease -----------------------------------------------------------------------------------
-    def renew(self, seconds: float = 0.0) -> None:
-        """Push the lease deadline `seconds` (the session's lease length when 0) from now."""
-        if seconds > 0:
-            self.lease_seconds = seconds
-        self.lease_deadline = time.monotonic() + self.lease_seconds
-
-    def lease_expired(self, now: float | None = None) -> bool:
-        return (now if now is not None else time.monotonic()) >= self.lease_deadline
 
     # -- tabs ------------------------------------------------------------------------------------
     def attach(self, slot: Slot) -> None:
@@ -184,14 +158,11 @@ class BrowserSession:
 
     # -- proto -----------------------------------------------------------------------------------
     def to_proto(self) -> environment_pb2.Session:
-        created = Timestamp()
-        created.FromNanoseconds(int(self.created_wall * 1e9))
-        expires = Timestamp()
-        expires.FromNanoseconds(int((time.time() + max(0.0, self.lease_deadline - time.monotonic())) * 1e9))
         return environment_pb2.Session(
             session_id=self.session_id, state=self.state, task_id=self.task_id,  # type: ignore[arg-type]
             env_kind=common_pb2.ENV_KIND_BROWSER, step_count=self.step_count, tabs=self.tab_messages(),
-            created_at=created, lease_expires_at=expires, node=self.node, labels=self.labels,
+            created_at=self.created_at(), lease_expires_at=self.lease_expires_at(), node=self.node,
+            labels=self.labels,
         )
 
     def summary(self) -> dict[str, Any]:

@@ -9,7 +9,6 @@ answers of the last ``EXPORTS_KEPT`` request ids for idempotent retries.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import time
 from collections.abc import AsyncIterator
 from pathlib import Path
@@ -23,6 +22,7 @@ from webenv.collector.read import EpisodeReader, validate
 from webenv.collector.run import run_from_row
 from webenv.collector.schema import STATE_NAMES
 from webenv.idempotency import RequestCache
+from webenv.streams import serve_watch, wait_at_most
 from webenv.v1 import collector_pb2, collector_pb2_grpc
 
 DEFAULT_PAGE, MAX_PAGE = 50, 500
@@ -43,36 +43,43 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         run = await self.engine.start_run(request.request_id, request.spec)
         return collector_pb2.StartRunResponse(run=run)
 
-    async def WatchRun(self, request: collector_pb2.WatchRunRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[collector_pb2.WatchRunResponse]:
-        run = await self.engine.get_run(request.run_id)
+    async def WatchRun(self, request: collector_pb2.WatchRunRequest, context: grpc.aio.ServicerContext
+                   ) -> AsyncIterator[collector_pb2.WatchRunResponse]:
+        run = await self.engine.get_run(request.run_id)  # an unknown run: NOT_FOUND before any report
         rc = self.engine.runs.get(request.run_id)
         if rc is None:
             # Not owned here: a run shared through Redis is followed by polling its shared counts; a stored
             # run gets one report of how it ended.
-            while True:
+            first = True
+
+            async def shared_report() -> tuple[collector_pb2.WatchRunResponse, bool]:
+                nonlocal run, first
+                if not first:
+                    run = await self.engine.get_run(request.run_id)
+                first = False
                 c = run.counts
-                yield collector_pb2.WatchRunResponse(
-                    run=run, pass_rate=c.passed / c.finished if c.finished else 0.0
-                )
-                if run.state in TERMINAL or self.engine.queue is None:
-                    return
-                await asyncio.sleep(self.watch_interval)
-                run = await self.engine.get_run(request.run_id)
+                resp = collector_pb2.WatchRunResponse(run=run, pass_rate=c.passed / c.finished if c.finished else 0.0)
+                return resp, run.state in TERMINAL or self.engine.queue is None
+
+            async for resp in serve_watch(shared_report, lambda: asyncio.sleep(self.watch_interval)):
+                yield resp
+            return
         pos = 0
-        while True:
+
+        async def report() -> tuple[collector_pb2.WatchRunResponse, bool]:
+            nonlocal pos
             rc.changed.clear()
             ended = rc.ended.is_set()  # read before the snapshot, so the last report shows the final state
             resp, pos = rc.progress(pos)
-            yield resp
-            if ended:
-                return
-            try:
-                await asyncio.wait_for(rc.changed.wait(), timeout=max(self.watch_interval, 0.05) * 4)
-            except TimeoutError:
-                pass
+            return resp, ended
+
+        async def wait() -> None:
+            await wait_at_most(rc.changed.wait(), max(self.watch_interval, 0.05) * 4)
             # Throttle progress reports to one per watch_interval, but report the run's end as soon as it ends.
-            with contextlib.suppress(TimeoutError):
-                await asyncio.wait_for(rc.ended.wait(), timeout=self.watch_interval)
+            await wait_at_most(rc.ended.wait(), self.watch_interval)
+
+        async for resp in serve_watch(report, wait):
+            yield resp
 
     async def StopRun(self, request: collector_pb2.StopRunRequest, context: grpc.aio.ServicerContext
                    ) -> collector_pb2.StopRunResponse:

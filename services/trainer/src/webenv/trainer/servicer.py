@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 from webenv import errors, paging
 from webenv.agent import checkpoints
+from webenv.streams import serve_watch, wait_at_most
 from webenv.v1 import trainer_pb2, trainer_pb2_grpc
 
 from .jobs import TERMINAL, JobManager, job_sort_key
@@ -29,22 +29,23 @@ class TrainerServicer(trainer_pb2_grpc.TrainerServiceServicer):
                    ) -> trainer_pb2.StartJobResponse:
         return trainer_pb2.StartJobResponse(job=self.jobs.submit(request))
 
-    async def WatchJob(self, request: trainer_pb2.WatchJobRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[trainer_pb2.WatchJobResponse]:
-        job = self.jobs.get(request.job_id)
+    async def WatchJob(self, request: trainer_pb2.WatchJobRequest, context: grpc.aio.ServicerContext
+                   ) -> AsyncIterator[trainer_pb2.WatchJobResponse]:
+        job = self.jobs.get(request.job_id)  # an unknown job: NOT_FOUND before any report
         cond = self.jobs.condition(job.job_id)
-        while True:
+
+        async def report() -> tuple[trainer_pb2.WatchJobResponse, bool]:
             snapshot = trainer_pb2.Job()
             snapshot.CopyFrom(job)
-            yield trainer_pb2.WatchJobResponse(job=snapshot)
-            if snapshot.state in TERMINAL:  # the snapshot sent, not the live job: its last message is the end
-                return
+            # the snapshot sent, not the live job, decides the end: the stream's last message is the end state
+            return trainer_pb2.WatchJobResponse(job=snapshot), snapshot.state in TERMINAL
+
+        async def wait() -> None:
             async with cond:
-                try:
+                await wait_at_most(cond.wait(), self.watch_interval)
 
-
-                    await asyncio.wait_for(cond.wait(), self.watch_interval)
-                except TimeoutError:
-                    pass
+        async for resp in serve_watch(report, wait):
+            yield resp
 
     async def StopJob(self, request: trainer_pb2.StopJobRequest, context: grpc.aio.ServicerContext
                    ) -> trainer_pb2.StopJobResponse:

@@ -26,6 +26,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from webenv.actions import parse_action
+from webenv.envservice import EnvironmentService
 from webenv.v1 import common_pb2, environment_pb2
 from webenv.worldmodel import tinyweb
 from webenv.worldmodel.analogy import PageActions
@@ -130,6 +131,7 @@ async def measure(sessions: int = 40, steps: int = 12, noise: float = 0.0, value
     inner = predictor or analogy_predictor()
     env = SimulatedEnvironment(Noisy(inner, noise, seed) if noise else inner, horizon=steps + 1,  # type: ignore[arg-type]
                                values_kept=values_kept)
+    svc = EnvironmentService(env)  # called in process, without a channel (no RPC context)
     truth = dict(tinyweb.PRODUCTS[SITE])
     state, links = tinyweb.page(SITE, "/")
     url = f"http://{SITE}/"
@@ -138,8 +140,8 @@ async def measure(sessions: int = 40, steps: int = 12, noise: float = 0.0, value
     fig = Figures(sessions, 0, 0, 0, 0, 0, 0)
     spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE])
     for _ in range(sessions):
-        opened = await env.OpenSession(environment_pb2.OpenSessionRequest(start_url=url, observation_spec=spec),
-                                       None)  # type: ignore[arg-type]
+        opened = await svc.OpenSession(environment_pb2.OpenSessionRequest(start_url=url, observation_spec=spec),
+                                       None)
         sid = opened.session.session_id
         shown: dict[str, list[str]] = {}
         for name, prices in observe(opened.observation.axtree).items():
@@ -148,8 +150,8 @@ async def measure(sessions: int = 40, steps: int = 12, noise: float = 0.0, value
         for i in range(steps):
             s = env.sessions[sid]
             last = _action(s.page.links, rng, last)
-            resp = await env.Step(environment_pb2.StepRequest(session_id=sid, action=parse_action(last), step_index=i),
-                                  None)  # type: ignore[arg-type]
+            resp = await svc.Step(environment_pb2.StepRequest(session_id=sid, action=parse_action(last), step_index=i),
+                                  None)
             fig.steps += 1
             for name, prices in observe(resp.observation.axtree).items():
                 shown.setdefault(name, []).extend(prices)
@@ -161,7 +163,7 @@ async def measure(sessions: int = 40, steps: int = 12, noise: float = 0.0, value
             if len(prices) > 1:
                 fig.entities += 1
                 fig.agree += len(set(prices)) == 1
-        await env.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid), None)  # type: ignore[arg-type]
+        await svc.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid), None)
     return fig
 
 

@@ -9,6 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from webenv import runtime
+from webenv.envservice import EnvironmentService
 from webenv.runtime import Server
 from webenv.v1 import environment_pb2_grpc, worldmodel_pb2_grpc
 from webenv.worldmodel.config import Settings
@@ -22,7 +23,8 @@ log = logging.getLogger("webenv.worldmodel")
 
 @contextlib.asynccontextmanager
 async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelServicer, SimulatedEnvironment]]:
-    """Bind, load the model (health NOT_SERVING meanwhile), set SERVING; stop on exit."""
+    """Bind, load the model (health NOT_SERVING meanwhile), set SERVING; stop on exit. Yields the simulated
+    environment (the backend the sdk's EnvironmentService serves), for its sessions."""
     wm = WorldModelServicer(None, settings.worldmodel_max_state_chars, settings.worldmodel_max_wait_ms)
     farm = (FarmStarts(settings.worldmodel_farm_addr, settings.worldmodel_farm_start_pages,
                        settings.worldmodel_farm_timeout_seconds) if settings.worldmodel_farm_addr else None)
@@ -62,7 +64,8 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelS
                 await predictor.llm.close()
 
     services = [(worldmodel_pb2_grpc.add_WorldModelServiceServicer_to_server, wm, "webenv.v1.WorldModelService"),
-                (environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, env, "webenv.v1.EnvironmentService")]
+                (environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, EnvironmentService(env),
+                 "webenv.v1.EnvironmentService")]
     async with runtime.serving("worldmodel", settings, services, start=start, close=close) as server:
         yield server, wm, env
 
