@@ -1,0 +1,147 @@
+"""Before and after a restructuring, interleaved: the browser farm of two source trees, side by side.
+
+    .venv/bin/python bench/house.py --before ../old-checkout --after . --out bench/results [--seconds 8] [--ks 1,4]
+
+A change to the code every step goes through (the EnvironmentService lifecycle moving into the sdk's
+`webenv.envservice`) must not cost the farm anything. Two farms run at once, identical but for the source tree their
+`python -m webenv.browser` imports (PYTHONPATH = that tree's services/*/src, so the process runs that tree's farm,
+sdk and stubs), on the farm bench's page (services/browser/bench.py). Per K, the unary Step loop and the StepStream
+loop each run before, after, after, before for seconds/2 at a time, so a drift of the machine's load hits both
+trees alike, and report totals with the farm process's own CPU per step: on a shared 2-core machine CPU per step
+is the steadier figure, steps/s the one a user sees. OpenSession latency is measured on both, alternately.
+Writes OUT/house.json and OUT/house.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import http.server
+import importlib.util
+import json
+import os
+import statistics
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "services" / "browser"))  # the farm bench's helpers (bgym, speed, ... beside it)
+_spec = importlib.util.spec_from_file_location("farm_bench", ROOT / "services" / "browser" / "bench.py")
+fb = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(fb)
+
+from webenv.client import make_channel  # noqa: E402
+from webenv.v1 import environment_pb2, environment_pb2_grpc  # noqa: E402
+
+
+def tree_path(tree: Path) -> str:
+    """PYTHONPATH that makes a process import ``tree``'s distributions before the installed ones."""
+    srcs = sorted((tree / "services").glob("*/src"))
+    if not srcs or not (tree / "services" / "sdk" / "src" / "webenv" / "v1").is_dir():
+        raise SystemExit(f"{tree}: no services/*/src with generated stubs (services/sdk/src/webenv/v1: make protos)")
+    return os.pathsep.join(str(p.resolve()) for p in srcs)
+
+
+async def compare(sites_addr: str, trees: dict[str, Path], ks: list[int], seconds: float, opens: int) -> dict[str, Any]:
+    url = "http://bench.web.test/products"
+    farms = {name: fb.FarmProc(sites_addr, max(ks) + 8, {"PYTHONPATH": tree_path(t)}) for name, t in trees.items()}
+    out: dict[str, Any] = {"points": [], "open": {}}
+    try:
+        for f in farms.values():
+            await f.ready()
+        channels = {n: make_channel(f.address, timeout=120) for n, f in farms.items()}
+        stubs = {n: environment_pb2_grpc.EnvironmentServiceStub(c) for n, c in channels.items()}
+        order = ("before", "after", "after", "before")
+        opened: dict[str, list[dict[str, Any]]] = {n: [] for n in farms}
+        for n in order:  # OpenSession latency, alternately (each after the warm pool refilled)
+            opened[n].append(await fb.open_latency(stubs[n], url, opens))
+        out["open"] = {n: {"open_p50_ms": statistics.median(r["open_p50_ms"] for r in rs),
+                           "open_server_p50_ms": statistics.median(r["open_server_p50_ms"] for r in rs)}
+                       for n, rs in opened.items()}
+        print("open", out["open"], flush=True)
+        for k in ks:
+            sids = {n: [(await stubs[n].OpenSession(environment_pb2.OpenSessionRequest(
+                start_url=url, observation_spec=fb.SPEC))).session.session_id for _ in range(k)] for n in farms}
+            for stream in (False, True):
+                parts: dict[str, list[dict[str, Any]]] = {n: [] for n in farms}
+                for n in order:
+                    parts[n].append(await fb.step_loop(stubs[n], sids[n], seconds / 2, fb.click, farms[n],
+                                                       stream=stream))
+                point = {"k": k, "mode": "StepStream" if stream else "Step"}
+                point.update({n: fb.combine(p) for n, p in parts.items()})
+                b, a = point["before"], point["after"]
+                point["throughput_ratio"] = a["steps_per_s"] / b["steps_per_s"]
+                point["cpu_ratio"] = a["farm_cpu_ms_per_step"] / b["farm_cpu_ms_per_step"]
+                out["points"].append(point)
+                print(point["mode"], k, f"after/before steps/s {point['throughput_ratio']:.3f}, "
+                      f"farm CPU/step {point['cpu_ratio']:.3f}", flush=True)
+            for n in farms:
+                for s in sids[n]:
+                    await stubs[n].CloseSession(environment_pb2.CloseSessionRequest(session_id=s))
+        for c in channels.values():
+            await c.close()
+    finally:
+        for f in farms.values():
+            f.stop()
+    return out
+
+
+def write(out_dir: Path, result: dict[str, Any]) -> None:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    (out_dir / "house.json").write_text(json.dumps(result, indent=1))
+    lines = ["# The farm before and after a restructuring, interleaved", "",
+             f"`python bench/house.py --before {result['trees']['before']} --after {result['trees']['after']}` "
+             f"({result['commits']['before']} vs {result['commits']['after']}); load average at start "
+             f"{result['load_avg_1m_at_start']:.1f} on {os.cpu_count()} CPUs, {result['seconds_per_point']} s a point "
+             "(before, after, after, before). Ratios are after / before: 1.00 is no change.", "",
+             "| K | loop | before steps/s | after steps/s | ratio | before farm CPU ms/step | after | ratio | "
+             "errors before / after |", "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for p in result["points"]:
+        b, a = p["before"], p["after"]
+        lines.append(f"| {p['k']} | {p['mode']} | {b['steps_per_s']:.1f} | {a['steps_per_s']:.1f} | "
+                     f"{p['throughput_ratio']:.3f} | {b['farm_cpu_ms_per_step']:.2f} | {a['farm_cpu_ms_per_step']:.2f} | "
+                     f"{p['cpu_ratio']:.3f} | {b['errors']} / {a['errors']} |")
+    o = result["open"]
+    lines += ["", f"OpenSession p50 (client): before {o['before']['open_p50_ms']:.1f} ms, after "
+                  f"{o['after']['open_p50_ms']:.1f} ms (server side {o['before']['open_server_p50_ms']:.1f} / "
+                  f"{o['after']['open_server_p50_ms']:.1f} ms)."]
+    (out_dir / "house.md").write_text("\n".join(lines) + "\n")
+
+
+def commit(tree: Path) -> str:
+    import subprocess
+    r = subprocess.run(["git", "-C", str(tree), "rev-parse", "--short", "HEAD"], capture_output=True, text=True)
+    return r.stdout.strip() or "?"
+
+
+async def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--before", type=Path, required=True, help="checkout of the code before the change")
+    ap.add_argument("--after", type=Path, default=ROOT, help="checkout of the code after it (default: this one)")
+    ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
+    ap.add_argument("--seconds", type=float, default=8.0, help="seconds per point and tree (half before, half after)")
+    ap.add_argument("--ks", default="1,4", help="concurrent sessions per point")
+    ap.add_argument("--opens", type=int, default=8, help="OpenSession calls per round (4 rounds)")
+    args = ap.parse_args()
+    trees = {"before": args.before.resolve(), "after": args.after.resolve()}
+    load = os.getloadavg()[0]
+    srv = http.server.ThreadingHTTPServer(("127.0.0.1", 0), fb._Handler)
+    srv.daemon_threads = True
+    threading.Thread(target=srv.serve_forever, daemon=True).start()
+    t0 = time.time()
+    try:
+        result = await compare(f"127.0.0.1:{srv.server_address[1]}", trees, [int(k) for k in args.ks.split(",")],
+                               args.seconds, args.opens)
+    finally:
+        srv.shutdown()
+    result.update(trees={k: str(v) for k, v in trees.items()}, commits={k: commit(v) for k, v in trees.items()},
+                  load_avg_1m_at_start=load, seconds_per_point=args.seconds, wall_s=round(time.time() - t0, 1))
+    write(args.out, result)
+    print(f"wrote {args.out / 'house.md'}")
+
+
+if __name__ == "__main__":
+    asyncio.run(main())
