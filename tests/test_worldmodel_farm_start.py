@@ -68,7 +68,7 @@ def _taken_by_worldmodel(stack: Stack) -> int:
     """Farm sessions the world model opened for start pages (all of them closed again)."""
     reg = stack.farm_registry
     assert not [s for s in reg.sessions.values() if s.labels.get("purpose") == "worldmodel-start"]  # type: ignore[attr-defined]
-    return sum(1 for p in reg.closed.values() if p.labels.get("purpose") == "worldmodel-start")  # type: ignore[attr-defined]
+    return sum(1 for p in reg.ended.values() if p.labels.get("purpose") == "worldmodel-start")  # type: ignore[attr-defined]
 
 
 def _counter(stack: Stack, name: str, label: str, value: str) -> float:
