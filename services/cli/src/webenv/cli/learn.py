@@ -313,15 +313,12 @@ class Loop:
         cfg = self.cfg
         if cfg.validation_episodes and validation:
             self.evaluate(version, common_pb2.SPLIT_VALIDATION, cfg.validation_episodes, f"eval-{it}-validation")
-        if not reported:
-            if cfg.train_eval_episodes:
-                self.evaluate(version, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, f"eval-{it}-train")
-            return
-        self.evaluate(version, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{it}-test")
-        if cfg.holdout_family:
-            self.evaluate_family(version, f"eval-{it}-family")
-        if self.miniwob_ids:
-            self.evaluate_miniwob(version, f"eval-{it}-miniwob")
+        if reported:
+            self.evaluate(version, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{it}-test")
+            if cfg.holdout_family:
+                self.evaluate_family(version, f"eval-{it}-family")
+            if self.miniwob_ids:
+                self.evaluate_miniwob(version, f"eval-{it}-miniwob")
         if cfg.train_eval_episodes:
             self.evaluate(version, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, f"eval-{it}-train")
 
