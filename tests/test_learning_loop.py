@@ -19,6 +19,7 @@ from pathlib import Path
 import grpc
 import pytest
 from webenv.cli.stack import Stack
+from webenv.trainer.algorithms import episode_weights
 from webenv.v1 import (
     collector_pb2,
     collector_pb2_grpc,
@@ -435,21 +436,34 @@ def test_branching_on_the_farm_trains_and_loads(stack):
     assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
     policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=job.checkpoint.ref), timeout=60)
 
-    # 4 anchors, one at a time (each holds 4 sessions after its fork, within the task's 60 s deadline); with 3, a run
-    # whose every group was flat (all passed: nothing to learn) was seen once in a full suite
-    spec = collector_pb2.RunSpec(policy="branchy", seed=4, concurrency=1, episodes=16,
-                                 branching=collector_pb2.Branching(count=3, at_step=1),
-                                 act_options=policy_pb2.ActOptions(temperature=1.0),
-                                 horizons=collector_pb2.Horizons(easy=5, medium=5, hard=5),
-                                 level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
-    spec.tasks.task_ids.extend(task_ids)
-    spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
-    spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
-    r = collector.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=60).run
-    for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=r.run_id), timeout=600):
-        branched = resp.run
-    assert branched.state == collector_pb2.RUN_STATE_SUCCEEDED, branched.error
-    eps = read(collector, r.run_id)
+    # 4 anchors, one at a time (each holds 4 sessions after its fork, within the task's 60 s deadline). Whether a
+    # group's sampled continuations differ is chance: a run whose every group came out flat (all passed or all
+    # failed: nothing to learn) was seen in a CI run, so a flat run is followed by one more with
+    # the next seed, up to three; the training job reads every run collected.
+    def branched_run(seed: int) -> tuple[str, list]:
+        spec = collector_pb2.RunSpec(policy="branchy", seed=seed, concurrency=1, episodes=16,
+                                     branching=collector_pb2.Branching(count=3, at_step=1),
+                                     act_options=policy_pb2.ActOptions(temperature=1.0),
+                                     horizons=collector_pb2.Horizons(easy=5, medium=5, hard=5),
+                                     level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
+        spec.tasks.task_ids.extend(task_ids)
+        spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
+        spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+        r = collector.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=60).run
+        for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=r.run_id), timeout=600):
+            branched = resp.run
+        assert branched.state == collector_pb2.RUN_STATE_SUCCEEDED, branched.error
+        return r.run_id, read(collector, r.run_id)
+
+    options = trainer_pb2.AlgorithmOptions(reward=trainer_pb2.REWARD_KIND_FACT_GROUPS)
+    run_ids: list[str] = []
+    eps: list = []
+    for seed in (4, 40, 400):
+        run_id, got = branched_run(seed)
+        run_ids.append(run_id)
+        eps += got
+        if episode_weights(got, trainer_pb2.TRAINING_ALGORITHM_BRANCHING, options):
+            break
     forks = [ep for ep in eps if ep.parent_episode_id and not ep.error]
     # on a loaded machine a fork's page load or a deadline may fail: those are errored episodes, never rewards
     branch_errors = [ep.error for ep in eps if ep.error]
@@ -471,8 +485,8 @@ def test_branching_on_the_farm_trains_and_loads(stack):
 
     spec = trainer_pb2.JobSpec(
         name="branchy", parent=job.checkpoint.ref, algorithm=trainer_pb2.TRAINING_ALGORITHM_BRANCHING,
-        model=trainer_pb2.MODEL_KIND_SCORER, options=trainer_pb2.AlgorithmOptions(reward=trainer_pb2.REWARD_KIND_FACT_GROUPS),
-        data=trainer_pb2.TrainingData(run_ids=[r.run_id, d.run_id]),
+        model=trainer_pb2.MODEL_KIND_SCORER, options=options,
+        data=trainer_pb2.TrainingData(run_ids=[*run_ids, d.run_id]),
         hyper=trainer_pb2.Hyperparameters(epochs=2, batch_size=8, seed=3, validation_fraction=0.0))
     done = finish(trainer, start_job(trainer, spec).job_id)
     rewards = [(ep.episode_id, round(ep.score, 2)) for ep in eps]
