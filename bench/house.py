@@ -9,6 +9,12 @@ sdk and stubs), on the farm bench's page (services/browser/bench.py). Per K, the
 loop each run before, after, after, before for seconds/2 at a time, so a drift of the machine's load hits both
 trees alike, and report totals with the farm process's own CPU per step: on a shared 2-core machine CPU per step
 is the steadier figure, steps/s the one a user sees. OpenSession latency is measured on both, alternately.
+
+The collector's half (``--collector-levels``, default 100,1000; empty to skip): the orchestrator bench
+(bench/orchestrator.py, this tree's script: zero-cost environment and policy, the real judge, the collector with its
+chDB store in the bench's process) runs once per tree and level in the same order, before, after, after, before,
+with PYTHONPATH set to that tree, so its collector, judge, sdk and stubs are that tree's. Reported per level:
+episodes/s, steps/s and the collector's CPU per step (its store writer included), summed over the two passes.
 Writes OUT/house.json and OUT/house.md.
 """
 
@@ -89,6 +95,42 @@ async def compare(sites_addr: str, trees: dict[str, Path], ks: list[int], second
     return out
 
 
+def compare_collector(trees: dict[str, Path], levels: list[int], seconds: float) -> list[dict[str, Any]]:
+    """The orchestrator bench under each tree, interleaved before, after, after, before, per level."""
+    import subprocess
+    import tempfile
+
+    script = ROOT / "bench" / "orchestrator.py"
+    points = []
+    for level in levels:
+        parts: dict[str, list[dict[str, Any]]] = {n: [] for n in trees}
+        for n in ("before", "after", "after", "before"):
+            with tempfile.TemporaryDirectory() as d:
+                env = {**os.environ, "PYTHONPATH": tree_path(trees[n])}
+                r = subprocess.run([sys.executable, str(script), "--levels", str(level), "--seconds", str(seconds / 2),
+                                    "--out", d], env=env, capture_output=True, text=True, timeout=1800)
+                if r.returncode:
+                    raise SystemExit(f"orchestrator bench under {n} ({trees[n]}) failed: {r.stderr[-2000:]}")
+                part = json.loads((Path(d) / "orchestrator.json").read_text())["levels"][0]
+                if not part["steps"]:
+                    raise SystemExit(f"orchestrator bench under {n} ({trees[n]}) stepped nothing: {part['states']}, "
+                                     f"{part['errored']} errored; {r.stdout[-1500:]}")
+                parts[n].append(part)
+        point: dict[str, Any] = {"level": level}
+        for n, ps in parts.items():
+            wall, steps = sum(p["wall_seconds"] for p in ps), sum(p["steps"] for p in ps)
+            point[n] = {"episodes_per_s": sum(p["episodes"] for p in ps) / wall, "steps_per_s": steps / wall,
+                        "collector_cpu_ms_per_step": sum(p["collector_cpu_ms_per_step"] * p["steps"] for p in ps)
+                        / max(steps, 1), "errored": sum(p["errored"] for p in ps)}
+        b, a = point["before"], point["after"]
+        point["throughput_ratio"] = a["steps_per_s"] / b["steps_per_s"]
+        point["cpu_ratio"] = a["collector_cpu_ms_per_step"] / b["collector_cpu_ms_per_step"]
+        print("collector", level, f"after/before steps/s {point['throughput_ratio']:.3f}, "
+              f"collector CPU/step {point['cpu_ratio']:.3f}", flush=True)
+        points.append(point)
+    return points
+
+
 def write(out_dir: Path, result: dict[str, Any]) -> None:
     out_dir.mkdir(parents=True, exist_ok=True)
     (out_dir / "house.json").write_text(json.dumps(result, indent=1))
@@ -105,9 +147,20 @@ def write(out_dir: Path, result: dict[str, Any]) -> None:
                      f"{p['throughput_ratio']:.3f} | {b['farm_cpu_ms_per_step']:.2f} | {a['farm_cpu_ms_per_step']:.2f} | "
                      f"{p['cpu_ratio']:.3f} | {b['errors']} / {a['errors']} |")
     o = result["open"]
-    lines += ["", f"OpenSession p50 (client): before {o['before']['open_p50_ms']:.1f} ms, after "
+    lines += [] if not o else ["", f"OpenSession p50 (client): before {o['before']['open_p50_ms']:.1f} ms, after "
                   f"{o['after']['open_p50_ms']:.1f} ms (server side {o['before']['open_server_p50_ms']:.1f} / "
                   f"{o['after']['open_server_p50_ms']:.1f} ms)."]
+    if result.get("collector"):
+        lines += ["", "## The collector (bench/orchestrator.py under each tree, before, after, after, before)", "",
+                  "| concurrent episodes | before episodes/s | after | before steps/s | after | ratio | "
+                  "before collector CPU ms/step | after | ratio | errored before / after |",
+                  "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+        for p in result["collector"]:
+            b, a = p["before"], p["after"]
+            lines.append(f"| {p['level']:,} | {b['episodes_per_s']:.1f} | {a['episodes_per_s']:.1f} | "
+                         f"{b['steps_per_s']:.1f} | {a['steps_per_s']:.1f} | {p['throughput_ratio']:.3f} | "
+                         f"{b['collector_cpu_ms_per_step']:.2f} | {a['collector_cpu_ms_per_step']:.2f} | "
+                         f"{p['cpu_ratio']:.3f} | {b['errored']} / {a['errored']} |")
     (out_dir / "house.md").write_text("\n".join(lines) + "\n")
 
 
@@ -123,8 +176,11 @@ async def main() -> None:
     ap.add_argument("--after", type=Path, default=ROOT, help="checkout of the code after it (default: this one)")
     ap.add_argument("--out", type=Path, default=ROOT / "bench" / "results")
     ap.add_argument("--seconds", type=float, default=8.0, help="seconds per point and tree (half before, half after)")
-    ap.add_argument("--ks", default="1,4", help="concurrent sessions per point")
+    ap.add_argument("--ks", default="1,4", help="concurrent sessions per point (empty: skip the farm's half)")
     ap.add_argument("--opens", type=int, default=8, help="OpenSession calls per round (4 rounds)")
+    ap.add_argument("--collector-levels", default="100,1000",
+                    help="concurrent episodes of the collector's half (bench/orchestrator.py levels; empty: skip)")
+    ap.add_argument("--collector-seconds", type=float, default=20.0, help="orchestrator window per level and tree")
     args = ap.parse_args()
     trees = {"before": args.before.resolve(), "after": args.after.resolve()}
     load = os.getloadavg()[0]
@@ -132,13 +188,18 @@ async def main() -> None:
     srv.daemon_threads = True
     threading.Thread(target=srv.serve_forever, daemon=True).start()
     t0 = time.time()
+    ks = [int(k) for k in args.ks.split(",") if k]
     try:
-        result = await compare(f"127.0.0.1:{srv.server_address[1]}", trees, [int(k) for k in args.ks.split(",")],
-                               args.seconds, args.opens)
+        result = (await compare(f"127.0.0.1:{srv.server_address[1]}", trees, ks, args.seconds, args.opens) if ks
+                  else {"points": [], "open": {}})
     finally:
         srv.shutdown()
     result.update(trees={k: str(v) for k, v in trees.items()}, commits={k: commit(v) for k, v in trees.items()},
-                  load_avg_1m_at_start=load, seconds_per_point=args.seconds, wall_s=round(time.time() - t0, 1))
+                  load_avg_1m_at_start=load, seconds_per_point=args.seconds, collector=[])
+    write(args.out, result)  # the farm's half, kept if the collector's fails
+    levels = [int(x) for x in args.collector_levels.split(",") if x]
+    result["collector"] = compare_collector(trees, levels, args.collector_seconds) if levels else []
+    result["wall_s"] = round(time.time() - t0, 1)
     write(args.out, result)
     print(f"wrote {args.out / 'house.md'}")
 

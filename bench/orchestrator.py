@@ -126,9 +126,14 @@ async def serve_peers(what: str, tasks: int, clicks: int, runs: int) -> None:
 
 
 def spawn(what: str, tasks: int = 0, clicks: int = 0, runs: int = 1) -> tuple[subprocess.Popen, dict]:
+    """The peers are this script's fixture (this tree's collector tests), so they run this tree's code and stubs
+    even when PYTHONPATH points the measured parts, collector and judge, at another tree (bench/house.py)."""
+    env = dict(os.environ)
+    if what == "peers":
+        env["PYTHONPATH"] = os.pathsep.join(str(p) for p in sorted((ROOT / "services").glob("*/src")))
     proc = subprocess.Popen([sys.executable, __file__, "--serve", what, "--tasks", str(tasks), "--clicks", str(clicks),
                              "--runs", str(runs)],
-                            stdout=subprocess.PIPE, text=True)
+                            stdout=subprocess.PIPE, text=True, env=env)
     return proc, json.loads(proc.stdout.readline())
 
 
