@@ -39,7 +39,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = ("policy", "judge", "sites", "trainer", "browser", "collector")
 TRAIN_ARGS = ["--demos", "20", "--iterations", "2", "--collect", "40", "--eval", "20", "--train-eval", "0",
-              "--validation-eval", "0", "--family-eval", "0", "--miniwob-tasks", "0", "--baselines", "",
+              "--validation-eval", "0", "--family-eval", "1", "--miniwob-tasks", "0", "--baselines", "",
               "--baseline-eval", "0", "--bc-epochs", "5", "--rl-epochs", "2", "--sites-count", "40"]
 
 
