@@ -77,3 +77,55 @@ async def test_a_policy_and_a_judge_killed_mid_run_lose_and_double_nothing(world
         assert retries("policy") + retries("judge") > before["policy"] + before["judge"]
     finally:
         await asyncio.to_thread(st.stop)
+
+
+async def test_a_run_whose_collector_is_gone_ends_failed_with_what_it_stored(world, make_collector):
+    """What a SIGKILLed collector leaves (no shared queue): its run's last row, written seconds before, says
+    running. Another collector on the same store (a restarted pod is one) fails it once the row is stale, with the
+    stored episodes' exact counts and an error that says what happened, and a watcher of the run sees it end;
+    the runs it owns itself are not touched. (bench/faults.py kills a real collector during `webenv train`.)"""
+    a = await make_collector()
+    ch = grpc.aio.insecure_channel(a.address)
+    stub = collector_pb2_grpc.CollectorServiceStub(ch)
+    spec = collector_pb2.RunSpec(name="ends", policy="oracle", episodes=3, seed=1, concurrency=3,
+                                 level=collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED)
+    done = (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec))).run
+    async for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=done.run_id)):
+        last = resp
+    assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    await ch.close()
+    stored = await a.store.counts(done.run_id)
+    assert stored["episodes"] == 3
+
+    # the killed collector's last word on a run: running, 1 of 3 finished, written 2 minutes ago; its episodes
+    # are the ones stored under the same id (the finished run's rows, written again under the orphan's run id)
+    row = await a.store.get_run(done.run_id)
+    orphan = "run-orphan" + done.run_id[-6:]
+    old = row["version"] - 120_000_000
+    await a.store.insert({"runs": [dict(row, run_id=orphan, state="running", finished=1, passed=1, steps=5,
+                                        finished_at=None, error="", collector_id="gone-1", version=old)]})
+    eps = await a.store.query("SELECT * FROM {db}.episodes FINAL WHERE run_id = {r:String}", {"r": done.run_id})
+    await a.store.insert({"episodes": [dict(e, run_id=orphan) for e in eps[:2]]})
+
+    b = await make_collector(store_database=a.settings.store_database, orphan_after_seconds=1.0)
+    ch = grpc.aio.insecure_channel(b.address)
+    stub = collector_pb2_grpc.CollectorServiceStub(ch)
+    mine = (await stub.StartRun(collector_pb2.StartRunRequest(spec=spec))).run  # b's own: never an orphan
+    reports = []
+    async with asyncio.timeout(30):
+        async for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=orphan)):
+            reports.append(resp.run)
+    ended = reports[-1]
+    assert ended.state == collector_pb2.RUN_STATE_FAILED, reports
+    assert ended.error.startswith("interrupted: the collector that ran it (gone-1) stopped while it was running")
+    assert "2 of 3 episodes are stored" in ended.error
+    assert (ended.counts.finished, ended.counts.planned) == (2, 3)
+    assert ended.HasField("finished_at")
+    assert (await stub.GetRun(collector_pb2.GetRunRequest(run_id=orphan))).run.state == collector_pb2.RUN_STATE_FAILED
+    async for resp in stub.WatchRun(collector_pb2.WatchRunRequest(run_id=mine.run_id)):
+        last = resp
+    assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    for run_id in (done.run_id, mine.run_id):
+        assert (await stub.GetRun(collector_pb2.GetRunRequest(run_id=run_id))).run.state == collector_pb2.RUN_STATE_SUCCEEDED
+    assert (REGISTRY.get_sample_value("webenv_collector_runs_orphaned_total") or 0) >= 1
+    await ch.close()

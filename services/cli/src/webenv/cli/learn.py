@@ -67,6 +67,10 @@ SUITES = {
 }
 #: The family of the MiniWoB++ tasks (the sites service's catalog), excluded from every training job.
 MINIWOB_FAMILY = "miniwob"
+# A collector restart: its runs' watchers wait this long for it (the restart, then its sweep failing the run it
+# left, Engine.fail_orphans: ~30-40 s after its last write), and a run it cut off is started again this often
+COLLECTOR_PATIENCE_SECONDS = 180.0
+RUN_RESTARTS = 2
 
 KINDS = {common_pb2.TASK_KIND_INFORMATION: "information", common_pb2.TASK_KIND_NAVIGATION: "navigation",
          common_pb2.TASK_KIND_TRANSACTION: "transaction"}
@@ -191,6 +195,7 @@ class Loop:
         self.evals: list[Evaluation] = []
         self.runs: dict[str, str] = {}
         self.live: set[str] = set()  # runs started and still watched (StopRun'd when the loop is interrupted)
+        self.restarted_runs: list[dict] = []  # runs cut off by a collector restart and started again
         self.checkpoints: list[dict] = []
         self.iterations: list[dict] = []  # per RL iteration: wall time, the sum of its phases, what overlapped
         self.t_start = time.monotonic()
@@ -233,15 +238,31 @@ class Loop:
         spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
         if arm:  # an RL iteration's collection, shaped by the algorithm's arm (groups, branching)
             ARMS[self.cfg.algorithm].collect(spec, group_size=self.cfg.group_size, branch_step=self.cfg.branch_step)
-        run = self.collector.StartRun(collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec),
-                                      timeout=60).run
         t0 = time.monotonic()
-        self.live.add(run.run_id)
-        try:
-            end = to_end(lambda: self.collector.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)))
-        finally:
-            self.live.discard(run.run_id)
-        last = end.run if end is not None else run
+        for attempt in range(1 + RUN_RESTARTS):
+            run = self.start_run(spec)
+            cut: list[str] = []  # the watch broke: the collector restarted (or was unreachable) meanwhile
+
+            def waiting(exc: grpc.RpcError, cut: list[str] = cut) -> None:
+                cut.append(exc.code().name)
+                self.say(f"  collector unavailable ({exc.code().name}); waiting for it to come back")
+
+            self.live.add(run.run_id)
+            try:
+                end = to_end(lambda run_id=run.run_id: self.collector.WatchRun(
+                    collector_pb2.WatchRunRequest(run_id=run_id)), patience=COLLECTOR_PATIENCE_SECONDS, on_wait=waiting)
+            finally:
+                self.live.discard(run.run_id)
+            last = end.run if end is not None else run
+            if cut and last.state != collector_pb2.RUN_STATE_SUCCEEDED and attempt < RUN_RESTARTS:
+                # its collector went away mid-run: what it stored stays stored; the run starts again whole, so an
+                # evaluation still scores every version on the same tasks
+                self.restarted_runs.append({"label": label, "run_id": run.run_id, "finished": last.counts.finished,
+                                            "error": last.error})
+                self.say(f"  run {label} ({run.run_id}) was cut off by a collector restart after "
+                         f"{last.counts.finished} episodes ({last.error or collector_pb2.RunState.Name(last.state)}); starting it again")
+                continue
+            break
         c = last.counts
         self.say(f"  run {label}: {c.passed}/{c.finished} passed, {c.errored} errored, {c.steps} steps "
                  f"in {time.monotonic() - t0:.0f}s ({run.run_id})")
@@ -249,6 +270,20 @@ class Loop:
             raise RuntimeError(f"run {label} failed: {last.error}")
         self.runs[label] = run.run_id
         return last
+
+    def start_run(self, spec: collector_pb2.RunSpec) -> collector_pb2.Run:
+        """StartRun, asked again with the same request id (one run however often it is asked) while the collector
+        is unavailable, for up to COLLECTOR_PATIENCE_SECONDS."""
+        request = collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec)
+        deadline = time.monotonic() + COLLECTOR_PATIENCE_SECONDS
+        while True:
+            try:
+                return self.collector.StartRun(request, timeout=60).run
+            except grpc.RpcError as exc:
+                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise
+                self.say(f"  collector unavailable ({exc.code().name}); asking again")
+                time.sleep(2.0)
 
     def shared_concurrency(self) -> int:
         """The loop's concurrency, halved while two runs are in flight (0: the collector's default)."""
@@ -550,7 +585,7 @@ class Loop:
 
     def result(self, t_start: float) -> dict:
         return {"config": asdict(self.cfg), "wall_seconds": round(time.monotonic() - t_start, 1),
-                "timing": asdict(self.timing), "runs": self.runs, "checkpoints": self.checkpoints,
+                "timing": asdict(self.timing), "runs": self.runs, "restarted_runs": self.restarted_runs, "checkpoints": self.checkpoints,
                 "selected": self.selected(), "suites": self.suites(), "iterations": self.iterations,
                 "evaluations": [asdict(e) | {"rate": e.rate, "ci95": e.interval()} for e in self.evals]}
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import time
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -154,8 +155,16 @@ class Collector:
         return ""
 
     async def _watch_health(self) -> None:
-        """Keep health and StartRun admission in step with the dependencies."""
+        """Keep health and StartRun admission in step with the dependencies, and fail the runs whose collector is
+        gone (Engine.fail_orphans), every ``orphan_after_seconds / 3``."""
+        next_sweep = 0.0
         while True:
+            if time.monotonic() >= next_sweep and not self.engine.unavailable:
+                next_sweep = time.monotonic() + self.settings.orphan_after_seconds / 3
+                try:
+                    await self.engine.fail_orphans(self.settings.orphan_after_seconds)
+                except Exception as exc:  # the store may be down: the next sweep tries again
+                    log.warning("could not look for interrupted runs: %s", exc)
             try:
                 why = await self.problem()
             except Exception as exc:  # the monitor must outlive odd errors

@@ -46,6 +46,9 @@ class Settings(ServiceSettings):
     admission_retry_seconds: float = Field(5.0, gt=0, description="Delay StartRun's RetryInfo asks for when the collector is full.")
     spool_max_mb: int = Field(1024, ge=0, description="Disk the spool may fill while the store is down (0 = no cap); when full, writes wait and health is NOT_SERVING.")
     health_interval_seconds: float = Field(1.0, gt=0, description="How often the store, spool and Redis are checked for the health status.")
+    orphan_after_seconds: float = Field(30.0, gt=0, description="A pending or running run whose row no collector has "
+                                        "rewritten for this long (owners rewrite it every 2 s) is failed as interrupted "
+                                        "(not with a shared work queue).")
 
     @field_validator("store_url")
     @classmethod

@@ -567,6 +567,42 @@ class Engine:
             if self.queue is not None:
                 await self.queue.publish_rows(batch)
 
+    async def fail_orphans(self, stale_seconds: float) -> list[str]:
+        """Fail the runs a collector that is gone left pending or running, and return their ids.
+
+        A live run's row is rewritten every ``persist_interval`` (2 s) by the collector that owns it, pending or
+        running, so a non-terminal row older than ``stale_seconds`` has no owner any more: its collector was killed
+        or lost its node (a restarted one has a new process and never adopts it). Without this, such a run stayed
+        "running" in the store forever and its watchers never saw it end. Its row becomes FAILED with the exact
+        counts of the episodes it stored (they stay stored, none is lost) and an error that says what happened; the
+        episodes it never ran are not run again here: whoever started the run decides (the learning loop starts it
+        anew). Runs shared through a work queue are not touched: the queue's other collectors carry them on.
+        """
+        if self.queue is not None:
+            return []
+        cutoff = version_now() - int(stale_seconds * 1_000_000)
+        rows = await self.store.query(
+            f"SELECT * FROM {{db}}.{RUNS} FINAL WHERE state IN ('pending', 'running') AND version < {{v:UInt64}}",
+            {"v": cutoff})
+        failed = []
+        for row in rows:
+            if row["run_id"] in self.runs:
+                continue
+            run = run_from_row(row)
+            got = await self.store.counts(run.run_id)
+            c = run.counts
+            c.finished, c.passed, c.errored, c.steps = got["episodes"], got["passed"], got["errored"], got["steps"]
+            c.started = max(c.started, c.finished)
+            run.state = collector_pb2.RUN_STATE_FAILED
+            run.error = (f"interrupted: the collector that ran it ({row['collector_id']}) stopped while it was "
+                         f"{row['state']}; {c.finished} of {c.planned} episodes are stored, the others never ran")
+            run.finished_at.GetCurrentTime()
+            await self.writer.put({RUNS.name: [run_row(run, row["collector_id"], row["webenv_version"])]}, urgent=True)
+            metrics.RUNS_ORPHANED.inc()
+            log.warning("run %s failed: %s", run.run_id, run.error)
+            failed.append(run.run_id)
+        return failed
+
     async def get_run(self, run_id: str) -> collector_pb2.Run:
         """A run from memory (live) or the store."""
         if not run_id:

@@ -38,3 +38,7 @@ ROWS_REPLICATED = Counter(
     "Rows of shared runs copied into this collector's store from other collectors (embedded stores, through Redis).",
     ["table"],
 )
+RUNS_ORPHANED = Counter(
+    "webenv_collector_runs_orphaned_total",
+    "Runs found pending or running with no live owner (their collector stopped) and failed, their stored episodes kept.",
+)

@@ -48,8 +48,9 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         run = await self.engine.get_run(request.run_id)  # an unknown run: NOT_FOUND before any report
         rc = self.engine.runs.get(request.run_id)
         if rc is None:
-            # Not owned here: a run shared through Redis is followed by polling its shared counts; a stored
-            # run gets one report of how it ended.
+            # Not owned here: followed by polling its shared counts (through Redis) or its stored row until it ends;
+            # a stored run that ended gets one report of how. A run whose collector is gone ends too: it is failed
+            # as interrupted once its row goes stale (Engine.fail_orphans).
             first = True
 
             async def shared_report() -> tuple[collector_pb2.WatchRunResponse, bool]:
@@ -59,7 +60,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
                 first = False
                 c = run.counts
                 resp = collector_pb2.WatchRunResponse(run=run, pass_rate=c.passed / c.finished if c.finished else 0.0)
-                return resp, run.state in TERMINAL or self.engine.queue is None
+                return resp, run.state in TERMINAL
 
             async for resp in serve_watch(shared_report, lambda: asyncio.sleep(self.watch_interval)):
                 yield resp
