@@ -2,8 +2,8 @@
 once during a small ``webenv train --stack`` run, each restarted as a Kubernetes pod is (same command, same
 environment, same ports), and check what the loop and the store make of it.
 
-The script starts ``webenv train --stack`` (a small loop: few demos, two iterations, small evaluations), waits for
-its stack (``DATA_DIR/stack.json``), then every ``--every`` seconds SIGKILLs the next service of ``--order`` — only
+The script starts ``webenv train --stack`` (a small loop: few demos, three iterations, small evaluations), waits
+until every service to be killed runs as a child of it, then every ``--every`` seconds SIGKILLs the next service of ``--order`` — only
 processes that are children of the train process it started, found by their ``-m webenv.<service>`` command line —
 and relaunches it from its own /proc cmdline, environment and working folder. When the loop ends (or
 ``--timeout`` passes) it reports:
@@ -38,7 +38,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 ORDER = ("policy", "judge", "sites", "trainer", "browser", "collector")
-TRAIN_ARGS = ["--demos", "20", "--iterations", "2", "--collect", "40", "--eval", "20", "--train-eval", "0",
+TRAIN_ARGS = ["--demos", "20", "--iterations", "3", "--collect", "60", "--eval", "20", "--train-eval", "0",
               "--validation-eval", "0", "--family-eval", "1", "--miniwob-tasks", "0", "--baselines", "",
               "--baseline-eval", "0", "--bc-epochs", "5", "--rl-epochs", "2", "--sites-count", "40"]
 
@@ -134,8 +134,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=str(ROOT / "bench" / "results"))
     ap.add_argument("--order", default=",".join(ORDER), help="services to kill, in order, once each")
-    ap.add_argument("--first", type=float, default=60.0, help="seconds after the stack is up before the first kill")
-    ap.add_argument("--every", type=float, default=45.0, help="seconds between kills")
+    ap.add_argument("--first", type=float, default=30.0, help="seconds after the stack is up before the first kill")
+    ap.add_argument("--every", type=float, default=30.0, help="seconds between kills")
     ap.add_argument("--timeout", type=float, default=3600.0)
     ap.add_argument("--data-dir", default="")
     args = ap.parse_args()
@@ -150,9 +150,16 @@ def main() -> int:
     kills, counters = [], {}
     order = [s for s in args.order.split(",") if s]
     try:
-        while not (data_dir / "stack.json").is_file() and train.poll() is None:
+        # `webenv train --stack` records no stack.json: its stack is the train process's children, up when every
+        # service to be killed runs (the collector starts last)
+        wanted = set(order)
+        while train.poll() is None and not wanted <= {service_of(p) for p in children(train.pid)}:
             time.sleep(1)
-        state = json.loads((data_dir / "stack.json").read_text()) if (data_dir / "stack.json").is_file() else {}
+        procs = {service_of(p): p for p in children(train.pid)}
+        metrics_addr = ""
+        if "collector" in procs:
+            port = snapshot(procs["collector"])["env"].get("WEBENV_METRICS_PORT", "")
+            metrics_addr = f"127.0.0.1:{port}" if port else ""
         next_kill = time.monotonic() + args.first
         while train.poll() is None and time.monotonic() - t0 < args.timeout:
             time.sleep(1)
@@ -164,7 +171,6 @@ def main() -> int:
                     kills.append({"service": name, "at_s": round(time.monotonic() - t0), "killed": False,
                                   "why": f"no child runs webenv.{name} (running: {sorted(k for k in procs if k)})"})
                     continue
-                metrics_addr = state.get("metrics", {}).get("collector", "")
                 if metrics_addr:
                     counters = scrape(metrics_addr, ("webenv_collector_peer_retries_total",
                                                      "webenv_collector_episode_retries_total")) or counters
