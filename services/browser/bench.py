@@ -521,6 +521,8 @@ async def main() -> None:
     ap.add_argument("--fork-prefix", type=int, default=5, help="oracle steps taken before the fork")
     ap.add_argument("--fork-reps", type=int, default=7, help="repetitions per N")
     ap.add_argument("--scale-only", action="store_true", help="run only the scale part (scale.py: 1 vs 2 nodes, PSS)")
+    ap.add_argument("--open-only", action="store_true",
+                    help="run only the plain-URL OpenSession breakdown (openphases.py: its time by phase, and the floor)")
     ap.add_argument("--scale-episodes", type=int, default=60, help="episodes per run of the 1-vs-2-node comparison")
     ap.add_argument("--scale-concurrency", type=int, default=8, help="episodes in flight in that comparison")
     ap.add_argument("--scale-ks", default="1,16,128", help="concurrent sessions at which PSS is measured")
@@ -548,6 +550,12 @@ async def main() -> None:
     if args.scale_only:
         try:
             await run_scale(args, sites_addr, url)
+        finally:
+            srv.shutdown()
+        return
+    if args.open_only:
+        try:
+            write_open_results(Path(args.out), await run_open_breakdown(sites_addr, url))
         finally:
             srv.shutdown()
         return
@@ -626,6 +634,53 @@ async def main() -> None:
     if guard is not None and fork is not None:
         write_guard_results(Path(args.out), guard)
         write_fork_results(Path(args.out), fork)  # its section goes into browser.md, written just above
+
+
+async def run_open_breakdown(sites_addr: str, url: str, n: int = 25) -> dict[str, Any]:
+    """openphases.py: a plain-URL OpenSession by phase (farm in process, same settings as FarmProc), and the raw
+    floor of the same page work, one after the other."""
+    import openphases
+    from webenv.browser.config import Settings
+
+    settings = Settings(grpc_port=0, metrics_port=0, host="127.0.0.1", farm_sites_http_addr=sites_addr,
+                        farm_max_sessions=16, farm_warm_contexts=4, farm_queue_open=4, log_level="WARNING",
+                        farm_chromium_path=CHROMIUM)
+    result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0]}}
+    result["farm"] = await openphases.breakdown(settings, url, SPEC, n)
+    print("open breakdown", result["farm"], flush=True)
+    async with async_playwright() as pw:
+        browser = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(sites_addr, "bench-open"))
+        result["raw"] = await openphases.raw_open_floor(browser, url, OBSERVE_JS, n)
+        await browser.close()
+    print("raw open floor", result["raw"], flush=True)
+    return result
+
+
+def write_open_results(out: Path, r: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "browser_open.json").write_text(json.dumps(r, indent=1))
+    f, raw = r["farm"], r["raw"]
+    names = {"guard": "URL guard (acheck)", "context": "context from the warm pool (registry.create)",
+             "navigate": "start page: goto to DOMContentLoaded (adapter.setup)",
+             "settle": "settle after it (settle_start)", "observe": "first observation + tabs (first_observation)"}
+    lines = ["# Where a plain-URL OpenSession's time goes", "",
+             "`.venv/bin/python services/browser/bench.py --open-only --out bench/results` (openphases.py): "
+             f"{f['opens']} sequential opens of the farm bench's page (~300 elements), each after the warm pool had "
+             f"0.4 s to refill; {r['machine']['cpus']} CPUs, load average at start "
+             f"{r['machine']['load_avg_1m_at_start']:.1f}. p50 of each phase, timed inside the farm's open path.", "",
+             "| part | p50 ms | share of the server's open |", "| --- | --- | --- |"]
+    for k, v in f["phases_p50_ms"].items():
+        lines.append(f"| {names.get(k, k)} | {v:.1f} | {v / f['server_p50_ms']:.0%} |")
+    lines += [f"| the rest of the server's open (admission, open-queue slot, the answer) | {f['server_rest_ms']:.1f} | "
+              f"{f['server_rest_ms'] / f['server_p50_ms']:.0%} |",
+              f"| **server, OpenSession.open_seconds** | **{f['server_p50_ms']:.1f}** | |",
+              f"| client beyond the server (gRPC on loopback, serialisation) | {f['client_beyond_server_ms']:.1f} | |",
+              f"| **client** | **{f['client_p50_ms']:.1f}** | |", "",
+              "The floor, the same page work in a raw Playwright loop on a context made 0.4 s before (no service): "
+              f"new page + goto to DOMContentLoaded {raw['new_page_and_goto_p50_ms']:.1f} ms, the observe pass "
+              f"{raw['observe_p50_ms']:.1f} ms, {raw['total_p50_ms']:.1f} ms in all."]
+    (out / "browser_open.md").write_text("\n".join(lines) + "\n")
+    print((out / "browser_open.md").read_text())
 
 
 async def browsergym_click_test(sites_addr: str, reps: int) -> dict[str, Any]:
