@@ -38,6 +38,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -521,6 +522,8 @@ async def main() -> None:
     ap.add_argument("--fork-prefix", type=int, default=5, help="oracle steps taken before the fork")
     ap.add_argument("--fork-reps", type=int, default=7, help="repetitions per N")
     ap.add_argument("--scale-only", action="store_true", help="run only the scale part (scale.py: 1 vs 2 nodes, PSS)")
+    ap.add_argument("--loop-only", action="store_true",
+                    help="run only the farm vs the raw farm-work loop at --ks (interleaved, machine CPU per step)")
     ap.add_argument("--open-only", action="store_true",
                     help="run only the plain-URL OpenSession breakdown (openphases.py: its time by phase, and the floor)")
     ap.add_argument("--scale-episodes", type=int, default=60, help="episodes per run of the 1-vs-2-node comparison")
@@ -550,6 +553,12 @@ async def main() -> None:
     if args.scale_only:
         try:
             await run_scale(args, sites_addr, url)
+        finally:
+            srv.shutdown()
+        return
+    if args.loop_only:
+        try:
+            write_loop_results(Path(args.out), await run_loop_only(sites_addr, url, ks, args.seconds))
         finally:
             srv.shutdown()
         return
@@ -634,6 +643,81 @@ async def main() -> None:
     if guard is not None and fork is not None:
         write_guard_results(Path(args.out), guard)
         write_fork_results(Path(args.out), fork)  # its section goes into browser.md, written just above
+
+
+async def run_loop_only(sites_addr: str, url: str, ks: list[int], seconds: float) -> dict[str, Any]:
+    """The farm (Step, StepStream) against the raw farm-work loop (speed.py) doing the same page work, per K in the
+    order work, farm, farm, work (seconds/2 each), with the whole machine's CPU per step beside each way's own: on
+    a CPU-bound 2-core machine steps/s is what the CPU per step allows, so the gap is read there."""
+    result: dict[str, Any] = {"machine": {"cpus": os.cpu_count(), "load_avg_1m_at_start": os.getloadavg()[0]},
+                              "seconds_per_point": seconds, "points": []}
+    farm = FarmProc(sites_addr, max(ks) + 8)
+    me = psutil.Process()
+    try:
+        async with async_playwright() as pw:
+            await farm.ready()
+            channel = make_channel(farm.address, timeout=120)
+            stub = environment_pb2_grpc.EnvironmentServiceStub(channel)
+            work_browser = await pw.chromium.launch(executable_path=CHROMIUM, args=chromium_args(sites_addr, "bench-work"))
+            for k in ks:
+                sids = [(await stub.OpenSession(environment_pb2.OpenSessionRequest(
+                    start_url=url, observation_spec=SPEC))).session.session_id for _ in range(k)]
+                tot: dict[str, dict[str, float]] = {w: defaultdict(float) for w in ("work", "step", "stream")}
+                for way in ("work", "farm", "farm", "work"):
+                    for mode in ("work",) if way == "work" else ("step", "stream"):
+                        t = tot[mode]
+                        if mode == "work":  # its own window: the K pages' set-up is not counted
+                            r = await speed.raw_farm_work_run(work_browser, url, k, seconds / 2, N_PRODUCTS)
+                            t["machine_cpu_s"] += r["machine_cpu_s"]
+                            t["client_cpu_s"] += r["client_cpu_ms_per_step"] * r["steps"] / 1e3
+                        else:
+                            busy0, me0 = speed.machine_busy_seconds(), sum(me.cpu_times()[:2])
+                            r = await step_loop(stub, sids, seconds / 2, click, farm, stream=mode == "stream")
+                            t["machine_cpu_s"] += speed.machine_busy_seconds() - busy0
+                            t["client_cpu_s"] += sum(me.cpu_times()[:2]) - me0
+                            t["farm_cpu_s"] += r["farm_cpu_s"]
+                        t["steps"] += r["steps"]
+                        t["wall_s"] += r["wall_s"]
+                for s_id in sids:
+                    await stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=s_id))
+                point: dict[str, Any] = {"k": k}
+                for mode, t in tot.items():
+                    n = max(1.0, t["steps"])
+                    point[mode] = {"steps_per_s": t["steps"] / t["wall_s"], "machine_cpu_ms_per_step": t["machine_cpu_s"] / n * 1e3,
+                                   "client_cpu_ms_per_step": t["client_cpu_s"] / n * 1e3,
+                                   "farm_cpu_ms_per_step": t.get("farm_cpu_s", 0.0) / n * 1e3,
+                                   "machine_busy_cores": t["machine_cpu_s"] / t["wall_s"]}
+                print("loop", point, flush=True)
+                result["points"].append(point)
+            await work_browser.close()
+            await channel.close()
+    finally:
+        farm.stop()
+    return result
+
+
+def write_loop_results(out: Path, r: dict[str, Any]) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "browser_loop.json").write_text(json.dumps(r, indent=1))
+    lines = ["# The farm against the raw loop doing the same page work", "",
+             f"`.venv/bin/python services/browser/bench.py --loop-only --ks {','.join(str(p['k']) for p in r['points'])} "
+             f"--seconds {r['seconds_per_point']:g} --out bench/results`: per K, raw farm-work (speed.py: the farm's own "
+             "page work in a Playwright loop, no service), farm Step and farm StepStream, in the order work, farm, farm, "
+             f"work; {r['machine']['cpus']} CPUs, load average at start {r['machine']['load_avg_1m_at_start']:.1f}. "
+             "Machine CPU per step is every process's (Chromium included) over the steps taken.", "",
+             "| K | farm-work steps/s | Step | StepStream | Step / work | StepStream / work | machine CPU ms/step: work | "
+             "Step | StepStream | busy cores: work / StepStream | farm process CPU ms/step (StepStream) | "
+             "client CPU ms/step: work / StepStream |",
+             "| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
+    for p in r["points"]:
+        w, st, ss = p["work"], p["step"], p["stream"]
+        lines.append(f"| {p['k']} | {w['steps_per_s']:.1f} | {st['steps_per_s']:.1f} | {ss['steps_per_s']:.1f} | "
+                     f"{st['steps_per_s'] / w['steps_per_s']:.2f}x | {ss['steps_per_s'] / w['steps_per_s']:.2f}x | "
+                     f"{w['machine_cpu_ms_per_step']:.1f} | {st['machine_cpu_ms_per_step']:.1f} | "
+                     f"{ss['machine_cpu_ms_per_step']:.1f} | {w['machine_busy_cores']:.2f} / {ss['machine_busy_cores']:.2f} | "
+                     f"{ss['farm_cpu_ms_per_step']:.2f} | {w['client_cpu_ms_per_step']:.2f} / {ss['client_cpu_ms_per_step']:.2f} |")
+    (out / "browser_loop.md").write_text("\n".join(lines) + "\n")
+    print((out / "browser_loop.md").read_text())
 
 
 async def run_open_breakdown(sites_addr: str, url: str, n: int = 25) -> dict[str, Any]:
