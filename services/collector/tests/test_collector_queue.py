@@ -241,3 +241,19 @@ async def test_sigkilled_collector_episodes_are_taken_over_exactly_once(world, r
             if p.poll() is None:
                 p.kill()
                 p.wait()
+
+
+async def test_commands_beyond_the_pool_wait_for_a_connection(redis_url):
+    """More commands in flight than the client has connections (1,000 episodes through the queue are as many
+    workers): each waits for a free connection. redis-py's default pool raised MaxConnectionsError past 100, and
+    every episode of a 1,000-in-flight run failed so."""
+    from webenv.collector.queue import REDIS_CONNECTIONS, redis_client
+
+    client = redis_client(redis_url, decode_responses=True)
+    try:
+        n = REDIS_CONNECTIONS * 4 + 44  # 300: each holds its connection 0.1 s (BLPOP of a key nobody pushes)
+        got = await asyncio.gather(*(client.blpop([f"test:nothing:{i}"], timeout=0.1) for i in range(n)))
+        assert got == [None] * n
+        assert await client.ping()
+    finally:
+        await client.aclose()

@@ -78,6 +78,19 @@ return 1
 """
 
 
+REDIS_CONNECTIONS = 64  # per client; commands beyond it wait for a free connection
+REDIS_CONNECTION_WAIT_SECONDS = 30.0
+
+
+def redis_client(url: str, **kwargs) -> aioredis.Redis:
+    """A client whose pool makes a command wait for a free connection instead of failing. redis-py's default pool
+    raises MaxConnectionsError past 100 connections: at 1,000 episodes in flight through the queue (one worker
+    each, every one issuing commands) every episode of the run failed that way (bench/orchestrator.py --redis)."""
+    pool = aioredis.BlockingConnectionPool.from_url(url, max_connections=REDIS_CONNECTIONS,
+                                                    timeout=REDIS_CONNECTION_WAIT_SECONDS, **kwargs)
+    return aioredis.Redis.from_pool(pool)
+
+
 class WorkQueue:
     """One collector's side of the shared queue: publishing runs and working on everyone's episodes."""
 
@@ -94,8 +107,8 @@ class WorkQueue:
         share_rows: bool = False,
         peer_timeout_seconds: float = 60.0,
     ) -> None:
-        self.redis = aioredis.from_url(url, decode_responses=True)
-        self.raw = aioredis.from_url(url)  # bytes: packed rows
+        self.redis = redis_client(url, decode_responses=True)
+        self.raw = redis_client(url)  # bytes: packed rows
         self.consumer = consumer
         self.p = prefix
         self.stream = f"{prefix}:episodes"
