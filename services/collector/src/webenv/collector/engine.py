@@ -58,6 +58,7 @@ class SharedQueue(Protocol):
     async def get_run(self, run_id: str) -> collector_pb2.Run | None: ...
     async def stop_run(self, run_id: str) -> None: ...
     async def catch_up(self, limit_seconds: float = 10.0) -> None: ...
+    def in_flight(self) -> int: ...
 
 TERMINAL = {collector_pb2.RUN_STATE_SUCCEEDED, collector_pb2.RUN_STATE_STOPPED, collector_pb2.RUN_STATE_FAILED}
 ERRORS_LOGGED_PER_RUN = 5
@@ -450,7 +451,10 @@ class Engine:
         """The work queue's job (``WorkQueue.start``): run and store one episode of a shared run, durably (store or
         spool) by the time it returns, and say what counting it needs (the queue counts it in Redis)."""
         ep = await self._play(job, spec, self.ctx.replicas_of(spec))
-        await self.store_episode(None, ep)
+        # durable before it is acknowledged: alone in flight here, it has no batch to wait for (the writer's flush
+        # interval paced a concurrency-1 shared run at 3 episodes/s)
+        assert self.queue is not None
+        await self.store_episode(None, ep, urgent=self.queue.in_flight() <= 1)
         return ep.tally()
 
     async def _run_async(self, rc: RunContext) -> None:

@@ -363,6 +363,10 @@ class WorkQueue:
                 log.warning("queue worker loop error: %s: %s", type(exc).__name__, exc)
                 await asyncio.sleep(1.0)
 
+    def in_flight(self) -> int:
+        """Episodes this collector is running for the queue now."""
+        return len(self._tasks)
+
     def _done(self, t: asyncio.Task) -> None:
         self._tasks.discard(t)
         self._freed.set()
