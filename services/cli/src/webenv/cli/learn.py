@@ -273,17 +273,12 @@ class Loop:
 
     def start_run(self, spec: collector_pb2.RunSpec) -> collector_pb2.Run:
         """StartRun, asked again with the same request id (one run however often it is asked) while the collector
-        is unavailable, for up to COLLECTOR_PATIENCE_SECONDS."""
+        is unavailable, for up to COLLECTOR_PATIENCE_SECONDS: the watch helper's patience over a one-answer call."""
         request = collector_pb2.StartRunRequest(request_id=os.urandom(8).hex(), spec=spec)
-        deadline = time.monotonic() + COLLECTOR_PATIENCE_SECONDS
-        while True:
-            try:
-                return self.collector.StartRun(request, timeout=60).run
-            except grpc.RpcError as exc:
-                if exc.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
-                    raise
-                self.say(f"  collector unavailable ({exc.code().name}); asking again")
-                time.sleep(2.0)
+        resp = to_end(lambda: (self.collector.StartRun(request, timeout=60),), patience=COLLECTOR_PATIENCE_SECONDS,
+                      on_wait=lambda exc: self.say(f"  collector unavailable ({exc.code().name}); asking again"))
+        assert resp is not None
+        return resp.run
 
     def shared_concurrency(self) -> int:
         """The loop's concurrency, halved while two runs are in flight (0: the collector's default)."""
@@ -585,7 +580,8 @@ class Loop:
 
     def result(self, t_start: float) -> dict:
         return {"config": asdict(self.cfg), "wall_seconds": round(time.monotonic() - t_start, 1),
-                "timing": asdict(self.timing), "runs": self.runs, "restarted_runs": self.restarted_runs, "checkpoints": self.checkpoints,
+                "timing": asdict(self.timing), "runs": self.runs, "restarted_runs": self.restarted_runs,
+                "checkpoints": self.checkpoints,
                 "selected": self.selected(), "suites": self.suites(), "iterations": self.iterations,
                 "evaluations": [asdict(e) | {"rate": e.rate, "ci95": e.interval()} for e in self.evals]}
 
