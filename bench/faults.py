@@ -144,6 +144,7 @@ def main() -> int:
     report_dir = data_dir / "report"
     cmd = [sys.executable, "-m", "webenv.cli", "train", "--stack", "--data-dir", str(data_dir),
            "--out", str(report_dir), *TRAIN_ARGS]
+    data_dir.parent.mkdir(parents=True, exist_ok=True)
     log = open(data_dir.parent / f"{data_dir.name}-train.log", "wb")
     t0 = time.monotonic()
     train = subprocess.Popen(cmd, cwd=ROOT, stdout=log, stderr=subprocess.STDOUT)
