@@ -36,6 +36,7 @@ class EvalContext:
     trajectory: common_pb2.Trajectory
     observations: list[common_pb2.Observation] = field(init=False)
     has_final: bool = field(init=False)
+    simulated: bool = field(init=False)
     _trees: dict[int, LexborHTMLParser] = field(default_factory=dict, init=False)
     _texts: dict[int, tuple[str, int]] = field(default_factory=dict, init=False)
     _raw_lower: dict[int, str] = field(default_factory=dict, init=False)
@@ -46,6 +47,7 @@ class EvalContext:
         t = self.trajectory
         self.observations = [s.observation for s in t.steps]
         self.has_final = t.HasField("final_observation")
+        self.simulated = t.env_kind == common_pb2.ENV_KIND_WORLD_MODEL  # graded against its own pages (simulated.py)
         if self.has_final:
             self.observations.append(t.final_observation)
 

@@ -8,7 +8,7 @@ import time
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from webenv.judge import metrics
+from webenv.judge import metrics, simulated
 from webenv.judge.context import EvalContext
 from webenv.judge.criteria import UNDECIDABLE, Check
 from webenv.judge.rubric import CompiledFact, CompiledRubric, RubricCache
@@ -72,6 +72,8 @@ class Judge:
         assert cf.checker is not None
         t0 = time.perf_counter()
         check = cf.checker(ctx)
+        if ctx.simulated:  # a world model's episode is graded against its own pages (simulated.py)
+            check = simulated.grade(cf.kind, cf.fact, ctx, check)
         self._observe(cf.kind, check.outcome, time.perf_counter() - t0)
         return check
 

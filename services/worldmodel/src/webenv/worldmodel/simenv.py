@@ -43,6 +43,10 @@ at step 0 with the parent's remaining horizon, so a rollout from the fork is tru
 Each session keeps a value memory (consistency.py): an item's price, a quantity, a text the agent typed stay on later
 predicted pages what the session first showed, the last WEBENV_WORLDMODEL_VALUES_KEPT values per session (0: off);
 it is the session's, so it goes when the session is dropped, and a fork copies it.
+
+Each session keeps its site state too (sitestate.py): the fields the agent set and the forms it submitted, given as
+the CloseSession evidence (`site_state_json`), against which the judge grades a simulated transaction
+(webenv/judge/simulated.py); a fork copies it.
 """
 
 from __future__ import annotations
@@ -70,6 +74,7 @@ from webenv.worldmodel.formats import axtree_to_markdown
 from webenv.worldmodel.page import parse
 from webenv.worldmodel.predict import Predictor, Query, advance
 from webenv.worldmodel.servicer import ready
+from webenv.worldmodel.sitestate import SiteLedger
 
 log = logging.getLogger("webenv.worldmodel")
 REQUEST_IDS_KEPT = 10_000  # OpenSession / ForkSession request ids remembered for retries (each)
@@ -108,6 +113,7 @@ class SimSession(EnvSession):
     memory: PageMemory = field(default_factory=PageMemory)
     history: list[tuple[str, str]] = field(default_factory=list)
     values: ValueMemory | None = None  # what the session has shown (consistency.py); None: the memory is off
+    site: SiteLedger = field(default_factory=SiteLedger)  # the forms the agent submitted (sitestate.py)
 
     def to_proto(self) -> environment_pb2.Session:
         return environment_pb2.Session(
@@ -275,6 +281,7 @@ class SimulatedEnvironment:
                 if kept is not pred.page:
                     pred = dataclasses.replace(pred, page=kept)
             advance(s.memory, query, pred)
+            s.site.step(s.page.url, s.page.state, request.action, element, pred.navigated)
             latency, page = pred.latency_seconds, pred.page
         s.history.append((s.page.url, action_text))
         s.page = page
@@ -313,7 +320,7 @@ class SimulatedEnvironment:
                 lease_deadline=time.monotonic() + lease, step_count=0, last_response=None, last_action=None,
                 memory=PageMemory(pages=dict(m.pages), history=list(m.history), position=m.position),
                 history=list(parent.history), lock=asyncio.Lock(),
-                values=parent.values.copy() if parent.values is not None else None)
+                values=parent.values.copy() if parent.values is not None else None, site=parent.site.copy())
             self.table.add(f)
             answers.append(environment_pb2.OpenSessionResponse(
                 session=f.to_proto(), observation=self._observation(f, f.formats), instruction=f.instruction,
@@ -325,4 +332,4 @@ class SimulatedEnvironment:
         return snapshot  # made under the parent's lock already
 
     async def evidence(self, s: SimSession) -> str:
-        return json.dumps({"simulated": True, "url": s.page.url, "steps": s.step_count})
+        return json.dumps({"simulated": True, "url": s.page.url, "steps": s.step_count, **s.site.evidence()})
