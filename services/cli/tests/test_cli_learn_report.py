@@ -6,13 +6,13 @@ from __future__ import annotations
 import json
 import time
 
-from webenv.cli.learn import Evaluation, Loop, LoopConfig, Timing, write_report
+from webenv.cli.learn import Evaluation, Loop, LoopConfig, Timing, reason_key, write_report
 
 
 def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:
     loop = Loop.__new__(Loop)  # no services: only the recorded evaluations and checkpoints are read
     loop.cfg, loop.evals, loop.runs, loop.timing = LoopConfig(holdout_family="shop", overlap=True), evals, {}, Timing()
-    loop.live, loop.sharing, loop.restarted_runs = set(), False, []
+    loop.live, loop.sharing, loop.restarted_runs, loop.collections = set(), False, [], []
     loop.checkpoints = [{"ref": r, "parent": "", "label": r, "episodes": 1, "examples": 1, "steps": 1, "loss": 0.1,
                          "validation_accuracy": 0.5, "examples_per_second": 1.0} for r in refs]
     loop.iterations = [{"iteration": 1, "collected_with": "agent@1", "evaluated_during_collection": "agent@1",
@@ -41,6 +41,32 @@ def test_the_checkpoint_reported_is_chosen_on_validation_never_on_test(tmp_path)
     assert "| oracle (ceiling) | test | 90.0% | [59.6%, 98.2%] | 10 | 1 | 0 | `d` |" in text and "By task kind and difficulty (family:shop" in text
     assert "| 1 | agent@1 | agent@1 | 10 | 16 |" in text  # wall time per iteration beside the sum of its phases
     assert json.loads(js.read_text())["selected"]["ref"] == "agent@2"
+
+
+def test_a_dyna_report_shows_each_arms_training_data_and_why_its_rollouts_failed(tmp_path):
+    from webenv.v1 import collector_pb2, common_pb2
+    failed = collector_pb2.StoredEpisode(verdict=common_pb2.Verdict(results=[
+        common_pb2.FactResult(outcome=common_pb2.FACT_OUTCOME_HOLDS, criterion_kind="url", reason="on the page"),
+        common_pb2.FactResult(outcome=common_pb2.FACT_OUTCOME_FAILS, criterion_kind="answer",
+                              reason="answer does not contain '21:30' (step 12)")]))
+    # values and numbers masked: episodes failing the same way on different tasks count together
+    assert reason_key(failed) == "answer: answer does not contain '…' (step N)"
+    assert reason_key(collector_pb2.StoredEpisode(truncated=True)) == "cut at the step cap"
+    assert reason_key(collector_pb2.StoredEpisode(error="deadline after 60 s")).startswith("errored: deadline after N")
+    loop = loop_with([ev("agent@1", "test", 3)], ["agent@1"])
+    loop.cfg.dyna = True
+    loop.collections = [
+        {"arm": "real", "env": "farm", "run_id": "run-r", "episodes": 10, "passed": 4, "errored": 0,
+         "by_kind": {"information": [3, 6], "transaction": [1, 4]}, "steps": 90, "browser_steps": 90, "seconds": 30.0,
+         "failures": []},
+        {"arm": "sim", "env": "127.0.0.1:1", "run_id": "run-s", "episodes": 10, "passed": 1, "errored": 0,
+         "by_kind": {"information": [1, 6], "transaction": [0, 4]}, "steps": 95, "browser_steps": 0, "seconds": 3.0,
+         "failures": [("answer: answer does not contain '…'", 9)]}]
+    md, js = write_report(loop.result(time.monotonic()), tmp_path, "webenv train --dyna")
+    text = md.read_text()
+    assert md.name == "dyna.md" and "| sim | 127.0.0.1:1 | 10 | 1 | 1/6 | 0/0 | 0/4 | 95 | 0 | 3 |" in text
+    assert "| 9 | answer: answer does not contain '…' |" in text
+    assert json.loads(js.read_text())["collections"][1]["browser_steps"] == 0
 
 
 class RecordingCollector:

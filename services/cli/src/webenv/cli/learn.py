@@ -32,8 +32,9 @@ import json
 import math
 import os
 import random
+import re
 import time
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -198,6 +199,7 @@ class Loop:
         self.restarted_runs: list[dict] = []  # runs cut off by a collector restart and started again
         self.checkpoints: list[dict] = []
         self.iterations: list[dict] = []  # per RL iteration: wall time, the sum of its phases, what overlapped
+        self.collections: list[dict] = []  # a Dyna run's two training collections: passes by kind, steps, failures
         self.t_start = time.monotonic()
         self.sharing = False  # an evaluation and a collection in flight together (--overlap): each gets half
         self.warm_ref = ""  # the BC warm start's checkpoint, once trained
@@ -380,8 +382,9 @@ class Loop:
                                         page_size=1000)
         return {t.family for t in paging.iterate(lambda r: self.sites.ListTasks(r, timeout=60), req, "tasks")}
 
-    def score(self, run_id: str, version: str, split: str) -> Evaluation:
-        """Success of a run, from the stored episodes (errored episodes count as failures)."""
+    def score(self, run_id: str, version: str, split: str, reasons: Counter | None = None) -> Evaluation:
+        """Success of a run, from the stored episodes (errored episodes count as failures); ``reasons``, when given,
+        counts each failed episode's first failing fact by its reason (values and numbers masked, see ``reason_key``)."""
         ev = Evaluation(version, split, run_id, 0, 0, defaultdict(lambda: [0, 0]), defaultdict(lambda: [0, 0]))
         req = collector_pb2.ReadEpisodesRequest(run_ids=[run_id], filter=collector_pb2.ExportFilter(include_errored=True))
         ids = []
@@ -392,6 +395,8 @@ class Loop:
             ev.passed += int(ep.passed)
             ev.truncated += int(ep.truncated)
             ev.errored += int(bool(ep.error))
+            if reasons is not None and not ep.passed:
+                reasons[reason_key(ep)] += 1
             seen = ev.outcomes.setdefault(ep.task.task_id, [0, 0])
             seen[0], seen[1] = seen[0] + int(ep.passed), seen[1] + 1
             for table, key in ((ev.by_kind, KINDS.get(ep.task.kind, "other")),
@@ -581,7 +586,7 @@ class Loop:
     def result(self, t_start: float) -> dict:
         return {"config": asdict(self.cfg), "wall_seconds": round(time.monotonic() - t_start, 1),
                 "timing": asdict(self.timing), "runs": self.runs, "restarted_runs": self.restarted_runs,
-                "checkpoints": self.checkpoints,
+                "checkpoints": self.checkpoints, "collections": self.collections,
                 "selected": self.selected(), "suites": self.suites(), "iterations": self.iterations,
                 "evaluations": [asdict(e) | {"rate": e.rate, "ci95": e.interval()} for e in self.evals]}
 
@@ -613,10 +618,29 @@ class Loop:
             run = self.run(f"collect-{arm}", policy=bc.ref, split=common_pb2.SPLIT_TRAIN,
                            episodes=cfg.collect_episodes, seed=cfg.seed * 1000 + 1, temperature=cfg.temperature,
                            env_address=env, sites=cfg.sim_sites, arm=True)
-            self.timing.collect += time.monotonic() - t0
+            seconds = time.monotonic() - t0
+            self.timing.collect += seconds
+            reasons: Counter = Counter()
+            got = self.score(run.run_id, bc.ref, f"collect:{arm}", reasons)
+            self.collections.append({"arm": arm, "env": env or "farm", "run_id": run.run_id, "episodes": got.episodes,
+                                     "passed": got.passed, "errored": got.errored, "by_kind": got.by_kind,
+                                     "steps": run.counts.steps, "browser_steps": 0 if env else run.counts.steps,
+                                     "seconds": round(seconds, 1), "failures": reasons.most_common(8)})
             cp = self.train(f"dyna-{arm}", algorithm, [demos.run_id, run.run_id], bc.ref, cfg.rl_epochs)
             self.evaluate(cp.ref, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{arm}-test")
         return self.result(t_start)
+
+
+def reason_key(ep: collector_pb2.StoredEpisode) -> str:
+    """Why a failed episode failed, as a key that groups alike episodes: the first failing fact's criterion kind and
+    reason with quoted values and numbers masked ("answer: answer does not contain '…'"), or the error, or the cap."""
+    if ep.error:
+        return "errored: " + re.sub(r"\d+", "N", ep.error)[:80]
+    for r in ep.verdict.results:
+        if r.outcome != common_pb2.FACT_OUTCOME_HOLDS:
+            reason = re.sub(r"\d+", "N", re.sub(r"'[^']*'|\"[^\"]*\"", "'…'", r.reason))
+            return f"{r.criterion_kind or 'fact'}: {reason[:90]}"
+    return "cut at the step cap" if ep.truncated else "no failing fact recorded"
 
 
 def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
@@ -677,6 +701,20 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
                   "| --- | --- | --- | --- | --- |"]
         lines += [f"| {i['iteration']} | {i['collected_with']} | {i['evaluated_during_collection'] or '-'} | "
                   f"{i['wall_seconds']:.0f} | {i['phase_seconds']:.0f} |" for i in iters]
+    if result.get("collections"):
+        lines += ["", "The arms' training collections (the BC policy's rollouts, judged where they ran: the farm's by the "
+                      "judge on the real site, the world model's by the judge against the simulated pages and site state):",
+                  "", "| arm | ran in | episodes | passed | " + " | ".join(KINDS.values()) + " | steps | browser steps | wall s |",
+                  "| --- |" + " --- |" * (8 + len(KINDS))]
+        for c in result["collections"]:
+            kinds = " | ".join(f"{p}/{n}" for p, n in (c["by_kind"].get(k, [0, 0]) for k in KINDS.values()))
+            lines.append(f"| {c['arm']} | {c['env']} | {c['episodes']} | {c['passed']} | {kinds} | {c['steps']} | "
+                         f"{c['browser_steps']} | {c['seconds']:.0f} |")
+        for c in result["collections"]:
+            if c["failures"]:
+                lines += ["", f"Why the {c['arm']} arm's failed rollouts failed (first failing fact, most common):", "",
+                          "| episodes | reason |", "| --- | --- |"]
+                lines += [f"| {n} | {reason.replace('|', '/')} |" for reason, n in c["failures"]]
     lines += ["", "Checkpoints:", "", "| ref | parent | from | episodes | examples | steps | loss | held-out examples acc | ex/s |",
               "| --- | --- | --- | --- | --- | --- | --- | --- | --- |"]
     for c in result["checkpoints"]:
