@@ -56,15 +56,16 @@ def test_a_dyna_report_shows_each_arms_training_data_and_why_its_rollouts_failed
     loop = loop_with([ev("agent@1", "test", 3)], ["agent@1"])
     loop.cfg.dyna = True
     loop.collections = [
-        {"arm": "real", "env": "farm", "run_id": "run-r", "episodes": 10, "passed": 4, "errored": 0,
+        {"arm": "real", "env": "farm", "address": "", "run_id": "run-r", "episodes": 10, "passed": 4, "errored": 0,
          "by_kind": {"information": [3, 6], "transaction": [1, 4]}, "steps": 90, "browser_steps": 90, "seconds": 30.0,
          "failures": []},
-        {"arm": "sim", "env": "127.0.0.1:1", "run_id": "run-s", "episodes": 10, "passed": 1, "errored": 0,
+        {"arm": "sim", "env": "world model", "address": "127.0.0.1:1", "run_id": "run-s", "episodes": 10, "passed": 1, "errored": 0,
          "by_kind": {"information": [1, 6], "transaction": [0, 4]}, "steps": 95, "browser_steps": 0, "seconds": 3.0,
          "failures": [("answer: answer does not contain '…'", 9)]}]
     md, js = write_report(loop.result(time.monotonic()), tmp_path, "webenv train --dyna")
     text = md.read_text()
-    assert md.name == "dyna.md" and "| sim | 127.0.0.1:1 | 10 | 1 | 1/6 | 0/0 | 0/4 | 95 | 0 | 3 |" in text
+    assert md.name == "dyna.md" and "| sim | world model | 10 | 1 | 1/6 | 0/0 | 0/4 | 95 | 0 | 3 |" in text
+    assert "| --- |" + " --- |" * 9 + "\n| real |" in text  # the separator row has as many cells as the header
     assert "| 9 | answer: answer does not contain '…' |" in text
     assert json.loads(js.read_text())["collections"][1]["browser_steps"] == 0
 

@@ -622,7 +622,7 @@ class Loop:
             self.timing.collect += seconds
             reasons: Counter = Counter()
             got = self.score(run.run_id, bc.ref, f"collect:{arm}", reasons)
-            self.collections.append({"arm": arm, "env": env or "farm", "run_id": run.run_id, "episodes": got.episodes,
+            self.collections.append({"arm": arm, "env": "world model" if env else "farm", "address": env, "run_id": run.run_id, "episodes": got.episodes,
                                      "passed": got.passed, "errored": got.errored, "by_kind": got.by_kind,
                                      "steps": run.counts.steps, "browser_steps": 0 if env else run.counts.steps,
                                      "seconds": round(seconds, 1), "failures": reasons.most_common(8)})
@@ -705,7 +705,7 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
         lines += ["", "The arms' training collections (the BC policy's rollouts, judged where they ran: the farm's by the "
                       "judge on the real site, the world model's by the judge against the simulated pages and site state):",
                   "", "| arm | ran in | episodes | passed | " + " | ".join(KINDS.values()) + " | steps | browser steps | wall s |",
-                  "| --- |" + " --- |" * (8 + len(KINDS))]
+                  "| --- |" + " --- |" * (6 + len(KINDS))]
         for c in result["collections"]:
             kinds = " | ".join(f"{p}/{n}" for p, n in (c["by_kind"].get(k, [0, 0]) for k in KINDS.values()))
             lines.append(f"| {c['arm']} | {c['env']} | {c['episodes']} | {c['passed']} | {kinds} | {c['steps']} | "
