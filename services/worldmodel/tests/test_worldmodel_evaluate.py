@@ -53,6 +53,9 @@ async def test_evaluation_scores_baselines_shares_and_intervals(transitions_file
     assert sum(v["n"] for v in ss["by_decider"].values()) == ss["transitions"]
     md = to_markdown(res)
     assert "diff F1" in md and "retrieval_only" in md and "| share |" in md
+    # the report says whether the held-out websites' families were trained on (MiniWoB++ pages were not)
+    assert res["unseen_families"] == [] and "same families" in md
+    assert "families never trained on: miniwob)" in to_markdown({**res, "unseen_families": ["miniwob"]})
 
 
 async def test_leave_one_family_out_indexes_no_site_of_the_family(transitions_file: Path, tiny_model: str) -> None:

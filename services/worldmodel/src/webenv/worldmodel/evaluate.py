@@ -343,6 +343,9 @@ async def evaluate(records: list[TransitionRecord], predictor: Predictor | None,
         "held_out_family": held_out_family,
         "test_sites": len({r.site for ep in test_eps.values() for r in ep}), "train_sites": len({r.site for r in train}),
         "train_transitions": len(train), "test_transitions": sum(len(ep) for ep in test_eps.values()),
+        # families of held-out websites no training website shares (MiniWoB++ pages: bench/worldmodel_miniwob.py)
+        "unseen_families": sorted({family_of(r.site) for ep in test_eps.values() for r in ep}
+                                  - {family_of(r.site) for r in train}),
         "single_step": await single_step(test_eps, models, limit, lm_limit),
     }
     if predictor is not None:
@@ -356,11 +359,13 @@ def to_markdown(res: dict) -> str:
     """The tables of an evaluation."""
     ss = res["single_step"]
     fam = res.get("held_out_family")
+    unseen = res.get("unseen_families")
+    families = f"families never trained on: {', '.join(unseen)}" if unseen else "same families"
     scope = (f"Leave-one-family-out ({fam}): {ss['transitions']} transitions of {res['test_sites']} websites of the "
              f"{fam} family, none indexed; retrieval from {res['train_sites']} websites of the other families "
              f"({res['train_transitions']} transitions), no language model." if fam else
              f"Held-out websites only: {ss['transitions']} transitions of {res['test_sites']} websites never seen in "
-             f"training ({res['train_transitions']} training transitions on {res['train_sites']} websites; same families).")
+             f"training ({res['train_transitions']} training transitions on {res['train_sites']} websites; {families}).")
 
     def ci(s: dict, key: str) -> str:
         if key not in s:  # an evaluation written before the score existed
