@@ -30,16 +30,20 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, quote_plus, urlsplit
 
 from webenv.worldmodel import diff
-from webenv.worldmodel.compose import PageView, word_map_lines
-from webenv.worldmodel.dataset import _target_index, page_lines
-from webenv.worldmodel.page import Node, action_kind, family_of, page_kind, parse_line, resolve
+from webenv.worldmodel.compose import TEXT_FIELDS, PageView, word_map_lines
+from webenv.worldmodel.dataset import page_lines
+from webenv.worldmodel.page import Node, action_kind, family_of, page_kind, parse_line, resolve, target_line
 
 _SELECTOR = re.compile(r'^\w+\("((?:[^"\\]|\\.)*)"')
 _ARG_TEXT = re.compile(r',\s*"((?:[^"\\]|\\.)*)"\)\s*$')
 _STATE_VALUE = re.compile(r'value=("(?:[^"\\]|\\.)*")')
 _ID = re.compile(r"^([\t ]*)\[(\d+)\] ")
 WEIGHTS = {"role": 3.0, "selector": 5.0, "href_kind": 4.0, "name": 2.0, "modal": 2.0, "in_modal": 2.0,
-           "login": 1.0, "src_kind": 1.0, "has_value": 1.0}
+           "login": 1.0, "src_kind": 1.0, "has_value": 1.0, "filled": 6.0}
+#: Features compared only when this action has them: an action by element id (`click(19)`, every trained policy's)
+#: says nothing about CSS selectors, so matching it by selector would prefer the crawl's and the explorer's id actions
+#: over the oracle's selector actions on the same element, whatever they did.
+OPTIONAL = ("selector",)
 
 
 def _path(url: str) -> str:
@@ -81,7 +85,7 @@ class Context:
             out["HREF"] = _path(self.href)
         for n in self.nodes:
             m = _STATE_VALUE.search(n.states)
-            if m and n.role in ("searchbox", "textbox", "combobox", "spinbutton"):
+            if m and n.role in TEXT_FIELDS:
                 try:
                     out.setdefault(f"V:{n.role}", json.loads(m.group(1)))
                 except json.JSONDecodeError:
@@ -92,9 +96,17 @@ class Context:
         return out
 
 
+def _filled(nodes: list[Node]) -> str:
+    fields = [n for n in nodes if n.role in TEXT_FIELDS]
+    if not fields:
+        return ""
+    n = sum(1 for f in fields if _STATE_VALUE.search(f.states))
+    return "all" if n == len(fields) else ("some" if n else "none")
+
+
 def context(page: PageView, action_text: str) -> Context:
     lines = page_lines(page)
-    t = _target_index(lines, action_text)
+    t = target_line(lines, action_text)
     nodes = [parse_line(line) for line in page.state.split("\n")]
     node = nodes[t] if t is not None and t < len(nodes) else None
     href = resolve(page.url, page.links.get(node.node_id or "", "")) if node is not None and node.node_id else ""
@@ -117,6 +129,10 @@ def context(page: PageView, action_text: str) -> Context:
         "login": str(any(v.startswith("/login") for v in page.links.values())),
         "src_kind": page_kind(page.url),
         "has_value": str(bool(node and "value=" in node.states)),
+        # what a button submits: whether the page's text fields are all filled, some, or none (a login form
+        # submitted half empty fails, filled it may pass: the strongest feature, or the crawl's many half-empty
+        # submissions outvote the few complete ones)
+        "filled": _filled(nodes) if node is not None and node.role == "button" else "",
     }
     return Context(page, action_text, action_kind(action_text), nodes, t if node is not None else None, features, href)
 
@@ -272,7 +288,9 @@ class PageActions:
 
     def candidates(self, ctx: Context, top: int = 12) -> tuple[float, list[Outcome]]:
         bucket = self.index.get((family_of(ctx.page.url), ctx.kind)) or []
-        scored = [(sum(w for k, w in WEIGHTS.items() if f.get(k) == ctx.features.get(k)), o) for f, o in bucket]
+        wild = {k for k in OPTIONAL if not ctx.features.get(k)}
+        scored = [(sum(w for k, w in WEIGHTS.items() if k in wild or f.get(k) == ctx.features.get(k)), o)
+                  for f, o in bucket]
         if not scored:
             return 0.0, []
         best = max(s for s, _ in scored)

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import json
 import random
-import re
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,7 +33,7 @@ from urllib.parse import urljoin, urlsplit
 from pydantic import BaseModel, ConfigDict
 from webenv.worldmodel import diff
 from webenv.worldmodel.compose import PageView
-from webenv.worldmodel.page import action_kind, links_from_markdown, target_id
+from webenv.worldmodel.page import action_kind, links_from_markdown, target_id_of_line, target_line
 
 PROMPT_END = "<predict>\n"
 PROMPT_END_REASON = "<predict reason>\n"
@@ -167,46 +166,6 @@ def page_lines(page: PageView) -> list[str]:
     return out
 
 
-def target_id_of_line(line: str) -> str | None:
-    s = line.lstrip("\t ")
-    if s.startswith("["):
-        end = s.find("]")
-        if end > 1:
-            return s[1:end]
-    return None
-
-
-_SELECTOR = re.compile(r'^\w+\("((?:[^"\\]|\\.)*)"')
-_WORD = re.compile(r"[A-Za-z]+|\d+")
-_ROLE_HINTS = {"search": "searchbox", "btn": "button", "submit": "button", "close": "button", "accept": "button",
-               "link": "link", "item": "link", "page": "link"}
-
-
-def _target_index(lines: list[str], action_text: str) -> int | None:
-    """The line of the element an action names: by id, or for a CSS selector the interactive line sharing most of
-    its words (`#search-q` -> the searchbox, `a.item-link[data-item="P1003"]` -> the link to .../P1003)."""
-    tid = target_id(action_text)
-    if tid is not None:
-        for i, line in enumerate(lines):
-            if target_id_of_line(line) == tid:
-                return i
-        return None
-    m = _SELECTOR.match(action_text)
-    if not m:
-        return None
-    words = {w.lower() for w in _WORD.findall(m.group(1).replace('\\"', '"'))} - {"f", "a", "data", "id"}
-    if not words:
-        return None
-    roles = {_ROLE_HINTS[w] for w in words if w in _ROLE_HINTS}
-    best, best_score = None, 0.0
-    for i, line in enumerate(lines):
-        if target_id_of_line(line) is None:
-            continue
-        text = {w.lower() for w in _WORD.findall(line.split("] ", 1)[-1])}
-        score = len(words & text) + (0.5 if any(f" {r} " in f" {line.split('] ', 1)[-1]} " for r in roles) else 0)
-        if score > best_score:
-            best, best_score = i, score
-    return best
 
 
 def window(lines: list[str], target: int | None, max_lines: int, head: int = 5) -> list[int]:
@@ -240,7 +199,7 @@ def build_prompt(instruction: str, history: list[tuple[str, str]], page: PageVie
                  max_lines: int = 24, reason: bool = False) -> str:
     """The prompt shared by training and serving. `history` holds (url, action_text), oldest first."""
     lines = page_lines(page)
-    t = _target_index(lines, action_text)
+    t = target_line(lines, action_text)
     shown: list[str] = []
     last = -1
     for i in window(lines, t, max_lines):
@@ -316,7 +275,7 @@ Reasoner = Callable[[TransitionRecord], str]
 def rule_reasoner(r: TransitionRecord) -> str:
     """A deterministic stand-in for an LLM explanation: what the element is and what the action does to the page."""
     lines = page_lines(r.page)
-    t = _target_index(lines, r.action_text)
+    t = target_line(lines, r.action_text)
     what = lines[t].strip() if t is not None else "the element the selector names"
     if r.next_url != r.url:
         effect = f"loads {_path(r.next_url)}" + (" (its link target)" if t is not None and _path(r.next_url) in lines[t] else "")

@@ -127,3 +127,45 @@ def target_id(action_text: str) -> str | None:
 
 def action_kind(action_text: str) -> str:
     return action_text.split("(", 1)[0]
+
+
+def target_id_of_line(line: str) -> str | None:
+    s = line.lstrip("\t ")
+    if s.startswith("["):
+        end = s.find("]")
+        if end > 1:
+            return s[1:end]
+    return None
+
+
+_SELECTOR = re.compile(r'^\w+\("((?:[^"\\]|\\.)*)"')
+_WORD = re.compile(r"[A-Za-z]+|\d+")
+_ROLE_HINTS = {"search": "searchbox", "btn": "button", "submit": "button", "close": "button", "accept": "button",
+               "link": "link", "item": "link", "page": "link"}
+
+
+def target_line(lines: list[str], action_text: str) -> int | None:
+    """The line of the element an action names: by id, or for a CSS selector the interactive line sharing most of
+    its words (`#search-q` -> the searchbox, `a.item-link[data-item="P1003"]` -> the link to .../P1003)."""
+    tid = target_id(action_text)
+    if tid is not None:
+        for i, line in enumerate(lines):
+            if target_id_of_line(line) == tid:
+                return i
+        return None
+    m = _SELECTOR.match(action_text)
+    if not m:
+        return None
+    words = {w.lower() for w in _WORD.findall(m.group(1).replace('\\"', '"'))} - {"f", "a", "data", "id"}
+    if not words:
+        return None
+    roles = {_ROLE_HINTS[w] for w in words if w in _ROLE_HINTS}
+    best, best_score = None, 0.0
+    for i, line in enumerate(lines):
+        if target_id_of_line(line) is None:
+            continue
+        text = {w.lower() for w in _WORD.findall(line.split("] ", 1)[-1])}
+        score = len(words & text) + (0.5 if any(f" {r} " in f" {line.split('] ', 1)[-1]} " for r in roles) else 0)
+        if score > best_score:
+            best, best_score = i, score
+    return best
