@@ -89,3 +89,28 @@ def test_page_helpers() -> None:
     nodes = parse(_page(TEST, "/").state)
     assert [r.role for r in regions(nodes)] == ["banner", "main", "contentinfo"]
     assert shift_ids(['\t[9] heading "x"', 'StaticText "[3] y"'], 2) == ['\t[11] heading "x"', 'StaticText "[3] y"']
+
+
+def test_a_selector_action_and_an_id_action_on_one_button_are_one_kind_and_a_search_that_found_is_preferred() -> None:
+    from webenv.worldmodel.page import target_line
+
+    home = ('[1] banner\n\t[2] search\n\t\t[3] searchbox "Go" value="{q}"\n\t\t[4] button "Go"\n[5] main\n'
+            '\t[6] heading "Welcome"')
+    lines = home.format(q="x").split("\n")
+    # `#search-btn`: its last hinted word says button; the searchbox and the search landmark share only its first word
+    assert target_line(lines, 'click("#search-btn")') == 3 and target_line(lines, "click(4)") == 3
+
+    def results(*names: str) -> str:
+        return "[1] banner\n[5] main\n" + "\n".join(f'\t[{7 + i}] link "{n}"' for i, n in enumerate(names))
+
+    ex = Exemplars()
+    # the crawl's random query found nothing; the oracle's selector search found the record it typed
+    ex.add("shop-0000.web.test", "http://shop-0000.web.test/", home.format(q="qwerty"), "click(4)",
+           "http://shop-0000.web.test/products?q=qwerty", results("Teapot", "Kettle"), {})
+    ex.add("shop-0000.web.test", "http://shop-0000.web.test/", home.format(q="Blue Lamp"), 'click("#search-btn")',
+           "http://shop-0000.web.test/products?q=Blue+Lamp", results("Blue Lamp"), {})
+    here = PageView("http://shop-0002.web.test/", home.format(q="Red Chair"))
+    best = ex.best(here, "click(4)", "http://shop-0002.web.test/products?q=Red+Chair")
+    assert best is not None and best.found and best.target_role == "button"
+    page = compose(here, "click(4)", "http://shop-0002.web.test/products?q=Red+Chair", best)
+    assert 'link "Red Chair"' in page.state  # the record searched for is on the simulated results page

@@ -156,16 +156,22 @@ def target_line(lines: list[str], action_text: str) -> int | None:
     m = _SELECTOR.match(action_text)
     if not m:
         return None
-    words = {w.lower() for w in _WORD.findall(m.group(1).replace('\\"', '"'))} - {"f", "a", "data", "id"}
+    ordered = [w.lower() for w in _WORD.findall(m.group(1).replace('\\"', '"'))]
+    words = set(ordered) - {"f", "a", "data", "id"}
     if not words:
         return None
     roles = {_ROLE_HINTS[w] for w in words if w in _ROLE_HINTS}
+    # the last word with a role hint names the element's kind (`#search-btn` is a button, not the searchbox or the
+    # search landmark its other word matches): a line of that role outranks any word overlap
+    kind = next((_ROLE_HINTS[w] for w in reversed(ordered) if w in _ROLE_HINTS), None)
     best, best_score = None, 0.0
     for i, line in enumerate(lines):
         if target_id_of_line(line) is None:
             continue
-        text = {w.lower() for w in _WORD.findall(line.split("] ", 1)[-1])}
-        score = len(words & text) + (0.5 if any(f" {r} " in f" {line.split('] ', 1)[-1]} " for r in roles) else 0)
+        body = f" {line.split('] ', 1)[-1]} "
+        text = {w.lower() for w in _WORD.findall(body)}
+        score = len(words & text) + (0.5 if any(f" {r} " in body for r in roles) else 0) + \
+            (10.0 if kind and body.startswith(f" {kind} ") else 0)
         if score > best_score:
             best, best_score = i, score
     return best
