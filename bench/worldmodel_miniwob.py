@@ -24,7 +24,7 @@ from pathlib import Path
 
 import grpc
 from webenv.cli.stack import Stack
-from webenv.cli.wmbuild import COLLECTION_SERVICES, worldmodel
+from webenv.cli.wmbuild import COLLECTION_SERVICES, export_transitions, worldmodel
 from webenv.client.watch import to_end
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, policy_pb2, policy_pb2_grpc
 
@@ -51,13 +51,7 @@ def record(stack: Stack, policy: str, task_ids: list[str], repeats: int, horizon
     last = to_end(lambda: stub.WatchRun(collector_pb2.WatchRunRequest(run_id=run.run_id)))
     if last is None or last.run.state != collector_pb2.RUN_STATE_SUCCEEDED:
         raise RuntimeError(f"{policy} run {run.run_id} did not succeed: {last.run.error if last else 'no answer'}")
-    files = {}
-    for fmt, name in ((common_pb2.OBSERVATION_FORMAT_AXTREE, "axtree"), (common_pb2.OBSERVATION_FORMAT_MARKDOWN, "markdown")):
-        dest = data / "export" / policy / name
-        r = stub.ExportRun(collector_pb2.ExportRunRequest(
-            run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_TRANSITIONS, destination=str(dest.resolve()),
-            transition_format=fmt), timeout=600)
-        files[name] = r.paths[0]
+    files = export_transitions(stub, run.run_id, data / "export" / policy)
     c = last.run.counts
     print(f"{policy}: {c.finished} episodes ({c.passed} passed, {c.errored} errored), {c.steps} steps "
           f"in {time.monotonic() - t0:.0f} s", flush=True)

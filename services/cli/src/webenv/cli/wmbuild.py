@@ -114,6 +114,17 @@ def level_spec(level: str, sites: dict[str, dict[str, str]], plan: BuildPlan) ->
     return spec
 
 
+def export_transitions(stub: collector_pb2_grpc.CollectorServiceStub, run_id: str, folder: Path) -> dict[str, str]:
+    """A run's TRANSITIONS exports the world model's dataset joins: {"axtree": path, "markdown": path} under folder."""
+    files = {}
+    for fmt, name in ((common_pb2.OBSERVATION_FORMAT_AXTREE, "axtree"), (common_pb2.OBSERVATION_FORMAT_MARKDOWN, "markdown")):
+        r = stub.ExportRun(collector_pb2.ExportRunRequest(
+            run_id=run_id, format=collector_pb2.EXPORT_FORMAT_TRANSITIONS, destination=str((folder / name).resolve()),
+            transition_format=fmt), timeout=600)
+        files[name] = r.paths[0]
+    return files
+
+
 def collect(stack: Stack, plan: BuildPlan, data: Path, say: Say, watch: Callable | None = None) -> dict:
     """Run the three levels on a started stack and export them as TRANSITIONS (a11y tree and Markdown, whose
     links carry the href the a11y tree leaves out). Returns what was collected."""
@@ -137,13 +148,7 @@ def collect(stack: Stack, plan: BuildPlan, data: Path, say: Say, watch: Callable
         c = last.run.counts
         if last.run.state != collector_pb2.RUN_STATE_SUCCEEDED:
             raise RuntimeError(f"{level} run {run.run_id} ended {collector_pb2.RunState.Name(last.run.state)}: {last.run.error}")
-        files = {}
-        for fmt, name in ((common_pb2.OBSERVATION_FORMAT_AXTREE, "axtree"), (common_pb2.OBSERVATION_FORMAT_MARKDOWN, "markdown")):
-            dest = data / "export" / level / name
-            r = stub.ExportRun(collector_pb2.ExportRunRequest(
-                run_id=run.run_id, format=collector_pb2.EXPORT_FORMAT_TRANSITIONS, destination=str(dest.resolve()),
-                transition_format=fmt), timeout=600)
-            files[name] = r.paths[0]
+        files = export_transitions(stub, run.run_id, data / "export" / level)
         runs[level] = {"run_id": run.run_id, "policy": spec.policy, "episodes": c.finished, "errored": c.errored,
                        "steps": c.steps, "seconds": round(time.monotonic() - t0, 1), "files": files}
         say(f"{level}: {c.finished} episodes, {c.steps} steps ({c.errored} errored) in {runs[level]['seconds']:.0f}s")
