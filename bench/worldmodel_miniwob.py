@@ -16,6 +16,7 @@ third row of "unseen": pages built by other people, with other markup, layouts a
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -103,7 +104,7 @@ def main() -> int:
     dataset = ["dataset", "--sites", str(data / "sites.json"), "--out", str(joined)]
     for r in runs.values():
         dataset += ["--export", f"task_oriented:{r['files']['axtree']}:{r['files']['markdown']}"]
-    say = lambda line: print(line, flush=True)  # noqa: E731
+    say = functools.partial(print, flush=True)
     worldmodel(dataset, say)
     out = Path(args.out)
     worldmodel(["evaluate", "--data", str(train_only), "--data", str(joined), "--model", str(model),

@@ -622,7 +622,8 @@ class Loop:
             self.timing.collect += seconds
             reasons: Counter = Counter()
             got = self.score(run.run_id, bc.ref, f"collect:{arm}", reasons)
-            self.collections.append({"arm": arm, "env": "world model" if env else "farm", "address": env, "run_id": run.run_id, "episodes": got.episodes,
+            self.collections.append({"arm": arm, "env": "world model" if env else "farm", "address": env,
+                                     "run_id": run.run_id, "episodes": got.episodes,
                                      "passed": got.passed, "errored": got.errored, "by_kind": got.by_kind,
                                      "steps": run.counts.steps, "browser_steps": 0 if env else run.counts.steps,
                                      "seconds": round(seconds, 1), "failures": reasons.most_common(8)})

@@ -30,11 +30,20 @@ from dataclasses import dataclass, field
 from urllib.parse import quote, quote_plus, urlsplit
 
 from webenv.worldmodel import diff
-from webenv.worldmodel.compose import TEXT_FIELDS, PageView, word_map_lines
+from webenv.worldmodel.compose import PageView, word_map_lines
 from webenv.worldmodel.dataset import page_lines
-from webenv.worldmodel.page import Node, action_kind, family_of, page_kind, parse_line, resolve, target_line
+from webenv.worldmodel.page import (
+    SELECTOR,
+    TEXT_FIELDS,
+    Node,
+    action_kind,
+    family_of,
+    page_kind,
+    parse_line,
+    resolve,
+    target_line,
+)
 
-_SELECTOR = re.compile(r'^\w+\("((?:[^"\\]|\\.)*)"')
 _ARG_TEXT = re.compile(r',\s*"((?:[^"\\]|\\.)*)"\)\s*$')
 _STATE_VALUE = re.compile(r'value=("(?:[^"\\]|\\.)*")')
 _ID = re.compile(r"^([\t ]*)\[(\d+)\] ")
@@ -118,7 +127,7 @@ def context(page: PageView, action_text: str) -> Context:
             while j < len(nodes) and nodes[j].depth > nodes[i].depth:
                 j += 1
             in_modal = in_modal or i <= t < j
-    sel = _SELECTOR.match(action_text)
+    sel = SELECTOR.match(action_text)
     features = {
         "role": node.role if node else "",
         "selector": re.sub(r'"[^"]*"', '""', sel.group(1)) if sel else "",
@@ -129,9 +138,10 @@ def context(page: PageView, action_text: str) -> Context:
         "login": str(any(v.startswith("/login") for v in page.links.values())),
         "src_kind": page_kind(page.url),
         "has_value": str(bool(node and "value=" in node.states)),
-        # what a button submits: whether the page's text fields are all filled, some, or none (a login form
-        # submitted half empty fails, filled it may pass: the strongest feature, or the crawl's many half-empty
-        # submissions outvote the few complete ones)
+        # what a button submits: whether the page's text fields (all of them, a banner's search box too) show a
+        # value: all, some or none. The farm's tree never shows a password's value, so a login form reads "some"
+        # at best, filled or not; the strongest feature, so that the crawl's many empty submissions do not outvote
+        # the oracle's filled ones
         "filled": _filled(nodes) if node is not None and node.role == "button" else "",
     }
     return Context(page, action_text, action_kind(action_text), nodes, t if node is not None else None, features, href)

@@ -24,6 +24,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 
 from webenv.worldmodel.page import (
+    TEXT_FIELDS,
     Node,
     family_of,
     first_id,
@@ -36,9 +37,6 @@ from webenv.worldmodel.page import (
     target_id,
     target_line,
 )
-
-#: The roles whose value a form submits as typed text.
-TEXT_FIELDS = ("searchbox", "textbox", "combobox", "spinbutton")
 
 
 @dataclass

@@ -138,7 +138,10 @@ def target_id_of_line(line: str) -> str | None:
     return None
 
 
-_SELECTOR = re.compile(r'^\w+\("((?:[^"\\]|\\.)*)"')
+#: The CSS selector an action names (`click("#search-btn")` -> `#search-btn`).
+SELECTOR = re.compile(r'^\w+\("((?:[^"\\]|\\.)*)"')
+#: The roles whose value a form submits as typed text.
+TEXT_FIELDS = ("searchbox", "textbox", "combobox", "spinbutton")
 _WORD = re.compile(r"[A-Za-z]+|\d+")
 _ROLE_HINTS = {"search": "searchbox", "btn": "button", "submit": "button", "close": "button", "accept": "button",
                "link": "link", "item": "link", "page": "link"}
@@ -153,7 +156,7 @@ def target_line(lines: list[str], action_text: str) -> int | None:
             if target_id_of_line(line) == tid:
                 return i
         return None
-    m = _SELECTOR.match(action_text)
+    m = SELECTOR.match(action_text)
     if not m:
         return None
     ordered = [w.lower() for w in _WORD.findall(m.group(1).replace('\\"', '"'))]
