@@ -13,6 +13,7 @@ def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:
     loop = Loop.__new__(Loop)  # no services: only the recorded evaluations and checkpoints are read
     loop.cfg, loop.evals, loop.runs, loop.timing = LoopConfig(holdout_family="shop", overlap=True), evals, {}, Timing()
     loop.live, loop.sharing, loop.restarted_runs, loop.collections = set(), False, [], []
+    loop.miniwob_ids, loop.handmade_ids = (), ()
     loop.checkpoints = [{"ref": r, "parent": "", "label": r, "episodes": 1, "examples": 1, "steps": 1, "loss": 0.1,
                          "validation_accuracy": 0.5, "examples_per_second": 1.0} for r in refs]
     loop.iterations = [{"iteration": 1, "collected_with": "agent@1", "evaluated_during_collection": "agent@1",
@@ -198,14 +199,15 @@ class RecordingPolicy:
 
 
 def test_eval_mode_selected_runs_the_reported_suites_only_on_bc_and_the_checkpoint_chosen_on_validation():
-    """`--eval-mode selected`: every RL checkpoint runs validation; test, the held-out family and MiniWoB++ run on
-    the BC warm start and, after the loop, on the one chosen on validation (no test figure of any other exists)."""
+    """`--eval-mode selected`: every RL checkpoint runs validation; test, the held-out family, MiniWoB++ and the
+    hand-made websites run on the BC warm start and, after the loop, on the one chosen on validation (no test figure of any other exists)."""
     from types import SimpleNamespace
 
     loop = loop_with([], [])
     loop.cfg.eval_mode, loop.cfg.iterations, loop.cfg.overlap, loop.cfg.train_eval_episodes = "selected", 3, False, 0
     loop.cfg.baselines, loop.cfg.oracle_ceiling, loop.cfg.reference_demo_episodes = (), False, 0
     loop.say, loop.miniwob_ids, loop.policy = (lambda _: None), ("miniwob/click-test",), RecordingPolicy()
+    loop.handmade_ids = ("rubric/handmade-quillpine-1",)
     validation = {"agent@1": 2, "agent@2": 6, "agent@3": 4, "agent@4": 5}  # agent@2 is the best on validation
 
     def fake_evaluate(version, suite, label, run_args):
@@ -224,9 +226,10 @@ def test_eval_mode_selected_runs_the_reported_suites_only_on_bc_and_the_checkpoi
     loop.run = lambda *a, **k: SimpleNamespace(run_id="run-demos")
     result = loop.run_loop()
     ran = {(e.version, e.split) for e in loop.evals}
-    reported = {"test", "family:shop", "miniwob"}
+    reported = {"test", "family:shop", "miniwob", "handmade"}
     assert {v for v, s in ran if s == "validation"} == {"agent@1", "agent@2", "agent@3", "agent@4"}
     assert {v for v, s in ran if s in reported} == {"agent@1", "agent@2"}  # BC and the selected only
     assert {s for v, s in ran if v == "agent@2"} == reported | {"validation"}
     assert result["selected"]["ref"] == "agent@2" and loop.policy.loaded == ["agent@2"]
-    assert [e.split for e in loop.evals if e.version == "agent@2"] == ["validation", "test", "family:shop", "miniwob"]
+    assert [e.split for e in loop.evals if e.version == "agent@2"] == ["validation", "test", "family:shop", "miniwob",
+                                                                        "handmade"]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import textwrap
 from pathlib import Path
 
@@ -129,6 +130,38 @@ def test_malformed_rubric_json_names_every_field(tmp_path: Path) -> None:
     lines = str(info.value).splitlines()
     assert lines[0] == f"{f}[0]: website: Value error, task 'a': start URL 'ftp://x' scheme ftp: is not http or https", lines
     assert [ln.split(": ")[1] for ln in lines[1:]] == ["task_id", "instruction", "fact_groups"], lines
+
+
+def test_a_rubric_tasks_oracle_is_read_in_the_action_grammar(tmp_path: Path) -> None:
+    """A rubric JSON task may carry its reference solution (Task.oracle); a malformed action names its place."""
+    task = {"task_id": "hours", "website": "http://clinic.web.test/", "task": "When does it open on Saturday?",
+            "fact_groups": [{"facts": [{"description": "9 a.m.", "criterion": {"answer": {"mode": "MATCH_MODE_CONTAINS",
+                                                                                          "expected": "9 a.m."}}}]}],
+            "oracle": ["click(\"a[href='hours.html']\")", "answer(\"9 a.m. to noon\")"]}
+    good = tmp_path / "good.json"
+    good.write_text(json.dumps([task]))
+    (t,) = rubricjson.load_file(good)
+    assert t.oracle[0].click.target.selector == "a[href='hours.html']" and t.oracle[1].answer.text == "9 a.m. to noon"
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps([task, task | {"task_id": "b", "oracle": ["click(\"a\")", "clik(3)"]}]))
+    with pytest.raises(TaskFileError) as info:
+        rubricjson.load_file(bad)
+    (line,) = str(info.value).splitlines()
+    assert line.startswith(f"{bad}[1]: oracle[1]: ") and "clik" in line and len(line) < 400, line
+
+
+async def test_hand_made_sites_are_served_on_their_hosts(sites_service) -> None:
+    """The hand-written websites (data/handmade/<host>/) are served by Host, with their 40 tasks in the catalog."""
+    tasks = [t for t in sites_service.world.tasks.tasks if t.metadata.get("rubric_file", "").endswith("handmade.json")]
+    assert len(tasks) == 40 and all(t.source == pb.TASK_SOURCE_RUBRIC_JSON and t.oracle for t in tasks)
+    hosts = sorted({t.site for t in tasks})
+    assert len(hosts) >= 5 and all(h.endswith(".web.test") for h in hosts), hosts
+    base = f"http://127.0.0.1:{sites_service.http_port}"
+    for host in hosts:
+        async with httpx.AsyncClient(base_url=base, headers={"host": host}) as c:
+            home = await c.get("/")
+            assert home.status_code == 200 and "<h1" in home.text, host
+            assert (await c.get("/no-such-page.html")).status_code == 404, host
 
 
 async def test_miniwob_pages_served_with_assets(sites_service) -> None:

@@ -65,7 +65,10 @@ SUITES = {
     "test": "new instances of known task templates on websites never trained on (reported, never tuned on)",
     "family": "a site family never trained on (leave-one-family-out)",
     "miniwob": "MiniWoB++ tasks, zero-shot (no MiniWoB episode is ever trained on)",
+    "handmade": "websites written by hand, unlike the generator's templates (facts in prose, lists, tables), zero-shot",
 }
+#: The task file of the hand-made suite (the sites service's data/rubric/handmade.json, TaskFilter.task_files).
+HANDMADE_FILE = "handmade.json"
 #: The family of the MiniWoB++ tasks (the sites service's catalog), excluded from every training job.
 MINIWOB_FAMILY = "miniwob"
 # A collector restart: its runs' watchers wait this long for it (the restart, then its sweep failing the run it
@@ -117,6 +120,7 @@ class LoopConfig:
     # MiniWoB's pages give an episode 10 s from the start: 20 sessions opened at once on 2 loaded cores all ran out
     # before their first step (smoke run), so its suite runs a few at a time
     miniwob_concurrency: int = 2
+    handmade_tasks: int = 40  # tasks of the hand-made websites' suite, one episode each per evaluation (0 = skip)
     # Evaluate version k while iteration k+1 collects with the same version k (`--overlap`): no rollout is older
     # than in the sequential loop (the collection uses the version being evaluated), only the wall time changes.
     # Evaluation was 53% of the sequential loop's wall time (bench/results/learning.md before this option).
@@ -192,6 +196,7 @@ class Loop:
         self.sites = task_pb2_grpc.TaskServiceStub(grpc.insecure_channel(sites)) if sites else None
         self.train_families: tuple[str, ...] = ()  # with a held-out family: every other one (set by prepare)
         self.miniwob_ids: tuple[str, ...] = ()  # MiniWoB++ tasks of the zero-shot suite (set by prepare)
+        self.handmade_ids: tuple[str, ...] = ()  # tasks of the hand-made websites (set by prepare)
         self.timing = Timing()
         self.evals: list[Evaluation] = []
         self.runs: dict[str, str] = {}
@@ -208,9 +213,10 @@ class Loop:
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
             kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = (),
             families: tuple[str, ...] | None = None, task_ids: tuple[str, ...] = (),
-            concurrency: int = 0, arm: bool = False, history: tuple[str, ...] = ()) -> collector_pb2.Run:
+            source: int = common_pb2.TASK_SOURCE_MINIWOB, concurrency: int = 0, arm: bool = False,
+            history: tuple[str, ...] = ()) -> collector_pb2.Run:
         """A run on synthetic tasks of ``split`` (of the trained families unless ``families`` names others), or on
-        the MiniWoB++ ``task_ids``. Only an RL collection (``arm``) samples tasks by the loop's strategy (a frontier
+        the ``task_ids`` of ``source`` (MiniWoB++, or the hand-made websites' rubric JSON tasks). Only an RL collection (``arm``) samples tasks by the loop's strategy (a frontier
         reads ``history``, the loop's own training runs); every other run samples uniformly from its seed, so an
         evaluation runs the same tasks for every version (a frontier evaluation would follow each version's
         history and compare versions on different tasks)."""
@@ -225,7 +231,7 @@ class Loop:
                                             hard=self.cfg.horizons[2], oracle_slack=self.cfg.oracle_slack),
         )
         if task_ids:
-            spec.tasks.sources.append(common_pb2.TASK_SOURCE_MINIWOB)
+            spec.tasks.sources.append(source)
             spec.tasks.task_ids.extend(task_ids)
         else:
             spec.tasks.split = split
@@ -235,7 +241,8 @@ class Loop:
         spec.tasks.sites.extend(sites)
         # the judge reads HTML (page criteria); the policy and the trainer read the AXTREE, the one format kept
         spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
-        if task_ids:  # MiniWoB's links are spans the oracle's click-link script finds in the DOM format
+        if source == common_pb2.TASK_SOURCE_MINIWOB and task_ids:  # MiniWoB's links are spans the oracle's
+            # click-link script finds in the DOM format
             spec.observation_spec.formats.append(common_pb2.OBSERVATION_FORMAT_DOM)
         spec.keep_formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
         if arm:  # an RL iteration's collection, shaped by the algorithm's arm (groups, branching)
@@ -316,6 +323,13 @@ class Loop:
                                                               task_ids=self.miniwob_ids,
                                                               concurrency=self.cfg.miniwob_concurrency))
 
+    def evaluate_handmade(self, version: str, label: str) -> Evaluation:
+        """``version`` zero-shot on the hand-made websites' tasks, one episode per task."""
+        return self._evaluate(version, "handmade", label, dict(split=common_pb2.SPLIT_UNSPECIFIED,
+                                                               episodes=len(self.handmade_ids), seed=self.cfg.seed * 7919 + 6,
+                                                               task_ids=self.handmade_ids,
+                                                               source=common_pb2.TASK_SOURCE_RUBRIC_JSON))
+
     def _evaluate(self, version: str, suite: str, label: str, run_args: dict) -> Evaluation:
         t0 = time.monotonic()
         run = self.run(label, policy=version, **run_args)
@@ -351,12 +365,17 @@ class Loop:
                 self.evaluate_family(version, f"eval-{it}-family")
             if self.miniwob_ids:
                 self.evaluate_miniwob(version, f"eval-{it}-miniwob")
+            if self.handmade_ids:
+                self.evaluate_handmade(version, f"eval-{it}-handmade")
         if cfg.train_eval_episodes:
             self.evaluate(version, common_pb2.SPLIT_TRAIN, cfg.train_eval_episodes, f"eval-{it}-train")
 
     def prepare(self) -> None:
-        """The held-out family's complement and the MiniWoB++ suite, from the catalog and the oracle's ListPolicies."""
+        """The held-out family's complement, the MiniWoB++ suite (from the oracle's ListPolicies) and the hand-made
+        websites' suite, from the catalog."""
         cfg = self.cfg
+        if cfg.handmade_tasks:
+            self.handmade_ids = self.handmade_suite(cfg.handmade_tasks)
         if cfg.holdout_family:
             if self.sites is None:
                 raise RuntimeError("a held-out family needs the task catalog's address (sites)")
@@ -375,6 +394,18 @@ class Loop:
                                  f"fewer than {cfg.miniwob_tasks}")
             rng = random.Random(cfg.seed)
             self.miniwob_ids = tuple(sorted(rng.sample(solved, cfg.miniwob_tasks)))
+
+    def handmade_suite(self, n: int) -> tuple[str, ...]:
+        """``n`` tasks of the hand-made websites (all of them when ``n`` is their number), drawn by the loop's seed."""
+        if self.sites is None:
+            raise RuntimeError("the hand-made suite needs the task catalog's address (sites)")
+        req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_RUBRIC_JSON],
+                                                                   task_files=[HANDMADE_FILE]), page_size=1000)
+        ids = sorted(t.task_id for t in paging.iterate(lambda r: self.sites.ListTasks(r, timeout=60), req, "tasks"))
+        if len(ids) < n:
+            raise ValueError(f"handmade_tasks: the catalog has {len(ids)} hand-made tasks ({HANDMADE_FILE}), fewer "
+                             f"than {n}")
+        return tuple(sorted(random.Random(self.cfg.seed).sample(ids, n)))
 
     def families(self) -> set[str]:
         """The site families of the synthetic catalog."""
@@ -567,10 +598,14 @@ class Loop:
                 self.evaluate_family("oracle", "eval-oracle-family")
             if self.miniwob_ids:
                 self.evaluate_miniwob("oracle", "eval-oracle-miniwob")
+            if self.handmade_ids:
+                self.evaluate_handmade("oracle", "eval-oracle-handmade")
         if cfg.holdout_family and "random" in cfg.baselines:
             self.evaluate_family("random", "eval-random-family")
         if self.miniwob_ids:
             self.evaluate_miniwob("random", "eval-random-miniwob")
+        if self.handmade_ids and "random" in cfg.baselines:
+            self.evaluate_handmade("random", "eval-random-handmade")
 
     def selected(self) -> dict:
         """The checkpoint the loop reports: the best on validation (ties: the later), with its test figures."""
@@ -668,6 +703,9 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
                  f"never a task's solution or rubric. Step caps {tuple(cfg['horizons'])} by difficulty, raised to the "
                  f"oracle's length + {cfg.get('oracle_slack', 0)} (each episode records its cap); `oracle` rows are "
                  "the ceiling: the same tasks (same task digest) under the same caps.")
+    for added in result.get("added_afterwards", []):
+        lines += ["", f"The {added['suite']} rows ({', '.join(added['versions'])}) were run after the loop ended, on its "
+                      f"checkpoints, by `{added['command']}`."]
     sel = result.get("selected") or {}
     if sel:
         figures = ", ".join(f"{k} {v:.1%}" for k, v in sel["suites"].items())

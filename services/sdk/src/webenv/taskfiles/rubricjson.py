@@ -3,6 +3,9 @@
 A file holds one task object, a list of them, `{"tasks": [...]}`, or JSON Lines. A fact is either a
 string (judged by an LLM from keypoint evidence, as WebGym does for the real web) or an object with a
 `criterion` in the contract's JSON form (`{"answer": {"mode": "MATCH_MODE_CONTAINS", "expected": "42"}}`).
+A task may carry its reference solution, `"oracle": ["click(\"a[href='hours.html']\")", "answer(\"9 a.m.\")"]`, in
+the action grammar (`webenv.actions`): it becomes Task.oracle, which only the oracle policy is shown, so the oracle
+can prove the task solvable and give the ceiling of a suite of one's own tasks.
 Every task is TASK_SOURCE_RUBRIC_JSON whatever its host (the synthetic web, one's own local or intranet sites, the
 public web), selectable by the file it came from (``metadata["rubric_file"]``, TaskFilter.task_files).
 """
@@ -16,6 +19,7 @@ from urllib.parse import urlsplit
 
 from google.protobuf import json_format
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from webenv.actions import ActionParseError, parse_action
 from webenv.envcontract import web_url_problem
 from webenv.splits import SYNTHETIC_DOMAIN as DOMAIN
 from webenv.splits import split_of
@@ -54,6 +58,7 @@ class TaskIn(BaseModel):
     category: str = ""
     max_steps: int = Field(0, ge=0)
     timeout_seconds: float = Field(0.0, ge=0)
+    oracle: list[str] = Field(default_factory=list, max_length=200)
 
     @field_validator("website")
     @classmethod
@@ -94,13 +99,19 @@ def convert(t: TaskIn, where: str, path: Path | None = None, index: str = "") ->
                     raise RubricError(f"{where}: fact_groups[{gi}].facts[{fi}].criterion: {exc}") from None
             fg.facts.add(fact_id=f"{gid}.{fi}", description=fact.description, criterion=crit)
             n += 1
+    oracle = []
+    for i, text in enumerate(t.oracle):
+        try:
+            oracle.append(parse_action(text))
+        except ActionParseError as exc:
+            raise RubricError(f"{where}: oracle[{i}]: {str(exc)[:200]}") from None
     family = host.split("-", 1)[0] if synthetic and "-" in host else ""
     subtasks = [pb.Subtask(subtask_id=f"{task_id}/sub-{i}", instruction=g.description, group_ids=[g.group_id or f"g{i}"])
                 for i, g in enumerate(t.fact_groups) if g.description and len(t.fact_groups) > 1]
     return pb.Task(
         task_id=task_id, source=pb.TASK_SOURCE_RUBRIC_JSON, kind=KINDS[t.kind], instruction=t.task, start_url=t.website, site=host,
         family=family, split=split_of(host), difficulty=difficulty_of(n), rubric=rubric, subtasks=subtasks,
-        max_steps=t.max_steps, timeout_seconds=t.timeout_seconds, category=t.category, metadata={"rubric_file": str(path) if path else where, "rubric_index": index},
+        oracle=oracle, max_steps=t.max_steps, timeout_seconds=t.timeout_seconds, category=t.category, metadata={"rubric_file": str(path) if path else where, "rubric_index": index},
     )
 
 

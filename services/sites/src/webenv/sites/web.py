@@ -1,4 +1,5 @@
-"""The ASGI app serving every synthetic site by Host header, plus MiniWoB++ under miniwob.web.test.
+"""The ASGI app serving every synthetic site by Host header, plus MiniWoB++ under miniwob.web.test and the
+hand-written websites (`data/handmade/<host>/`, static pages built unlike the generator's templates) on their hosts.
 
 Per-session state is keyed by the `site_session` cookie (set per host; a request without it gets a fresh
 one). Forms are plain urlencoded POSTs answered with 303 redirects (post/redirect/get), so browser
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, quote
 
@@ -120,10 +122,17 @@ def search(site: Site, q: str, category: str, sort: str) -> list[Item]:
 class SitesApp:
     """ASGI callable: Host header -> site -> page handler."""
 
-    def __init__(self, catalog: SiteCatalog, store: StateStore, miniwob_dir: str | None = None) -> None:
+    def __init__(self, catalog: SiteCatalog, store: StateStore, miniwob_dir: str | None = None,
+                 handmade_dir: Path | None = None) -> None:
         self.catalog = catalog
         self.store = store
-        self.miniwob = StaticFiles(directory=miniwob_dir) if miniwob_dir else None
+        self.static: dict[str, tuple[str, StaticFiles]] = {}  # host -> (metrics family, its files)
+        if miniwob_dir:
+            self.static[MINIWOB_HOST] = ("miniwob", StaticFiles(directory=miniwob_dir))
+        if handmade_dir is not None and handmade_dir.is_dir():
+            for d in sorted(handmade_dir.iterdir()):
+                if d.is_dir() and d.name.endswith(".web.test"):
+                    self.static[d.name] = ("handmade", StaticFiles(directory=str(d), html=True))
 
     def state_factory(self, site: Site) -> Callable[[], State]:
         key = site.family.action.key if site.family.action else None
@@ -143,14 +152,15 @@ class SitesApp:
         t0 = time.perf_counter()
         request = Request(scope, receive)
         host = (request.headers.get("host") or "").split(":", 1)[0].lower()
-        if host == MINIWOB_HOST and self.miniwob is not None:
+        if host in self.static:
+            family, files = self.static[host]
             try:
-                await self.miniwob(scope, receive, send)
+                await files(scope, receive, send)
                 code = 200
             except HTTPException as exc:  # StaticFiles raises before sending anything
                 code = exc.status_code
                 await PlainTextResponse(exc.detail, status_code=code)(scope, receive, send)
-            HTTP_REQUESTS.labels("miniwob", str(code)).inc()
+            HTTP_REQUESTS.labels(family, str(code)).inc()
             return
         site = self.catalog.get(host)
         if site is None:

@@ -18,6 +18,8 @@ from webenv.v1 import common_pb2 as pb
 
 log = logging.getLogger("webenv.sites")
 DATA = Path(__file__).parent / "data"
+#: Hand-written websites (not from the generator), a folder per host; their tasks are data/rubric/handmade.json.
+HANDMADE = DATA / "handmade"
 
 
 @dataclass
@@ -35,7 +37,7 @@ def build_tasks(sites: SiteCatalog, *, yaml_dirs: list[str] = (), rubric_dirs: l
     for site in sites.sites:
         tasks.extend(site_tasks(site))
     ydirs = [*([DATA / "yaml"] if builtin else []), *yaml_dirs]
-    rfiles = [DATA / "rubric" / "synthetic_examples.json"] if builtin else []
+    rfiles = [DATA / "rubric" / "synthetic_examples.json", DATA / "rubric" / "handmade.json"] if builtin else []
     if builtin and real_web:
         rfiles.append(DATA / "rubric" / "real_web.json")
     problems: list[ValueError] = []
@@ -68,7 +70,7 @@ def build_world(*, count: int = 1000, seed: int = 0, yaml_dirs: list[str] = (), 
                                     with_miniwob=with_miniwob, real_web=real_web))
     store = StateStore(max_sessions=max_sessions)
     root = miniwob.html_dir() if with_miniwob else None
-    app = SitesApp(sites, store, str(root) if root else None)
+    app = SitesApp(sites, store, str(root) if root else None, handmade_dir=HANDMADE)
     took = time.perf_counter() - t0
     log.info("catalog built", extra={"sites": len(sites.sites), "tasks": len(tasks), "seconds": round(took, 2)})
     return World(sites, tasks, store, app, took)

@@ -38,6 +38,9 @@ def train(
     family_eval: int = typer.Option(100, help="Episodes on the held-out family's websites per evaluation."),
     miniwob_tasks: int = typer.Option(20, help="MiniWoB++ tasks the oracle solves, run zero-shot by every checkpoint "
                                                "and by random (0 = skip)."),
+    handmade_tasks: int = typer.Option(40, help="Tasks of the hand-made websites (data/rubric/handmade.json: facts in "
+                                               "prose, lists and tables, no generator template) run zero-shot by every "
+                                               "reported checkpoint, the oracle and random (0 = skip)."),
     oracle_slack: int = typer.Option(4, help="No task's step cap below its oracle's length plus this."),
     oracle_ceiling: bool = typer.Option(True, help="Run the oracle on every suite's tasks under the same caps."),
     eval_mode: str = typer.Option("every", help="Checkpoints that run test, the held-out family and MiniWoB++: every "
@@ -96,10 +99,11 @@ def train(
                      step_normalize=step_normalize, kl_coef=kl_coef,
                      baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
                      out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
-                     family_episodes=family_eval, miniwob_tasks=miniwob_tasks, oracle_slack=oracle_slack,
+                     family_episodes=family_eval, miniwob_tasks=miniwob_tasks, handmade_tasks=handmade_tasks, oracle_slack=oracle_slack,
                      oracle_ceiling=oracle_ceiling, overlap=overlap, eval_mode=eval_mode)
     for option, value, low, high in (("--validation-eval", validation_eval, 0, 10_000),
                                      ("--family-eval", family_eval, 1, 10_000), ("--miniwob-tasks", miniwob_tasks, 0, 1000),
+                                     ("--handmade-tasks", handmade_tasks, 0, 1000),
                                      ("--oracle-slack", oracle_slack, 0, 100), ("--kl-coef", kl_coef, 0, 10)):
         if not low <= value <= high:
             raise typer.BadParameter(f"must be in [{low}, {high}], got {value}", param_hint=option)
