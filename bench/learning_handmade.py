@@ -7,6 +7,9 @@ checkpoints with the loop's own code (`Loop.handmade_suite`, `Loop.evaluate_hand
 step caps as the loop would use), and adds the rows to the run's learning.json and learning.md (the report notes
 which rows were added afterwards, and by which command). `bench/learning_seeds.py` then pairs them like any suite.
 
+It also adds the loop's `answer_reach` for the test split and the hand-made suite (`Loop.answer_reach`: on the page
+where the oracle answered each information task, is a proposed answer candidate accepted by the rubric?).
+
     python bench/learning_handmade.py --data-dir .webenv/train-fbc-1 --run bench/results/learning/fbc-kl-i5-v150/seed1
 """
 
@@ -65,7 +68,11 @@ def main(argv: list[str] | None = None) -> int:
                     policy=stack.address("policy"), sites=stack.address("sites"), say=lambda s: print(s, flush=True))
         loop.handmade_ids = loop.handmade_suite(cfg.handmade_tasks)
         if cfg.oracle_ceiling:
-            loop.evaluate_handmade("oracle", "eval-oracle-handmade")
+            oracle = loop.evaluate_handmade("oracle", "eval-oracle-handmade")
+            if "eval-oracle-test" in result["runs"]:
+                loop.answer_reach("test", result["runs"]["eval-oracle-test"])
+            loop.answer_reach("handmade", oracle.run_id)
+            result["answer_reach"] = result.get("answer_reach", {}) | loop.reach
         if "random" in cfg.baselines:
             loop.evaluate_handmade("random", "eval-random-handmade")
         for ref, label in ((bc, "bc"), (selected, "selected")):

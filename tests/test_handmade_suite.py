@@ -42,6 +42,11 @@ def test_the_oracle_solves_every_hand_made_task_on_the_farm(stack):
     failed = sorted(t for t, (p, n) in ev.outcomes.items() if p < n)
     assert ev.passed == 40, failed
     assert set(ev.by_kind) == {"information", "navigation"}
+    # what bounds a ranker here: of the 28 information tasks, those whose answer page offers an accepted candidate
+    reach = loop.answer_reach("handmade", ev.run_id)
+    assert reach["tasks"] == ev.by_kind["information"][1] == 28
+    assert reach["one"] + len(reach["missed"]) == 28 and reach["one"] <= reach["each"] <= 28
+    assert loop.result(0.0)["answer_reach"]["handmade"] == reach
 
 
 def test_more_hand_made_tasks_than_the_catalog_has_are_refused(stack):

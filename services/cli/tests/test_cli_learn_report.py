@@ -13,7 +13,7 @@ def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:
     loop = Loop.__new__(Loop)  # no services: only the recorded evaluations and checkpoints are read
     loop.cfg, loop.evals, loop.runs, loop.timing = LoopConfig(holdout_family="shop", overlap=True), evals, {}, Timing()
     loop.live, loop.sharing, loop.restarted_runs, loop.collections = set(), False, [], []
-    loop.miniwob_ids, loop.handmade_ids = (), ()
+    loop.miniwob_ids, loop.handmade_ids, loop.reach = (), (), {}
     loop.checkpoints = [{"ref": r, "parent": "", "label": r, "episodes": 1, "examples": 1, "steps": 1, "loss": 0.1,
                          "validation_accuracy": 0.5, "examples_per_second": 1.0} for r in refs]
     loop.iterations = [{"iteration": 1, "collected_with": "agent@1", "evaluated_during_collection": "agent@1",

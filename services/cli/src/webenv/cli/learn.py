@@ -208,6 +208,7 @@ class Loop:
         self.t_start = time.monotonic()
         self.sharing = False  # an evaluation and a collection in flight together (--overlap): each gets half
         self.warm_ref = ""  # the BC warm start's checkpoint, once trained
+        self.reach: dict[str, dict] = {}  # suite -> answer_reach of the oracle's run on it
 
     # -- collector ------------------------------------------------------------------------------------------------
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
@@ -407,6 +408,36 @@ class Loop:
                              f"than {n}")
         return tuple(sorted(random.Random(self.cfg.seed).sample(ids, n)))
 
+    def answer_reach(self, suite: str, oracle_run_id: str) -> dict:
+        """What bounds a candidate ranker on ``suite`` before any ranking: of the information tasks the oracle passed in
+        ``oracle_run_id``, how many have, on the page where it answered (memory folded over its pages, as a policy's
+        would be), an answer candidate containing every expected answer value (``one``: choosing among the proposer's
+        candidates can pass it), or each value in some candidate (``each``). Kept in ``reach`` for the report."""
+        from webenv.agent.steps import episode_steps
+
+        def fold(text: str) -> str:  # the judge's form for CONTAINS (webenv.judge.textnorm.fold)
+            return " ".join(text.split()).casefold()
+
+        req = collector_pb2.ReadEpisodesRequest(run_ids=[oracle_run_id], filter=collector_pb2.ExportFilter(passed=True))
+        out: dict = {"tasks": 0, "one": 0, "each": 0, "missed": []}
+        for resp in self.collector.ReadEpisodes(req, timeout=600):
+            ep = resp.episode
+            want = [fold(f.criterion.answer.expected) for g in ep.task.rubric.groups for f in g.facts
+                    if f.criterion.HasField("answer") and f.criterion.answer.mode == common_pb2.MATCH_MODE_CONTAINS]
+            steps = list(episode_steps(ep)) if ep.task.kind == common_pb2.TASK_KIND_INFORMATION and want else []
+            if not steps:
+                continue
+            answers = [fold(c.action.answer.text) for c in steps[-1].candidates if c.kind == "answer"]
+            out["tasks"] += 1
+            out["one"] += any(all(w in a for w in want) for a in answers)
+            out["each"] += all(any(w in a for a in answers) for w in want)
+            if not any(all(w in a for w in want) for a in answers):
+                out["missed"].append(ep.task.task_id)
+        self.reach[suite] = out
+        self.say(f"  answer reach on {suite}: {out['one']}/{out['tasks']} information tasks have an accepted answer "
+                 f"candidate where the oracle answered ({out['each']} each value in some candidate)")
+        return out
+
     def families(self) -> set[str]:
         """The site families of the synthetic catalog."""
         req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]),
@@ -593,13 +624,14 @@ class Loop:
             self.evaluate(base, common_pb2.SPLIT_TEST, cfg.baseline_episodes, f"eval-{base}-test")
         if cfg.oracle_ceiling:
             self.say("ceiling: the oracle on the same tasks under the same step caps")
-            self.evaluate("oracle", common_pb2.SPLIT_TEST, cfg.eval_episodes, "eval-oracle-test")
+            self.answer_reach("test", self.evaluate("oracle", common_pb2.SPLIT_TEST, cfg.eval_episodes,
+                                                    "eval-oracle-test").run_id)
             if cfg.holdout_family:
                 self.evaluate_family("oracle", "eval-oracle-family")
             if self.miniwob_ids:
                 self.evaluate_miniwob("oracle", "eval-oracle-miniwob")
             if self.handmade_ids:
-                self.evaluate_handmade("oracle", "eval-oracle-handmade")
+                self.answer_reach("handmade", self.evaluate_handmade("oracle", "eval-oracle-handmade").run_id)
         if cfg.holdout_family and "random" in cfg.baselines:
             self.evaluate_family("random", "eval-random-family")
         if self.miniwob_ids:
@@ -623,6 +655,7 @@ class Loop:
                 "timing": asdict(self.timing), "runs": self.runs, "restarted_runs": self.restarted_runs,
                 "checkpoints": self.checkpoints, "collections": self.collections,
                 "selected": self.selected(), "suites": self.suites(), "iterations": self.iterations,
+                "answer_reach": self.reach,
                 "evaluations": [asdict(e) | {"rate": e.rate, "ci95": e.interval()} for e in self.evals]}
 
     def suites(self) -> dict[str, str]:
@@ -706,6 +739,11 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
     for added in result.get("added_afterwards", []):
         lines += ["", f"The {added['suite']} rows ({', '.join(added['versions'])}) were run after the loop ended, on its "
                       f"checkpoints, by `{added['command']}`."]
+    reach = result.get("answer_reach") or {}
+    if reach:
+        lines += ["", "Answer reach (what bounds a candidate ranker before any ranking): information tasks whose page, where "
+                      "the oracle answered, has a proposed answer candidate the rubric accepts: " + ", ".join(
+                          f"{s} {r['one']}/{r['tasks']}" for s, r in reach.items()) + "."]
     sel = result.get("selected") or {}
     if sel:
         figures = ", ".join(f"{k} {v:.1%}" for k, v in sel["suites"].items())
