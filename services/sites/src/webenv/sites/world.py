@@ -37,7 +37,7 @@ def build_tasks(sites: SiteCatalog, *, yaml_dirs: list[str] = (), rubric_dirs: l
     for site in sites.sites:
         tasks.extend(site_tasks(site))
     ydirs = [*([DATA / "yaml"] if builtin else []), *yaml_dirs]
-    rfiles = [DATA / "rubric" / "synthetic_examples.json", DATA / "rubric" / "handmade.json"] if builtin else []
+    rfiles = [DATA / "rubric" / f for f in ("synthetic_examples.json", "handmade.json", "handmade_dev.json")] if builtin else []
     if builtin and real_web:
         rfiles.append(DATA / "rubric" / "real_web.json")
     problems: list[ValueError] = []
