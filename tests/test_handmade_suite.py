@@ -21,14 +21,14 @@ def stack(tmp_path_factory):
     s.stop()
 
 
-def loop_of(stack: Stack, **kw) -> Loop:
-    cfg = LoopConfig(miniwob_tasks=0, validation_episodes=0, baselines=(), **kw)
+def loop_of(stack: Stack, tmp_path, **kw) -> Loop:
+    cfg = LoopConfig(miniwob_tasks=0, validation_episodes=0, baselines=(), out_dir=str(tmp_path), **kw)
     return Loop(cfg, collector=stack.address("collector"), trainer="127.0.0.1:1", policy=stack.address("policy"),
                 sites=stack.address("sites"), say=lambda s: None)
 
 
-def test_the_oracle_solves_every_hand_made_task_on_the_farm(stack):
-    loop = loop_of(stack, handmade_tasks=40)
+def test_the_oracle_solves_every_hand_made_task_on_the_farm(stack, tmp_path):
+    loop = loop_of(stack, tmp_path, handmade_tasks=40)
     loop.prepare()
     assert len(loop.handmade_ids) == 40 and all(t.startswith("rubric/handmade-") for t in loop.handmade_ids)
     tasks = loop.sites.ListTasks(task_pb2.ListTasksRequest(
@@ -49,6 +49,6 @@ def test_the_oracle_solves_every_hand_made_task_on_the_farm(stack):
     assert loop.result(0.0)["answer_reach"]["handmade"] == reach
 
 
-def test_more_hand_made_tasks_than_the_catalog_has_are_refused(stack):
+def test_more_hand_made_tasks_than_the_catalog_has_are_refused(stack, tmp_path):
     with pytest.raises(ValueError, match=rf"^handmade_tasks: the catalog has 40 hand-made tasks \({HANDMADE_FILE}\)"):
-        loop_of(stack, handmade_tasks=41).prepare()
+        loop_of(stack, tmp_path, handmade_tasks=41).prepare()

@@ -121,6 +121,9 @@ class LoopConfig:
     # before their first step (smoke run), so its suite runs a few at a time
     miniwob_concurrency: int = 2
     handmade_tasks: int = 40  # tasks of the hand-made websites' suite, one episode each per evaluation (0 = skip)
+    # the suite's task file: the six test sites' (reported), or handmade_dev.json, the four sites that changes to the
+    # agent's fact reading are designed on
+    handmade_file: str = HANDMADE_FILE
     # Evaluate version k while iteration k+1 collects with the same version k (`--overlap`): no rollout is older
     # than in the sequential loop (the collection uses the version being evaluated), only the wall time changes.
     # Evaluation was 53% of the sequential loop's wall time (bench/results/learning.md before this option).
@@ -401,11 +404,11 @@ class Loop:
         if self.sites is None:
             raise RuntimeError("the hand-made suite needs the task catalog's address (sites)")
         req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_RUBRIC_JSON],
-                                                                   task_files=[HANDMADE_FILE]), page_size=1000)
+                                                                   task_files=[self.cfg.handmade_file]), page_size=1000)
         ids = sorted(t.task_id for t in paging.iterate(lambda r: self.sites.ListTasks(r, timeout=60), req, "tasks"))
         if len(ids) < n:
-            raise ValueError(f"handmade_tasks: the catalog has {len(ids)} hand-made tasks ({HANDMADE_FILE}), fewer "
-                             f"than {n}")
+            raise ValueError(f"handmade_tasks: the catalog has {len(ids)} hand-made tasks ({self.cfg.handmade_file}), "
+                             f"fewer than {n}")
         return tuple(sorted(random.Random(self.cfg.seed).sample(ids, n)))
 
     def answer_reach(self, suite: str, oracle_run_id: str) -> dict:

@@ -41,6 +41,9 @@ def train(
     handmade_tasks: int = typer.Option(40, help="Tasks of the hand-made websites (data/rubric/handmade.json: facts in "
                                                "prose, lists and tables, no generator template) run zero-shot by every "
                                                "reported checkpoint, the oracle and random (0 = skip)."),
+    handmade_file: str = typer.Option("handmade.json", help="The hand-made suite's task file: handmade.json (six test "
+                                                            "sites, reported) or handmade_dev.json (four sites to design "
+                                                            "fact reading on)."),
     oracle_slack: int = typer.Option(4, help="No task's step cap below its oracle's length plus this."),
     oracle_ceiling: bool = typer.Option(True, help="Run the oracle on every suite's tasks under the same caps."),
     eval_mode: str = typer.Option("every", help="Checkpoints that run test, the held-out family and MiniWoB++: every "
@@ -99,7 +102,7 @@ def train(
                      step_normalize=step_normalize, kl_coef=kl_coef,
                      baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
                      out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
-                     family_episodes=family_eval, miniwob_tasks=miniwob_tasks, handmade_tasks=handmade_tasks, oracle_slack=oracle_slack,
+                     family_episodes=family_eval, miniwob_tasks=miniwob_tasks, handmade_tasks=handmade_tasks, handmade_file=handmade_file, oracle_slack=oracle_slack,
                      oracle_ceiling=oracle_ceiling, overlap=overlap, eval_mode=eval_mode)
     for option, value, low, high in (("--validation-eval", validation_eval, 0, 10_000),
                                      ("--family-eval", family_eval, 1, 10_000), ("--miniwob-tasks", miniwob_tasks, 0, 1000),
