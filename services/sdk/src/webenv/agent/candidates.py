@@ -45,6 +45,10 @@ MAX_VALUES = 24
 MAX_FACTS = 48
 #: At most this many remembered facts (the newest) are proposed as answers of their own.
 MAX_FACT_ANSWERS = 24
+#: At most this many passages of the page (sentences, table rows: `passages`), those sharing the most words with the
+#: instruction, are proposed as answers of their own, each at most this long.
+MAX_PASSAGES = 8
+MAX_PASSAGE_CHARS = 200
 #: An action already taken this often in the visible history is not proposed again (a loop breaker: a
 #: BC policy that meets a state its demonstrations never showed, e.g. after a failed fill, otherwise
 #: repeats one click until the horizon).
@@ -218,6 +222,65 @@ def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
         if label and value and (label, value) not in out:
             out.append((label, value))
     return out
+
+
+def passages(nodes: Sequence[AxNode]) -> list[str]:
+    """Short texts of the page that state something, in document order: each sentence of its prose (paragraphs, list
+    items, ...) after the nearest heading above it (`Dr Priya Raman: Her office is room 2.07.`), each table row with
+    its cells joined (`27 Feb; Buried valleys; Dr Hamish Corrie; British Geological Survey`), each term with its
+    definition. What a person would quote to answer from a page whose facts no `label: value` pattern reads, or
+    whose answer joins values of one record (a row, a card)."""
+    out: list[str] = []
+    stack: list[tuple[int, str]] = []
+    head = ""
+    in_table = -1
+
+    def add(text: str) -> None:
+        text = re.sub(r"\s+", " ", text).strip()
+        if text and len(text) <= MAX_PASSAGE_CHARS and text not in out:
+            out.append(text)
+
+    for i, n in enumerate(nodes):
+        while stack and stack[-1][0] >= n.depth:
+            stack.pop()
+        if in_table >= 0 and n.depth <= in_table:
+            in_table = -1
+        inside = {r for _, r in stack}
+        if n.role == "heading" and n.name:
+            head = n.name
+        elif n.role == "row" and not inside & {"row"}:
+            cells = [c.name or _text_of(nodes, c.index) for c in _subtree(nodes, i) if c.role in _CELLS
+                     and c.depth == n.depth + 1]
+            if len([c for c in cells if c]) > 1:
+                add("; ".join(c for c in cells if c))
+        elif n.role == "term" and n.name:
+            nxt = next((m for m in nodes[i + 1:i + 2] if m.role == "definition"), None)
+            if nxt is not None:
+                add(f"{n.name}: {nxt.name or _text_of(nodes, nxt.index)}")
+        elif n.role == "table":
+            in_table = n.depth
+        elif in_table < 0 and not (inside & (_BLOCKS | _NOT_PROSE)) and (
+                n.role in _BLOCKS or (n.role == "statictext" and n.name)):
+            for sentence in _SENTENCE.split(_prose_text(nodes, i)):
+                sentence = sentence.strip()
+                if len(sentence.split()) < 2:
+                    continue
+                if head and head.lower() not in sentence.lower():
+                    sentence = f"{head}: {sentence}"
+                add(sentence)
+        stack.append((n.depth, n.role))
+    return out
+
+
+def relevant_passages(instruction: str, nodes: Sequence[AxNode]) -> list[str]:
+    """The page's passages sharing the most word stems with the instruction (at least one), at most MAX_PASSAGES."""
+    def keys(text: str) -> set[str]:  # 3-letter stems ("feb" of "February") and every number ("27")
+        return {w if w.isdigit() else w[:3] for w in _WORD.findall(text.lower())
+                if w.isdigit() or (len(w) > 2 and w not in _STOP_WORDS)}
+
+    want = keys(instruction)
+    scored = [(len(keys(p) & want), -i, p) for i, p in enumerate(passages(nodes))]
+    return [p for k, _, p in sorted(scored, reverse=True)[:MAX_PASSAGES] if k > 0]
 
 
 def heading(nodes: Sequence[AxNode]) -> str:
@@ -402,6 +465,9 @@ def propose(ctx: Context) -> list[Candidate]:
     if matched.count("; ") >= 1:
         add(common_pb2.Action(answer=common_pb2.AnswerAction(text=matched)), "answer", value=matched,
             answer_type="matched")
+    for text in relevant_passages(ctx.instruction, nodes):
+        add(common_pb2.Action(answer=common_pb2.AnswerAction(text=text)), "answer", value=text, answer_type="passage",
+            label=text)
     top = top_result(nodes)
     if top:
         add(common_pb2.Action(answer=common_pb2.AnswerAction(text=top)), "answer", value=top, answer_type="top")
