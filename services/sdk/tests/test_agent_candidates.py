@@ -58,3 +58,21 @@ def test_synthetic_detail_page_reads_as_before():
     # the oracle's answer maps to the report (the first candidate of the best overlap), as the trainer needs
     rec = common_pb2.StepRecord(action=common_pb2.Action(answer=common_pb2.AnswerAction(text="warranty: 1 years")))
     assert cands[target_index(rec, page, cands)].answer_type == "report"
+
+
+def test_passages_are_proposed_as_answers_the_relevant_ones_only():
+    """A table row is one passage with its cells joined, a sentence carries the heading above it; only the passages
+    sharing words with the instruction are proposed (at most MAX_PASSAGES, each at most MAX_PASSAGE_CHARS)."""
+    from webenv.agent.candidates import MAX_PASSAGE_CHARS, MAX_PASSAGES, passages, relevant_passages
+
+    plans = parse_axtree(obs("plans").axtree)
+    assert "Pro; $12; 100 GB" in passages(plans)
+    book = parse_axtree(obs("book").axtree)
+    assert "The Quiet Harbor: It has 312 pages and was first published in 2019." in passages(book)
+    assert relevant_passages("How much storage does the Pro plan include?", plans) == \
+        ["Plan; Monthly price; Storage", "Pro; $12; 100 GB"]
+    assert relevant_passages("Zebra?", plans) == []
+    ctx = context("In which year was The Quiet Harbor first published?", obs("book"), "", [], 0)
+    offered = [c for c in propose(ctx) if c.answer_type == "passage"]
+    assert offered and offered[0].value.endswith("first published in 2019.") and len(offered) <= MAX_PASSAGES
+    assert all(len(c.value) <= MAX_PASSAGE_CHARS and c.kind == "answer" and c.label == c.value for c in offered)
