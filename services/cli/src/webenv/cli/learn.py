@@ -328,8 +328,9 @@ class Loop:
                                                               concurrency=self.cfg.miniwob_concurrency))
 
     def evaluate_handmade(self, version: str, label: str) -> Evaluation:
-        """``version`` zero-shot on the hand-made websites' tasks, one episode per task."""
-        return self._evaluate(version, "handmade", label, dict(split=common_pb2.SPLIT_UNSPECIFIED,
+        """``version`` zero-shot on the hand-made websites' tasks, one episode per task (suite ``handmade``, or
+        ``handmade:<file stem>`` for another task file than the test sites')."""
+        return self._evaluate(version, self.handmade_suite_name, label, dict(split=common_pb2.SPLIT_UNSPECIFIED,
                                                                episodes=len(self.handmade_ids), seed=self.cfg.seed * 7919 + 6,
                                                                task_ids=self.handmade_ids,
                                                                source=common_pb2.TASK_SOURCE_RUBRIC_JSON))
@@ -398,6 +399,11 @@ class Loop:
                                  f"fewer than {cfg.miniwob_tasks}")
             rng = random.Random(cfg.seed)
             self.miniwob_ids = tuple(sorted(rng.sample(solved, cfg.miniwob_tasks)))
+
+    @property
+    def handmade_suite_name(self) -> str:
+        f = self.cfg.handmade_file
+        return "handmade" if f == HANDMADE_FILE else f"handmade:{Path(f).stem}"
 
     def handmade_suite(self, n: int) -> tuple[str, ...]:
         """``n`` tasks of the hand-made websites (all of them when ``n`` is their number), drawn by the loop's seed."""
@@ -634,7 +640,7 @@ class Loop:
             if self.miniwob_ids:
                 self.evaluate_miniwob("oracle", "eval-oracle-miniwob")
             if self.handmade_ids:
-                self.answer_reach("handmade", self.evaluate_handmade("oracle", "eval-oracle-handmade").run_id)
+                self.answer_reach(self.handmade_suite_name, self.evaluate_handmade("oracle", "eval-oracle-handmade").run_id)
         if cfg.holdout_family and "random" in cfg.baselines:
             self.evaluate_family("random", "eval-random-family")
         if self.miniwob_ids:
@@ -666,7 +672,8 @@ class Loop:
         out = {}
         for e in self.evals:
             key = e.split.partition(":")[0]
-            out[e.split] = SUITES[key] + (f": {e.split.partition(':')[2]}" if key == "family" else "")
+            out[e.split] = SUITES[key] + (f": {e.split.partition(':')[2]}" if key in ("family", "handmade") and
+                                          ":" in e.split else "")
         return out
 
     def run_dyna(self) -> dict:
