@@ -22,16 +22,17 @@ import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from webenv.cli.learn import SUITES, Loop, LoopConfig, write_report
+from webenv.cli.learn import HANDMADE_FILE, SUITES, Loop, LoopConfig, write_report
 from webenv.cli.stack import Stack
 from webenv.v1 import policy_pb2
 
 
 def config_of(result: dict, tasks: int) -> LoopConfig:
-    """The run's LoopConfig (fields the run's version did not have keep their defaults), with ``tasks`` hand-made tasks."""
+    """The run's LoopConfig (fields the run's version did not have keep their defaults), with ``tasks`` tasks of the
+    hand-made test sites (whichever hand-made file the run itself used)."""
     names = {f.name for f in fields(LoopConfig)}
     kw = {k: tuple(v) if isinstance(v, list) else v for k, v in result["config"].items() if k in names}
-    return LoopConfig(**(kw | {"handmade_tasks": tasks}))
+    return LoopConfig(**(kw | {"handmade_tasks": tasks, "handmade_file": HANDMADE_FILE}))
 
 
 def main(argv: list[str] | None = None) -> int:
