@@ -285,6 +285,8 @@ def test_bad_job_specs_name_the_field(stack):
     kl = trainer_pb2.AlgorithmOptions(kl_coef=0.1)
     for field, change in (("spec.options.kl_coef", dict(options=kl)),  # no reference: neither parent nor kl_reference
                           ("spec.options.kl_coef", dict(options=kl, model=trainer_pb2.MODEL_KIND_CAUSAL_LM)),
+                          ("spec.options.relabel_answers", dict(options=trainer_pb2.AlgorithmOptions(
+                              relabel_answers=True), model=trainer_pb2.MODEL_KIND_CAUSAL_LM)),
                           ("spec.options.kl_reference", dict(options=trainer_pb2.AlgorithmOptions(
                               kl_coef=0.1, kl_reference="other@1"))),  # another family's
                           ("spec.options.kl_reference", dict(options=trainer_pb2.AlgorithmOptions(

@@ -90,3 +90,34 @@ def test_a_failures_negative_weight_pushes_down_boundedly(tmp_path):
         ce = -logp[pb["starts"] + pb["targets"]].mean().item()
         got, _ = train_scorer._batch_loss(lib, model, pb)
     assert abs(got.item() - ce) < 1e-5
+
+
+def test_answer_relabeling_shares_a_steps_weight_among_the_answers_the_rubric_accepts():
+    """AlgorithmOptions.relabel_answers: an oracle's answer step whose rubric accepts three of the proposer's answer
+    candidates becomes three examples of a third of the weight each; a failure's step and the held-out split keep
+    their one target; off, nothing changes."""
+    from webenv.agent.candidates import context, propose
+    from webenv.agent.steps import StoredStep, accepted_answers
+    from webenv.trainer.algorithms import Selected
+    from webenv.v1 import common_pb2 as pb
+
+    axtree = ('[1] heading "Fenwick X2"\n[2] term "Price"\n[3] definition "$449.00"\n[4] term "Weight"\n'
+              '[5] definition "1.2 kg"\n[6] link "Home"')
+    ctx = context("What is the price of the Fenwick X2?", pb.Observation(url="http://shop-0001.web.test/p/1",
+                                                                          axtree=axtree), "", [], 0)
+    cands = propose(ctx)
+    task = pb.Task(rubric=pb.Rubric(groups=[pb.FactGroup(facts=[pb.Fact(criterion=pb.Criterion(
+        answer=pb.AnswerCriterion(mode=pb.MATCH_MODE_CONTAINS, expected="449.00")))])]))
+    ok = accepted_answers(task, cands)
+    assert ok and all("449.00" in cands[i].action.answer.text for i in ok) and len(ok) >= 2
+    assert accepted_answers(pb.Task(), cands) is None  # no answer fact: nothing to decide
+    target = next(i for i in ok if cands[i].answer_type == "fact")
+    step = StoredStep(0, ctx, cands, target, None, None, ok)
+    sel = Selected()
+    sel.steps = [(step, 1.0, "e1"), (step, -0.5, "e2")]
+    scorer = lib.Scorer(lib.ScorerModel(lib.ScorerConfig()))
+    on, _ = train_scorer.split_examples(sel, scorer, 0.0, 1, relabel_answers=True)
+    assert sorted(e.target for e in on[:len(ok)]) == sorted(ok) and all(e.weight == 1.0 / len(ok) for e in on[:len(ok)])
+    assert [(e.target, e.weight) for e in on[len(ok):]] == [(target, -0.5)]  # a failure keeps its one target
+    off, _ = train_scorer.split_examples(sel, scorer, 0.0, 1)
+    assert [(e.target, e.weight) for e in off] == [(target, 1.0), (target, -0.5)]

@@ -100,6 +100,9 @@ class LoopConfig:
     # beta of the RL jobs' KL penalty towards the BC warm start (AlgorithmOptions.kl_coef; 0 = none): seed 1's RL
     # iterations took the held-out family from 26% to 8% with nothing holding the ranking near the warm start's
     kl_coef: float = 0.0
+    # every job (BC and RL) trains each answer step towards every answer candidate the rubric accepts
+    # (AlgorithmOptions.relabel_answers), not only the one the demonstrator or the policy typed
+    relabel_answers: bool = False
     model: str = "scorer"  # the ranker trained: scorer (hashed features) or encoder (fine-tuned all-MiniLM-L6-v2)
     bc_epochs: int = 40
     rl_epochs: int = 4
@@ -422,10 +425,7 @@ class Loop:
         ``oracle_run_id``, how many have, on the page where it answered (memory folded over its pages, as a policy's
         would be), an answer candidate containing every expected answer value (``one``: choosing among the proposer's
         candidates can pass it), or each value in some candidate (``each``). Kept in ``reach`` for the report."""
-        from webenv.agent.steps import episode_steps
-
-        def fold(text: str) -> str:  # the judge's form for CONTAINS (webenv.judge.textnorm.fold)
-            return " ".join(text.split()).casefold()
+        from webenv.agent.steps import accepted_answers, episode_steps, fold
 
         req = collector_pb2.ReadEpisodesRequest(run_ids=[oracle_run_id], filter=collector_pb2.ExportFilter(passed=True))
         out: dict = {"tasks": 0, "one": 0, "each": 0, "missed": []}
@@ -436,11 +436,13 @@ class Loop:
             steps = list(episode_steps(ep)) if ep.task.kind == common_pb2.TASK_KIND_INFORMATION and want else []
             if not steps:
                 continue
-            answers = [fold(c.action.answer.text) for c in steps[-1].candidates if c.kind == "answer"]
+            cands = steps[-1].candidates
+            answers = [fold(c.action.answer.text) for c in cands if c.kind == "answer"]
             out["tasks"] += 1
-            out["one"] += any(all(w in a for w in want) for a in answers)
+            one = bool(accepted_answers(ep.task, cands))
+            out["one"] += one
             out["each"] += all(any(w in a for a in answers) for w in want)
-            if not any(all(w in a for w in want) for a in answers):
+            if not one:
                 out["missed"].append(ep.task.task_id)
         self.reach[suite] = out
         self.say(f"  answer reach on {suite}: {out['one']}/{out['tasks']} information tasks have an accepted answer "
@@ -489,6 +491,7 @@ class Loop:
                                                                                              passed=True),
                                           exclude_families=self.excluded_families()),
             hyper=trainer_pb2.Hyperparameters(epochs=epochs, seed=self.cfg.seed, checkpoint_every=20),
+            options=trainer_pb2.AlgorithmOptions(relabel_answers=self.cfg.relabel_answers),
             labels={"loop": label},
         )
         if algorithm == self.rl_algorithm() and algorithm != trainer_pb2.TRAINING_ALGORITHM_BC:

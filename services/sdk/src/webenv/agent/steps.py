@@ -84,6 +84,38 @@ def target_index(rec: common_pb2.StepRecord, next_obs: common_pb2.Observation, c
         return -1
 
 
+def fold(text: str) -> str:
+    """The judge's form for CONTAINS checks (webenv.judge.textnorm.fold): whitespace collapsed, case-folded."""
+    return " ".join(text.split()).casefold()
+
+
+def accepted_answers(task: common_pb2.Task, cands: list[Candidate]) -> tuple[int, ...] | None:
+    """Indices of the answer candidates the task's rubric accepts (every answer fact of its required groups, CONTAINS
+    or EXACT, checked as the judge does), or None when its rubric has no answer fact or one of another kind (a regex,
+    an LLM-judged text fact), which cannot be decided here."""
+    checks = []
+    for group in task.rubric.groups:
+        if group.optional:
+            continue
+        for fact in group.facts:
+            crit = fact.criterion
+            if crit.HasField("llm"):
+                return None
+            if not crit.HasField("answer"):
+                continue
+            mode, want = crit.answer.mode, crit.answer.expected
+            if mode == common_pb2.MATCH_MODE_CONTAINS:
+                checks.append(lambda a, w=fold(want): w in fold(a))
+            elif mode == common_pb2.MATCH_MODE_EXACT:
+                checks.append(lambda a, w=want.strip(): a.strip() == w)
+            else:
+                return None
+    if not checks:
+        return None
+    return tuple(i for i, c in enumerate(cands) if c.kind == "answer" and c.answer_type != "done"
+                 and all(ok(c.action.answer.text) for ok in checks))
+
+
 @dataclass(slots=True)
 class StoredStep:
     """A stored step with the context and candidates the policy had, and the index it took."""
@@ -94,6 +126,9 @@ class StoredStep:
     target: int
     request: policy_pb2.ActRequest  # the ActRequest the policy got (for prompt-based models)
     record: common_pb2.StepRecord | None = None  # the stored step (its sampled tokens and logprobs for LM jobs)
+    # at an answer step the rubric accepts (the target among them): every answer candidate it accepts (answer
+    # relabeling, AlgorithmOptions.relabel_answers); else just the target
+    accepted: tuple[int, ...] = ()
 
 
 def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -> Iterator[StoredStep]:
@@ -118,7 +153,13 @@ def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -
         request = policy_pb2.ActRequest(episode_id=episode.episode_id, task=shown, observation=rec.observation,
                                         history=entries[-HISTORY_WINDOW:], step_index=rec.step_index,
                                         instruction=instruction)
-        yield StoredStep(i, ctx, cands, target_index(rec, next_obs, cands), request, rec)
+        target = target_index(rec, next_obs, cands)
+        accepted: tuple[int, ...] = (target,) if target >= 0 else ()
+        if target >= 0 and cands[target].kind == "answer":
+            ok = accepted_answers(episode.task, cands)
+            if ok and target in ok:
+                accepted = ok
+        yield StoredStep(i, ctx, cands, target, request, rec, accepted)
         # the memory the collector handed on: a language model's own (its answer's Memory line), else the folded one
         said = answer_sections(rec.raw_output).get("memory", "") if rec.completion_token_ids else memory
         entries.append(policy_pb2.HistoryEntry(action_text=rec.action_text, url=rec.url_after,

@@ -72,6 +72,8 @@ def validate_spec(spec: trainer_pb2.JobSpec, root: Path) -> None:
                                 f"{trainer_pb2.ModelKind.Name(spec.model)}")
     if math.isnan(o.kl_coef) or not 0 <= o.kl_coef <= 10:
         raise bad("options.kl_coef", f"must be within 0..10, got {o.kl_coef}")
+    if o.relabel_answers and spec.model not in RANKERS:
+        raise bad("options.relabel_answers", "answer relabeling is built for SCORER and ENCODER jobs only")
     if o.kl_reference and not o.kl_coef:
         raise bad("options.kl_reference", "is the reference of options.kl_coef, which is 0")
     if o.kl_coef:
@@ -392,7 +394,7 @@ class JobManager:
                 model = lib.ScorerModel(lib.ScorerConfig())
         scorer = lib.Encoder(model) if spec.model == trainer_pb2.MODEL_KIND_ENCODER else lib.Scorer(model)
         train_set, valid_set = train_scorer.split_examples(selected, scorer, spec.hyper.validation_fraction,
-                                                           spec.hyper.seed)
+                                                           spec.hyper.seed, relabel_answers=spec.options.relabel_answers)
         t0 = time.perf_counter()
 
         def report(r) -> None:

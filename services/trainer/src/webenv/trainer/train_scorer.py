@@ -42,16 +42,21 @@ class Report:
     validation_accuracy: float = 0.0
 
 
-def split_examples(selected: Selected, scorer, fraction: float, seed: int):
-    """(train, validation) StepExamples, held out by episode."""
+def split_examples(selected: Selected, scorer, fraction: float, seed: int, relabel_answers: bool = False):
+    """(train, validation) StepExamples, held out by episode. With ``relabel_answers`` a training step with a
+    positive weight at an answer the rubric accepts becomes one example per accepted answer candidate
+    (StoredStep.accepted), sharing its weight: a uniform soft target over the answers that are equally right."""
     episodes = sorted({eid for _, _, eid in selected.steps})
     random.Random(seed).shuffle(episodes)
     n_valid = int(len(episodes) * fraction) if len(episodes) >= 10 else 0
     held = set(episodes[:n_valid])
     train, valid = [], []
     for st, w, eid in selected.steps:
-        ex = scorer.example(st.ctx, st.candidates, st.target, w)
-        (valid if eid in held else train).append(ex)
+        if eid in held:  # held-out accuracy stays "the taken candidate ranked first"
+            valid.append(scorer.example(st.ctx, st.candidates, st.target, w))
+            continue
+        targets = st.accepted if relabel_answers and w > 0 and len(st.accepted) > 1 else (st.target,)
+        train += [scorer.example(st.ctx, st.candidates, t, w / len(targets)) for t in targets]
     return train, valid
 
 

@@ -60,6 +60,9 @@ def train(
     step_normalize: bool = typer.Option(False, help="Divide each episode's step weights by its steps (1/k)."),
     kl_coef: float = typer.Option(0.0, help="Beta of the RL jobs' KL penalty towards the BC warm start's ranking "
                                             "(0 = none, at most 10)."),
+    relabel_answers: bool = typer.Option(False, help="Train every answer step towards every answer candidate the "
+                                                     "task's rubric accepts, not only the one typed "
+                                                     "(AlgorithmOptions.relabel_answers; BC and RL jobs)."),
     model: str = typer.Option("scorer", help="The ranker trained: scorer (hashed features, trains in minutes) or encoder "
                                              "(fine-tuned all-MiniLM-L6-v2; slower per example, its first epoch most)."),
     bc_epochs: int = typer.Option(40),
@@ -99,7 +102,7 @@ def train(
                      collect_episodes=collect, eval_episodes=eval_episodes, train_eval_episodes=train_eval,
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
                      sampling=sampling, concurrency=concurrency, group_size=group_size, branch_step=branch_step,
-                     step_normalize=step_normalize, kl_coef=kl_coef,
+                     step_normalize=step_normalize, kl_coef=kl_coef, relabel_answers=relabel_answers,
                      baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
                      out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
                      family_episodes=family_eval, miniwob_tasks=miniwob_tasks, handmade_tasks=handmade_tasks, handmade_file=handmade_file, oracle_slack=oracle_slack,
