@@ -191,9 +191,9 @@ def _table_facts(nodes: Sequence[AxNode], i: int) -> list[tuple[str, str]]:
     return facts
 
 
-def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
-    """(label, value) pairs a page shows, in document order: definition lists, tables, and prose."""
-    facts: list[tuple[str, str]] = []
+def _walk(nodes: Sequence[AxNode]) -> Iterable[tuple[int, AxNode, set[str], bool, bool]]:
+    """Every node in document order with the roles above it, whether it is inside a table, and whether it is prose
+    (a text block outside tables, other blocks and controls): the one traversal `page_facts` and `passages` read."""
     stack: list[tuple[int, str]] = []
     in_table = -1
     for i, n in enumerate(nodes):
@@ -202,6 +202,18 @@ def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
         if in_table >= 0 and n.depth <= in_table:
             in_table = -1
         inside = {r for _, r in stack}
+        prose = in_table < 0 and not (inside & (_BLOCKS | _NOT_PROSE)) and (
+            n.role in _BLOCKS or (n.role == "statictext" and bool(n.name)))
+        yield i, n, inside, in_table >= 0, prose
+        if n.role == "table":
+            in_table = n.depth
+        stack.append((n.depth, n.role))
+
+
+def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
+    """(label, value) pairs a page shows, in document order: definition lists, tables, and prose."""
+    facts: list[tuple[str, str]] = []
+    for i, n, _, in_table, prose in _walk(nodes):
         if n.role == "term" and n.name:
             nxt = next((m for m in nodes[i + 1:i + 2] if m.role == "definition"), None)
             if nxt is not None:
@@ -210,16 +222,13 @@ def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
                     facts.append((n.name, value))
         elif n.role == "table":
             facts += _table_facts(nodes, i)
-            in_table = n.depth
-        elif n.role in ("columnheader", "rowheader") and n.name and in_table < 0:
+        elif n.role in ("columnheader", "rowheader") and n.name and not in_table:
             nxt = nodes[i + 1] if i + 1 < len(nodes) else None
             if nxt is not None and nxt.role == "cell" and nxt.depth == n.depth and nxt.name:
                 facts.append((n.name, nxt.name))
-        elif in_table < 0 and not (inside & (_BLOCKS | _NOT_PROSE)) and (
-                n.role in _BLOCKS or (n.role == "statictext" and n.name)):
+        elif prose:
             for sentence in _SENTENCE.split(_prose_text(nodes, i)):
                 facts += _sentence_facts(sentence)
-        stack.append((n.depth, n.role))
     out: list[tuple[str, str]] = []
     for label, value in facts:
         label, value = label.strip()[:60], value.strip()[:120]
@@ -235,21 +244,14 @@ def passages(nodes: Sequence[AxNode]) -> list[str]:
     definition. What a person would quote to answer from a page whose facts no `label: value` pattern reads, or
     whose answer joins values of one record (a row, a card)."""
     out: list[str] = []
-    stack: list[tuple[int, str]] = []
     head = ""
-    in_table = -1
 
     def add(text: str) -> None:
         text = re.sub(r"\s+", " ", text).strip()
         if text and len(text) <= MAX_PASSAGE_CHARS and text not in out:
             out.append(text)
 
-    for i, n in enumerate(nodes):
-        while stack and stack[-1][0] >= n.depth:
-            stack.pop()
-        if in_table >= 0 and n.depth <= in_table:
-            in_table = -1
-        inside = {r for _, r in stack}
+    for i, n, inside, _, prose in _walk(nodes):
         if n.role == "heading" and n.name:
             head = n.name
         elif n.role == "row" and not inside & {"row"}:
@@ -261,10 +263,7 @@ def passages(nodes: Sequence[AxNode]) -> list[str]:
             nxt = next((m for m in nodes[i + 1:i + 2] if m.role == "definition"), None)
             if nxt is not None:
                 add(f"{n.name}: {nxt.name or _text_of(nodes, nxt.index)}")
-        elif n.role == "table":
-            in_table = n.depth
-        elif in_table < 0 and not (inside & (_BLOCKS | _NOT_PROSE)) and (
-                n.role in _BLOCKS or (n.role == "statictext" and n.name)):
+        elif prose:
             for sentence in _SENTENCE.split(_prose_text(nodes, i)):
                 sentence = sentence.strip()
                 if len(sentence.split()) < 2:
@@ -272,7 +271,6 @@ def passages(nodes: Sequence[AxNode]) -> list[str]:
                 if head and head.lower() not in sentence.lower():
                     sentence = f"{head}: {sentence}"
                 add(sentence)
-        stack.append((n.depth, n.role))
     return out
 
 
