@@ -188,6 +188,41 @@ def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp
     assert "| partial, kl_coef 0.1 | 2 | agent@2 | 20.0% -> 60.0%, +40.0 [" in (tmp_path / "abl.md").read_text()
 
 
+
+def test_versus_pairs_two_runs_of_the_same_seed_version_by_version(tmp_path):
+    import importlib.util
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("learning_seeds", Path(__file__).parents[3] / "bench" / "learning_seeds.py")
+    seeds = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(seeds)
+
+    def run(folder: str, seed: int, bc_solves: int, rl_solves: int) -> Path:
+        bc, rl = ev("agent@1", "test", bc_solves), ev("agent@2", "test", rl_solves)
+        bc.outcomes = {f"t{i}": [int(i < bc_solves), 1] for i in range(10)}
+        rl.outcomes = {f"t{i}": [int(i < rl_solves), 1] for i in range(10)}
+        loop = loop_with([bc, rl, ev("agent@1", "validation", 1), ev("agent@2", "validation", 4)], ["agent@1", "agent@2"])
+        loop.checkpoints[0]["label"], loop.checkpoints[1]["label"] = "bc", "rl-1"
+        (tmp_path / folder).mkdir(parents=True)
+        result = loop.result(time.monotonic()) | {"config": {"seed": seed, "algorithm": "filtered_bc"}}
+        (tmp_path / folder / "learning.json").write_text(json.dumps(result))
+        return tmp_path / folder
+
+    a, b = run("scorer/seed1", 1, 2, 6), run("encoder/seed1", 1, 4, 7)
+    assert seeds.main([str(a), "--versus", str(b), "--out", str(tmp_path / "vs.md")]) == 0
+    test = json.loads((tmp_path / "vs.json").read_text())["suites"]["test"]
+    assert test["bc"]["wins"] == 2 and test["bc"]["losses"] == 0 and abs(test["bc"]["gain"] - 0.2) < 1e-9
+    assert test["rl"]["wins"] == 1 and abs(test["rl"]["gain"] - 0.1) < 1e-9
+    assert "| test | selected | 60.0% | 70.0% | +10.0 |" in (tmp_path / "vs.md").read_text()
+    # runs of different seeds are not paired, and each A needs its B
+    other = run("encoder/seed2", 2, 4, 7)
+    try:
+        seeds.main([str(a), "--versus", str(other), "--out", str(tmp_path / "bad.md")])
+        raise AssertionError("seeds 1 and 2 were paired")
+    except SystemExit as exc:
+        assert "same seed" in str(exc)
+    assert seeds.main([str(a), "--versus", str(b), str(other), "--out", str(tmp_path / "bad.md")]) == 2
+
 class RecordingPolicy:
     def __init__(self) -> None:
         self.loaded = []
