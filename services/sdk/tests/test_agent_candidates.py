@@ -76,3 +76,17 @@ def test_passages_are_proposed_as_answers_the_relevant_ones_only():
     offered = [c for c in propose(ctx) if c.answer_type == "passage"]
     assert offered and offered[0].value.endswith("first published in 2019.") and len(offered) <= MAX_PASSAGES
     assert all(len(c.value) <= MAX_PASSAGE_CHARS and c.kind == "answer" and c.label == c.value for c in offered)
+
+
+def test_a_sentence_telling_the_user_to_work_a_control_is_not_a_passage():
+    """A page's own instruction ("Click on the link ...", MiniWoB++'s query; "Enter your username and password.") is
+    not something it states: it is never offered as an answer, while a fact-bearing sentence beside it still is."""
+    from webenv.agent.candidates import passages, relevant_passages
+
+    ax = ('[1] heading "Sign in"\n'
+          '[2] paragraph ""\n  [3] StaticText "Enter your username and password. Call us on 0131 496 0000 for help."\n'
+          '[4] paragraph ""\n  [5] StaticText "Click on the link \\"augue\\"."')
+    nodes = parse_axtree(ax)
+    got = passages(nodes)
+    assert got == ["Sign in: Call us on 0131 496 0000 for help."], got
+    assert relevant_passages("Solve the task 'click-link': click the link shown at the top", nodes) == []

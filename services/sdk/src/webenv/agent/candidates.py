@@ -118,6 +118,11 @@ _NOT_PROSE = frozenset({"term", "definition", "cell", "gridcell", "rowheader", "
                         "button", "option", "combobox", "listbox", "textbox", "searchbox", "tab", "menuitem",
                         "navigation", "banner", "contentinfo", "labeltext", "legend", "table"})
 _CELLS = frozenset({"cell", "gridcell", "rowheader", "columnheader"})
+#: A sentence opening with one of these verbs tells the user to work a page control ("Click on the link ...",
+#: "Enter the password ...", "Choose a course on the courses page."): an instruction the page gives, never a fact it
+#: states, so it is not a passage. Verbs of the page's controls only: "Call us on 0131 ..." is a fact.
+_UI_VERBS = frozenset("click select enter type choose press tap pick check uncheck tick expand collapse drag drop "
+                      "scroll fill submit focus copy paste highlight toggle".split())
 _SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9$\u20ac\u00a3\"'(])")
 _LABEL = r"[A-Za-z][\w()/&'.-]*(?:\s+[\w()/&'.-]+){0,4}"
 _COLON_FACT = re.compile(rf"^\s*({_LABEL})\s*:\s+(\S.*)$")
@@ -242,7 +247,8 @@ def passages(nodes: Sequence[AxNode]) -> list[str]:
     items, ...) after the nearest heading above it (`Dr Priya Raman: Her office is room 2.07.`), each table row with
     its cells joined (`27 Feb; Buried valleys; Dr Hamish Corrie; British Geological Survey`), each term with its
     definition. What a person would quote to answer from a page whose facts no `label: value` pattern reads, or
-    whose answer joins values of one record (a row, a card)."""
+    whose answer joins values of one record (a row, a card). A sentence that tells the user to work a control
+    (`_UI_VERBS`) is the page's instruction, not a passage."""
     out: list[str] = []
     head = ""
 
@@ -266,7 +272,8 @@ def passages(nodes: Sequence[AxNode]) -> list[str]:
         elif prose:
             for sentence in _SENTENCE.split(_prose_text(nodes, i)):
                 sentence = sentence.strip()
-                if len(sentence.split()) < 2:
+                words = sentence.split()
+                if len(words) < 2 or words[0].lower().strip("\"'(") in _UI_VERBS:
                     continue
                 if head and head.lower() not in sentence.lower():
                     sentence = f"{head}: {sentence}"
