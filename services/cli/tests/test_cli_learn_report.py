@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 from webenv.cli.learn import Evaluation, Loop, LoopConfig, Timing, reason_key, write_report
 
@@ -19,6 +20,16 @@ def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:
     loop.iterations = [{"iteration": 1, "collected_with": "agent@1", "evaluated_during_collection": "agent@1",
                         "wall_seconds": 10.0, "phase_seconds": 16.0}]
     return loop
+
+
+def learning_seeds():
+    """bench/learning_seeds.py, loaded as a module (bench/ is not a package)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("learning_seeds", Path(__file__).parents[3] / "bench" / "learning_seeds.py")
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
 
 
 def ev(version: str, suite: str, passed: int, n: int = 10) -> Evaluation:
@@ -154,12 +165,7 @@ def test_a_cut_off_loop_leaves_its_figures_and_the_report_replaces_them(tmp_path
 
 
 def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("learning_seeds", Path(__file__).parents[3] / "bench" / "learning_seeds.py")
-    seeds = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(seeds)
+    seeds = learning_seeds()
     # 10 test tasks: BC solves 2, RL the same 2 and 4 more (6 discordant wins, 0 losses)
     bc = ev("agent@1", "test", 2)
     bc.outcomes = {f"t{i}": [int(i < 2), 1] for i in range(10)}
@@ -190,12 +196,7 @@ def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp
 
 
 def test_versus_pairs_two_runs_of_the_same_seed_version_by_version(tmp_path):
-    import importlib.util
-    from pathlib import Path
-
-    spec = importlib.util.spec_from_file_location("learning_seeds", Path(__file__).parents[3] / "bench" / "learning_seeds.py")
-    seeds = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(seeds)
+    seeds = learning_seeds()
 
     def run(folder: str, seed: int, bc_solves: int, rl_solves: int) -> Path:
         bc, rl = ev("agent@1", "test", bc_solves), ev("agent@2", "test", rl_solves)
