@@ -326,6 +326,10 @@ def test_held_out_splits_refused_even_when_read_without_a_filter(stack):
     collector, trainer, _, sites = stubs(stack)
     held_out = [easy_task(sites, split) for split in (common_pb2.SPLIT_TEST, common_pb2.SPLIT_VALIDATION)]
     assert [t.split for t in held_out] == [common_pb2.SPLIT_TEST, common_pb2.SPLIT_VALIDATION]
+    # a hand-made website whose host hashes to train is held out all the same (its split is fixed, webenv.splits)
+    flt = task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_RUBRIC_JSON], sites=["elmwooddental.web.test"])
+    held_out.append(sites.ListTasks(task_pb2.ListTasksRequest(filter=flt, page_size=1), timeout=30).tasks[0])
+    assert held_out[-1].split == common_pb2.SPLIT_TEST
     r = run(collector, "oracle", [t.task_id for t in held_out])
     spec = trainer_pb2.JobSpec(name="leak", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC,
                                model=trainer_pb2.MODEL_KIND_SCORER, data=trainer_pb2.TrainingData(run_ids=[r.run_id]))

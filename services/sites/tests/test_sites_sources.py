@@ -9,8 +9,10 @@ from pathlib import Path
 import httpx
 import pytest
 from webenv.sites.world import DATA
+from webenv.splits import RESERVED
 from webenv.taskfiles import TaskFileError, rubricjson, seedyaml
 from webenv.v1 import common_pb2 as pb
+from webenv.v1 import task_pb2
 
 SEED_EXAMPLE = """\
 name: find_product_under_50
@@ -162,6 +164,25 @@ async def test_hand_made_sites_are_served_on_their_hosts(sites_service) -> None:
             home = await c.get("/")
             assert home.status_code == 200 and "<h1" in home.text, host
             assert (await c.get("/no-such-page.html")).status_code == 404, host
+
+
+async def test_hand_made_sites_are_never_in_the_train_split(sites_service) -> None:
+    """Every hand-made website is held out, whatever its host would hash to: the transfer suite's sites are test, the
+    development set's validation, so a run over the train split never samples them and the trainer refuses their
+    episodes. A site added to data/handmade/ without its split fixed in webenv.splits fails here."""
+    folders = {p.name for p in (DATA / "handmade").iterdir() if p.is_dir()}
+    assert folders == set(RESERVED), folders ^ set(RESERVED)
+    want = {"handmade.json": pb.SPLIT_TEST, "handmade_dev.json": pb.SPLIT_VALIDATION}
+    seen: dict[str, set[int]] = {}
+    for t in sites_service.world.tasks.tasks:
+        name = Path(t.metadata.get("rubric_file", "")).name
+        if name in want:
+            seen.setdefault(name, set()).add(t.split)
+            assert t.split == RESERVED[t.site] == want[name], (t.task_id, t.split)
+    assert seen == {name: {split} for name, split in want.items()}, seen
+    catalog = sites_service.world.tasks
+    train = {catalog.tasks[i].site for i in catalog.select(task_pb2.TaskFilter(split=pb.SPLIT_TRAIN))}
+    assert train and not train & set(RESERVED)
 
 
 async def test_miniwob_pages_served_with_assets(sites_service) -> None:
