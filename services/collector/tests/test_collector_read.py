@@ -63,6 +63,17 @@ async def test_read_mask_ids_filters_and_limit(stub, world, finished_run):
     assert len(await read(stub, run_ids=[finished_run.run_id], limit=3)) == 3
 
 
+async def test_drop_repeated_keeps_the_answer_that_ends_each_episode(stub, world, finished_run):
+    """An answer leaves the page as it was, but it is the step that ends the episode and the one a ranker learns to
+    take: it is never a repeated step, so the trainer's drop_repeated read keeps it (it once dropped every one)."""
+    eps = await read(stub, run_ids=[finished_run.run_id], filter=collector_pb2.ExportFilter(drop_repeated=True))
+    assert len(eps) == len(world.tasks)
+    for ep in eps:
+        last = ep.trajectory.steps[-1]
+        assert last.action.WhichOneof("kind") == "answer" and not last.repeated_state
+        assert last.action.answer.text == ep.trajectory.final_answer
+
+
 @pytest.mark.parametrize("request_kw, field", [
     ({}, "run_ids"),
     ({"run_ids": ["x"], "limit": -1}, "limit"),

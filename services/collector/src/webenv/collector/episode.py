@@ -308,7 +308,7 @@ class Episode:
             self.env_reward = resp.raw_reward or resp.reward
         if not rec.timings.total_seconds:
             rec.timings.total_seconds = dt
-        rec.repeated_state = repetition.is_repeated(before, after)
+        rec.repeated_state = repetition.is_repeated(before, after, act.action)
         self.steps.append(rec)
         self.history.append(
             policy_pb2.HistoryEntry(

@@ -30,6 +30,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from webenv import errors
+from webenv.collector import repetition
 from webenv.collector.blobs import BlobStore
 from webenv.collector.read import check_filter, episode_where
 from webenv.collector.schema import EPISODES, STEPS
@@ -109,7 +110,7 @@ def read_tables(store: Store, run_id: str, flt: collector_pb2.ExportFilter) -> t
     )
     step_where = f" WHERE (run_id, episode_id) IN (SELECT run_id, episode_id FROM {{db}}.{EPISODES} FINAL{where})"
     if flt.drop_repeated:
-        step_where += " AND repeated_state = 0"
+        step_where += f" AND {repetition.KEPT_SQL}"
     steps = store.query_arrow(
         f"SELECT * EXCEPT (version) FROM {{db}}.{STEPS} FINAL{step_where} ORDER BY run_id, episode_id, step_index",
         params,

@@ -15,6 +15,7 @@ from datetime import UTC, datetime
 
 from google.protobuf import field_mask_pb2, json_format
 from webenv import errors
+from webenv.collector import repetition
 from webenv.collector.schema import ENV_KIND_NAMES, EPISODES, LEVEL_NAMES, SPLIT_NAMES, STEPS
 from webenv.collector.store import Store
 from webenv.v1 import collector_pb2, common_pb2
@@ -196,7 +197,7 @@ class EpisodeReader:
         """StoredEpisodes for one batch of episode rows (their steps read in one query), trimmed to the mask."""
         steps: dict[tuple[str, str], list[dict]] = {}
         if self.with_steps:
-            keep = " AND repeated_state = 0" if self.request.filter.drop_repeated else ""
+            keep = f" AND {repetition.KEPT_SQL}" if self.request.filter.drop_repeated else ""
             for s in store.query(
                 f"SELECT * EXCEPT (version) FROM {{db}}.{STEPS} FINAL WHERE (run_id, episode_id) IN "
                 "(SELECT tupleElement(k, 1), tupleElement(k, 2) FROM "

@@ -22,6 +22,16 @@ def fingerprint(obs: common_pb2.Observation) -> str:
     return h.hexdigest()
 
 
-def is_repeated(before: common_pb2.Observation, after: common_pb2.Observation) -> bool:
-    """Whether the observation after a step equals the one before it."""
+#: SQL for the steps ``drop_repeated`` keeps: not flagged, or an answer (stores written before answers were exempt).
+KEPT_SQL = "(repeated_state = 0 OR JSONHas(action_json, 'answer'))"
+
+
+def is_repeated(before: common_pb2.Observation, after: common_pb2.Observation,
+                action: common_pb2.Action | None = None) -> bool:
+    """Whether the step made no progress: the observation after it equals the one before it. An answer is never a
+    repeated step: it leaves the page as it was by nature, and it is the step that ends the episode (the one a
+    ranker must learn to take). Flagging answers made ``drop_repeated`` reads, the learning loop's, drop every
+    answer step, so no ranker had ever trained on one (bench/results/learning/notes.md)."""
+    if action is not None and action.WhichOneof("kind") == "answer":
+        return False
     return fingerprint(before) == fingerprint(after)
