@@ -287,6 +287,10 @@ def test_bad_job_specs_name_the_field(stack):
                           ("spec.options.kl_coef", dict(options=kl, model=trainer_pb2.MODEL_KIND_CAUSAL_LM)),
                           ("spec.options.relabel_answers", dict(options=trainer_pb2.AlgorithmOptions(
                               relabel_answers=True), model=trainer_pb2.MODEL_KIND_CAUSAL_LM)),
+                          ("spec.options.hard_negatives", dict(options=trainer_pb2.AlgorithmOptions(
+                              hard_negatives=2), model=trainer_pb2.MODEL_KIND_CAUSAL_LM)),
+                          ("spec.options.hard_negatives", dict(options=trainer_pb2.AlgorithmOptions(
+                              hard_negatives=17))),
                           ("spec.options.kl_reference", dict(options=trainer_pb2.AlgorithmOptions(
                               kl_coef=0.1, kl_reference="other@1"))),  # another family's
                           ("spec.options.kl_reference", dict(options=trainer_pb2.AlgorithmOptions(

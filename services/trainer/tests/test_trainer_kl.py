@@ -121,3 +121,41 @@ def test_answer_relabeling_shares_a_steps_weight_among_the_answers_the_rubric_ac
     assert [(e.target, e.weight) for e in on[len(ok):]] == [(target, -0.5)]  # a failure keeps its one target
     off, _ = train_scorer.split_examples(sel, scorer, 0.0, 1)
     assert [(e.target, e.weight) for e in off] == [(target, 1.0), (target, -0.5)]
+
+
+def test_hard_negatives_borrow_passages_from_the_sites_other_pages_that_the_rubric_rejects():
+    """AlgorithmOptions.hard_negatives: a home-page step that clicks gains, after its own candidates, the passage of
+    another page of the same site that shares the question's words, but never one the rubric accepts, one of another
+    site, or one on its own page; a failure's step and the held-out split gain nothing; off, nothing changes."""
+    from webenv.agent.candidates import context, propose
+    from webenv.agent.steps import StoredStep
+    from webenv.trainer.algorithms import Selected
+    from webenv.v1 import common_pb2 as pb
+
+    question = "When does the Fenwick Bakery open on Sundays?"
+
+    def step(url: str, axtree: str, target_kind: str) -> StoredStep:
+        ctx = context(question, pb.Observation(url=url, axtree=axtree), "", [], 0)
+        cands = propose(ctx)
+        return StoredStep(0, ctx, cands, next(i for i, c in enumerate(cands) if c.kind == target_kind), None, None)
+
+    home = step("http://fenwick.web.test/", '[1] heading "Fenwick Bakery"\n[2] link "Opening hours"', "click")
+    about = step("http://fenwick.web.test/about", '[1] heading "About"\n[2] paragraph "The Fenwick Bakery was '
+                 'founded by two sisters on Sundays in spring."\n[3] paragraph "On Sundays the Fenwick Bakery opens at '
+                 '9:00 for brunch guests."\n[4] link "Home"', "click")
+    other = step("http://elsewhere.web.test/about", '[1] heading "About"\n[2] paragraph "The Fenwick Bakery of '
+                 'another town opens on Sundays at noon sharp."\n[3] link "Home"', "click")
+    task = pb.Task(instruction=question, rubric=pb.Rubric(groups=[pb.FactGroup(facts=[pb.Fact(
+        criterion=pb.Criterion(answer=pb.AnswerCriterion(mode=pb.MATCH_MODE_CONTAINS, expected="9:00")))])]))
+    sel = Selected()
+    sel.steps = [(home, 1.0, "e1"), (about, 1.0, "e1"), (other, 1.0, "e2"), (home, -0.5, "e3")]
+    sel.tasks = {"e1": task, "e2": task, "e3": task}
+    extra = train_scorer.hard_negatives(sel, 2)
+    borrowed = [c.value for c in extra[0]]
+    assert borrowed == ["About: The Fenwick Bakery was founded by two sisters on Sundays in spring."]
+    assert 1 not in extra and 3 not in extra  # nothing of its own site's other pages to the about page; a failure
+    scorer = lib.Scorer(lib.ScorerModel(lib.ScorerConfig()))
+    on, _ = train_scorer.split_examples(sel, scorer, 0.0, 1, negatives=2)
+    off, _ = train_scorer.split_examples(sel, scorer, 0.0, 1)
+    assert on[0].target == off[0].target == home.target
+    assert len(on[0].cand_tokens) == len(off[0].cand_tokens) + 1 and len(on) == len(off)

@@ -103,6 +103,10 @@ class LoopConfig:
     # every job (BC and RL) trains each answer step towards every answer candidate the rubric accepts
     # (AlgorithmOptions.relabel_answers), not only the one the demonstrator or the policy typed
     relabel_answers: bool = False
+    # every job (BC and RL) adds up to this many passages borrowed from the site's other pages to each step as wrong
+    # answers (AlgorithmOptions.hard_negatives; 0 = none): the encoder answered hand-made websites' questions on
+    # their home page with a passage sharing the site's name with the question
+    hard_negatives: int = 0
     model: str = "scorer"  # the ranker trained: scorer (hashed features) or encoder (fine-tuned all-MiniLM-L6-v2)
     bc_epochs: int = 40
     rl_epochs: int = 4
@@ -491,7 +495,8 @@ class Loop:
                                                                                              passed=True),
                                           exclude_families=self.excluded_families()),
             hyper=trainer_pb2.Hyperparameters(epochs=epochs, seed=self.cfg.seed, checkpoint_every=20),
-            options=trainer_pb2.AlgorithmOptions(relabel_answers=self.cfg.relabel_answers),
+            options=trainer_pb2.AlgorithmOptions(relabel_answers=self.cfg.relabel_answers,
+                                                 hard_negatives=self.cfg.hard_negatives),
             labels={"loop": label},
         )
         if algorithm == self.rl_algorithm() and algorithm != trainer_pb2.TRAINING_ALGORITHM_BC:

@@ -281,14 +281,17 @@ def passages(nodes: Sequence[AxNode]) -> list[str]:
     return out
 
 
+def passage_keys(text: str) -> set[str]:
+    """What relevance between a passage and an instruction counts: 3-letter stems ("feb" of "February") and every
+    number ("27"), stop words left out."""
+    return {w if w.isdigit() else w[:3] for w in _WORD.findall(text.lower())
+            if w.isdigit() or (len(w) > 2 and w not in _STOP_WORDS)}
+
+
 def relevant_passages(instruction: str, nodes: Sequence[AxNode]) -> list[str]:
     """The page's passages sharing the most word stems with the instruction (at least one), at most MAX_PASSAGES."""
-    def keys(text: str) -> set[str]:  # 3-letter stems ("feb" of "February") and every number ("27")
-        return {w if w.isdigit() else w[:3] for w in _WORD.findall(text.lower())
-                if w.isdigit() or (len(w) > 2 and w not in _STOP_WORDS)}
-
-    want = keys(instruction)
-    scored = [(len(keys(p) & want), -i, p) for i, p in enumerate(passages(nodes))]
+    want = passage_keys(instruction)
+    scored = [(len(passage_keys(p) & want), -i, p) for i, p in enumerate(passages(nodes))]
     return [p for k, _, p in sorted(scored, reverse=True)[:MAX_PASSAGES] if k > 0]
 
 

@@ -61,6 +61,7 @@ class Selected:
     errored: int = 0  # episodes left out because they ended in an error
     relabeled: int = 0  # examples added by subtask relabeling
     flat_groups: int = 0  # groups whose rewards were all equal (no signal)
+    tasks: dict[str, common_pb2.Task] = field(default_factory=dict)  # episode id -> its task (rubric checks)
 
 
 @dataclass(frozen=True)
@@ -228,6 +229,7 @@ def select(episodes: Sequence[collector_pb2.StoredEpisode], algorithm: int, drop
         n = (len(ep.trajectory.steps) if span.last < 0 else span.last) - span.first
         w = span.weight / max(n, 1) if options.step_normalize else span.weight
         out.steps += [(st, w, ep.episode_id) for st in rows]
+        out.tasks.setdefault(ep.episode_id, ep.task)
         if span.instruction:
             out.relabeled += len(rows)
         if ep.episode_id not in chosen:

@@ -40,6 +40,7 @@ DEFAULTS = {
 }
 #: The ranker modules of webenv.agent by model kind (both train in train_scorer's loop).
 RANKERS = {trainer_pb2.MODEL_KIND_SCORER: "scorer", trainer_pb2.MODEL_KIND_ENCODER: "encoder"}
+MAX_HARD_NEGATIVES = 16  # AlgorithmOptions.hard_negatives
 _MAX_LABELS = 32
 REQUEST_IDS_KEPT = 10_000  # StartJob request ids remembered for retries
 
@@ -74,6 +75,10 @@ def validate_spec(spec: trainer_pb2.JobSpec, root: Path) -> None:
         raise bad("options.kl_coef", f"must be within 0..10, got {o.kl_coef}")
     if o.relabel_answers and spec.model not in RANKERS:
         raise bad("options.relabel_answers", "answer relabeling is built for SCORER and ENCODER jobs only")
+    if o.hard_negatives > MAX_HARD_NEGATIVES:
+        raise bad("options.hard_negatives", f"must be within 0..{MAX_HARD_NEGATIVES}, got {o.hard_negatives}")
+    if o.hard_negatives and spec.model not in RANKERS:
+        raise bad("options.hard_negatives", "hard negatives are built for SCORER and ENCODER jobs only")
     if o.kl_reference and not o.kl_coef:
         raise bad("options.kl_reference", "is the reference of options.kl_coef, which is 0")
     if o.kl_coef:
@@ -394,7 +399,8 @@ class JobManager:
                 model = lib.ScorerModel(lib.ScorerConfig())
         scorer = lib.Encoder(model) if spec.model == trainer_pb2.MODEL_KIND_ENCODER else lib.Scorer(model)
         train_set, valid_set = train_scorer.split_examples(selected, scorer, spec.hyper.validation_fraction,
-                                                           spec.hyper.seed, relabel_answers=spec.options.relabel_answers)
+                                                           spec.hyper.seed, relabel_answers=spec.options.relabel_answers,
+                                                           negatives=spec.options.hard_negatives)
         t0 = time.perf_counter()
 
         def report(r) -> None:

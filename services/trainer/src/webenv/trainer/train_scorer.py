@@ -22,8 +22,11 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import ModuleType
+from urllib.parse import urlsplit
 
 import torch
+from webenv.agent.candidates import Candidate, passage_keys
+from webenv.agent.steps import accepted_answers
 
 from .algorithms import Selected
 
@@ -42,21 +45,81 @@ class Report:
     validation_accuracy: float = 0.0
 
 
-def split_examples(selected: Selected, scorer, fraction: float, seed: int, relabel_answers: bool = False):
+#: A borrowed passage must read as prose: at least this many words after its heading ("Time: 41 min" is a fact of
+#: another record, which on this page would look exactly like this page's own "Time: 178 min").
+PROSE_WORDS = 6
+
+
+def _prose(text: str) -> bool:
+    body = text.split(": ", 1)[-1]
+    return "; " not in text and len(body.split()) >= PROSE_WORDS
+
+
+def hard_negatives(selected: Selected, n: int) -> dict[int, list[Candidate]]:
+    """AlgorithmOptions.hard_negatives: per position in ``selected.steps`` (positive weight, the task's own
+    instruction), up to ``n`` passage answers borrowed from other pages of the same website in the job's data, those
+    sharing the most word stems with the instruction (at least one), that are not on the step's page and that the
+    task's rubric does not accept (checked as the judge checks). Where the rubric has no answer fact to check (a
+    navigation task), only a step that does not answer gets them: ending the task there is wrong whatever the text,
+    as the page's own answer candidates at that step already are.
+
+    Why: every policy starts on a home page, and on hand-made websites the encoder ranker answered there, at its
+    first step, with a passage that shares the site's name with the question (13 of 24 development tasks,
+    bench/results/learning/notes.md). On synthetic pages the passages the proposer offers mostly hold the answer,
+    so in training a passage sharing words with the question was rarely the wrong action. Borrowed passages are
+    such wrong actions, on every kind of page, without changing the websites."""
+    if n <= 0:
+        return {}
+    pool: dict[str, dict[str, tuple[str, Candidate]]] = {}  # host -> text -> (page url, candidate)
+    for st, _, _ in selected.steps:
+        host = urlsplit(st.ctx.url).hostname or ""
+        for c in st.candidates:
+            if c.answer_type == "passage" and _prose(c.value):
+                pool.setdefault(host, {}).setdefault(c.value, (st.ctx.url.split("#", 1)[0], c))
+    keys = {text: passage_keys(text) for texts in pool.values() for text in texts}
+    out: dict[int, list[Candidate]] = {}
+    for i, (st, w, eid) in enumerate(selected.steps):
+        task = selected.tasks.get(eid)
+        if w <= 0 or task is None or st.ctx.instruction != task.instruction:
+            continue
+        want = passage_keys(st.ctx.instruction)
+        page = st.ctx.url.split("#", 1)[0]
+        here = {c.value for c in st.candidates if c.kind == "answer"}
+        ranked = sorted(((len(keys[t] & want), t, c) for t, (url, c) in
+                         pool.get(urlsplit(st.ctx.url).hostname or "", {}).items()
+                         if url != page and t not in here and keys[t] & want), key=lambda r: (-r[0], r[1]))
+        borrowed = [c for _, _, c in ranked[:4 * n]]
+        ok = accepted_answers(task, borrowed) if borrowed else ()
+        if ok is None:  # the rubric is not checkable here: only where the step itself does not answer
+            if st.target < 0 or st.candidates[st.target].kind == "answer":
+                continue
+            ok = ()
+        chosen = [c for j, c in enumerate(borrowed) if j not in ok][:n]
+        if chosen:
+            out[i] = chosen
+    return out
+
+
+def split_examples(selected: Selected, scorer, fraction: float, seed: int, relabel_answers: bool = False,
+                   negatives: int = 0):
     """(train, validation) StepExamples, held out by episode. With ``relabel_answers`` a training step with a
     positive weight at an answer the rubric accepts becomes one example per accepted answer candidate
-    (StoredStep.accepted), sharing its weight: a uniform soft target over the answers that are equally right."""
+    (StoredStep.accepted), sharing its weight: a uniform soft target over the answers that are equally right.
+    With ``negatives`` (AlgorithmOptions.hard_negatives) a training step's candidates gain the passages
+    `hard_negatives` borrows for it, after its own (so its targets keep their indices)."""
     episodes = sorted({eid for _, _, eid in selected.steps})
     random.Random(seed).shuffle(episodes)
     n_valid = int(len(episodes) * fraction) if len(episodes) >= 10 else 0
     held = set(episodes[:n_valid])
+    extra = hard_negatives(selected, negatives)
     train, valid = [], []
-    for st, w, eid in selected.steps:
+    for i, (st, w, eid) in enumerate(selected.steps):
         if eid in held:  # held-out accuracy stays "the taken candidate ranked first"
             valid.append(scorer.example(st.ctx, st.candidates, st.target, w))
             continue
+        cands = st.candidates + extra[i] if i in extra else st.candidates
         targets = st.accepted if relabel_answers and w > 0 and len(st.accepted) > 1 else (st.target,)
-        train += [scorer.example(st.ctx, st.candidates, t, w / len(targets)) for t in targets]
+        train += [scorer.example(st.ctx, cands, t, w / len(targets)) for t in targets]
     return train, valid
 
 
