@@ -30,8 +30,9 @@ def is_repeated(before: common_pb2.Observation, after: common_pb2.Observation,
                 action: common_pb2.Action | None = None) -> bool:
     """Whether the step made no progress: the observation after it equals the one before it. An answer is never a
     repeated step: it leaves the page as it was by nature, and it is the step that ends the episode (the one a
-    ranker must learn to take). Flagging answers made ``drop_repeated`` reads, the learning loop's, drop every
-    answer step, so no ranker had ever trained on one (bench/results/learning/notes.md)."""
+    policy must learn to take). Flagged, every answer step was lost to ``drop_repeated`` exports and reads (a
+    `webenv export --drop-repeated` dataset held no answer at all); the trainer was spared only because it reads
+    unfiltered and applies the rule itself (bench/results/learning/notes.md)."""
     if action is not None and action.WhichOneof("kind") == "answer":
         return False
     return fingerprint(before) == fingerprint(after)
