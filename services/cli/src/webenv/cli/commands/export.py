@@ -27,7 +27,8 @@ def export(
                                                    "lands in its export root (images: /data/exports) or working folder."),
     split: str = typer.Option(None, help="train, validation or test."),
     passed: bool = typer.Option(None, "--passed/--failed", help="Only passed or only failed episodes."),
-    drop_repeated: bool = typer.Option(False, help="Drop steps flagged as repeated states."),
+    drop_repeated: bool = typer.Option(False, help="Drop steps flagged as repeated states (no progress; an answer is "
+                                       "never one)."),
     level: str = typer.Option(None, help="Only this collection level: random-crawl, exploration or task-oriented."),
     transition_format: str = typer.Option("axtree", help="axtree, html or markdown (transitions)."),
     collector: str = typer.Option(COLLECTOR),
