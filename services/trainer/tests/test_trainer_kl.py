@@ -153,7 +153,8 @@ def test_hard_negatives_borrow_passages_from_the_sites_other_pages_that_the_rubr
     extra = train_scorer.hard_negatives(sel, 2)
     borrowed = [c.value for c in extra[0]]
     assert borrowed == ["About: The Fenwick Bakery was founded by two sisters on Sundays in spring."]
-    assert 1 not in extra and 3 not in extra  # nothing of its own site's other pages to the about page; a failure
+    # the about page: its site's other page has no passage; the other site: only its own page's; a failure: none
+    assert set(extra) == {0}
     scorer = lib.Scorer(lib.ScorerModel(lib.ScorerConfig()))
     on, _ = train_scorer.split_examples(sel, scorer, 0.0, 1, negatives=2)
     off, _ = train_scorer.split_examples(sel, scorer, 0.0, 1)

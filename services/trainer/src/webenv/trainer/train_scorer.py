@@ -70,12 +70,16 @@ def hard_negatives(selected: Selected, n: int) -> dict[int, list[Candidate]]:
     such wrong actions, on every kind of page, without changing the websites."""
     if n <= 0:
         return {}
-    pool: dict[str, dict[str, tuple[str, Candidate]]] = {}  # host -> text -> (page url, candidate)
+
+    def where(url: str) -> tuple[str, str]:  # (host, page: the URL without its fragment)
+        return urlsplit(url).hostname or "", url.split("#", 1)[0]
+
+    pool: dict[str, dict[str, tuple[str, Candidate]]] = {}  # host -> text -> (page, candidate)
     for st, _, _ in selected.steps:
-        host = urlsplit(st.ctx.url).hostname or ""
+        host, page = where(st.ctx.url)
         for c in st.candidates:
             if c.answer_type == "passage" and _prose(c.value):
-                pool.setdefault(host, {}).setdefault(c.value, (st.ctx.url.split("#", 1)[0], c))
+                pool.setdefault(host, {}).setdefault(c.value, (page, c))
     keys = {text: passage_keys(text) for texts in pool.values() for text in texts}
     out: dict[int, list[Candidate]] = {}
     for i, (st, w, eid) in enumerate(selected.steps):
@@ -83,11 +87,10 @@ def hard_negatives(selected: Selected, n: int) -> dict[int, list[Candidate]]:
         if w <= 0 or task is None or st.ctx.instruction != task.instruction:
             continue
         want = passage_keys(st.ctx.instruction)
-        page = st.ctx.url.split("#", 1)[0]
+        host, page = where(st.ctx.url)
         here = {c.value for c in st.candidates if c.kind == "answer"}
-        ranked = sorted(((len(keys[t] & want), t, c) for t, (url, c) in
-                         pool.get(urlsplit(st.ctx.url).hostname or "", {}).items()
-                         if url != page and t not in here and keys[t] & want), key=lambda r: (-r[0], r[1]))
+        ranked = sorted((shared, t, c) for t, (url, c) in pool.get(host, {}).items()
+                        if url != page and t not in here and (shared := -len(keys[t] & want)))
         borrowed = [c for _, _, c in ranked[:4 * n]]
         ok = accepted_answers(task, borrowed) if borrowed else ()
         if ok is None:  # the rubric is not checkable here: only where the step itself does not answer

@@ -106,7 +106,8 @@ def train(
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
                      sampling=sampling, concurrency=concurrency, group_size=group_size, branch_step=branch_step,
                      step_normalize=step_normalize, kl_coef=kl_coef, relabel_answers=relabel_answers,
-                     hard_negatives=hard_negatives, baselines=tuple(b for b in baselines.split(",") if b), baseline_episodes=baseline_eval, seed=seed,
+                     hard_negatives=hard_negatives, baselines=tuple(b for b in baselines.split(",") if b),
+                     baseline_episodes=baseline_eval, seed=seed,
                      out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
                      family_episodes=family_eval, miniwob_tasks=miniwob_tasks, handmade_tasks=handmade_tasks, handmade_file=handmade_file, oracle_slack=oracle_slack,
                      oracle_ceiling=oracle_ceiling, overlap=overlap, eval_mode=eval_mode)
