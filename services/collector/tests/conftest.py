@@ -83,6 +83,7 @@ def make_tasks(n_sites: int = 6, per_site: int = 3) -> list[common_pb2.Task]:
                     oracle=oracle,
                     seed=1000 + s * 10 + k,
                     metadata={"goal": str(goal)},
+                    template_id=f"synthetic/shop/nav-{k}",
                 )
             )
     return tasks

@@ -121,6 +121,31 @@ async def test_frontier_sampling_draws_what_the_policy_solves_sometimes(stub, wa
     assert w(sampling.TaskHistory(20, 20)) < w(sampling.TaskHistory(1, 0)) < 0.25
 
 
+async def test_template_frontier_pools_pass_rates_over_a_template(stub, watch, world):
+    # the oracle solves one site's nav-0 thirty times: under the task frontier only that task is drawn less, under
+    # the template frontier every site's nav-0 is (one template), since its pooled pass rate is ~1
+    first = world.tasks[0]
+    hist = await start(stub, policy="oracle", repeats=30, concurrency=32, tasks=collector_pb2.RunSpec().tasks.__class__(
+        task_ids=[first.task_id]))
+    await watch(stub, hist.run_id)
+    shares = {}
+    for strategy in (collector_pb2.SAMPLING_STRATEGY_FRONTIER, collector_pb2.SAMPLING_STRATEGY_TEMPLATE_FRONTIER):
+        run = await start(stub, episodes=90, sampling=strategy, history_run_ids=[hist.run_id],
+                          horizons=collector_pb2.Horizons(easy=1, medium=1, hard=1), concurrency=32)
+        await watch(stub, run.run_id)
+        eps = [ep for ep in await read(stub, run.run_id) if ep.task.task_id != first.task_id]
+        shares[strategy] = sum(ep.task.template_id == first.template_id for ep in eps) / len(eps)
+    # nav-0 is a third of the other tasks: the task frontier draws it so, the template frontier far less
+    assert shares[collector_pb2.SAMPLING_STRATEGY_FRONTIER] > 0.2, shares
+    assert shares[collector_pb2.SAMPLING_STRATEGY_TEMPLATE_FRONTIER] < 0.15, shares
+    pool = [t for t in world.tasks if t.template_id in (first.template_id, world.tasks[1].template_id)]
+    weights = sampling.frontier_weights(pool, {first.task_id: sampling.TaskHistory(30, 30)}, by_template=True)
+    assert all(w < 0.05 for t, w in zip(pool, weights) if t.template_id == first.template_id)
+    assert all(w == 0.25 for t, w in zip(pool, weights) if t.template_id != first.template_id)
+    untemplated = common_pb2.Task(task_id="x")
+    assert sampling.template_of(untemplated) == "x"
+
+
 @pytest.mark.parametrize("field,kw", [
     ("spec.group_size", dict(group_size=-1)),
     ("spec.group_size", dict(group_size=100_000)),

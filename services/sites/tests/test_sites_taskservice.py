@@ -76,6 +76,9 @@ async def test_get_task_and_not_found(task_stub) -> None:
     t = resp.task
     assert t.family == "shop" and t.kind == pb.TASK_KIND_TRANSACTION and t.oracle[-1].HasField("answer")
     assert t.rubric.groups and t.start_url == "http://shop-0000.web.test/"
+    # the template it was generated from: the same kind of task on every shop (the template frontier pools over it)
+    other = (await task_stub.GetTask(task_pb2.GetTaskRequest(task_id="synthetic/shop-0001/tx-2"))).task
+    assert t.template_id == other.template_id == "synthetic/shop/tx-2" and other.instruction != t.instruction
     e = await _err(task_stub.GetTask(task_pb2.GetTaskRequest(task_id="synthetic/shop-9999/tx-2")))
     assert e.code == grpc.StatusCode.NOT_FOUND and e.reason == "TASK_NOT_FOUND"
     e = await _err(task_stub.GetTask(task_pb2.GetTaskRequest()))

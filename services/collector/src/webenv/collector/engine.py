@@ -122,8 +122,7 @@ class Engine:
             if not resolved.episodes:
                 self._check_size(len(sampling.eligible(tasks, resolved.sampling)) * resolved.repeats * per_draw,
                                  "spec.repeats" if resolved.repeats > 1 else "spec.tasks")
-            history = (await self._history(resolved)
-                       if resolved.sampling == collector_pb2.SAMPLING_STRATEGY_FRONTIER else None)
+            history = await self._history(resolved) if resolved.sampling in sampling.FRONTIERS else None
             branches = resolved.branching.count
             planned = sampling.plan(  # a branching run plans its anchors: the forks are made while it runs
                 tasks, strategy=resolved.sampling,

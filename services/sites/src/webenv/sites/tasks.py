@@ -164,7 +164,7 @@ class TaskFactory:
             start_url=s.url(start_path), site=s.host, family=self.fam.name, split=s.split,
             difficulty=difficulty_of(n_facts), rubric=rubric, subtasks=subtasks, oracle=oracle,
             max_steps=max(10, 2 * len(oracle) + 5), timeout_seconds=float(max(60, 10 * len(oracle))),
-            category=self.fam.name, seed=rng_seed,
+            category=self.fam.name, seed=rng_seed, template_id=f"synthetic/{self.fam.name}/{prefix}-{n}",
             metadata={"site_name": s.name, "facts": str(n_facts), "layout": str(s.look["layout"])},
         )
 

@@ -38,6 +38,7 @@ SAMPLING = {
     "easy-only": collector_pb2.SAMPLING_STRATEGY_EASY_ONLY,
     "hard-biased": collector_pb2.SAMPLING_STRATEGY_HARD_BIASED,
     "frontier": collector_pb2.SAMPLING_STRATEGY_FRONTIER,
+    "template-frontier": collector_pb2.SAMPLING_STRATEGY_TEMPLATE_FRONTIER,
 }
 MODES = {"async": collector_pb2.ROLLOUT_MODE_ASYNC, "lock-step": collector_pb2.ROLLOUT_MODE_LOCK_STEP}
 FORMATS = {

@@ -54,7 +54,7 @@ def run(
     horizon: int = typer.Option(0, help="Step cap of every episode (0 = 10/20/30 by difficulty)."),
     finish_fraction: float = typer.Option(0.0, help="End the run once this fraction of episodes is stored "
                                                     "(straggler cutoff; 0 = all)."),
-    sampling: str = typer.Option("uniform", help="uniform, easy-only, hard-biased or frontier."),
+    sampling: str = typer.Option("uniform", help="uniform, easy-only, hard-biased, frontier or template-frontier."),
     mode: str = typer.Option("async", help="async or lock-step (baseline)."),
     concurrency: int = typer.Option(0, help="Episodes in flight (0 = the collector's default)."),
     task_limit: int = typer.Option(0, help="Tasks drawn from the catalog (0 = all)."),

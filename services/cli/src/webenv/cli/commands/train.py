@@ -70,7 +70,7 @@ def train(
                                              "(fine-tuned all-MiniLM-L6-v2; slower per example, its first epoch most)."),
     bc_epochs: int = typer.Option(40),
     rl_epochs: int = typer.Option(4),
-    sampling: str = typer.Option("uniform", help="uniform, easy-only, hard-biased or frontier task sampling."),
+    sampling: str = typer.Option("uniform", help="uniform, easy-only, hard-biased, frontier or template-frontier task sampling."),
     concurrency: int = typer.Option(4, help="Episodes in flight per run, halved for each of --overlap's two runs "
                                                "(0 = the collector's default of 16: on 2 cores episodes ran past their "
                                                "deadlines)."),
