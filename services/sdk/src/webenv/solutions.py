@@ -8,7 +8,8 @@ to Task later stays hidden until someone decides a policy may read it: the rubri
 URL, answer, page text and site-state value), the subtasks (their instructions decompose the solution and name
 rubric groups), the oracle, the category (what a category criterion expects), the metadata (free-form: a
 MiniWoB task's name, a generator's parameters) and the generator seed (which regenerates the site's data and so
-the answers) are all outside it, as are kind, difficulty (a count of the rubric's facts), family and split.
+the answers) are all outside it, as are kind, difficulty (a count of the rubric's facts), family, split and the
+template id (which names the kind of task).
 """
 
 from __future__ import annotations
