@@ -427,6 +427,35 @@ def test_encoder_trains_loads_acts_and_round_trips(stack):
     assert step.candidates[max(range(len(logp)), key=logp.__getitem__)].text == served.action_text
 
 
+def test_starts_along_a_demonstration_replay_it_on_the_farm_and_train_only_the_policy_steps(stack):
+    """RunSpec.starts on real Chromium: an oracle demonstration's first steps replayed in a new session reach the
+    same pages, the policy acts on from there, and a filtered-BC job trains on the policy's steps only."""
+    collector, trainer, policy, sites = stubs(stack)
+    task_ids = pick_tasks(sites)
+    demos = run(collector, "oracle", task_ids, seed=21)
+    demo = max(read(collector, demos.run_id), key=lambda ep: len(ep.trajectory.steps))
+    n = len(demo.trajectory.steps) - 1  # all but the answer
+    spec = run_spec("oracle", [], seed=22, repeats=0)
+    spec.ClearField("tasks")
+    spec.starts.add(episode_id=demo.episode_id, steps=n)
+    r = collector.StartRun(collector_pb2.StartRunRequest(spec=spec), timeout=60).run
+    for resp in collector.WatchRun(collector_pb2.WatchRunRequest(run_id=r.run_id), timeout=600):
+        last = resp.run
+    assert last.state == collector_pb2.RUN_STATE_SUCCEEDED, last.error
+    (ep,) = read(collector, r.run_id)
+    assert ep.passed and not ep.error and ep.start_episode_id == demo.episode_id and ep.start_steps == n
+    # the replay reached the pages the demonstration was on, step for step
+    assert [s.url_after for s in ep.trajectory.steps[:n]] == [s.url_after for s in demo.trajectory.steps[:n]]
+    assert ep.trajectory.steps[n].policy_version and not ep.trajectory.steps[n - 1].policy_version
+
+    job = finish(trainer, start_job(trainer, trainer_pb2.JobSpec(
+        name="started", algorithm=trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC, model=trainer_pb2.MODEL_KIND_SCORER,
+        data=trainer_pb2.TrainingData(run_ids=[r.run_id]),
+        hyper=trainer_pb2.Hyperparameters(epochs=2, batch_size=8, seed=3, validation_fraction=0.0))).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    assert job.checkpoint.examples == len(ep.trajectory.steps) - n == 1, "the replayed steps are not the policy's"
+
+
 def test_branching_on_the_farm_trains_and_loads(stack):
     """Anchors rolled to step 1 and forked 3 times by the real farm (ForkSession: page, browser and site state), the
     4 continuations judged and stored as branch groups, trained with BRANCHING, the checkpoint served; an errored

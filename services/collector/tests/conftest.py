@@ -131,6 +131,7 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         self.steps_taken = 0
         self.forks = 0
         self.refuse_forks = False
+        self.missing_selectors: set[str] = set()  # a click on one of these is INVALID_ARGUMENT (no such element)
 
     async def OpenSession(self, request, context):
         sid = uuid.uuid4().hex[:10]
@@ -154,6 +155,8 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         if self.step_delay:
             await asyncio.sleep(self.step_delay)
         kind = req.action.WhichOneof("kind")
+        if kind == "click" and req.action.click.target.selector in self.missing_selectors:
+            raise errors.InvalidArgument(f"no element matches {req.action.click.target.selector}")
         if kind == "click":
             s.page += 1
         s.steps += 1

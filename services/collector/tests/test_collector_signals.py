@@ -12,6 +12,7 @@ from webenv.collector import sampling
 from webenv.v1 import collector_pb2, common_pb2
 
 HORIZONS = collector_pb2.Horizons(easy=3, medium=3, hard=3)
+LONG = collector_pb2.Horizons(easy=10, medium=10, hard=10)
 
 
 def spec(**kw) -> collector_pb2.RunSpec:
@@ -144,6 +145,70 @@ async def test_template_frontier_pools_pass_rates_over_a_template(stub, watch, w
     assert all(w == 0.25 for t, w in zip(pool, weights) if t.template_id != first.template_id)
     untemplated = common_pb2.Task(task_id="x")
     assert sampling.template_of(untemplated) == "x"
+
+
+async def _demo(stub, watch, world) -> collector_pb2.StoredEpisode:
+    """One oracle episode of a task whose goal is page 3: three clicks, then the answer."""
+    task = next(t for t in world.tasks if t.metadata["goal"] == "3")
+    run = await start(stub, policy="oracle", episodes=1, horizons=LONG,
+                      tasks=collector_pb2.RunSpec().tasks.__class__(task_ids=[task.task_id]))
+    await watch(stub, run.run_id)
+    (demo,) = await read(stub, run.run_id)
+    assert demo.passed and len(demo.trajectory.steps) == 4
+    return demo
+
+
+async def test_a_start_replays_a_stored_episode_then_the_policy_acts(stub, watch, world):
+    demo = await _demo(stub, watch, world)
+    starts = [collector_pb2.EpisodeStart(episode_id=demo.episode_id, steps=n) for n in (0, 2, 3)]
+    run = await start(stub, policy="oracle", starts=starts, horizons=LONG)
+    last = await watch(stub, run.run_id)
+    assert last.run.state == collector_pb2.RUN_STATE_SUCCEEDED and last.run.counts.planned == 3
+    eps = sorted(await read(stub, run.run_id), key=lambda e: e.start_steps)
+    assert [e.start_steps for e in eps] == [0, 2, 3]
+    for ep, n in zip(eps, (0, 2, 3), strict=True):
+        # the same task; its first n actions the stored ones, then the policy's own steps, counted on from n
+        assert ep.start_episode_id == demo.episode_id and ep.task.task_id == demo.task.task_id and ep.passed
+        steps = ep.trajectory.steps
+        assert [s.action_text for s in steps] == [s.action_text for s in demo.trajectory.steps]
+        assert all(s.raw_output == f"replayed from {demo.episode_id}" and not s.policy_version for s in steps[:n])
+        assert all(s.policy_version == "oracle@1" for s in steps[n:])
+        assert [s.step_index for s in steps] == list(range(4))
+
+
+async def test_a_replayed_action_that_fails_ends_the_episode_with_an_error(stub, watch, world):
+    demo = await _demo(stub, watch, world)
+    world.env.missing_selectors = world.env2.missing_selectors = {"#next"}  # the page the demo clicked has parted
+    try:
+        run = await start(stub, policy="random", starts=[collector_pb2.EpisodeStart(episode_id=demo.episode_id,
+                                                                                      steps=2)], horizons=LONG)
+        last = await watch(stub, run.run_id)
+    finally:
+        world.env.missing_selectors = world.env2.missing_selectors = set()
+    assert last.run.counts.errored == 1
+    (ep,) = await read(stub, run.run_id)
+    # stored as errored (never a training example), saying which replayed step failed and why, and not retried
+    assert ep.error.startswith(f"replay of {demo.episode_id} step 0") and "no element matches #next" in ep.error
+    assert not ep.passed and len(ep.trajectory.steps) == 1
+
+
+@pytest.mark.parametrize("field,kw", [
+    ("spec.episodes", dict(episodes=4)),
+    ("spec.tasks", dict(tasks=collector_pb2.RunSpec().tasks.__class__(task_ids=["x"]))),
+    ("spec.group_size", dict(group_size=2)),
+    ("spec.starts", dict(mode=collector_pb2.ROLLOUT_MODE_LOCK_STEP)),
+    ("spec.starts[0].steps", dict(steps=-1)),
+    ("spec.starts[0].steps", dict(steps=4)),  # as many as the episode took: the policy would take none
+    ("spec.starts[0].episode_id", dict(episode_id="run-none-000000")),
+    ("spec.starts[0].episode_id", dict(episode_id="")),
+])
+async def test_bad_starts_name_the_field(stub, watch, world, field, kw):
+    demo = await _demo(stub, watch, world)
+    st = collector_pb2.EpisodeStart(episode_id=kw.pop("episode_id", demo.episode_id), steps=kw.pop("steps", 1))
+    with pytest.raises(grpc.aio.AioRpcError) as err:
+        await start(stub, starts=[st], horizons=LONG, **kw)
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.value.details().startswith(field + ":"), err.value.details()
 
 
 @pytest.mark.parametrize("field,kw", [

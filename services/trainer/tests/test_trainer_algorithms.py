@@ -132,3 +132,15 @@ def test_errored_episodes_are_never_a_reward_of_zero(algorithm):
     if algorithm in (T.TRAINING_ALGORITHM_GROUP_RELATIVE, T.TRAINING_ALGORITHM_BRANCHING):
         # with the errored ones as failures the group would have had a signal; without, it is one episode
         assert ws == {} and sel.flat_groups == 1
+
+
+@pytest.mark.parametrize("algorithm", [a for a in T.TrainingAlgorithm.values() if a])
+def test_replayed_steps_of_a_start_are_never_targets(algorithm):
+    # an episode begun along a stored one (RunSpec.starts): its first 3 steps were replayed, not the policy's
+    started = episode("st", passed=True, steps=4, groups=("found", "cancelled"))
+    started.start_episode_id, started.start_steps = "demo-1", 3
+    sel = select([started, episode("other", steps=4)], algorithm, False, T.AlgorithmOptions(step_normalize=True))
+    own = [st.index for st, _, eid in sel.steps if eid == "st"]
+    assert own and min(own) == 3, own
+    if algorithm == T.TRAINING_ALGORITHM_FILTERED_BC:  # the 1/k normaliser counts only its own steps (2 of 5)
+        assert sum(w for _, w, eid in sel.steps if eid == "st") == pytest.approx(1.0)

@@ -35,12 +35,13 @@ import random
 import re
 import time
 from collections import Counter, defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import grpc
+from google.protobuf import field_mask_pb2
 from webenv import paging
 from webenv.client.watch import to_end
 from webenv.splits import SPLIT_NAMES
@@ -107,6 +108,10 @@ class LoopConfig:
     # answers (AlgorithmOptions.hard_negatives; 0 = none): the encoder answered hand-made websites' questions on
     # their home page with a passage sharing the site's name with the question
     hard_negatives: int = 0
+    # share of each RL collection started along the warm start's demonstrations (RunSpec.starts: a demonstration
+    # and a number of its steps replayed, both drawn uniformly; 0 = none): the eight kinds of task no checkpoint
+    # solves from the start (bench/results/learning/notes.md), reached from further along, Backplay's way
+    demo_starts: float = 0.0
     model: str = "scorer"  # the ranker trained: scorer (hashed features) or encoder (fine-tuned all-MiniLM-L6-v2)
     bc_epochs: int = 40
     rl_epochs: int = 4
@@ -225,12 +230,13 @@ class Loop:
             kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = (),
             families: tuple[str, ...] | None = None, task_ids: tuple[str, ...] = (),
             source: int = common_pb2.TASK_SOURCE_MINIWOB, concurrency: int = 0, arm: bool = False,
-            history: tuple[str, ...] = ()) -> collector_pb2.Run:
+            history: tuple[str, ...] = (), starts: Sequence[collector_pb2.EpisodeStart] = ()) -> collector_pb2.Run:
         """A run on synthetic tasks of ``split`` (of the trained families unless ``families`` names others), or on
         the ``task_ids`` of ``source`` (MiniWoB++, or the hand-made websites' rubric JSON tasks). Only an RL collection (``arm``) samples tasks by the loop's strategy (a frontier
         reads ``history``, the loop's own training runs); every other run samples uniformly from its seed, so an
         evaluation runs the same tasks for every version (a frontier evaluation would follow each version's
-        history and compare versions on different tasks)."""
+        history and compare versions on different tasks). With ``starts`` the run draws no tasks: one episode per
+        start along a stored episode (RunSpec.starts)."""
         sampling = self.cfg.sampling if arm else "uniform"
         spec = collector_pb2.RunSpec(
             name=f"{self.cfg.name}/{label}", policy=policy, episodes=episodes, seed=seed, env_address=env_address,
@@ -241,15 +247,18 @@ class Loop:
             horizons=collector_pb2.Horizons(easy=self.cfg.horizons[0], medium=self.cfg.horizons[1],
                                             hard=self.cfg.horizons[2], oracle_slack=self.cfg.oracle_slack),
         )
-        if task_ids:
+        if starts:
+            spec.starts.extend(starts)
+        elif task_ids:
             spec.tasks.sources.append(source)
             spec.tasks.task_ids.extend(task_ids)
         else:
             spec.tasks.split = split
             spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
             spec.tasks.families.extend(self.train_families if families is None else families)
-        spec.tasks.kinds.extend(kinds)
-        spec.tasks.sites.extend(sites)
+        if not starts:
+            spec.tasks.kinds.extend(kinds)
+            spec.tasks.sites.extend(sites)
         # the judge reads HTML (page criteria); the policy and the trainer read the AXTREE, the one format kept
         spec.observation_spec.formats.extend([common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_HTML])
         if source == common_pb2.TASK_SOURCE_MINIWOB and task_ids:  # MiniWoB's links are spans the oracle's
@@ -539,15 +548,38 @@ class Loop:
         return end.job
 
     # -- the loop -------------------------------------------------------------------------------------------------
-    def collect(self, it: int, version: str, history: tuple[str, ...] = ()) -> collector_pb2.Run:
+    def collect(self, it: int, version: str, history: tuple[str, ...] = ()) -> list[collector_pb2.Run]:
         """Iteration ``it``'s rollouts with ``version`` on train sites, sampled at the loop's temperature (tasks by
-        the loop's strategy; ``history``: the runs a frontier reads, the loop's own collections so far, not the oracle's demonstrations)."""
+        the loop's strategy; ``history``: the runs a frontier reads, the loop's own collections so far, not the oracle's
+        demonstrations): the sampled run, then (``demo_starts``) the run started along the demonstrations."""
         cfg = self.cfg
         t0 = time.monotonic()
-        run = self.run(f"collect-{it}", policy=version, split=common_pb2.SPLIT_TRAIN, episodes=cfg.collect_episodes,
-                       seed=cfg.seed * 1000 + it, temperature=cfg.temperature, arm=True, history=history)
+        n_starts = round(cfg.collect_episodes * cfg.demo_starts)
+        runs = [self.run(f"collect-{it}", policy=version, split=common_pb2.SPLIT_TRAIN,
+                         episodes=cfg.collect_episodes - n_starts, seed=cfg.seed * 1000 + it,
+                         temperature=cfg.temperature, arm=True, history=history)]
+        starts = self.plan_starts(it, n_starts) if n_starts else []
+        if starts:
+            runs.append(self.run(f"collect-{it}-starts", policy=version, split=common_pb2.SPLIT_TRAIN, episodes=0,
+                                 seed=cfg.seed * 1000 + it, temperature=cfg.temperature, starts=starts))
         self.timing.collect += time.monotonic() - t0
-        return run
+        return runs
+
+    def plan_starts(self, it: int, n: int) -> list[collector_pb2.EpisodeStart]:
+        """``n`` starts along the warm start's passed demonstrations: a demonstration drawn uniformly, and a number
+        of its steps to replay drawn uniformly from 0 to its length - 1 (the policy takes at least the last)."""
+        req = collector_pb2.ReadEpisodesRequest(run_ids=[self.demo_run], filter=collector_pb2.ExportFilter(passed=True),
+                                                read_mask=field_mask_pb2.FieldMask(paths=["episode_id", "step_count"]))
+        demos = sorted((r.episode.episode_id, r.episode.step_count)
+                       for r in self.collector.ReadEpisodes(req, timeout=600) if r.episode.step_count > 0)
+        if not demos:
+            return []
+        rng = random.Random(self.cfg.seed * 7919 + it)
+        out = []
+        for _ in range(n):
+            episode_id, count = rng.choice(demos)
+            out.append(collector_pb2.EpisodeStart(episode_id=episode_id, steps=rng.randrange(count)))
+        return out
 
     def warm_start(self, evaluate: bool = True) -> tuple[collector_pb2.Run, trainer_pb2.Checkpoint]:
         """Oracle demonstrations on train sites -> BC -> evaluated on every suite: (demo run, checkpoint)."""
@@ -556,6 +588,7 @@ class Loop:
         t0 = time.monotonic()
         demos = self.run("demos", policy="oracle", split=common_pb2.SPLIT_TRAIN, episodes=cfg.demo_episodes,
                          seed=cfg.seed * 31)
+        self.demo_run = demos.run_id
         self.timing.demos += time.monotonic() - t0
         cp = self.train("bc", trainer_pb2.TRAINING_ALGORITHM_BC, [demos.run_id], "", cfg.bc_epochs)
         self.warm_ref = cp.ref  # the RL jobs' KL reference (cfg.kl_coef)
@@ -578,6 +611,7 @@ class Loop:
         algorithm = self.rl_algorithm()
         every = cfg.eval_mode == "every"
         data = [demos.run_id]  # the replay set: demonstrations + every iteration's rollouts (judged)
+        sampled: list[str] = []  # the collections a frontier reads (not the runs started along demonstrations)
         for it in range(1, cfg.iterations + 1):
             self.say(f"iteration {it}/{cfg.iterations}: collect with {cp.ref}"
                      + (f" while evaluating {pending[0]}" if pending else ""))
@@ -585,18 +619,19 @@ class Loop:
             if pending:
                 self.sharing = True
                 with ThreadPoolExecutor(1) as pool:
-                    collecting = pool.submit(self.collect, it, cp.ref, tuple(data[1:]))
+                    collecting = pool.submit(self.collect, it, cp.ref, tuple(sampled))
                     try:
                         self.evaluate_checkpoint(*pending, reported=every or pending[1] == "bc")
-                        run = collecting.result()
+                        runs = collecting.result()
                     except BaseException:  # Ctrl-C, SIGTERM, a failed run: the collection must not run on alone
                         self.stop_live()
                         raise
                     finally:
                         self.sharing = False
             else:
-                run = self.collect(it, cp.ref, tuple(data[1:]))
-            data.append(run.run_id)
+                runs = self.collect(it, cp.ref, tuple(sampled))
+            sampled.append(runs[0].run_id)
+            data += [r.run_id for r in runs]
             collected_with = cp.ref
             cp = self.train(f"rl-{it}", algorithm, list(data), cp.ref, cfg.rl_epochs)
             overlapped, pending = (pending[0] if pending else ""), ((cp.ref, str(it)) if cfg.overlap else None)

@@ -38,6 +38,7 @@ from webenv.collector import metrics, sampling
 from webenv.collector import spec as specs
 from webenv.collector.branch import run_branched
 from webenv.collector.episode import Context, Episode, EpisodeJob, Tally, run_episode, run_lock_step
+from webenv.collector.read import EpisodeReader
 from webenv.collector.replicas import ReplicaSet
 from webenv.collector.run import RunContext, run_from_row, run_row
 from webenv.collector.schema import EPISODES, RUNS, STATE_NAMES, version_now
@@ -118,6 +119,10 @@ class Engine:
             self._check_size(resolved.episodes or resolved.repeats * per_draw,
                              "spec.episodes" if resolved.episodes else "spec.repeats")
             solvable, reveal = await self._solvable(resolved.policy)
+            if resolved.starts:
+                rc = await self._start_starts(request_id, resolved, reveal)
+                await self.persist(rc)
+                return rc.run
             tasks, skipped = await self._tasks(resolved, solvable)
             if not resolved.episodes:
                 self._check_size(len(sampling.eligible(tasks, resolved.sampling)) * resolved.repeats * per_draw,
@@ -158,6 +163,45 @@ class Engine:
             rc.task = asyncio.create_task(self._execute(rc))  # before any await: a cancelled call leaves no orphan
         await self.persist(rc)
         return run
+
+    async def _start_starts(self, request_id: str, spec: collector_pb2.RunSpec, reveal: bool) -> RunContext:
+        """(RunSpec.starts; under the planning lock) one episode per start: the stored episode's task and seed, its
+        first ``steps`` actions to replay, then the run's policy. A start naming no stored episode that finished
+        without an error, or more steps than it took or its task's cap allows, is INVALID_ARGUMENT naming it."""
+        ids = list(dict.fromkeys(st.episode_id for st in spec.starts))
+        reader = EpisodeReader(collector_pb2.ReadEpisodesRequest(episode_ids=ids))
+        stored: dict[str, collector_pb2.StoredEpisode] = {}
+        for rows in await self.store.read(reader.rows):
+            for ep in await self.store.read(reader.batch, rows):
+                stored[ep.episode_id] = ep
+        seeds = {r["episode_id"]: int(r["seed"]) for r in await self.store.query(  # the session's: same popups, same data
+            f"SELECT episode_id, seed FROM {{db}}.{EPISODES} FINAL WHERE episode_id IN {{ids:Array(String)}}",
+            {"ids": ids})}
+        run_id = "run-" + uuid.uuid4().hex[:12]
+        jobs = []
+        for i, st in enumerate(spec.starts):
+            f = f"spec.starts[{i}]"
+            ep = stored.get(st.episode_id)
+            if ep is None:
+                raise specs.bad(f"{f}.episode_id", f"no stored episode {st.episode_id[:128]!r} that finished without "
+                                                   "an error")
+            taken = len(ep.trajectory.steps)
+            horizon = specs.horizon_for(spec, ep.task)
+            if st.steps >= min(taken, horizon):
+                raise specs.bad(f"{f}.steps", f"must be below the {taken} steps episode {st.episode_id!r} took and "
+                                              f"its task's step cap {horizon} (the policy takes at least one), "
+                                              f"got {st.steps}")
+            replay = tuple((rec.action, rec.action_text) for rec in ep.trajectory.steps[:st.steps])
+            jobs.append(EpisodeJob(run_id, f"{run_id}-{i:06d}", i, ep.task, seeds.get(ep.episode_id, spec.seed + i), horizon,
+                                   reveal_solution=reveal, start_episode_id=ep.episode_id, replay=replay))
+        self._requests.put(request_id, run_id)
+        run = collector_pb2.Run(run_id=run_id, spec=spec, state=collector_pb2.RUN_STATE_PENDING)
+        run.counts.planned = len(jobs)
+        run.created_at.GetCurrentTime()
+        rc = RunContext(run=run, jobs=jobs)
+        self.runs[run_id] = rc
+        rc.task = asyncio.create_task(self._execute(rc))  # before any await: a cancelled call leaves no orphan
+        return rc
 
     async def _solvable(self, policy: str) -> tuple[Callable[[common_pb2.Task], bool] | None, bool]:
         """Which tasks ``policy`` can act on (None: any) and whether it is shown their solutions, from the policy

@@ -49,6 +49,10 @@ class EnvFailure(Exception):
     """The environment failed (unreachable, crashed session, stream broken): the episode may be retried."""
 
 
+class ReplayDiverged(Exception):
+    """(RunSpec.starts) a replayed action failed: the stored episode's states and the new session's have parted."""
+
+
 class PeerFailure(Exception):
     """The policy or judge failed: the episode ends with an error."""
 
@@ -68,6 +72,8 @@ class EpisodeJob:
     group_id: str = ""  # the group rollout or branch group it belongs to (StoredEpisode.group_id)
     parent_episode_id: str = ""  # a fork's anchor episode
     branch_step: int = 0  # a fork's first own step
+    start_episode_id: str = ""  # the stored episode whose first steps it replays (RunSpec.starts)
+    replay: tuple[tuple[common_pb2.Action, str], ...] = ()  # those steps' (action, action text)
 
     def to_json(self) -> str:
         """Serialised for the Redis stream."""
@@ -81,6 +87,8 @@ class EpisodeJob:
                 "horizon": self.horizon,
                 "reveal_solution": self.reveal_solution,
                 "group_id": self.group_id,
+                "start_episode_id": self.start_episode_id,
+                "replay": [[a.SerializeToString().hex(), text] for a, text in self.replay],
             }
         )
 
@@ -90,8 +98,10 @@ class EpisodeJob:
         d = json.loads(text)
         task = common_pb2.Task()
         task.ParseFromString(bytes.fromhex(d["task"]))
+        replay = tuple((common_pb2.Action.FromString(bytes.fromhex(a)), text) for a, text in d.get("replay", ()))
         return cls(d["run_id"], d["episode_id"], d["index"], task, d["seed"], d["horizon"],
-                   reveal_solution=bool(d.get("reveal_solution", False)), group_id=d.get("group_id", ""))
+                   reveal_solution=bool(d.get("reveal_solution", False)), group_id=d.get("group_id", ""),
+                   start_episode_id=d.get("start_episode_id", ""), replay=replay)
 
     def policy_task(self) -> common_pb2.Task:
         """The task as the policy is shown it: whole for a policy that needs the solution, else stripped of
@@ -326,8 +336,21 @@ class Episode:
             self.finished = True
             self.truncated = True
 
+    async def replay(self) -> None:
+        """(RunSpec.starts) the stored episode's first steps, replayed before the policy acts; one that fails ends
+        the episode with an error, since the states it was recorded in and the new ones have parted."""
+        for i, (action, text) in enumerate(self.job.replay):
+            if self.finished:
+                break
+            await self.step(policy_pb2.ActResponse(action=action, action_text=text,
+                                                   raw_output=f"replayed from {self.job.start_episode_id}"))
+            if self.steps[-1].last_action_error:
+                raise ReplayDiverged(f"replay of {self.job.start_episode_id} step {i} ({text}) failed: "
+                                 f"{self.steps[-1].last_action_error[:200]}")
+
     async def play_out(self) -> None:
         """Act and step until the episode ends, then close the session and judge it."""
+        await self.replay()
         while not self.finished:
             await self.step(await self.act())
         await self.close()
@@ -519,6 +542,8 @@ class Episode:
             "group_id": self.job.group_id,
             "parent_episode_id": self.job.parent_episode_id,
             "branch_step": self.job.branch_step,
+            "start_episode_id": self.job.start_episode_id,
+            "start_steps": len(self.job.replay),
         }
         return {STEPS.name: step_rows, EPISODES.name: [episode]}
 
@@ -557,7 +582,7 @@ async def run_episode(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Context
                     await asyncio.sleep(min(0.25 * 2**attempt, 5.0))
                 continue
             ep.error = f"environment failed after {attempt + 1} attempt(s): {exc}"
-        except PeerFailure as exc:
+        except (PeerFailure, ReplayDiverged) as exc:
             await ep.abandon()
             ep.error = str(exc)
         except TimeoutError:

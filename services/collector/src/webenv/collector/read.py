@@ -32,7 +32,7 @@ _ENV_KINDS = {v: k for k, v in ENV_KIND_NAMES.items()}
 _EPISODE_LIGHT = (
     "run_id, episode_id, task_id, passed, score, policy, policy_version, split, level, horizon, truncated, error, "
     "verdict_json, steps, duration_seconds, finished_at, task_pb, final_answer, site_state_json, env_reward, "
-    "env_kind, instruction, group_id, parent_episode_id, branch_step"
+    "env_kind, instruction, group_id, parent_episode_id, branch_step, start_episode_id, start_steps"
 )
 _EPISODE_FINAL = "final_url, final_axtree, final_html, final_markdown"
 
@@ -153,6 +153,7 @@ def stored_episode(row: dict, steps: list[dict] | None) -> collector_pb2.StoredE
         level=_LEVELS.get(row["level"], 0), horizon=row["horizon"], truncated=bool(row["truncated"]),
         error=row["error"], step_count=row["steps"], duration_seconds=row["duration_seconds"],
         group_id=row["group_id"], parent_episode_id=row["parent_episode_id"], branch_step=row["branch_step"],
+        start_episode_id=row["start_episode_id"], start_steps=row["start_steps"],
     )
     if row["task_pb"]:
         ep.task.ParseFromString(bytes.fromhex(row["task_pb"]))

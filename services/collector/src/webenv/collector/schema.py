@@ -80,6 +80,8 @@ EPISODES = Table("episodes", (
     ("group_id", "String"),  # 005: the group rollout or branch group it was collected in
     ("parent_episode_id", "String"),  # 005: a fork's anchor episode
     ("branch_step", "Int32"),  # 005: a fork's first own step
+    ("start_episode_id", "String"),  # 007: the stored episode replayed to begin it (RunSpec.starts)
+    ("start_steps", "Int32"),  # 007: how many of its steps were replayed
 ), key=("run_id", "episode_id"))  # fmt: skip
 
 STEPS = Table("steps", (

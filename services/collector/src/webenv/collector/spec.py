@@ -90,7 +90,8 @@ def served_policy(policy: str, listed: Sequence[policy_pb2.PolicyInfo], address:
     return info
 
 
-def _bad(field: str, message: str) -> errors.InvalidArgument:
+def bad(field: str, message: str) -> errors.InvalidArgument:
+    """INVALID_ARGUMENT ``BAD_RUN_SPEC`` naming ``field``."""
     return errors.InvalidArgument(f"{field}: {message}", reason="BAD_RUN_SPEC", metadata={"field": field})
 
 
@@ -102,109 +103,130 @@ def validate(spec: collector_pb2.RunSpec, *, field: str = "spec") -> None:
     """Raise InvalidArgument naming the first bad field of ``spec``."""
     f = field
     if spec.episodes < 0:
-        raise _bad(f"{f}.episodes", f"must be >= 0, got {spec.episodes}")
+        raise bad(f"{f}.episodes", f"must be >= 0, got {spec.episodes}")
     if spec.episodes > MAX_EPISODES:
-        raise _bad(f"{f}.episodes", f"must be <= {MAX_EPISODES}, got {spec.episodes}")
+        raise bad(f"{f}.episodes", f"must be <= {MAX_EPISODES}, got {spec.episodes}")
     if spec.repeats < 0:
-        raise _bad(f"{f}.repeats", f"must be >= 0, got {spec.repeats}")
+        raise bad(f"{f}.repeats", f"must be >= 0, got {spec.repeats}")
     if spec.concurrency < 0 or spec.concurrency > MAX_CONCURRENCY:
-        raise _bad(f"{f}.concurrency", f"must be in [0, {MAX_CONCURRENCY}], got {spec.concurrency}")
+        raise bad(f"{f}.concurrency", f"must be in [0, {MAX_CONCURRENCY}], got {spec.concurrency}")
     if spec.max_retries < 0 or spec.max_retries > 100:
-        raise _bad(f"{f}.max_retries", f"must be in [0, 100], got {spec.max_retries}")
+        raise bad(f"{f}.max_retries", f"must be in [0, 100], got {spec.max_retries}")
     if spec.task_limit < 0:
-        raise _bad(f"{f}.task_limit", f"must be >= 0, got {spec.task_limit}")
+        raise bad(f"{f}.task_limit", f"must be >= 0, got {spec.task_limit}")
     t = spec.episode_timeout_seconds
     if math.isnan(t) or t < 0 or t > 86400:
-        raise _bad(f"{f}.episode_timeout_seconds", f"must be in [0, 86400], got {t}")
+        raise bad(f"{f}.episode_timeout_seconds", f"must be in [0, 86400], got {t}")
     ff = spec.finish_fraction
     if math.isnan(ff) or ff < 0 or ff > 1:
-        raise _bad(f"{f}.finish_fraction", f"must be in [0, 1], got {ff}")
+        raise bad(f"{f}.finish_fraction", f"must be in [0, 1], got {ff}")
     for name in ("easy", "medium", "hard"):
         v = getattr(spec.horizons, name)
         if v < 0 or v > 1000:
-            raise _bad(f"{f}.horizons.{name}", f"must be in [0, 1000], got {v}")
+            raise bad(f"{f}.horizons.{name}", f"must be in [0, 1000], got {v}")
     if not 0 <= spec.horizons.oracle_slack <= 100:
-        raise _bad(f"{f}.horizons.oracle_slack", f"must be in [0, 100], got {spec.horizons.oracle_slack}")
+        raise bad(f"{f}.horizons.oracle_slack", f"must be in [0, 100], got {spec.horizons.oracle_slack}")
     if spec.policy and spec.policy not in KNOWN_POLICIES and not CHECKPOINT_POLICY.match(spec.policy):
-        raise _bad(f"{f}.policy", f"unknown policy {spec.policy[:80]!r}; expected one of {', '.join(KNOWN_POLICIES)} "
+        raise bad(f"{f}.policy", f"unknown policy {spec.policy[:80]!r}; expected one of {', '.join(KNOWN_POLICIES)} "
                                   "or a checkpoint the policy service loaded ('<name>' or '<name>@<version>')")
     t = spec.act_options.temperature
     if math.isnan(t) or not 0 <= t <= 5:
-        raise _bad(f"{f}.act_options.temperature", f"must be in [0, 5], got {t}")
+        raise bad(f"{f}.act_options.temperature", f"must be in [0, 5], got {t}")
     for name, enum_type in (
         ("sampling", collector_pb2.SamplingStrategy),
         ("level", collector_pb2.CollectionLevel),
         ("mode", collector_pb2.RolloutMode),
     ):
         if not _enum_ok(enum_type, getattr(spec, name)):
-            raise _bad(f"{f}.{name}", f"unknown value {getattr(spec, name)}")
+            raise bad(f"{f}.{name}", f"unknown value {getattr(spec, name)}")
     for i, fmt in enumerate(spec.observation_spec.formats):
         if fmt == common_pb2.OBSERVATION_FORMAT_UNSPECIFIED or not _enum_ok(common_pb2.ObservationFormat, fmt):
-            raise _bad(f"{f}.observation_spec.formats[{i}]", f"not an observation format: {fmt}")
+            raise bad(f"{f}.observation_spec.formats[{i}]", f"not an observation format: {fmt}")
     produced = set(spec.observation_spec.formats) or set(DEFAULT_FORMATS)
     for i, fmt in enumerate(spec.keep_formats):
         if fmt not in produced:
-            raise _bad(f"{f}.keep_formats[{i}]", f"format {common_pb2.ObservationFormat.Name(fmt) if _enum_ok(common_pb2.ObservationFormat, fmt) else fmt} is not among observation_spec.formats")
+            raise bad(f"{f}.keep_formats[{i}]", f"format {common_pb2.ObservationFormat.Name(fmt) if _enum_ok(common_pb2.ObservationFormat, fmt) else fmt} is not among observation_spec.formats")
     for i, url in enumerate(spec.start_urls):
         problem = web_url_problem(url)  # the farm's rule: a URL it cannot open fails here, not once per episode
         if problem:
-            raise _bad(f"{f}.start_urls[{i}]", f"start URL {url[:200]!r} {problem}")
+            raise bad(f"{f}.start_urls[{i}]", f"start URL {url[:200]!r} {problem}")
     if spec.start_urls and spec.level == collector_pb2.COLLECTION_LEVEL_TASK_ORIENTED:
-        raise _bad(f"{f}.start_urls", "a task-oriented run takes tasks, not start URLs")
+        raise bad(f"{f}.start_urls", "a task-oriented run takes tasks, not start URLs")
     if spec.start_urls and spec.episodes == 0 and spec.repeats == 0:
-        raise _bad(f"{f}.episodes", "a crawl run needs episodes > 0 or repeats > 0")
+        raise bad(f"{f}.episodes", "a crawl run needs episodes > 0 or repeats > 0")
     if spec.env_address and ":" not in spec.env_address:
-        raise _bad(f"{f}.env_address", f"must be host:port, got {spec.env_address!r}")
+        raise bad(f"{f}.env_address", f"must be host:port, got {spec.env_address!r}")
     for entry in spec.env_address.split(","):
         if entry.strip().startswith(DNS_PREFIX):
             try:
                 split_host_port(entry.strip(), f"{f}.env_address")
             except ValueError as exc:
-                raise _bad(f"{f}.env_address", str(exc).split(": ", 1)[1]) from None
+                raise bad(f"{f}.env_address", str(exc).split(": ", 1)[1]) from None
+    if spec.starts:
+        _validate_starts(spec, f)
     if spec.inline_tasks:
         _validate_inline(spec, f)
     _validate_groups(spec, f)
     tf = spec.tasks
     for i, d in enumerate(tf.difficulties):
         if not _enum_ok(common_pb2.Difficulty, d):
-            raise _bad(f"{f}.tasks.difficulties[{i}]", f"unknown difficulty {d}")
+            raise bad(f"{f}.tasks.difficulties[{i}]", f"unknown difficulty {d}")
     for i, s in enumerate(tf.sources):
         if not _enum_ok(common_pb2.TaskSource, s):
-            raise _bad(f"{f}.tasks.sources[{i}]", f"unknown source {s}")
+            raise bad(f"{f}.tasks.sources[{i}]", f"unknown source {s}")
     if not _enum_ok(common_pb2.Split, tf.split):
-        raise _bad(f"{f}.tasks.split", f"unknown split {tf.split}")
+        raise bad(f"{f}.tasks.split", f"unknown split {tf.split}")
 
 
 def _validate_groups(spec: collector_pb2.RunSpec, f: str) -> None:
     """Group rollouts, branching and the frontier's history."""
     g = spec.group_size
     if g < 0 or g > MAX_GROUP_SIZE:
-        raise _bad(f"{f}.group_size", f"must be in [0, {MAX_GROUP_SIZE}], got {g}")
+        raise bad(f"{f}.group_size", f"must be in [0, {MAX_GROUP_SIZE}], got {g}")
     if g > 1 and spec.episodes % g:
-        raise _bad(f"{f}.group_size", f"episodes ({spec.episodes}) must be a multiple of group_size ({g}): "
+        raise bad(f"{f}.group_size", f"episodes ({spec.episodes}) must be a multiple of group_size ({g}): "
                                       "each drawn task runs as one whole group")
     b = spec.branching
     if b.count < 0 or b.count > MAX_BRANCHES:
-        raise _bad(f"{f}.branching.count", f"must be in [0, {MAX_BRANCHES}], got {b.count}")
+        raise bad(f"{f}.branching.count", f"must be in [0, {MAX_BRANCHES}], got {b.count}")
     if b.at_step < 0 or b.at_step > 1000:
-        raise _bad(f"{f}.branching.at_step", f"must be in [0, 1000], got {b.at_step}")
+        raise bad(f"{f}.branching.at_step", f"must be in [0, 1000], got {b.at_step}")
     if b.count:
         if spec.start_urls:
-            raise _bad(f"{f}.branching", "branching compares judged continuations: it needs tasks, not start URLs")
+            raise bad(f"{f}.branching", "branching compares judged continuations: it needs tasks, not start URLs")
         if spec.mode == collector_pb2.ROLLOUT_MODE_LOCK_STEP:
-            raise _bad(f"{f}.branching", "branching runs asynchronously (mode ASYNC)")
+            raise bad(f"{f}.branching", "branching runs asynchronously (mode ASYNC)")
         if g > 1:
-            raise _bad(f"{f}.branching", "give either group_size or branching: a branch group is already a group")
+            raise bad(f"{f}.branching", "give either group_size or branching: a branch group is already a group")
         if spec.episodes % (b.count + 1):
-            raise _bad(f"{f}.branching.count", f"episodes ({spec.episodes}) must be a multiple of count + 1 "
+            raise bad(f"{f}.branching.count", f"episodes ({spec.episodes}) must be a multiple of count + 1 "
                                                f"({b.count + 1}): each anchor yields itself and its forks")
     elif b.at_step:
-        raise _bad(f"{f}.branching.count", "at_step without count: set count (1..32) forks per anchor")
+        raise bad(f"{f}.branching.count", "at_step without count: set count (1..32) forks per anchor")
     if len(spec.history_run_ids) > MAX_HISTORY_RUNS:
-        raise _bad(f"{f}.history_run_ids", f"at most {MAX_HISTORY_RUNS} runs, got {len(spec.history_run_ids)}")
+        raise bad(f"{f}.history_run_ids", f"at most {MAX_HISTORY_RUNS} runs, got {len(spec.history_run_ids)}")
     for i, rid in enumerate(spec.history_run_ids):
         if not rid or len(rid) > 128:
-            raise _bad(f"{f}.history_run_ids[{i}]", "must be 1-128 characters")
+            raise bad(f"{f}.history_run_ids[{i}]", "must be 1-128 characters")
+
+
+def _validate_starts(spec: collector_pb2.RunSpec, f: str) -> None:
+    """Episode starts: a run of them draws no tasks (the steps' bounds need the stored episodes: the engine's)."""
+    if len(spec.starts) > MAX_INLINE_TASKS:
+        raise bad(f"{f}.starts", f"at most {MAX_INLINE_TASKS} starts, got {len(spec.starts)}")
+    for name, given in (("tasks", bool(spec.tasks.ListFields())), ("start_urls", bool(spec.start_urls)),
+                        ("inline_tasks", bool(spec.inline_tasks)), ("episodes", bool(spec.episodes)),
+                        ("repeats", spec.repeats > 1), ("group_size", spec.group_size > 1),
+                        ("branching", bool(spec.branching.count))):
+        if given:
+            raise bad(f"{f}.{name}", "a run of starts draws no tasks: each start is one episode; leave it unset")
+    if spec.mode == collector_pb2.ROLLOUT_MODE_LOCK_STEP:
+        raise bad(f"{f}.starts", "starts run asynchronously (mode ASYNC)")
+    for i, st in enumerate(spec.starts):
+        if not st.episode_id or len(st.episode_id) > 128:
+            raise bad(f"{f}.starts[{i}].episode_id", "must be 1-128 characters")
+        if not 0 <= st.steps <= 1000:
+            raise bad(f"{f}.starts[{i}].steps", f"must be in [0, 1000], got {st.steps}")
 
 
 def per_draw(spec: collector_pb2.RunSpec) -> int:
@@ -216,21 +238,21 @@ def per_draw(spec: collector_pb2.RunSpec) -> int:
 
 def _validate_inline(spec: collector_pb2.RunSpec, f: str) -> None:
     if len(spec.inline_tasks) > MAX_INLINE_TASKS:
-        raise _bad(f"{f}.inline_tasks", f"at most {MAX_INLINE_TASKS} tasks, got {len(spec.inline_tasks)}")
+        raise bad(f"{f}.inline_tasks", f"at most {MAX_INLINE_TASKS} tasks, got {len(spec.inline_tasks)}")
     if spec.start_urls:
-        raise _bad(f"{f}.inline_tasks", "give either start_urls or inline_tasks, not both")
+        raise bad(f"{f}.inline_tasks", "give either start_urls or inline_tasks, not both")
     if spec.tasks.ListFields():
-        raise _bad(f"{f}.tasks", "inline_tasks replace the catalog: leave the task filter empty")
+        raise bad(f"{f}.tasks", "inline_tasks replace the catalog: leave the task filter empty")
     seen: set[str] = set()
     for i, t in enumerate(spec.inline_tasks):
         if not t.task_id:
-            raise _bad(f"{f}.inline_tasks[{i}].task_id", "required")
+            raise bad(f"{f}.inline_tasks[{i}].task_id", "required")
         if t.task_id in seen:
-            raise _bad(f"{f}.inline_tasks[{i}].task_id", f"duplicate task id {t.task_id!r}")
+            raise bad(f"{f}.inline_tasks[{i}].task_id", f"duplicate task id {t.task_id!r}")
         seen.add(t.task_id)
         problem = web_url_problem(t.start_url)
         if problem:
-            raise _bad(f"{f}.inline_tasks[{i}].start_url", f"task {t.task_id!r}: start URL {t.start_url[:200]!r} {problem}")
+            raise bad(f"{f}.inline_tasks[{i}].start_url", f"task {t.task_id!r}: start URL {t.start_url[:200]!r} {problem}")
 
 
 def resolve(spec: collector_pb2.RunSpec, defaults: Defaults) -> collector_pb2.RunSpec:

@@ -26,6 +26,9 @@ step normaliser (each episode's step weights divided by the number of steps it c
 (WebGym: a rollout that satisfied every fact group of one of the task's subtasks is a success example, weight 1,
 for that subtask's instruction: its steps are rebuilt with the subtask's instruction in the context).
 
+An episode begun along a stored one (RunSpec.starts) contributes only its own steps: the ones replayed at its start
+(``start_steps``) were another episode's, and are never targets, whatever the algorithm.
+
 Episodes that ended in an error (an environment or peer failure) are never examples, in every algorithm: they
 are counted and left out before any reward or group statistic is computed, so a crashed browser is not a
 reward of 0 that would push probability away from actions that were never judged.
@@ -212,9 +215,10 @@ def select(episodes: Sequence[collector_pb2.StoredEpisode], algorithm: int, drop
     chosen: set[str] = set()
     for span in spans(episodes, algorithm, options, out):
         ep = span.episode
+        first = max(span.first, ep.start_steps)  # replayed steps (RunSpec.starts) were not the policy's
         rows = []
         for st in episode_steps(ep, span.instruction):
-            if st.index < span.first or (span.last >= 0 and st.index >= span.last):
+            if st.index < first or (span.last >= 0 and st.index >= span.last):
                 continue
             rec = ep.trajectory.steps[st.index]
             if drop_repeated and rec.repeated_state and rec.action.WhichOneof("kind") != "answer":
@@ -226,7 +230,7 @@ def select(episodes: Sequence[collector_pb2.StoredEpisode], algorithm: int, drop
             rows.append(st)
         if not rows:
             continue
-        n = (len(ep.trajectory.steps) if span.last < 0 else span.last) - span.first
+        n = (len(ep.trajectory.steps) if span.last < 0 else span.last) - first
         w = span.weight / max(n, 1) if options.step_normalize else span.weight
         out.steps += [(st, w, ep.episode_id) for st in rows]
         out.tasks.setdefault(ep.episode_id, ep.task)

@@ -66,6 +66,9 @@ def train(
     hard_negatives: int = typer.Option(0, help="Passages borrowed from the site's other pages added to each training "
                                                "step as wrong answers (AlgorithmOptions.hard_negatives; 0 = none, at "
                                                "most 16; BC and RL jobs)."),
+    demo_starts: float = typer.Option(0.0, help="Share of each RL collection started along the warm start's "
+                                                "demonstrations: a demonstration's first steps replayed (how many: "
+                                                "uniform), then the policy acts (RunSpec.starts; 0 = none, at most 1)."),
     model: str = typer.Option("scorer", help="The ranker trained: scorer (hashed features, trains in minutes) or encoder "
                                              "(fine-tuned all-MiniLM-L6-v2; slower per example, its first epoch most)."),
     bc_epochs: int = typer.Option(40),
@@ -106,7 +109,7 @@ def train(
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
                      sampling=sampling, concurrency=concurrency, group_size=group_size, branch_step=branch_step,
                      step_normalize=step_normalize, kl_coef=kl_coef, relabel_answers=relabel_answers,
-                     hard_negatives=hard_negatives, baselines=tuple(b for b in baselines.split(",") if b),
+                     hard_negatives=hard_negatives, demo_starts=demo_starts, baselines=tuple(b for b in baselines.split(",") if b),
                      baseline_episodes=baseline_eval, seed=seed,
                      out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
                      family_episodes=family_eval, miniwob_tasks=miniwob_tasks, handmade_tasks=handmade_tasks, handmade_file=handmade_file, oracle_slack=oracle_slack,
@@ -115,7 +118,7 @@ def train(
                                      ("--family-eval", family_eval, 1, 10_000), ("--miniwob-tasks", miniwob_tasks, 0, 1000),
                                      ("--handmade-tasks", handmade_tasks, 0, 1000),
                                      ("--oracle-slack", oracle_slack, 0, 100), ("--kl-coef", kl_coef, 0, 10),
-                                     ("--hard-negatives", hard_negatives, 0, 16)):
+                                     ("--hard-negatives", hard_negatives, 0, 16), ("--demo-starts", demo_starts, 0, 1)):
         if not low <= value <= high:
             raise typer.BadParameter(f"must be in [{low}, {high}], got {value}", param_hint=option)
     if dyna:
