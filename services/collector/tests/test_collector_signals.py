@@ -141,8 +141,8 @@ async def test_template_frontier_pools_pass_rates_over_a_template(stub, watch, w
     assert shares[collector_pb2.SAMPLING_STRATEGY_TEMPLATE_FRONTIER] < 0.15, shares
     pool = [t for t in world.tasks if t.template_id in (first.template_id, world.tasks[1].template_id)]
     weights = sampling.frontier_weights(pool, {first.task_id: sampling.TaskHistory(30, 30)}, by_template=True)
-    assert all(w < 0.05 for t, w in zip(pool, weights) if t.template_id == first.template_id)
-    assert all(w == 0.25 for t, w in zip(pool, weights) if t.template_id != first.template_id)
+    assert all(w < 0.05 for t, w in zip(pool, weights, strict=True) if t.template_id == first.template_id)
+    assert all(w == 0.25 for t, w in zip(pool, weights, strict=True) if t.template_id != first.template_id)
     untemplated = common_pb2.Task(task_id="x")
     assert sampling.template_of(untemplated) == "x"
 
