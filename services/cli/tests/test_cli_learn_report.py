@@ -118,6 +118,34 @@ def test_only_the_collection_samples_by_the_loop_strategy_evaluations_are_unifor
     assert (evaluation.concurrency, loop.collector.specs[-1].concurrency) == (4, 2)
 
 
+class DemoCollector(RecordingCollector):
+    """A RecordingCollector whose store holds a demonstration run: two passed demonstrations (3 and 5 steps)."""
+
+    def ReadEpisodes(self, req, timeout=None):
+        from webenv.v1 import collector_pb2
+        assert req.filter.passed and list(req.run_ids) == ["run-demos"]
+        for eid, n in (("demo-a", 3), ("demo-b", 5)):
+            yield collector_pb2.ReadEpisodesResponse(episode=collector_pb2.StoredEpisode(episode_id=eid, step_count=n))
+
+
+def test_demo_starts_take_their_share_of_a_collection_along_the_demonstrations():
+    from webenv.v1 import collector_pb2
+    loop = loop_with([], [])
+    loop.cfg.sampling, loop.cfg.algorithm, loop.say = "frontier", "filtered_bc", lambda _: None
+    loop.cfg.collect_episodes, loop.cfg.demo_starts, loop.demo_run = 40, 0.25, "run-demos"
+    loop.collector, loop.train_families = DemoCollector(), ("bank",)
+    runs = loop.collect(1, "agent@1", history=("run-collect-0",))
+    sampled, started = loop.collector.specs
+    assert [r.run_id for r in runs] == ["run-1", "run-2"]
+    # the sampled run keeps the rest and the frontier; the starts run draws no tasks and reads no history
+    assert sampled.episodes == 30 and list(sampled.history_run_ids) == ["run-collect-0"]
+    assert len(started.starts) == 10 and not started.episodes and not started.tasks.ListFields()
+    assert not started.history_run_ids and started.act_options.temperature == loop.cfg.temperature
+    lengths = {"demo-a": 3, "demo-b": 5}
+    assert all(0 <= st.steps < lengths[st.episode_id] for st in started.starts)  # the policy takes at least one
+    assert loop.plan_starts(1, 10) == list(started.starts), "seeded: the same iteration draws the same starts"
+
+
 class BlockingCollector(RecordingCollector):
     """A run's watch stream that ends only when the run is stopped, as the collector's does."""
 
@@ -258,7 +286,7 @@ def test_eval_mode_selected_runs_the_reported_suites_only_on_bc_and_the_checkpoi
 
     loop.prepare = loop.baselines_and_ceiling = lambda: None
     loop._evaluate, loop.train = fake_evaluate, fake_train
-    loop.collect = lambda it, version, history=(): SimpleNamespace(run_id=f"run-collect-{it}")
+    loop.collect = lambda it, version, history=(): [SimpleNamespace(run_id=f"run-collect-{it}")]
     loop.run = lambda *a, **k: SimpleNamespace(run_id="run-demos")
     result = loop.run_loop()
     ran = {(e.version, e.split) for e in loop.evals}
