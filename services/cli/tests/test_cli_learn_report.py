@@ -129,7 +129,6 @@ class DemoCollector(RecordingCollector):
 
 
 def test_demo_starts_take_their_share_of_a_collection_along_the_demonstrations():
-    from webenv.v1 import collector_pb2
     loop = loop_with([], [])
     loop.cfg.sampling, loop.cfg.algorithm, loop.say = "frontier", "filtered_bc", lambda _: None
     loop.cfg.collect_episodes, loop.cfg.demo_starts, loop.demo_run = 40, 0.25, "run-demos"
