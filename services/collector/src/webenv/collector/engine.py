@@ -151,18 +151,24 @@ class Engine:
                            group_id=f"{run_id}-g{p.group:06d}" if p.group >= 0 else "")
                 for p in planned
             ]
-            run = collector_pb2.Run(run_id=run_id, spec=resolved, state=collector_pb2.RUN_STATE_PENDING)
-            run.counts.planned = len(jobs) * (branches + 1)
-            run.counts.skipped_tasks = skipped
             if skipped:
                 log.info("run %s: left out %d matching tasks policy %r has no solution for", run_id, skipped,
                          resolved.policy)
-            run.created_at.GetCurrentTime()
-            rc = RunContext(run=run, jobs=jobs)
-            self.runs[run_id] = rc
-            rc.task = asyncio.create_task(self._execute(rc))  # before any await: a cancelled call leaves no orphan
+            rc = self._launch(run_id, resolved, jobs, planned=len(jobs) * (branches + 1), skipped=skipped)
         await self.persist(rc)
-        return run
+        return rc.run
+
+    def _launch(self, run_id: str, spec: collector_pb2.RunSpec, jobs: list[EpisodeJob], *, planned: int,
+                skipped: int = 0) -> RunContext:
+        """A planned run, registered and started (under the planning lock)."""
+        run = collector_pb2.Run(run_id=run_id, spec=spec, state=collector_pb2.RUN_STATE_PENDING)
+        run.counts.planned = planned
+        run.counts.skipped_tasks = skipped
+        run.created_at.GetCurrentTime()
+        rc = RunContext(run=run, jobs=jobs)
+        self.runs[run_id] = rc
+        rc.task = asyncio.create_task(self._execute(rc))  # before any await: a cancelled call leaves no orphan
+        return rc
 
     async def _start_starts(self, request_id: str, spec: collector_pb2.RunSpec, reveal: bool) -> RunContext:
         """(RunSpec.starts; under the planning lock) one episode per start: the stored episode's task and seed, its
@@ -195,13 +201,7 @@ class Engine:
             jobs.append(EpisodeJob(run_id, f"{run_id}-{i:06d}", i, ep.task, seeds.get(ep.episode_id, spec.seed + i), horizon,
                                    reveal_solution=reveal, start_episode_id=ep.episode_id, replay=replay))
         self._requests.put(request_id, run_id)
-        run = collector_pb2.Run(run_id=run_id, spec=spec, state=collector_pb2.RUN_STATE_PENDING)
-        run.counts.planned = len(jobs)
-        run.created_at.GetCurrentTime()
-        rc = RunContext(run=run, jobs=jobs)
-        self.runs[run_id] = rc
-        rc.task = asyncio.create_task(self._execute(rc))  # before any await: a cancelled call leaves no orphan
-        return rc
+        return self._launch(run_id, spec, jobs, planned=len(jobs))
 
     async def _solvable(self, policy: str) -> tuple[Callable[[common_pb2.Task], bool] | None, bool]:
         """Which tasks ``policy`` can act on (None: any) and whether it is shown their solutions, from the policy
