@@ -90,3 +90,45 @@ def test_a_sentence_telling_the_user_to_work_a_control_is_not_a_passage():
     got = passages(nodes)
     assert got == ["Sign in: Call us on 0131 496 0000 for help."], got
     assert relevant_passages("Solve the task 'click-link': click the link shown at the top", nodes) == []
+
+
+def test_the_scorer_knows_which_quoted_record_an_episode_is_on():
+    """Two-record tasks (compare two, book two) failed at 0% on validation: nothing told the scorer that the first
+    record was done. Features 2 read it from the history: the search for the next record and the answer after both
+    carry tokens of their own, and a checkpoint saved before them (no ``features``) keeps its features."""
+    import json
+    import tempfile
+    from pathlib import Path
+
+    from webenv.agent import scorer
+    from webenv.agent.candidates import Candidate, Context
+
+    nodes = parse_axtree('[3] searchbox "Search"\n[4] button "Go"')
+    instr = 'Compare "Alpha Pie" and "Beta Tart": give the time of each.'
+    fill_b = Candidate(None, 'fill(3, "Beta Tart")', "fill", nodes[0], "Beta Tart")
+    answer = Candidate(None, 'answer("x")', "answer", None, "x", "report")
+    feat = scorer.Featurizer(scorer.ScorerConfig())
+
+    def tokens(history, cand):
+        ctx = Context(instr, "http://s.web.test/", nodes, "", history=history, step_index=len(history))
+        return set(feat.candidate_features(ctx, [cand])[0][0])
+
+    def h(tok):
+        return scorer._h(tok, feat.buckets)
+
+    # before either search the second record is not next; after the first one's search it is
+    assert h("qt:later|fill") in tokens([], fill_b) and h("qt:next|fill") in tokens(['fill(3, "Alpha Pie")'], fill_b)
+    assert h("qt:cur|fill") in tokens(['fill(3, "Alpha Pie")', 'fill(3, "Beta Tart")'], fill_b)
+    assert h("qp:2:mid|answer") in tokens(['fill(3, "Alpha Pie")'], answer)
+    assert h("qp:2:last|answer") in tokens(['fill(3, "Alpha Pie")', 'click(4)', 'fill(3, "Beta Tart")'], answer)
+    # read as a position: it holds when the first record's search has left the history window
+    assert h("qp:2:last|answer") in tokens(['click(4)', 'fill(3, "Beta Tart")'], answer)
+    old = scorer.Featurizer(scorer.ScorerConfig(features=1))
+    ctx = Context(instr, "http://s.web.test/", nodes, "", history=['fill(3, "Alpha Pie")'], step_index=1)
+    assert not {h(t) for t in ("qt:next|fill", "qp:2:mid|fill")} & set(old.candidate_features(ctx, [fill_b])[0][0])
+    with tempfile.TemporaryDirectory() as d:
+        model = scorer.ScorerModel(scorer.ScorerConfig())
+        scorer.save(model, Path(d))
+        assert scorer.load(Path(d)).config.features == 2
+        (Path(d) / "scorer.json").write_text(json.dumps({"buckets": 1 << 17, "dim": 32, "hidden": 128}))
+        assert scorer.load(Path(d)).config.features == 1
