@@ -5,9 +5,7 @@ model spends its capacity on action syntax and copying strings (the world model'
 as a newcomer would, skipped a third of its examples as too long); ranking proposed actions leaves it
 only the decision. Each candidate is read as a bag of hashed features (its kind, role and words; the
 words of the instruction next to a fill value crossed with the field's label; what was done before;
-the page kind; features 2: how far the history's typing has got through the instruction's quoted strings, and whether
-the candidate works on the current one, the next or another, since tasks over two records failed for want of it) and
-the step's context as a bag of instruction words and page features; an MLP over
+the page kind) and the step's context as a bag of instruction words and page features; an MLP over
 [candidate, context, candidate * context, numeric match features] gives a score, and a softmax over
 the page's candidates gives the policy. Nothing is truncated: every candidate of every step is read.
 
@@ -164,10 +162,6 @@ class Featurizer:
         at = _progress(ctx, order) if self.version >= 2 and order else -1
         current = order[at] if at >= 0 else ""
         progress = f"{min(len(order), 3)}:{'none' if at < 0 else ('last' if at == len(order) - 1 else 'mid')}"
-        # where the episode stands on the current record: the page's path depth (home, list, record) and whether its
-        # heading is the current quoted string (its own page open); BC on progress alone searched the next record
-        # from the current one's result list, before opening it
-        where = f"{min(len([x for x in urlsplit(ctx.url).path.split('/') if x]), 3)}|{int(bool(current) and head == current)}"
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
         for c in cands:
@@ -228,13 +222,13 @@ class Featurizer:
                     labels = {k.lower() for k, _ in parse_memory(ctx.memory)}
                     t += [f"ar:{w}" for w in iw if w in labels]
             if self.version >= 2 and order:
-                t += [f"qp:{progress}|{c.kind}", f"qpw:{progress}|{where}|{c.kind}"]
+                t += [f"qp:{progress}|{c.kind}", f"qph:{progress}|{int(head_quoted)}|{c.kind}"]
                 target = (c.value if c.kind in ("fill", "select") else label).lower()
                 if target in order:
                     idx = [j for j, q in enumerate(order) if q == target]
                     state = ("cur" if at in idx else "next" if at + 1 in idx else
                              "done" if idx[-1] < at else "later")
-                    t += [f"qt:{state}|{c.kind}", f"qtw:{state}|{where}|{c.kind}"]
+                    t.append(f"qt:{state}|{c.kind}")
                 elif c.kind in ("fill", "select") and c.value:
                     near = _nearest_quoted(instr, c.value, spans)
                     if near:
