@@ -44,8 +44,6 @@ class ScorerConfig:
     buckets: int = 1 << 17
     dim: int = 32
     hidden: int = 128
-    # 2 adds the record-progress tokens (``Featurizer.progress``); a checkpoint saved without the field is 1
-    features: int = 2
 
 
 def _h(token: str, buckets: int) -> int:
@@ -65,30 +63,6 @@ def _page_kind(url: str) -> str:
 def _depth_kind(url: str) -> str:
     path = [p for p in urlsplit(url).path.strip("/").split("/") if p]
     return f"{_page_kind(url)}/{len(path)}"
-
-
-def _progress(ctx: Context, order: list[str]) -> int:
-    """How far the visible history's typing has got through the instruction's quoted strings (in the instruction's
-    order, a string said twice counted twice): the index of the last one typed, -1 for none. The record (or its
-    value) an episode is working on, read as a position so that it holds when the first records' steps have left the
-    history window."""
-    at = -1
-    for a in ctx.history:
-        low = a.lower()
-        typed = [j for j, q in enumerate(order) if f'"{q}"' in low]
-        later = [j for j in typed if j > at]
-        if later:
-            at = later[0]
-    return at
-
-
-def _nearest_quoted(instr: str, value: str, spans: list[tuple[str, int, int]]) -> str:
-    """The quoted record nearest to where ``value`` stands in the instruction ("" when it is not there)."""
-    i = instr.lower().find(value.lower())
-    if i < 0 or not spans:
-        return ""
-    j = i + len(value)
-    return min(spans, key=lambda sp: max(sp[1] - j, i - sp[2], 0))[0]
 
 
 def _landmarks(ctx: Context) -> dict[int, str]:
@@ -111,7 +85,6 @@ class Featurizer:
 
     def __init__(self, config: ScorerConfig) -> None:
         self.buckets = config.buckets
-        self.version = config.features
 
     def context_tokens(self, ctx: Context) -> list[int]:
         iw = words(ctx.instruction)
@@ -153,15 +126,6 @@ class Featurizer:
         lands = _landmarks(ctx)
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
-        # record progress (features 2): tasks over two records (compare two, book two, reply to two) failed at 0%
-        # on validation because nothing told the scorer which record was done: here, how far through the
-        # instruction's quoted strings the typing has got, and whether a candidate works on the current one, the
-        # next one, or another
-        spans = [(m.group(1).lower(), m.start(), m.end()) for m in re.finditer(r'"([^"]{1,120})"', instr)]
-        order = [q for q, _, _ in spans]
-        at = _progress(ctx, order) if self.version >= 2 and order else -1
-        current = order[at] if at >= 0 else ""
-        progress = f"{min(len(order), 3)}:{'none' if at < 0 else ('last' if at == len(order) - 1 else 'mid')}"
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
         for c in cands:
@@ -221,18 +185,6 @@ class Featurizer:
                     n_report = len(c.value.split("; ")) / 5.0
                     labels = {k.lower() for k, _ in parse_memory(ctx.memory)}
                     t += [f"ar:{w}" for w in iw if w in labels]
-            if self.version >= 2 and order:
-                t += [f"qp:{progress}|{c.kind}", f"qph:{progress}|{int(head_quoted)}|{c.kind}"]
-                target = (c.value if c.kind in ("fill", "select") else label).lower()
-                if target in order:
-                    idx = [j for j, q in enumerate(order) if q == target]
-                    state = ("cur" if at in idx else "next" if at + 1 in idx else
-                             "done" if idx[-1] < at else "later")
-                    t.append(f"qt:{state}|{c.kind}")
-                elif c.kind in ("fill", "select") and c.value:
-                    near = _nearest_quoted(instr, c.value, spans)
-                    if near:
-                        t.append(f"qs:{'cur' if near == current else 'other'}|{c.kind}")
             if c.text in done:
                 t.append(f"done:{c.kind}")
             if node is not None and node.element_id in acted_ids:
@@ -345,7 +297,7 @@ def save(model: ScorerModel, folder: Path) -> None:
 
 
 def load(folder: Path) -> ScorerModel:
-    config = ScorerConfig(**{"features": 1, **json.loads((folder / "scorer.json").read_text())})
+    config = ScorerConfig(**json.loads((folder / "scorer.json").read_text()))
     model = ScorerModel(config)
     model.load_state_dict(torch.load(folder / "scorer.pt", map_location="cpu", weights_only=True))
     model.eval()
