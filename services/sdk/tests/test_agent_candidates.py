@@ -90,32 +90,3 @@ def test_a_sentence_telling_the_user_to_work_a_control_is_not_a_passage():
     got = passages(nodes)
     assert got == ["Sign in: Call us on 0131 496 0000 for help."], got
     assert relevant_passages("Solve the task 'click-link': click the link shown at the top", nodes) == []
-
-
-def test_the_scorer_reads_whether_a_number_is_the_one_the_instruction_names():
-    """"Go to page 3" was learnt page number by page number (a token per word), and RL policies clicked page 4 for 3
-    on validation. Features 2 say whether a candidate's number is one the instruction names; a checkpoint saved
-    before them (no ``features``) keeps its features."""
-    import json
-    import tempfile
-
-    from webenv.agent import scorer
-    from webenv.agent.candidates import Candidate, Context
-
-    nodes = parse_axtree('[83] navigation "Pages"\n\t[86] link "3"\n\t[87] link "4"\n\t[88] link "Next"')
-    ctx = Context("List all articles sorted newest first and go to page 3 of the results.", "http://w.web.test/wiki",
-                  nodes, "")
-    cands = [Candidate(None, f"click({n.element_id})", "click", n) for n in nodes[1:]]
-
-    def has(feat, i, tok):
-        return scorer._h(tok, feat.buckets) in feat.candidate_features(ctx, cands)[0][i]
-
-    new, old = scorer.Featurizer(scorer.ScorerConfig()), scorer.Featurizer(scorer.ScorerConfig(features=1))
-    assert has(new, 0, "num:eq|1|click") and has(new, 1, "num:ne|1|click")
-    assert not any(has(new, 2, f"num:{s}|{o}|click") for s in ("eq", "ne", "none") for o in (0, 1))  # no number
-    assert not has(old, 0, "num:eq|1|click")
-    with tempfile.TemporaryDirectory() as d:
-        scorer.save(scorer.ScorerModel(scorer.ScorerConfig()), Path(d))
-        assert scorer.load(Path(d)).config.features == 2
-        (Path(d) / "scorer.json").write_text(json.dumps({"buckets": 1 << 17, "dim": 32, "hidden": 128}))
-        assert scorer.load(Path(d)).config.features == 1

@@ -5,8 +5,7 @@ model spends its capacity on action syntax and copying strings (the world model'
 as a newcomer would, skipped a third of its examples as too long); ranking proposed actions leaves it
 only the decision. Each candidate is read as a bag of hashed features (its kind, role and words; the
 words of the instruction next to a fill value crossed with the field's label; what was done before;
-the page kind; features 2: whether a number on it is one the instruction names) and the step's context as a bag of
-instruction words and page features; an MLP over
+the page kind) and the step's context as a bag of instruction words and page features; an MLP over
 [candidate, context, candidate * context, numeric match features] gives a score, and a softmax over
 the page's candidates gives the policy. Nothing is truncated: every candidate of every step is read.
 
@@ -45,8 +44,6 @@ class ScorerConfig:
     buckets: int = 1 << 17
     dim: int = 32
     hidden: int = 128
-    # 2 adds the number tokens (``Featurizer.candidate_features``); a checkpoint saved without the field is 1
-    features: int = 2
 
 
 def _h(token: str, buckets: int) -> int:
@@ -88,7 +85,6 @@ class Featurizer:
 
     def __init__(self, config: ScorerConfig) -> None:
         self.buckets = config.buckets
-        self.version = config.features
 
     def context_tokens(self, ctx: Context) -> list[int]:
         iw = words(ctx.instruction)
@@ -130,7 +126,6 @@ class Featurizer:
         lands = _landmarks(ctx)
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
-        inums = {w for w in iw if w.isdigit()}
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
         for c in cands:
@@ -190,14 +185,6 @@ class Featurizer:
                     n_report = len(c.value.split("; ")) / 5.0
                     labels = {k.lower() for k, _ in parse_memory(ctx.memory)}
                     t += [f"ar:{w}" for w in iw if w in labels]
-            if self.version >= 2:
-                # whether a number on the candidate is one the instruction names (features 2): the word tokens above
-                # are per number ("l:3"), so "go to page 3" was learnt page by page; RL policies clicked page 4
-                # for 3 on validation (nav-3, nav-4: 15 of 90 passed after RL)
-                shown = [w for w in (words(c.value)[:6] if c.kind == "select" else lw) if w.isdigit()]
-                if shown:
-                    state = "eq" if inums & set(shown) else ("ne" if inums else "none")
-                    t.append(f"num:{state}|{int(len(shown) == len(lw))}|{c.kind}")
             if c.text in done:
                 t.append(f"done:{c.kind}")
             if node is not None and node.element_id in acted_ids:
@@ -310,7 +297,7 @@ def save(model: ScorerModel, folder: Path) -> None:
 
 
 def load(folder: Path) -> ScorerModel:
-    config = ScorerConfig(**{"features": 1, **json.loads((folder / "scorer.json").read_text())})
+    config = ScorerConfig(**json.loads((folder / "scorer.json").read_text()))
     model = ScorerModel(config)
     model.load_state_dict(torch.load(folder / "scorer.pt", map_location="cpu", weights_only=True))
     model.eval()
