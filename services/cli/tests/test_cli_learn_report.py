@@ -213,6 +213,9 @@ def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp
     assert test["ci95"][0] > 0.15 and test["p"] < 0.01 and summary["goal_met"] is False  # two seeds, not three
     text = (tmp_path / "README.md").read_text()
     assert "| test | 2 | 20.0% | 60.0% | +40.0 |" in text and "| random |" not in text.split("## Transactions")[0].split("| suite")[0]
+    # by kind of task (a task id's last part): here every task is its own kind, pooled over the two seeds
+    assert "| t1 | - | - | 2/2 | 2/2 | - |" in text and "| t5 | - | - | 0/2 | 2/2 | - |" in text
+    assert summary["by_task_kind"]["t5"] == {"test bc": [0, 2], "test rl": [2, 2]}
     # the same runs read as arms of an ablation: one row per arm, named by its algorithm and options
     assert seeds.main(["--ablation", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "abl.md")]) == 0
     arms = json.loads((tmp_path / "abl.json").read_text())["arms"]
