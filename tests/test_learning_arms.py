@@ -1,5 +1,6 @@
-"""The learning loop's arms (webenv.cli.signals): each spends the same budget, shapes a run spec the collector
-accepts (its own validation, webenv.collector.spec) and a training job with the loop's options."""
+"""The learning loop's arms (webenv.cli.signals) against the collector's own run-spec validation (webenv.collector.spec):
+each spends the same budget, shapes a run spec the collector accepts and a training job with the loop's options. It
+lives here, not in services/cli, because it holds the client to another service's code."""
 
 from __future__ import annotations
 
