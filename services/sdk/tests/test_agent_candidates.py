@@ -90,34 +90,3 @@ def test_a_sentence_telling_the_user_to_work_a_control_is_not_a_passage():
     got = passages(nodes)
     assert got == ["Sign in: Call us on 0131 496 0000 for help."], got
     assert relevant_passages("Solve the task 'click-link': click the link shown at the top", nodes) == []
-
-
-def test_the_scorer_reads_the_instructions_own_strings_as_placeholders():
-    """A record's name differs from website to website of one template, so features 2 hash its words as ``@q``: the
-    link to the record the instruction quotes gets the same tokens on every website; other words stay themselves. A
-    checkpoint saved before them (no ``features``) keeps its features."""
-    import json
-    import tempfile
-
-    from webenv.agent import scorer
-    from webenv.agent.candidates import Candidate, Context
-
-    nodes = parse_axtree('[83] main ""\n\t[86] link "Garlic Tiramisu Family"\n\t[87] link "Recipes"')
-    instruction = 'On Humble Summit Kitchen, give the servings of "Garlic Tiramisu Family".'
-    assert scorer.entity_words(instruction) == {"garlic", "tiramisu", "family"}
-    ctx = Context(instruction, "http://w.web.test/recipes", nodes, "")
-    cands = [Candidate(None, f"click({n.element_id})", "click", n) for n in nodes[1:]]
-
-    def has(feat, i, tok):
-        return scorer._h(tok, feat.buckets) in feat.candidate_features(ctx, cands)[0][i]
-
-    new, old = scorer.Featurizer(scorer.ScorerConfig()), scorer.Featurizer(scorer.ScorerConfig(features=1))
-    assert has(new, 0, "l:@q") and has(new, 0, "lm:@q") and not has(new, 0, "l:garlic")
-    assert has(new, 1, "l:recipes") and not has(new, 1, "l:@q")
-    assert scorer._h("i:@q", new.buckets) in new.context_tokens(ctx)
-    assert has(old, 0, "l:garlic") and not has(old, 0, "l:@q")
-    with tempfile.TemporaryDirectory() as d:
-        scorer.save(scorer.ScorerModel(scorer.ScorerConfig()), Path(d))
-        assert scorer.load(Path(d)).config.features == 2
-        (Path(d) / "scorer.json").write_text(json.dumps({"buckets": 1 << 17, "dim": 32, "hidden": 128}))
-        assert scorer.load(Path(d)).config.features == 1

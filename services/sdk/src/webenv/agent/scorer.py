@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import torch
 from torch import nn
 
-from .candidates import _QUOTED, _TOKEN, Candidate, Context, instruction_values, parse_memory, words
+from .candidates import Candidate, Context, instruction_values, parse_memory, words
 
 N_NUMERIC = 15
 #: Words too common to carry meaning in instruction x label crosses.
@@ -44,9 +44,6 @@ class ScorerConfig:
     buckets: int = 1 << 17
     dim: int = 32
     hidden: int = 128
-    # 2 reads the instruction's own strings as placeholders (``entity_words``); a checkpoint saved without the field
-    # is 1 and keeps its features
-    features: int = 2
 
 
 def _h(token: str, buckets: int) -> int:
@@ -55,15 +52,6 @@ def _h(token: str, buckets: int) -> int:
 
 def _stem(w: str) -> str:
     return w[:3]
-
-
-def entity_words(instruction: str) -> frozenset[str]:
-    """Words of the instruction's quoted strings and of its tokens with digits, ``@`` or a hyphen: a record's name, a
-    comment to post, a username. They differ from website to website of one template, so features 2 hashes them as
-    ``@q`` (the candidate's word is one of them) instead of as themselves, and what is learnt on one website's records
-    is what the next website's records get."""
-    found = [m.group(1) for m in _QUOTED.finditer(instruction)] + [m.group(0) for m in _TOKEN.finditer(instruction)]
-    return frozenset(w for text in found for w in words(text) if w not in _STOP)
 
 
 def _page_kind(url: str) -> str:
@@ -97,19 +85,10 @@ class Featurizer:
 
     def __init__(self, config: ScorerConfig) -> None:
         self.buckets = config.buckets
-        self.version = config.features
-
-    def _lex(self, instruction: str):
-        """The word as hashed: itself, or ``@q`` under features 2 when it is one of the instruction's own strings."""
-        if self.version < 2:
-            return lambda w: w
-        ents = entity_words(instruction)
-        return lambda w: "@q" if w in ents else w
 
     def context_tokens(self, ctx: Context) -> list[int]:
         iw = words(ctx.instruction)
-        lx = self._lex(ctx.instruction)
-        toks = [f"i:{lx(w)}" for w in iw] + [f"p:{_depth_kind(ctx.url)}", f"s:{min(ctx.step_index, 8)}"]
+        toks = [f"i:{w}" for w in iw] + [f"p:{_depth_kind(ctx.url)}", f"s:{min(ctx.step_index, 8)}"]
         if ctx.last_error:
             toks.append("err")
         if ctx.history:
@@ -147,7 +126,6 @@ class Featurizer:
         lands = _landmarks(ctx)
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
-        lx = self._lex(instr)
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
         for c in cands:
@@ -160,10 +138,10 @@ class Featurizer:
             if node is not None:
                 land = lands.get(node.index, "top")
                 t += [f"land:{land}|{c.kind}", f"land:{land}|{role}"]
-            t += [f"l:{lx(w)}" for w in lw]
-            t += [f"lm:{lx(w)}" for w in lw if w in iset]
+            t += [f"l:{w}" for w in lw]
+            t += [f"lm:{w}" for w in lw if w in iset]
             if c.kind != "answer":
-                t += [f"il:{lx(w)}|{lx(x)}" for w in content for x in lw[:4] if x not in _STOP]
+                t += [f"il:{w}|{x}" for w in content for x in lw[:4] if x not in _STOP]
             t += [f"pre:{p}|{c.kind}" for p in prefix]
             if ctx.last_error:
                 t.append(f"err|{c.kind}")
@@ -172,7 +150,7 @@ class Featurizer:
             value_q = value_pos = already = opt_overlap = n_report = 0.0
             if c.kind == "fill":
                 vw = words(c.value)[:8]
-                t += [f"v:{lx(w)}" for w in vw]
+                t += [f"v:{w}" for w in vw]
                 shape = ("q" if c.value.lower() in quoted else "") + ("@" if "@" in c.value else "") + \
                         ("d" if c.value.isdigit() else ("n" if re.search(r"\d", c.value) else "")) + \
                         ("c" if c.value[:1].isupper() else "") + str(min(len(c.value.split()), 4))
@@ -181,11 +159,11 @@ class Featurizer:
                 before = words(instr[max(0, idx - 40):idx])[-3:] if idx >= 0 else []
                 after = words(instr[idx + len(c.value):idx + len(c.value) + 25])[:2] if idx >= 0 else []
                 for b in before + [f">{a}" for a in after]:
-                    t.append(f"xv:{lx(b)}|{shape}")
+                    t.append(f"xv:{b}|{shape}")
                     for w in lw[:4]:
-                        t.append(f"x:{lx(b)}|{lx(w)}")
+                        t.append(f"x:{b}|{w}")
                 for w in lw[:4]:
-                    t.append(f"xs:{shape}|{lx(w)}")
+                    t.append(f"xs:{shape}|{w}")
                 value_q = 1.0 if c.value.lower() in quoted else 0.0
                 value_pos = value_rank.get(c.value, len(values)) / max(len(values), 1)
                 already = 1.0 if node is not None and node.value == c.value else 0.0
@@ -193,20 +171,20 @@ class Featurizer:
                     t.append("hasvalue")
             elif c.kind == "select":
                 ow = words(c.value)[:6]
-                t += [f"o:{lx(w)}" for w in ow]
+                t += [f"o:{w}" for w in ow]
                 opt_overlap = sum(1 for w in ow if _stem(w) in istems) / len(ow) if ow else 0.0
                 for w in ow:
                     for b in iw:
                         if _stem(b) == _stem(w):
-                            t.append(f"om:{lx(w)}")
+                            t.append(f"om:{w}")
             elif c.kind == "answer":
                 t += [f"a:{c.answer_type}", f"ap:{c.answer_type}|{page}", f"au:{c.answer_type}|{url_bucket}",
                       f"al:{c.answer_type}|{last_kind}"]
-                t += [f"ai:{c.answer_type}|{lx(w)}" for w in iw[:40]]
+                t += [f"ai:{c.answer_type}|{w}" for w in iw[:40]]
                 if c.answer_type == "report":
                     n_report = len(c.value.split("; ")) / 5.0
                     labels = {k.lower() for k, _ in parse_memory(ctx.memory)}
-                    t += [f"ar:{lx(w)}" for w in iw if w in labels]
+                    t += [f"ar:{w}" for w in iw if w in labels]
             if c.text in done:
                 t.append(f"done:{c.kind}")
             if node is not None and node.element_id in acted_ids:
@@ -319,7 +297,7 @@ def save(model: ScorerModel, folder: Path) -> None:
 
 
 def load(folder: Path) -> ScorerModel:
-    config = ScorerConfig(**{"features": 1, **json.loads((folder / "scorer.json").read_text())})
+    config = ScorerConfig(**json.loads((folder / "scorer.json").read_text()))
     model = ScorerModel(config)
     model.load_state_dict(torch.load(folder / "scorer.pt", map_location="cpu", weights_only=True))
     model.eval()
