@@ -23,7 +23,7 @@ from webenv.testing import free_port
 from webenv.v1 import task_pb2, task_pb2_grpc
 
 pytestmark = pytest.mark.timeout(600)
-README = Path(__file__).resolve().parents[1] / "README.md"
+README = Path(__file__).resolve().parents[1] / "services" / "openenv" / "README.md"
 
 
 @pytest.fixture(scope="module")

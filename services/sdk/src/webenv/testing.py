@@ -15,6 +15,7 @@ import time
 import urllib.request
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from types import ModuleType
 
 import pytest
 from webenv.runtime.ports import free_port
@@ -89,3 +90,19 @@ def free_port_fixture() -> Callable[[], int]:
 def scrape_fixture() -> Callable[..., str]:
     """The :func:`scrape` function, as a fixture."""
     return scrape
+
+
+def load_test_module(path: Path, name: str) -> ModuleType:
+    """Another folder's conftest as a module, so a suite elsewhere registers its fixtures instead of copying them
+    (pytest loads a conftest only for its own folder)."""
+    import importlib.util
+    import sys
+
+    if name in sys.modules:  # the same conftest loaded by two suites of one session: one module
+        return sys.modules[name]
+    spec = importlib.util.spec_from_file_location(name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # dataclasses look their module up while the class is built
+    spec.loader.exec_module(module)
+    return module
