@@ -94,7 +94,8 @@ def seed_rows(result: dict) -> dict:
     sel = result.get("selected", {}).get("ref", "")
     evals = result["evaluations"]
     cfg = result["config"]
-    arm = cfg.get("algorithm", "") + "".join(f", {k} {cfg[k]}" for k in ("kl_coef", "step_normalize") if cfg.get(k))
+    arm = cfg.get("algorithm", "") + "".join(f", {k} {cfg[k]}" for k in ("kl_coef", "step_normalize") if cfg.get(k)) \
+        + (f", kl_reference {cfg['kl_reference']}" if cfg.get("kl_reference", "warm-start") != "warm-start" else "")
     last = result["checkpoints"][-1]["ref"] if result["checkpoints"] else ""
     out = {"seed": cfg["seed"], "arm": arm, "bc": bc, "selected": sel, "last": last,
            "wall_seconds": result["wall_seconds"], "suites": {}}

@@ -165,6 +165,13 @@ def test_demos_train_load_and_solve(stack):
     assert job.checkpoint.ref == "tiny@2" and '"klReference": "tiny@1"' in job.checkpoint.config_json
     loaded = policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="tiny@2"), timeout=60)
     assert loaded.policy.version == "tiny@2"
+    # the next step held to its parent instead (`--kl-reference parent`: no reference named, the trainer uses tiny@2)
+    rl.parent, rl.options.kl_reference = "tiny@2", ""
+    job = finish(trainer, start_job(trainer, rl).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    assert job.checkpoint.ref == "tiny@3" and job.checkpoint.parent == "tiny@2"
+    assert "klReference" not in job.checkpoint.config_json and '"klCoef": 0.5' in job.checkpoint.config_json
+    assert policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref="tiny@3"), timeout=60).policy.version == "tiny@3"
 
 
 def watch_losses(trainer, job_id: str) -> tuple[trainer_pb2.Job, list[float]]:

@@ -299,3 +299,27 @@ def test_eval_mode_selected_runs_the_reported_suites_only_on_bc_and_the_checkpoi
     assert result["selected"]["ref"] == "agent@2" and loop.policy.loaded == ["agent@2"]
     assert [e.split for e in loop.evals if e.version == "agent@2"] == ["validation", "test", "family:shop", "miniwob",
                                                                         "handmade"]
+
+
+def test_the_kl_term_holds_each_rl_job_to_the_warm_start_or_to_its_parent():
+    """`--kl-reference warm-start` (the default) names the BC checkpoint in every RL job; `parent` leaves the job's
+    reference empty, which the trainer reads as the job's parent (the previous iterate)."""
+    from webenv.v1 import trainer_pb2
+
+    for reference, expected in (("warm-start", "agent@1"), ("parent", "")):
+        loop = loop_with([], [])
+        loop.cfg.algorithm, loop.cfg.kl_coef, loop.cfg.kl_reference = "filtered_bc", 0.5, reference
+        loop.say, loop.warm_ref, loop.policy, specs = (lambda _: None), "agent@1", RecordingPolicy(), []
+
+        class Trainer:
+            def StartJob(self, req, timeout=None, specs=specs):
+                specs.append(req.spec)
+                return trainer_pb2.StartJobResponse(job=trainer_pb2.Job(job_id="j"))
+
+        loop.trainer = Trainer()
+        loop.watch_job = lambda job_id: trainer_pb2.Job(job_id=job_id, state=trainer_pb2.JOB_STATE_SUCCEEDED,
+                                                        checkpoint=trainer_pb2.Checkpoint(ref="agent@3"))
+        assert loop.train("rl-2", trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC, ["run-d", "run-c1"], "agent@2", 4).ref \
+            == "agent@3"
+        (spec,) = specs
+        assert (spec.parent, spec.options.kl_coef, spec.options.kl_reference) == ("agent@2", 0.5, expected), reference

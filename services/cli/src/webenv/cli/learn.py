@@ -101,6 +101,10 @@ class LoopConfig:
     # beta of the RL jobs' KL penalty towards the BC warm start (AlgorithmOptions.kl_coef; 0 = none): seed 1's RL
     # iterations took the held-out family from 26% to 8% with nothing holding the ranking near the warm start's
     kl_coef: float = 0.0
+    # what the KL term holds each RL job to: "warm-start" (the BC checkpoint, every iteration) or "parent" (the job's
+    # parent, the previous iterate: a trust region that moves with the policy). With the warm start as reference, a
+    # step BC ranks confidently wrong keeps about half of BC's mass on its wrong candidate at beta 0.5
+    kl_reference: str = "warm-start"
     # every job (BC and RL) trains each answer step towards every answer candidate the rubric accepts
     # (AlgorithmOptions.relabel_answers), not only the one the demonstrator or the policy typed
     relabel_answers: bool = False
@@ -509,8 +513,9 @@ class Loop:
             labels={"loop": label},
         )
         if algorithm == self.rl_algorithm() and algorithm != trainer_pb2.TRAINING_ALGORITHM_BC:
+            # kl_reference "": the trainer holds the job to its parent (AlgorithmOptions.kl_reference)
             ARMS[self.cfg.algorithm].job(spec, step_normalize=self.cfg.step_normalize, kl_coef=self.cfg.kl_coef,
-                                         kl_reference=self.warm_ref)
+                                         kl_reference=self.warm_ref if self.cfg.kl_reference == "warm-start" else "")
         job = self.trainer.StartJob(trainer_pb2.StartJobRequest(request_id=os.urandom(8).hex(), spec=spec),
                                     timeout=60).job
         job = self.watch_job(job.job_id)

@@ -60,6 +60,8 @@ def train(
     step_normalize: bool = typer.Option(False, help="Divide each episode's step weights by its steps (1/k)."),
     kl_coef: float = typer.Option(0.0, help="Beta of the RL jobs' KL penalty towards the BC warm start's ranking "
                                             "(0 = none, at most 10)."),
+    kl_reference: str = typer.Option("warm-start", help="What the KL penalty holds each RL job to: warm-start (the BC "
+                                                        "checkpoint) or parent (the previous iterate, a trust region)."),
     relabel_answers: bool = typer.Option(False, help="Train every answer step towards every answer candidate the "
                                                      "task's rubric accepts, not only the one typed "
                                                      "(AlgorithmOptions.relabel_answers; BC and RL jobs)."),
@@ -102,13 +104,17 @@ def train(
         raise typer.BadParameter("must be within 2..33", param_hint="--group-size")
     choice(sampling, SAMPLING, "--sampling")
     choice(eval_mode, dict.fromkeys(("every", "selected")), "--eval-mode")
+    choice(kl_reference, dict.fromkeys(("warm-start", "parent")), "--kl-reference")
+    if kl_reference != "warm-start" and not kl_coef:
+        raise typer.BadParameter(f"{kl_reference!r} is the reference of --kl-coef, which is 0", param_hint="--kl-reference")
     if model not in ("scorer", "encoder"):
         raise typer.BadParameter(f"{model!r}: expected scorer or encoder", param_hint="--model")
     cfg = LoopConfig(name=name, model=model, demo_episodes=demos, reference_demo_episodes=reference_demos, iterations=iterations,
                      collect_episodes=collect, eval_episodes=eval_episodes, train_eval_episodes=train_eval,
                      temperature=temperature, algorithm=algorithm, bc_epochs=bc_epochs, rl_epochs=rl_epochs,
                      sampling=sampling, concurrency=concurrency, group_size=group_size, branch_step=branch_step,
-                     step_normalize=step_normalize, kl_coef=kl_coef, relabel_answers=relabel_answers,
+                     step_normalize=step_normalize, kl_coef=kl_coef, kl_reference=kl_reference,
+                     relabel_answers=relabel_answers,
                      hard_negatives=hard_negatives, demo_starts=demo_starts, baselines=tuple(b for b in baselines.split(",") if b),
                      baseline_episodes=baseline_eval, seed=seed,
                      out_dir=str(out), dyna=dyna, validation_episodes=validation_eval, holdout_family=holdout_family,
