@@ -16,7 +16,6 @@ like any run (and `--versus` against the run itself). What it measured: `bench/r
 
 from __future__ import annotations
 
-import argparse
 import json
 import shlex
 import shutil
@@ -32,7 +31,7 @@ from webenv.v1 import common_pb2, policy_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.learning_handmade import config_of  # the run's LoopConfig, as that script reads it
+from bench.learning_handmade import config_of, read_run, run_arguments  # a finished run, read as there
 
 
 def average(root: Path, name: str, members: list[int]) -> str:
@@ -59,18 +58,13 @@ def average(root: Path, name: str, members: list[int]) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", type=Path, required=True, help="the run's data folder (its checkpoints, its store)")
-    ap.add_argument("--run", type=Path, required=True, help="the folder of the run's learning.json")
+    ap = run_arguments(__doc__)
     ap.add_argument("--members", required=True, help="versions to average, e.g. 4,5,6 (RL iterates of the run)")
     ap.add_argument("--out", type=Path, required=True, help="folder for the average's learning.json and learning.md")
-    ap.add_argument("--sites-count", type=int, default=200)
     args = ap.parse_args(argv)
-    path = args.run / "learning.json"
-    if not path.is_file():
-        print(f"{path}: no such file (a finished `webenv train` run's report)", file=sys.stderr)
+    result = read_run(args.run)
+    if result is None:
         return 2
-    result = json.loads(path.read_text(encoding="utf-8"))
     name = result["config"]["name"]
     rl = {int(c["ref"].split("@")[1]) for c in result["checkpoints"] if c["label"].startswith("rl-")}
     try:

@@ -35,21 +35,35 @@ def config_of(result: dict, tasks: int) -> LoopConfig:
     return LoopConfig(**(kw | {"handmade_tasks": tasks, "handmade_file": HANDMADE_FILE}))
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def run_arguments(doc: str) -> argparse.ArgumentParser:
+    """The options of every script here that works on a finished run: its data folder, its report, the catalog size."""
+    ap = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--data-dir", type=Path, required=True, help="the run's data folder (its checkpoints, its store)")
     ap.add_argument("--run", type=Path, required=True, help="the folder of the run's learning.json")
-    ap.add_argument("--tasks", type=int, default=40, help="hand-made tasks, one episode each (default: all 40)")
     ap.add_argument("--sites-count", type=int, default=200)
-    args = ap.parse_args(argv)
-    path = args.run / "learning.json"
+    return ap
+
+
+def read_run(run: Path) -> dict | None:
+    """The run's learning.json, or None after saying why not."""
+    path = run / "learning.json"
     if not path.is_file():
         print(f"{path}: no such file (a finished `webenv train` run's report)", file=sys.stderr)
+        return None
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = run_arguments(__doc__)
+    ap.add_argument("--tasks", type=int, default=40, help="hand-made tasks, one episode each (default: all 40)")
+    args = ap.parse_args(argv)
+    path = args.run / "learning.json"
+    result = read_run(args.run)
+    if result is None:
         return 2
     if not (args.data_dir / "checkpoints").is_dir():
         print(f"{args.data_dir}: no checkpoints folder (the data folder of that run?)", file=sys.stderr)
         return 2
-    result = json.loads(path.read_text(encoding="utf-8"))
     if any(e["split"] == "handmade" for e in result["evaluations"]):
         print(f"{path}: already has hand-made rows", file=sys.stderr)
         return 2

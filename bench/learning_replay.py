@@ -15,7 +15,6 @@ trainer is seeded, so it should give the run's own last iterate back.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 from dataclasses import asdict, replace
@@ -27,7 +26,7 @@ from webenv.v1 import common_pb2, policy_pb2
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from bench.learning_handmade import config_of  # the run's LoopConfig, as that script reads it
+from bench.learning_handmade import config_of, read_run, run_arguments  # a finished run, read as there
 
 OPTIONS = {"kl_coef": float, "kl_ref": str, "rl_epochs": int}
 
@@ -50,19 +49,18 @@ def parse_variant(text: str) -> tuple[str, dict]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--data-dir", type=Path, required=True, help="the run's data folder (its store, its checkpoints)")
-    ap.add_argument("--run", type=Path, required=True, help="the folder of the run's learning.json")
+    ap = run_arguments(__doc__)
     ap.add_argument("--variant", action="append", required=True, help="name[:kl_coef=X,kl_ref=warm|parent,rl_epochs=N]")
     ap.add_argument("--out", type=Path, required=True, help="JSON file of every variant's iterates and validation")
-    ap.add_argument("--sites-count", type=int, default=200)
     args = ap.parse_args(argv)
     try:
         variants = [parse_variant(v) for v in args.variant]
     except ValueError as exc:
         print(exc, file=sys.stderr)
         return 2
-    result = json.loads((args.run / "learning.json").read_text(encoding="utf-8"))
+    result = read_run(args.run)
+    if result is None:
+        return 2
     runs = result["runs"]
     collections = [runs[f"collect-{k}"] for k in range(1, result["config"]["iterations"] + 1)]
     bc = next(c["ref"] for c in result["checkpoints"] if c["label"] == "bc")

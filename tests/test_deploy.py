@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from webenv.testing import load_test_module
 
 ROOT = Path(__file__).resolve().parents[1]
 DEPLOY = ROOT / "deploy"
@@ -116,15 +117,6 @@ def build_text(name: str) -> str:
 def service_targets() -> list[str]:
     """The service images: the stages built FROM the shared runtime stage."""
     return [s.name for s in service_stages().values() if s.base == "runtime"]
-
-
-def load_module(path: Path, name: str):
-    spec = importlib.util.spec_from_file_location(name, path)
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # dataclasses look their module up while the class is built
-    spec.loader.exec_module(module)
-    return module
 
 
 @functools.cache
@@ -864,7 +856,7 @@ def test_dashboard_queries_parse_as_promql(tmp_path):
 
 def test_generated_files_are_up_to_date():
     for script in (DEPLOY / "grafana/generate.py", DEPLOY / "k8s/generate.py"):
-        module = load_module(script, f"_gen_{script.parent.name}")
+        module = load_test_module(script, f"_gen_{script.parent.name}")
         assert module.main(["--check"]) == 0, f"run: python {script.relative_to(ROOT)}"
 
 
