@@ -70,14 +70,14 @@ def main(argv: list[str] | None = None) -> int:
     stack.start(timeout=180, on_ready=lambda n, a: print(f"{n} SERVING at {a}", flush=True))
     try:
         for name, opts in variants:
-            cfg = replace(base, kl_coef=opts.get("kl_coef", base.kl_coef), rl_epochs=opts.get("rl_epochs", base.rl_epochs))
+            cfg = replace(base, kl_coef=opts.get("kl_coef", base.kl_coef), rl_epochs=opts.get("rl_epochs", base.rl_epochs),
+                          kl_reference="parent" if opts.get("kl_ref") == "parent" else "warm-start")
             loop = Loop(cfg, collector=stack.address("collector"), trainer=stack.address("trainer"),
                         policy=stack.address("policy"), sites=stack.address("sites"), say=lambda s: print(s, flush=True))
             loop.prepare()
-            cp_ref, data = bc, [runs["demos"]]
+            loop.warm_ref, cp_ref, data = bc, bc, [runs["demos"]]
             for k, run_id in enumerate(collections, 1):
                 data.append(run_id)
-                loop.warm_ref = "" if opts.get("kl_ref") == "parent" else bc  # "": the trainer's KL is to the parent
                 cp_ref = loop.train(f"{name}-rl-{k}", loop.rl_algorithm(), list(data), cp_ref, cfg.rl_epochs).ref
             loop.policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=cp_ref), timeout=120)
             ev = loop.evaluate(cp_ref, common_pb2.SPLIT_VALIDATION, cfg.validation_episodes, f"replay-{name}-validation")

@@ -13,7 +13,6 @@ import copy
 import dataclasses
 import functools
 import importlib
-import importlib.util
 import itertools
 import json
 import os
