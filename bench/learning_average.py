@@ -66,6 +66,10 @@ def main(argv: list[str] | None = None) -> int:
     if result is None:
         return 2
     name = result["config"]["name"]
+    if result["config"].get("model", "scorer") != "scorer":
+        print(f"{args.run}: a {result['config']['model']} run; the average is built for the hashed scorer's weights",
+              file=sys.stderr)
+        return 2
     rl = {int(c["ref"].split("@")[1]) for c in result["checkpoints"] if c["label"].startswith("rl-")}
     try:
         members = sorted({int(m) for m in args.members.split(",")})
