@@ -80,15 +80,18 @@ bench: install-vllm install-browsergym
 # every episode inside its deadline (bench/results/learning/README.md).
 # VALIDATION: validation tasks scoring every checkpoint; EVAL_MODE selected: only BC and the checkpoint chosen on
 # validation run test, the held-out family and MiniWoB++ (every: all checkpoints do). MODEL: the ranker trained,
-# scorer (hashed features) or encoder (fine-tuned all-MiniLM-L6-v2).
+# scorer (hashed features) or encoder (fine-tuned all-MiniLM-L6-v2). TEMPERATURE: the RL collections' sampling
+# temperature (evaluation is greedy).
 ITERATIONS ?= 3
+TEMPERATURE ?= 1.0
 MODEL ?= scorer
 ALGORITHM ?= partial
 VALIDATION ?= 50
 EVAL_MODE ?= every
 LEARN_ARGS ?= --demos 50 --iterations $(ITERATIONS) --collect 200 --eval 150 --train-eval 0 --validation-eval $(VALIDATION) \
 	--holdout-family shop --family-eval 50 --miniwob-tasks 20 --baseline-eval 50 --baselines random \
-	--algorithm $(ALGORITHM) --sampling frontier --concurrency 4 --eval-mode $(EVAL_MODE) --model $(MODEL)
+	--algorithm $(ALGORITHM) --sampling frontier --concurrency 4 --eval-mode $(EVAL_MODE) --model $(MODEL) \
+	--temperature $(TEMPERATURE)
 SEEDS ?= 1 2 3
 LEARN_OUT ?= bench/results/learning
 learn: install
