@@ -88,14 +88,18 @@ def pooled_rate(evals: list[dict]) -> float:
     return sum(e["passed"] for e in evals) / max(1, sum(e["episodes"] for e in evals))
 
 
+#: The loop options that name an arm beside its algorithm, when a run set them away from LoopConfig's default.
+ARM_DEFAULTS = {"kl_coef": 0.0, "step_normalize": False, "kl_reference": "warm-start", "temperature": 1.0}
+
+
 def seed_rows(result: dict) -> dict:
     """One seed: per suite, BC vs the selected checkpoint (paired), and the baselines' and oracle's rates."""
     bc = next((c["ref"] for c in result["checkpoints"] if c["label"] == "bc"), "")
     sel = result.get("selected", {}).get("ref", "")
     evals = result["evaluations"]
     cfg = result["config"]
-    arm = cfg.get("algorithm", "") + "".join(f", {k} {cfg[k]}" for k in ("kl_coef", "step_normalize") if cfg.get(k)) \
-        + (f", kl_reference {cfg['kl_reference']}" if cfg.get("kl_reference", "warm-start") != "warm-start" else "")
+    arm = cfg.get("algorithm", "") + "".join(f", {k} {cfg[k]}" for k, default in ARM_DEFAULTS.items()
+                                             if cfg.get(k, default) != default)
     last = result["checkpoints"][-1]["ref"] if result["checkpoints"] else ""
     out = {"seed": cfg["seed"], "arm": arm, "bc": bc, "selected": sel, "last": last,
            "wall_seconds": result["wall_seconds"], "suites": {}}
