@@ -15,7 +15,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha.proto_reflection_descriptor_database import ProtoReflectionDescriptorDatabase
 from prometheus_client.parser import text_string_to_metric_families
 from webenv import errors
-from webenv.client import make_channel
+from webenv.client import make_channel, make_sync_channel
 from webenv.runtime import ServiceSettings, describe_validation_error
 from webenv.v1 import policy_pb2, policy_pb2_grpc
 
@@ -284,6 +284,26 @@ async def test_every_call_kind_carries_the_token(echo):
                         with pytest.raises(grpc.aio.AioRpcError) as info:
                             await call()
                         assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, info.value
+            await asyncio.to_thread(_every_kind_sync, f"127.0.0.1:{server.port}", token, ok)
+
+
+def _every_kind_sync(address: str, token: str, ok: bool) -> None:
+    """The synchronous channel sends the token on every call kind too (run off the loop serving the server)."""
+    with make_sync_channel(address, token=token) as ch:
+        sent = [b"a", b"b"] if ok else []
+        calls = (
+            lambda: ch.unary_unary("/test.Kinds/One")(b"ab"),
+            lambda: list(ch.unary_stream("/test.Kinds/Many")(b"ab")),
+            lambda: ch.stream_unary("/test.Kinds/Gather")(iter(sent)),
+            lambda: list(ch.stream_stream("/test.Kinds/Each")(iter(sent))),
+        )
+        for call, want in zip(calls, (b"ab", [b"a", b"b"], b"ab", [b"a", b"b"]), strict=True):
+            if ok:
+                assert call() == want
+            else:
+                with pytest.raises(grpc.RpcError) as info:
+                    call()
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED, info.value
 
 
 async def _collect(call) -> list:
@@ -354,6 +374,39 @@ async def test_tls_when_configured(echo, tmp_path):
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await policy_pb2_grpc.PolicyServiceStub(plain).ListPolicies(policy_pb2.ListPoliciesRequest())
             assert info.value.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+
+
+async def test_clients_take_the_servers_settings_from_the_environment(echo, tmp_path, monkeypatch):
+    """A client started in the stack's environment (WEBENV_AUTH_TOKEN, WEBENV_TLS_CERT_FILE, WEBENV_MAX_MESSAGE_MB)
+    speaks TLS with the token and the servers' message limit, on both channels."""
+    key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
+    proc = await asyncio.create_subprocess_exec(
+        "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+        "-addext", "subjectAltName=DNS:localhost", "-keyout", str(key), "-out", str(cert),
+        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.DEVNULL,
+    )
+    assert await proc.wait() == 0
+    server = echo.build_server(echo.EchoSettings(host="127.0.0.1", auth_token="shared", tls_cert_file=str(cert),
+                                                 tls_key_file=str(key), max_message_mb=8))
+    big = policy_pb2.ActRequest(episode_id="x" * (5 << 20))  # over gRPC's default 4 MiB, under the servers' 8
+    for name, value in (("WEBENV_AUTH_TOKEN", "shared"), ("WEBENV_TLS_CERT_FILE", str(cert)),
+                        ("WEBENV_MAX_MESSAGE_MB", "8")):
+        monkeypatch.setenv(name, value)
+    async with server:
+        await server.set_serving()
+        address = f"localhost:{server.port}"
+        async with make_channel(address) as ch:
+            assert (await policy_pb2_grpc.PolicyServiceStub(ch).Act(big)).episode_id == big.episode_id
+
+        def sync_calls() -> None:
+            with make_sync_channel(address) as ch:
+                assert policy_pb2_grpc.PolicyServiceStub(ch).Act(big).episode_id == big.episode_id
+            with make_sync_channel(address, token="") as ch:  # an explicit empty token sends none
+                with pytest.raises(grpc.RpcError) as info:
+                    policy_pb2_grpc.PolicyServiceStub(ch).ListPolicies(policy_pb2.ListPoliciesRequest())
+                assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
+
+        await asyncio.to_thread(sync_calls)
 
 
 async def test_clients_pick_up_the_shared_token_from_the_environment(echo, monkeypatch):

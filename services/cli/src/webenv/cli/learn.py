@@ -38,11 +38,13 @@ from collections import Counter, defaultdict
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
+from functools import partial
 from pathlib import Path
 
 import grpc
 from google.protobuf import field_mask_pb2
 from webenv import paging
+from webenv.client import make_sync_channel
 from webenv.client.watch import to_end
 from webenv.splits import SPLIT_NAMES
 from webenv.v1 import (
@@ -208,11 +210,12 @@ class Loop:
                  say: Callable[[str], None] = print) -> None:
         self.cfg = cfg
         self.say = say
-        self.collector = collector_pb2_grpc.CollectorServiceStub(grpc.insecure_channel(collector))
+        channel = partial(make_sync_channel, timeout=None)  # every call here names its own deadline
+        self.collector = collector_pb2_grpc.CollectorServiceStub(channel(collector))
         self.trainer_addr = trainer
-        self.trainer = trainer_pb2_grpc.TrainerServiceStub(grpc.insecure_channel(trainer))
-        self.policy = policy_pb2_grpc.PolicyServiceStub(grpc.insecure_channel(policy))
-        self.sites = task_pb2_grpc.TaskServiceStub(grpc.insecure_channel(sites)) if sites else None
+        self.trainer = trainer_pb2_grpc.TrainerServiceStub(channel(trainer))
+        self.policy = policy_pb2_grpc.PolicyServiceStub(channel(policy))
+        self.sites = task_pb2_grpc.TaskServiceStub(channel(sites)) if sites else None
         self.train_families: tuple[str, ...] = ()  # with a held-out family: every other one (set by prepare)
         self.miniwob_ids: tuple[str, ...] = ()  # MiniWoB++ tasks of the zero-shot suite (set by prepare)
         self.handmade_ids: tuple[str, ...] = ()  # tasks of the hand-made websites (set by prepare)
