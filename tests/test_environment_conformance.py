@@ -127,7 +127,7 @@ async def _open(env: Env, **kw: object) -> environment_pb2.OpenSessionResponse:
     return await env.stub.OpenSession(environment_pb2.OpenSessionRequest(start_url=START, **kw))  # type: ignore[arg-type]
 
 
-def _step(sid: str, action: str | common_pb2.Action, index: int) -> environment_pb2.StepRequest:
+def _step(sid: str, action: str | common_pb2.Action, index: int | None) -> environment_pb2.StepRequest:
     act = parse_action(action) if isinstance(action, str) else action
     return environment_pb2.StepRequest(session_id=sid, action=act, step_index=index)
 
@@ -150,7 +150,7 @@ async def test_malformed_requests_are_invalid_argument_naming_the_field(env: Env
     sid = opened.session.session_id
     assert opened.session.env_kind == env.env_kind and opened.observation.url == START
     for action, field in BAD_ACTIONS:
-        err = await _error(env.stub.Step(environment_pb2.StepRequest(session_id=sid, action=action, step_index=-1)))
+        err = await _error(env.stub.Step(environment_pb2.StepRequest(session_id=sid, action=action)))
         assert isinstance(err, errors.InvalidArgument), (env.kind, field, err)
         assert (err.reason, err.metadata.get("field")) == ("BAD_ACTION", field), (env.kind, err)
     # nothing was acted: the next step is still step 0
@@ -167,8 +167,10 @@ async def test_malformed_requests_are_invalid_argument_naming_the_field(env: Env
         err = await _error(env.stub.OpenSession(req))
         assert isinstance(err, errors.InvalidArgument) and (err.reason, err.metadata.get("field")) == (reason, field), (env.kind, err)
     err = await _error(env.stub.Step(environment_pb2.StepRequest(session_id=sid, action=parse_action("noop()"),
-                                                                 step_index=-1, timeout_seconds=-1)))
+                                                                 timeout_seconds=-1)))
     assert isinstance(err, errors.InvalidArgument) and err.metadata.get("field") == "timeout_seconds"
+    err = await _error(env.stub.Step(_step(sid, "noop()", -1)))
+    assert isinstance(err, errors.InvalidArgument) and (err.reason, err.metadata.get("field")) == ("BAD_STEP_INDEX", "step_index")
     await env.stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid))
 
 
@@ -179,7 +181,7 @@ async def test_repeated_step_index_is_answered_from_cache_step_zero_included(env
     again = await env.stub.Step(_step(sid, "scroll(0, 100)", 0))  # a retry: the cached answer, not a second action
     assert again == r0
     assert (await env.stub.GetSession(environment_pb2.GetSessionRequest(session_id=sid))).session.step_count == 1
-    # the same index with another action is no retry (a client that never sets step_index sends 0 every time)
+    # the same index with another action is no retry
     err = await _error(env.stub.Step(_step(sid, "wait(10)", 0)))
     assert isinstance(err, errors.FailedPrecondition) and err.reason == "STEP_INDEX_MISMATCH", (env.kind, err)
     assert err.metadata.get("expected") == "1" and "another action" in err.message
@@ -189,14 +191,16 @@ async def test_repeated_step_index_is_answered_from_cache_step_zero_included(env
         err = await _error(env.stub.Step(_step(sid, "noop()", stale)))
         assert isinstance(err, errors.FailedPrecondition), (env.kind, err)
         assert err.reason == "STEP_INDEX_MISMATCH" and err.metadata.get("expected") == "2", (env.kind, err)
-    unchecked = await env.stub.Step(_step(sid, "noop()", -1))  # -1 disables the check
+    unchecked = await env.stub.Step(_step(sid, "noop()", None))  # unset: no check
     assert unchecked.step_index == 2
+    again = await env.stub.Step(_step(sid, "noop()", None))  # the same action unset again is a new step, not a retry
+    assert again.step_index == 3
     await env.stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid))
 
 
 async def test_unknown_empty_and_ended_sessions(env: Env) -> None:
     calls = {
-        "Step": lambda sid: env.stub.Step(_step(sid, "noop()", -1)),
+        "Step": lambda sid: env.stub.Step(_step(sid, "noop()", None)),
         "GetSession": lambda sid: env.stub.GetSession(environment_pb2.GetSessionRequest(session_id=sid)),
         "CloseSession": lambda sid: env.stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid)),
         "RenewLease": lambda sid: env.stub.RenewLease(environment_pb2.RenewLeaseRequest(session_id=sid)),

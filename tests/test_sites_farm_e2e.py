@@ -113,7 +113,7 @@ async def test_oracles_through_the_farm(sites_service, farm, judge) -> None:
         traj = pb.Trajectory(episode_id=sid, task_id=task.task_id, env_kind=pb.ENV_KIND_BROWSER)
         obs = opened.observation
         for i, act in enumerate(task.oracle):
-            resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=act, step_index=-1), timeout=60)
+            resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=act), timeout=60)
             assert not resp.observation.last_action_error, (task.task_id, act, resp.observation.last_action_error)
             urls.append(resp.observation.url)
             html = resp.observation.html or html
@@ -158,7 +158,7 @@ async def test_fork_mid_task_forks_the_site_state(sites_service, farm) -> None:
     # changed since its load (the cart's "added" modal closed by a click) would be back in the copy (fork.py).
     url, half = "", 0
     for i, act in enumerate(task.oracle[:-1]):
-        resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=act, step_index=-1), timeout=60)
+        resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=act), timeout=60)
         assert not resp.observation.last_action_error, resp.observation.last_action_error
         obs, half = resp.observation, i + 1
         if half >= len(task.oracle) // 2 and obs.url != url:
@@ -172,7 +172,7 @@ async def test_fork_mid_task_forks_the_site_state(sites_service, farm) -> None:
     assert all(f.observation.url == obs.url for f in forked.sessions)
     urls, answer = [obs.url], ""
     for act in task.oracle[half:]:
-        resp = await farm.Step(environment_pb2.StepRequest(session_id=a, action=act, step_index=-1), timeout=60)
+        resp = await farm.Step(environment_pb2.StepRequest(session_id=a, action=act), timeout=60)
         assert not resp.observation.last_action_error, (act, resp.observation.last_action_error)
         urls.append(resp.observation.url)
         if act.HasField("answer"):

@@ -260,7 +260,7 @@ async def step_loop(stub: Any, sids: list[str], seconds: float, action: Callable
         while time.perf_counter() < stop:
             t = time.perf_counter()
             try:
-                r = await send(environment_pb2.StepRequest(session_id=sid, action=action(j), step_index=-1))
+                r = await send(environment_pb2.StepRequest(session_id=sid, action=action(j)))
                 assert r.observation.axtree
                 srv.append(r.timings.observe_seconds)
                 if r.observation.last_action_error:

@@ -89,8 +89,8 @@ async def step_overhead_canned(n: int) -> dict:
                 httpx.AsyncClient(base_url=f"http://127.0.0.1:{gw.http_port}") as http:
             stub = environment_pb2_grpc.EnvironmentServiceStub(ch)
             req = environment_pb2.StepRequest(session_id="s", action=common_pb2.Action(
-                click=common_pb2.ClickAction(target=common_pb2.ElementTarget(element_id="12"))), step_index=-1)
-            body = {"action": {"click": {"target": {"elementId": "12"}}}, "stepIndex": -1}
+                click=common_pb2.ClickAction(target=common_pb2.ElementTarget(element_id="12"))))
+            body = {"action": {"click": {"target": {"elementId": "12"}}}}
 
             async def direct(i: int) -> None:
                 await stub.Step(req)
@@ -118,12 +118,11 @@ async def step_overhead_farm(stack: Stack, token: str, n: int) -> dict:
             return 300 if i % 2 == 0 else -300
 
         async def direct(i: int) -> None:
-            await stub.Step(environment_pb2.StepRequest(session_id=a, step_index=-1, action=common_pb2.Action(
+            await stub.Step(environment_pb2.StepRequest(session_id=a, action=common_pb2.Action(
                 scroll=common_pb2.ScrollAction(dy=scroll(i)))))
 
         async def rest(i: int) -> None:
-            resp = await http.post(f"/v1/sessions/{b}:step", json={"action": {"scroll": {"dy": scroll(i)}},
-                                                                   "stepIndex": -1})
+            resp = await http.post(f"/v1/sessions/{b}:step", json={"action": {"scroll": {"dy": scroll(i)}}})
             assert resp.status_code == 200, resp.text
 
         await _alternate(direct, rest, 6)
@@ -224,7 +223,7 @@ async def stepped_session_with_viewers(stack: Stack, token: str, viewers: int, s
                 for k in range(steps):
                     t = time.perf_counter()
                     r = await http.post(f"/v1/sessions/{sid}:step",
-                                        json={"action": {"scroll": {"dy": 300 if k % 2 == 0 else -300}}, "stepIndex": -1})
+                                        json={"action": {"scroll": {"dy": 300 if k % 2 == 0 else -300}}})
                     assert r.status_code == 200, r.text
                     lat.append(time.perf_counter() - t)
                 await asyncio.sleep(0.5)

@@ -282,7 +282,7 @@ async def _rebinding_resolver(host: str, port: int) -> list[str]:
 
 
 def _step(sid: str, text: str) -> environment_pb2.StepRequest:
-    return environment_pb2.StepRequest(session_id=sid, action=parse_action(text), step_index=-1)
+    return environment_pb2.StepRequest(session_id=sid, action=parse_action(text))
 
 
 async def test_hostile_page_reaches_no_loopback_listener(farm_factory, canaries, site):

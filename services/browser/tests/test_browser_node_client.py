@@ -1,4 +1,7 @@
-"""A Node.js client generated from protos/ at run time (@grpc/proto-loader) opens a session and steps."""
+"""A Node.js client generated from protos/ at run time (@grpc/proto-loader) opens a session and steps.
+
+It leaves `step_index` unset as a client that never heard of it does: each step must act (a repeated click counts
+twice), and only a step that sends the index of the one it repeats is answered from the retry cache."""
 
 from __future__ import annotations
 
@@ -39,5 +42,8 @@ async def test_node_client_opens_and_steps(farm, page_server):
     res = json.loads(out.decode().strip().splitlines()[-1])
     assert '"Welcome"' in res["first_axtree"]
     assert "clicked 1" in res["step_axtree"]
+    # step_index unset (the proto default): the same click again is a new step, taken on the page, not a cached answer
+    assert "clicked 2" in res["again_axtree"] and res["step_indexes"] == [0, 1, 1]
+    assert res["retry_axtree"] == res["again_axtree"] and res["step_count"] == 2  # the retry by index acted once
     assert res["bad_code"] == 3  # INVALID_ARGUMENT for an action without a kind
     assert res["closed_state"] == "SESSION_STATE_CLOSED"

@@ -6,18 +6,26 @@ import pytest
 from webenv import errors
 from webenv.actions import parse_action
 from webenv.envcontract import is_retry, validate_action, validate_lease
+from webenv.v1 import common_pb2, environment_pb2
 
 
 def test_step_index_rules() -> None:
     click, noop = parse_action("click(3)"), parse_action("noop()")
-    assert is_retry(-1, 5, 4, click, noop) is False  # no check
-    assert is_retry(5, 5, 4, click, noop) is False  # the next step
-    assert is_retry(4, 5, 4, click, click) is True  # the last step again: from cache
-    assert is_retry(0, 1, 0, click, click) is True  # step 0 too
+
+    def step(action: common_pb2.Action, index: int | None = None) -> environment_pb2.StepRequest:
+        return environment_pb2.StepRequest(session_id="s", action=action, step_index=index)
+
+    assert is_retry(step(click), 1, 0, click) is False  # unset: no check, the same action again acts
+    assert is_retry(step(noop, 5), 5, 4, click) is False  # the next step
+    assert is_retry(step(click, 4), 5, 4, click) is True  # the last step again: from cache
+    assert is_retry(step(click, 0), 1, 0, click) is True  # step 0 too, when it is sent
     for index, last_action in ((0, noop), (3, click), (9, click)):  # another action / behind / ahead
         with pytest.raises(errors.FailedPrecondition) as info:
-            is_retry(index, 1 if index == 0 else 5, 0 if index == 0 else 4, last_action, click)
+            is_retry(step(click, index), 1 if index == 0 else 5, 0 if index == 0 else 4, last_action)
         assert info.value.reason == "STEP_INDEX_MISMATCH" and info.value.metadata["field"] == "step_index"
+    with pytest.raises(errors.InvalidArgument) as bad:
+        is_retry(step(click, -1), 5, 4, click)
+    assert bad.value.reason == "BAD_STEP_INDEX" and bad.value.metadata["field"] == "step_index"
 
 
 def test_actions_and_leases_are_checked_naming_the_field() -> None:

@@ -119,7 +119,7 @@ async def _error(call) -> errors.WebenvError:  # type: ignore[no-untyped-def]
     return errors.from_rpc_error(info.value)
 
 
-def _step(sid: str, action: str, index: int = -1, **kw: object) -> environment_pb2.StepRequest:
+def _step(sid: str, action: str, index: int | None = None, **kw: object) -> environment_pb2.StepRequest:
     return environment_pb2.StepRequest(session_id=sid, action=parse_action(action), step_index=index, **kw)  # type: ignore[arg-type]
 
 
@@ -149,6 +149,7 @@ async def test_bad_input_is_invalid_argument_naming_the_field(served: Served) ->
         (served.stub.Step(_step("", "noop()")), "session_id"),
         (served.stub.Step(_step(sid, "noop()", timeout_seconds=-1)), "timeout_seconds"),
         (served.stub.Step(_step(sid, "wait(6000)")), "action.wait.milliseconds"),
+        (served.stub.Step(_step(sid, "noop()", -1)), "step_index"),
         (served.stub.OpenSession(environment_pb2.OpenSessionRequest()), "start"),
         (served.stub.OpenSession(environment_pb2.OpenSessionRequest(start_url="http://x.test/", lease_seconds=61)),
          "lease_seconds"),

@@ -111,7 +111,7 @@ async def test_simulated_episode_on_a_held_out_site(wm_channel: grpc.aio.Channel
     renewed = await env.RenewLease(environment_pb2.RenewLeaseRequest(session_id=s.session_id, lease_seconds=600))
     assert renewed.session.lease_expires_at.seconds >= got.session.lease_expires_at.seconds + 290
     await _expect(grpc.StatusCode.FAILED_PRECONDITION,
-                  env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action("noop()"), step_index=-1)),
+                  env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action("noop()"))),
                   "EPISODE_DONE")
     closed = await env.CloseSession(environment_pb2.CloseSessionRequest(session_id=s.session_id, capture_evidence=True))
     assert closed.session.state == environment_pb2.SESSION_STATE_CLOSED and '"simulated": true' in closed.site_state_json
@@ -161,7 +161,7 @@ async def test_horizon_truncates_and_provided_start_state(wm_channel: grpc.aio.C
     assert s.task_id == "t1"
     results = []
     for _ in range(4):  # horizon is 4 in the fixture
-        results.append(await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action("noop()"), step_index=-1)))
+        results.append(await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action("noop()"))))
     assert [r.truncated for r in results] == [False, False, False, True]
     s = (await env.OpenSession(environment_pb2.OpenSessionRequest(task=task))).session
     done = await env.Step(environment_pb2.StepRequest(session_id=s.session_id, action=parse_action('answer("x")'), step_index=0))
@@ -179,7 +179,7 @@ async def test_step_stream(wm_channel: grpc.aio.Channel) -> None:
                 session_id=sid, action=parse_action("click(1)"), step_index=0))
         yield environment_pb2.StepStreamRequest(tag="bad", step=environment_pb2.StepRequest(
             session_id="nope", action=parse_action("click(1)")))
-        yield environment_pb2.StepStreamRequest(tag="noaction", step=environment_pb2.StepRequest(session_id=ids[0], step_index=-1))
+        yield environment_pb2.StepStreamRequest(tag="noaction", step=environment_pb2.StepRequest(session_id=ids[0]))
 
     got = {r.tag: r async for r in env.StepStream(requests())}
     assert set(got) == {"t0", "t1", "t2", "bad", "noaction"}
@@ -222,7 +222,7 @@ async def test_unsimulable_formats_are_left_out_not_refused(wm_channel: grpc.aio
     assert list(opened.observation.formats) == [common_pb2.OBSERVATION_FORMAT_AXTREE]
     assert opened.observation.axtree.startswith("[1] heading") and opened.observation.html == ""
     step = await env.Step(environment_pb2.StepRequest(session_id=opened.session.session_id,
-                                                      action=parse_action("noop()"), step_index=-1))
+                                                      action=parse_action("noop()")))
     assert list(step.observation.formats) == [common_pb2.OBSERVATION_FORMAT_AXTREE]
 
 

@@ -1,4 +1,5 @@
-// Opens a session on the farm, clicks a button, closes it; prints one JSON line with what it saw.
+// Opens a session on the farm, clicks a button twice without step_index, retries the second click by its index,
+// closes it; prints one JSON line with what it saw.
 // Usage: node client.js <farm address> <start url> <protos dir>
 const path = require('path');
 const grpc = require('@grpc/grpc-js');
@@ -18,11 +19,17 @@ const call = (method, req) => new Promise((resolve, reject) =>
   const opened = await call('OpenSession', {start_url: startUrl,
     observation_spec: {formats: ['OBSERVATION_FORMAT_AXTREE']}});
   const sid = opened.session.session_id;
-  const step = await call('Step', {session_id: sid, step_index: 0,
-    action: {click: {target: {selector: '#btn'}}}});
+  // step_index left unset, as a client that does not know it would: every step acts, the same action too
+  const click = {click: {target: {selector: '#btn'}}};
+  const step = await call('Step', {session_id: sid, action: click});
+  const again = await call('Step', {session_id: sid, action: click});
+  // a retry sends the index of the step it repeats: answered from cache, not clicked a third time
+  const retry = await call('Step', {session_id: sid, step_index: again.step_index, action: click});
   let badCode = null;
-  try { await call('Step', {session_id: sid, step_index: 1, action: {}}); } catch (e) { badCode = e.code; }
+  try { await call('Step', {session_id: sid, action: {}}); } catch (e) { badCode = e.code; }
   const closed = await call('CloseSession', {session_id: sid});
   console.log(JSON.stringify({session_id: sid, first_axtree: opened.observation.axtree,
-    step_axtree: step.observation.axtree, bad_code: badCode, closed_state: closed.session.state}));
+    step_axtree: step.observation.axtree, again_axtree: again.observation.axtree,
+    step_indexes: [step.step_index, again.step_index, retry.step_index], retry_axtree: retry.observation.axtree,
+    bad_code: badCode, closed_state: closed.session.state, step_count: closed.session.step_count}));
 })().catch((e) => { console.error(e); process.exit(1); });

@@ -145,24 +145,31 @@ def validate_fork_count(count: int) -> None:
                                      metadata={"field": "count", "max": str(MAX_FORK_COUNT)})
 
 
-def is_retry(step_index: int, step_count: int, last_index: int | None, last_action: common_pb2.Action | None,
-             action: common_pb2.Action) -> bool:
+def is_retry(request: environment_pb2.StepRequest, step_count: int, last_index: int | None,
+             last_action: common_pb2.Action | None) -> bool:
     """What a Step's `step_index` asks, given the session's steps so far and its last answered step (index, action).
 
-    * negative: no check, act;
+    * unset: no check, act (False) — the proto3 default never means "step 0", so a client that does not send the
+      index has every action taken;
+    * negative: INVALID_ARGUMENT BAD_STEP_INDEX naming `step_index`;
     * the next index (`step_count`): act (False);
     * the index of the last step answered (step 0 included) with the same action: a retry — answer it from the
       cache, never act twice (True);
-    * anything else — that index with another action (a client that never sets `step_index` sends 0 every time),
-      an index behind the last step or ahead of the next: FAILED_PRECONDITION STEP_INDEX_MISMATCH, expected index
-      in the metadata.
+    * anything else — that index with another action, an index behind the last step or ahead of the next:
+      FAILED_PRECONDITION STEP_INDEX_MISMATCH, expected index in the metadata.
     """
-    if step_index < 0 or step_index == step_count:
+    if not request.HasField("step_index"):
+        return False
+    step_index = request.step_index
+    if step_index < 0:
+        raise errors.InvalidArgument(f"step_index: must be >= 0 (got {step_index}); leave it unset for no check",
+                                     reason="BAD_STEP_INDEX", metadata={"field": "step_index"})
+    if step_index == step_count:
         return False
     if last_index is not None and step_index == last_index:
-        if last_action == action:
+        if last_action == request.action:
             return True
-        why = f"step_index: step {step_index} was taken with another action (send {step_count} for a new step, -1 for no check)"
+        why = f"step_index: step {step_index} was taken with another action (send {step_count} for a new step)"
     else:
         why = f"step_index: {step_index} does not match the session's next step {step_count}"
     raise errors.FailedPrecondition(why, reason="STEP_INDEX_MISMATCH",

@@ -435,7 +435,7 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
         async with s.lock:
             self.table.still_open(s)
             last_index = s.last_response.step_index if s.last_response is not None else None
-            if is_retry(request.step_index, s.step_count, last_index, s.last_action, request.action):
+            if is_retry(request, s.step_count, last_index, s.last_action):
                 return s.last_response  # type: ignore[return-value]  # a retried step: from cache, not acted twice
             s.renew()
             timeout = request.timeout_seconds or b.step_timeout_seconds

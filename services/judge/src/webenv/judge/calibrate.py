@@ -149,7 +149,7 @@ async def run_oracle(
     obs = opened.observation
     try:
         for i, action in enumerate(actions):
-            resp = await env.Step(environment_pb2.StepRequest(session_id=sid, action=action, step_index=-1),
+            resp = await env.Step(environment_pb2.StepRequest(session_id=sid, action=action),
                                   timeout=120)
             traj.steps.add(step_index=i, observation=obs, action=action, done=resp.done, reward=resp.reward,
                            url_after=resp.observation.url, last_action_error=resp.observation.last_action_error)

@@ -123,9 +123,10 @@ class EnvironmentClient:
     def step_request(self, session_id: str, action: str | common_pb2.Action,
                      spec: common_pb2.ObservationSpec | None = None, timeout_seconds: float = 0.0
                      ) -> environment_pb2.StepRequest:
-        """A StepRequest carrying the session's next step index."""
+        """A StepRequest carrying the session's next step index (unset, no check, for a session this client did not
+        open or fork)."""
         req = environment_pb2.StepRequest(session_id=session_id, action=_action(action),
-                                          step_index=self._next_index.get(session_id, -1),
+                                          step_index=self._next_index.get(session_id),
                                           timeout_seconds=timeout_seconds)
         if spec is not None:
             req.observation_spec.CopyFrom(spec)
