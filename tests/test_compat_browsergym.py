@@ -284,8 +284,8 @@ def test_readme_browsergym_example_runs_as_written(stack: Stack) -> None:
     import subprocess
     import sys
 
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
-    section = text[text.index("## Ecosystem adapters"):text.index("**MCP.**")]
+    text = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
+    section = text[:text.index("**MCP.**")]
     [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120,
                          env={**os.environ, "WEBENV_BROWSER_ADDR": stack.address("browser"),

@@ -128,7 +128,7 @@ def test_mcp_tools_over_streamable_http_on_a_synthetic_site(stack: Stack) -> Non
 def test_readme_mcp_example_runs_as_written(stack: Stack) -> None:
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    readme = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
     section = readme[readme.index("**MCP.**"):readme.index("**TRL.**")]
     [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
     out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=180,

@@ -1,7 +1,7 @@
 """The TRL environment (`webenv.compat.trl.WebTaskEnv`) under TRL's `environment_factory` contract, on the real stack
 (sites, browser farm, judge as processes): the tools TRL finds on the class and the schemas it builds from them
 (`transformers.utils.get_json_schema`, as GRPOTrainer does), reset with a dataset row, tool calls, the judge's reward;
-the catalog as a dataset; and README's GRPO example (examples/trl_grpo.py) training with real TRL."""
+the catalog as a dataset; and docs/adapters.md's GRPO example (examples/trl_grpo.py) training with real TRL."""
 
 from __future__ import annotations
 
@@ -112,7 +112,7 @@ def test_the_catalog_as_a_dataset(stack: Stack, tmp_path: Path) -> None:
 
 def test_readme_grpo_example_trains_as_written(stack: Stack, tmp_path: Path) -> None:
     """Real TRL: GRPOTrainer with WebTaskEnv as environment_factory, the judge's verdict as reward, 2 steps on CPU."""
-    text = (Path(__file__).resolve().parents[1] / "README.md").read_text()
+    text = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
     section = text[text.index("**TRL.**"):text.index("**Data for trainers.**")]
     [block] = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     command = shlex.split(block.splitlines()[0].replace("/tmp/grpo-webenv", str(tmp_path / "grpo")))
