@@ -22,6 +22,7 @@ from pathlib import Path
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
+from webenv.client import make_sync_channel
 from webenv.runtime.ports import free_port
 
 SERVICES = ("sites", "browser", "policy", "judge", "collector", "trainer", "gateway")
@@ -67,7 +68,7 @@ def wait_serving(address: str, timeout: float, proc: subprocess.Popen | None = N
     """Block until ``address`` answers grpc.health.v1 Check with SERVING (or raise RuntimeError); for a process of
     the stack (``name``), SERVING for its own service, and only while ``proc`` still runs."""
     deadline = time.monotonic() + timeout
-    with grpc.insecure_channel(address) as ch:
+    with make_sync_channel(address) as ch:
         stub = health_pb2_grpc.HealthStub(ch)
         while time.monotonic() < deadline:
             if proc is not None and proc.poll() is not None:

@@ -21,9 +21,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-import grpc
 from webenv import paging
 from webenv.cli.stack import Stack
+from webenv.client import make_sync_channel
 from webenv.client.watch import to_end
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
@@ -129,12 +129,12 @@ def collect(stack: Stack, plan: BuildPlan, data: Path, say: Say, watch: Callable
     """Run the three levels on a started stack and export them as TRANSITIONS (a11y tree and Markdown, whose
     links carry the href the a11y tree leaves out). Returns what was collected."""
     data.mkdir(parents=True, exist_ok=True)
-    tasks = task_pb2_grpc.TaskServiceStub(grpc.insecure_channel(stack.address("sites")))
+    tasks = task_pb2_grpc.TaskServiceStub(make_sync_channel(stack.address("sites")))
     sites = pick_sites(tasks, plan)
     (data / "sites.json").write_text(json.dumps(sites, indent=1, sort_keys=True))
     n_test = sum(1 for s in sites.values() if s["split"] == "test")
     say(f"websites: {len(sites) - n_test} train, {n_test} held-out (the task catalog's split)")
-    stub = collector_pb2_grpc.CollectorServiceStub(grpc.insecure_channel(stack.address("collector")))
+    stub = collector_pb2_grpc.CollectorServiceStub(make_sync_channel(stack.address("collector")))
     runs: dict[str, dict] = {}
     for level in LEVELS:
         spec = level_spec(level, sites, plan)

@@ -20,6 +20,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 from webenv import errors, splits
 from webenv.cli.stack import running_stack
+from webenv.client import make_sync_channel
 from webenv.client.watch import follow
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
@@ -84,7 +85,7 @@ def address(service: str, given: str | None = None) -> str:
 
 
 def collector_stub(addr: str | None) -> collector_pb2_grpc.CollectorServiceStub:
-    return collector_pb2_grpc.CollectorServiceStub(grpc.insecure_channel(address("collector", addr)))
+    return collector_pb2_grpc.CollectorServiceStub(make_sync_channel(address("collector", addr)))
 
 
 def choices(values: list[str] | None, table: dict, option: str) -> list:
@@ -121,7 +122,11 @@ def sigterm_interrupts() -> None:
 
 def fail(exc: grpc.RpcError) -> typer.Exit:
     err = errors.from_rpc_error(exc)
-    console.print(f"[red]error[/red] {exc.code().name}: {err.message}")
+    console.print(f"[red]error[/red] {exc.code().name}: {err.message}", markup=False, highlight=False)
+    if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
+        said = "the one in WEBENV_AUTH_TOKEN is not" if os.environ.get("WEBENV_AUTH_TOKEN") else "WEBENV_AUTH_TOKEN is unset"
+        console.print(f"the stack asks for a bearer token and {said}: set WEBENV_AUTH_TOKEN to the stack's token",
+                      markup=False, highlight=False)
     return typer.Exit(1)
 
 

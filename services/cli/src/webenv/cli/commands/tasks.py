@@ -23,6 +23,7 @@ from webenv.cli.commands.common import (
     print_json,
     task_files,
 )
+from webenv.client import make_sync_channel
 from webenv.v1 import common_pb2, task_pb2, task_pb2_grpc
 
 
@@ -78,7 +79,7 @@ def tasks(
     else:
         flt = _task_filter(split, family, site, task, from_file, difficulty, source, kind)
         try:
-            resp = task_pb2_grpc.TaskServiceStub(grpc.insecure_channel(address("sites", sites))).ListTasks(
+            resp = task_pb2_grpc.TaskServiceStub(make_sync_channel(address("sites", sites))).ListTasks(
                 task_pb2.ListTasksRequest(filter=flt, page_size=limit), timeout=30)
         except grpc.RpcError as exc:
             raise fail(exc) from None
