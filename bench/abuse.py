@@ -28,10 +28,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import grpc
 import psutil
 from webenv import fuzz
 from webenv.cli.stack import Stack
+from webenv.client import make_channel
 from webenv.v1 import (
     browser_pb2,
     browser_pb2_grpc,
@@ -40,7 +40,6 @@ from webenv.v1 import (
 )
 
 SERVICES = {name: fuzz.SERVED_BY[name] for name in ("browser", "sites", "policy", "judge", "collector", "trainer")}
-OPTIONS = fuzz.CHANNEL_OPTIONS
 MB = 1024 * 1024
 
 
@@ -118,7 +117,7 @@ async def measure(label: str, src: str | None, args: argparse.Namespace, tmp: Pa
     names = services_in(src)
     st.start(names, timeout=180)
     try:
-        async with grpc.aio.insecure_channel(st.address("collector"), options=OPTIONS) as ch:
+        async with make_channel(st.address("collector"), timeout=None) as ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)
             print("  ListRuns:", flush=True)
             scaling = await list_runs_scaling(stub, args.runs)
@@ -129,15 +128,15 @@ async def measure(label: str, src: str | None, args: argparse.Namespace, tmp: Pa
         report = fuzz.Report()
         t0 = time.monotonic()
         for name in names:
-            async with grpc.aio.insecure_channel(st.address(name), options=OPTIONS) as ch:
+            async with make_channel(st.address(name), timeout=None) as ch:
                 for service in SERVICES[name]:
                     part = await fuzz.fuzz_service(ch, service, fuzzer, per_method=per_method, deadline=30)
                     report.outcomes += part.outcomes
                     print(f"  fuzzed {service.name}: {part.counts()}", flush=True)
         fuzz_seconds = time.monotonic() - t0
-        async with grpc.aio.insecure_channel(st.address("browser")) as ch:
+        async with make_channel(st.address("browser"), timeout=None) as ch:
             await browser_pb2_grpc.BrowserFarmServiceStub(ch).Drain(browser_pb2.DrainRequest(draining=False))
-        async with grpc.aio.insecure_channel(st.address("collector"), options=OPTIONS) as ch:
+        async with make_channel(st.address("collector"), timeout=None) as ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)
             stopped = await stop_everything(stub)
             after_list_ms = await timed(lambda: stub.ListRuns(collector_pb2.ListRunsRequest(page_size=5), timeout=600), 1)

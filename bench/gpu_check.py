@@ -39,12 +39,12 @@ def read_episodes(path: Path):
 
 def dump_from_collector(address: str, run_id: str, path: Path) -> int:
     """The passed episodes of ``run_id``, read as the trainer reads them (CollectorService.ReadEpisodes)."""
-    import grpc
+    from webenv.client import make_sync_channel
     from webenv.v1 import collector_pb2, collector_pb2_grpc
 
     req = collector_pb2.ReadEpisodesRequest(run_ids=[run_id], filter=collector_pb2.ExportFilter(passed=True))
     n = 0
-    with grpc.insecure_channel(address) as ch, path.open("wb") as f:
+    with make_sync_channel(address, timeout=None) as ch, path.open("wb") as f:
         for resp in collector_pb2_grpc.CollectorServiceStub(ch).ReadEpisodes(req, timeout=600):
             b = resp.episode.SerializeToString()
             f.write(struct.pack("<I", len(b)) + b)

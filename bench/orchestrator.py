@@ -44,6 +44,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 import grpc
+from webenv.client import make_channel
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -197,7 +198,7 @@ async def run_level(level: int, tmp: Path, redis_url: str, window: float, profil
     sampler.start()
     prof = Profiler() if profile else None
     try:
-        async with grpc.aio.insecure_channel(col.address) as ch:
+        async with make_channel(col.address, timeout=None) as ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)
             rss0 = rss_mb()
             cpu0, p0, j0 = time.process_time(), cpu_seconds(peers.pid), cpu_seconds(judge.pid)

@@ -31,10 +31,10 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-import grpc
 import numpy as np
 import psutil
 from webenv.cli.stack import Stack
+from webenv.client import make_channel
 from webenv.v1 import browser_pb2, browser_pb2_grpc, collector_pb2, collector_pb2_grpc, common_pb2
 
 MB = 1024 * 1024
@@ -97,8 +97,8 @@ async def soak(args: argparse.Namespace, data: Path) -> dict:
     counts: dict = {"runs": 0, "finished": 0, "errored": 0, "errors": {}}
     stop = asyncio.Event()
     try:
-        async with grpc.aio.insecure_channel(st.address("collector")) as ch, \
-                grpc.aio.insecure_channel(st.address("browser")) as farm_ch:
+        async with make_channel(st.address("collector"), timeout=None) as ch, \
+                make_channel(st.address("browser"), timeout=None) as farm_ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)
             farm = browser_pb2_grpc.BrowserFarmServiceStub(farm_ch)
             worker = asyncio.create_task(keep_running(stub, args, stop, counts))

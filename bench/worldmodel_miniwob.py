@@ -23,9 +23,9 @@ import sys
 import time
 from pathlib import Path
 
-import grpc
 from webenv.cli.stack import Stack
 from webenv.cli.wmbuild import COLLECTION_SERVICES, export_transitions, worldmodel
+from webenv.client import make_sync_channel
 from webenv.client.watch import to_end
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, policy_pb2, policy_pb2_grpc
 
@@ -36,7 +36,7 @@ HOST = "miniwob.web.test"
 def record(stack: Stack, policy: str, task_ids: list[str], repeats: int, horizon: int, seed: int,
            data: Path) -> dict:
     """One run of ``policy`` on the MiniWoB++ tasks, exported as TRANSITIONS (a11y tree, Markdown)."""
-    stub = collector_pb2_grpc.CollectorServiceStub(grpc.insecure_channel(stack.address("collector")))
+    stub = collector_pb2_grpc.CollectorServiceStub(make_sync_channel(stack.address("collector"), timeout=None))
     # the oracle's click-link scripts find MiniWoB's span links in the DOM format; it is not kept
     obs = [common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_MARKDOWN, common_pb2.OBSERVATION_FORMAT_DOM]
     spec = collector_pb2.RunSpec(
@@ -84,7 +84,7 @@ def main() -> int:
     stack = Stack(work / "stack", free_ports=True)
     try:
         stack.start(COLLECTION_SERVICES)
-        listed = policy_pb2_grpc.PolicyServiceStub(grpc.insecure_channel(stack.address("policy"))).ListPolicies(
+        listed = policy_pb2_grpc.PolicyServiceStub(make_sync_channel(stack.address("policy"), timeout=None)).ListPolicies(
             policy_pb2.ListPoliciesRequest(), timeout=30).policies
         solved = sorted(t for p in listed if p.name == "oracle" for t in p.solved_task_ids if t.startswith("miniwob/"))
         if len(solved) < args.tasks:

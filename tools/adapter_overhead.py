@@ -29,9 +29,8 @@ import sys
 import tempfile
 import time
 
-import grpc
 from webenv.cli.stack import Stack, wait_serving
-from webenv.client import EnvironmentClient, observation_spec
+from webenv.client import EnvironmentClient, make_sync_channel, observation_spec
 from webenv.client.gym import WebEnv
 from webenv.runtime.ports import free_port
 from webenv.v1 import task_pb2, task_pb2_grpc
@@ -273,7 +272,7 @@ def main() -> None:
                                 stderr=subprocess.DEVNULL)
         try:
             wait_serving(f"127.0.0.1:{gport}", 60, proc)
-            with grpc.insecure_channel(s.address("sites")) as ch:
+            with make_sync_channel(s.address("sites"), timeout=None) as ch:
                 task = task_pb2_grpc.TaskServiceStub(ch).GetTask(task_pb2.GetTaskRequest(task_id="miniwob/click-test")).task
             if args.sessions:
                 rows = [sessions_openenv(f"http://127.0.0.1:{http}", task.task_id, args.sessions, proc.pid),

@@ -198,7 +198,7 @@ class FarmProc:
 
     async def ready(self, wait_s: float = 60) -> None:
         deadline = time.monotonic() + wait_s
-        async with grpc.aio.insecure_channel(self.address) as ch:
+        async with make_channel(self.address, timeout=None) as ch:
             stub = health_pb2_grpc.HealthStub(ch)
             while time.monotonic() < deadline:
                 try:

@@ -26,9 +26,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import grpc
 import psutil
 from webenv.cli.stack import Stack
+from webenv.client import make_channel
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
 CpuOf = Callable[[psutil.Process], tuple[float, float]]  # bench.cpu_seconds: (own, descendants) CPU seconds
@@ -113,7 +113,7 @@ async def nodes_bench(episodes: int, concurrency: int, cpu_of: CpuOf, order: str
             b_addr = await asyncio.to_thread(st.add_browser_node, "node-b")
             await asyncio.to_thread(st.start, ("collector",), 120)
             ways = {"1": [st.address("browser")], "2": [st.address("browser"), b_addr]}
-            async with grpc.aio.insecure_channel(st.address("collector")) as ch:
+            async with make_channel(st.address("collector"), timeout=None) as ch:
                 stub = collector_pb2_grpc.CollectorServiceStub(ch)
                 # warm-up: every task's site and the nodes' first pages, not measured
                 await _run(stub, st, ways["2"], max(4, concurrency), concurrency, seed + 1, cpu_of, Path(tmp))

@@ -33,6 +33,7 @@ from pathlib import Path
 import grpc
 import pyarrow as pa
 import pyarrow.parquet as pq
+from webenv.client import make_channel
 from webenv.collector.app import Collector
 from webenv.collector.config import Settings
 from webenv.collector.export import read_tables, write_parquet
@@ -198,7 +199,7 @@ async def compare_modes(tmp: Path, chdb: str, db: str, addr: dict, spec_base: co
         judge_addr=addr["judge"], sites_addr=addr["sites"]))
     runs: dict[str, list[dict]] = {"lock_step": [], "async": []}
     try:
-        async with grpc.aio.insecure_channel(col.address) as ch:
+        async with make_channel(col.address, timeout=None) as ch:
             stub = collector_pb2_grpc.CollectorServiceStub(ch)
             modes = (("lock_step", collector_pb2.ROLLOUT_MODE_LOCK_STEP), ("async", collector_pb2.ROLLOUT_MODE_ASYNC))
             for rnd, (name, mode) in ((r, m) for r in range(rounds) for m in modes):

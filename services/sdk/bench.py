@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import grpc
+from webenv.client import make_channel
 from webenv.runtime import Server, ServiceSettings
 from webenv.v1 import common_pb2, policy_pb2, policy_pb2_grpc
 
@@ -32,7 +33,7 @@ def _request() -> policy_pb2.ActRequest:
 
 
 async def _measure(port: int, calls: int, stream_msgs: int) -> dict[str, float]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as ch:
+    async with make_channel(f"127.0.0.1:{port}", timeout=None) as ch:
         stub = policy_pb2_grpc.PolicyServiceStub(ch)
         req = _request()
         for _ in range(50):

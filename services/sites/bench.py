@@ -28,8 +28,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
 import httpx
+from webenv.client import make_sync_channel
 
 ROOT = Path(__file__).resolve().parents[2]
 PY = sys.executable
@@ -165,7 +165,7 @@ def bench_grpc(port: int, task_ids: list[str]) -> dict:
     from webenv.v1 import common_pb2 as pb
     from webenv.v1 import task_pb2, task_pb2_grpc
 
-    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+    with make_sync_channel(f"127.0.0.1:{port}", timeout=None) as ch:
         stub = task_pb2_grpc.TaskServiceStub(ch)
         stub.GetTask(task_pb2.GetTaskRequest(task_id=task_ids[0]), timeout=30)
         get, lst = [], []

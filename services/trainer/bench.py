@@ -25,7 +25,7 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
+from webenv.client import make_sync_channel
 
 
 def main() -> None:
@@ -56,9 +56,9 @@ def main() -> None:
     out: dict = {"demos": args.demos, "epochs": args.epochs}
     with tempfile.TemporaryDirectory() as tmp, Stack(Path(tmp), free_ports=True, sites_count=24) as stack:
         stack.start(timeout=180)
-        collector = collector_pb2_grpc.CollectorServiceStub(grpc.insecure_channel(stack.address("collector")))
-        trainer = trainer_pb2_grpc.TrainerServiceStub(grpc.insecure_channel(stack.address("trainer")))
-        policy = policy_pb2_grpc.PolicyServiceStub(grpc.insecure_channel(stack.address("policy")))
+        collector = collector_pb2_grpc.CollectorServiceStub(make_sync_channel(stack.address("collector"), timeout=None))
+        trainer = trainer_pb2_grpc.TrainerServiceStub(make_sync_channel(stack.address("trainer"), timeout=None))
+        policy = policy_pb2_grpc.PolicyServiceStub(make_sync_channel(stack.address("policy"), timeout=None))
         spec = collector_pb2.RunSpec(policy="oracle", episodes=args.demos, seed=3, concurrency=4)
         spec.tasks.split = common_pb2.SPLIT_TRAIN
         spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)

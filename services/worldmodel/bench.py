@@ -31,8 +31,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
 from webenv.actions import parse_action
+from webenv.client import make_channel
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 from webenv.worldmodel.dataset import episodes, read_transitions
 from webenv.worldmodel.evaluate import evaluate, plot_rollouts, single_step, to_markdown
@@ -78,7 +78,7 @@ async def simulated_latency_and_throughput(model: str, eps: list[list], steps: i
                         worldmodel_start_states=str(BENCH_STARTS), worldmodel_horizon=1000, log_json=False)
     out: dict = {}
     async with serving(settings) as (server, _, _):
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        async with make_channel(f"127.0.0.1:{server.port}", timeout=None) as ch:
             stub = environment_pb2_grpc.EnvironmentServiceStub(ch)
             times: list[float] = []
             for ep in eps:
@@ -144,7 +144,7 @@ async def real_latency(eps: list[list], steps: int, sites_count: int) -> dict:
     stack = Stack(Path(tempfile.mkdtemp(prefix="wm-bench-stack-")), free_ports=True, sites_count=sites_count)
     try:
         stack.start(("sites", "browser"))
-        async with grpc.aio.insecure_channel(stack.address("browser")) as ch:
+        async with make_channel(stack.address("browser"), timeout=None) as ch:
             stub = environment_pb2_grpc.EnvironmentServiceStub(ch)
             times: list[float] = []
             for ep in eps:

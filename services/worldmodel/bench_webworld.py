@@ -21,8 +21,8 @@ import tempfile
 import time
 from pathlib import Path
 
-import grpc
 from webenv.actions import parse_action
+from webenv.client import make_channel
 from webenv.testing import scrape
 from webenv.v1 import environment_pb2, environment_pb2_grpc
 from webenv.worldmodel import webworld
@@ -50,7 +50,7 @@ async def run(args: argparse.Namespace) -> dict:
     lm_ms: list[float] = []
     rule_ms: list[float] = []
     async with serving(settings) as (server, _, _):
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as ch:
+        async with make_channel(f"127.0.0.1:{server.port}", timeout=None) as ch:
             env = environment_pb2_grpc.EnvironmentServiceStub(ch)
             before = scrape(server.metrics_port)
             for ep in test:
