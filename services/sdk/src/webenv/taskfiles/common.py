@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from webenv.v1 import common_pb2 as pb
 
@@ -41,3 +43,28 @@ def load_folders(dirs: list[str | Path], pattern: str, load_file: Callable[[Path
     if problems:
         raise TaskFileError(problems)
     return out
+
+
+def json_objects(path: Path, error: type[ValueError] = ValueError) -> tuple[list[tuple[str, str, Any]], list[ValueError]]:
+    """(where, index, object) of every task object in a JSON or JSON Lines file (index: in the list, or the line of
+    JSON Lines; a file may be one object, a list, or ``{"tasks": [...]}``), and the problems (``error``) of lines
+    that are not JSON."""
+    try:
+        text = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        return [], [error(f"{path}: cannot be read: {exc}")]
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError:
+        out, problems = [], []
+        for i, line in enumerate(text.splitlines(), 1):
+            if line.strip():
+                try:
+                    out.append((f"{path}:{i}", str(i), json.loads(line)))
+                except json.JSONDecodeError as exc:
+                    problems.append(error(f"{path}:{i}: not JSON: {exc.msg}"))
+        return out, problems
+    if isinstance(data, dict) and "tasks" in data:
+        data = data["tasks"]
+    items = data if isinstance(data, list) else [data]
+    return [(f"{path}[{i}]", str(i), obj) for i, obj in enumerate(items)], []

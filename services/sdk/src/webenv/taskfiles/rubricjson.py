@@ -12,7 +12,6 @@ public web), selectable by the file it came from (``metadata["rubric_file"]``, T
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -23,7 +22,7 @@ from webenv.actions import ActionParseError, parse_action
 from webenv.envcontract import web_url_problem
 from webenv.splits import SYNTHETIC_DOMAIN as DOMAIN
 from webenv.splits import split_of
-from webenv.taskfiles.common import TaskFileError, difficulty_of, load_folders
+from webenv.taskfiles.common import TaskFileError, difficulty_of, json_objects, load_folders
 from webenv.v1 import common_pb2 as pb
 
 KINDS = {"information": pb.TASK_KIND_INFORMATION, "navigation": pb.TASK_KIND_NAVIGATION,
@@ -115,35 +114,11 @@ def convert(t: TaskIn, where: str, path: Path | None = None, index: str = "") ->
     )
 
 
-def _objects(path: Path) -> tuple[list[tuple[str, str, Any]], list[ValueError]]:
-    """(where, index, object) of every task in the file (index: in the list, or the line of JSON Lines), and the
-    problems of lines that are not JSON."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        return [], [RubricError(f"{path}: cannot be read: {exc}")]
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError:
-        out, problems = [], []
-        for i, line in enumerate(text.splitlines(), 1):
-            if line.strip():
-                try:
-                    out.append((f"{path}:{i}", str(i), json.loads(line)))
-                except json.JSONDecodeError as exc:
-                    problems.append(RubricError(f"{path}:{i}: not JSON: {exc.msg}"))
-        return out, problems
-    if isinstance(data, dict) and "tasks" in data:
-        data = data["tasks"]
-    items = data if isinstance(data, list) else [data]
-    return [(f"{path}[{i}]", str(i), obj) for i, obj in enumerate(items)], []
-
-
 def load_file(path: str | Path) -> list[pb.Task]:
     """Every task of a file; raises TaskFileError with every problem of every task, one line each."""
     path = Path(path)
     out = []
-    objects, problems = _objects(path)
+    objects, problems = json_objects(path, RubricError)
     for where, index, obj in objects:
         try:
             t = TaskIn.model_validate(obj)
