@@ -4,6 +4,7 @@ host-resolver rules, exactly as the synthetic web is in production."""
 
 from __future__ import annotations
 
+import html
 import http.server
 import threading
 import urllib.parse
@@ -164,7 +165,6 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _slow(self, name: str, q: dict[str, list[str]]) -> None:
         """A page answered after `ms` milliseconds (navigation-race tests)."""
-        import html
         import time
 
         time.sleep(int(q.get("ms", ["500"])[0]) / 1000)
@@ -198,6 +198,11 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             if name in PAGES:
                 return self._send(200, PAGES[name].encode())
             return self._send(404, b"no such page")
+        if url.path == "/frame":  # a page whose only content is an iframe of `src` (the frame waits)
+            return self._send(200, ('<!doctype html><html><body><h1>Framed</h1><iframe src="' +
+                                    html.escape(q["src"][0]) + '"></iframe></body></html>').encode())
+        if url.path == "/no-content":
+            return self._send(204, b"")
         if url.path == "/redirect":
             return self._send(302, b"", headers={"Location": q["to"][0]})
         if url.path == "/echo-cookie":

@@ -93,6 +93,7 @@ async def observe(
         "visibleOnly": spec.visible_only,
         "quietMs": cfg.quiet_ms if settle else 0,
         "maxMs": cfg.settle_max_ms,
+        "frameMaxMs": cfg.nav_timeout_ms,
         "miniwob": miniwob,
         "frameWait": frame_wait and settle,
         "quietSinceAction": quiet_since_action,

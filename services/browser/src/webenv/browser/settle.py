@@ -13,7 +13,9 @@ The rule, after every action (bounded by the caps below and by the step deadline
 3. DOM: inside the observation's JS pass (and one rendered frame for scroll-like actions, waited for beside
    it), wait until no mutation for WEBENV_FARM_SETTLE_QUIET_MS (cap: WEBENV_FARM_SETTLE_MAX_MS), counted from
    the page's last mutation or input event (watchers.QUIET_WATCH_JS) after an action on the same document, else
-   from the pass's start (a first observation, a new document whose frames may still load); a navigation that
+   from the pass's start (a first observation, a new document whose frames may still load); a same-origin
+   iframe whose document has not come or is still parsing is waited for as the main document is (the quiet
+   window counts from its DOMContentLoaded; cap: WEBENV_FARM_NAV_TIMEOUT_MS, once per iframe); a navigation that
    starts
    during the pass (seen by the network hooks or counted in the page) is waited for as in 0. and the page
    observed again (driver.PageDriver, at most 3 passes); an evaluate interrupted by a navigation (element
