@@ -24,6 +24,7 @@ from dataclasses import asdict, dataclass, field
 import grpc
 from google.protobuf import json_format
 from webenv.actions import format_action
+from webenv.client import make_channel, make_sync_channel
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, environment_pb2, environment_pb2_grpc
 
 #: (field, what it is): the contract's fields first, then the page content a simulator predicts.
@@ -79,7 +80,7 @@ class Report:
 # --- recorded episodes ----------------------------------------------------------------------------------------------
 def read_collector(address: str, run_ids: list[str], limit: int = 0) -> list[collector_pb2.StoredEpisode]:
     """A collector's stored episodes of these runs, with their steps (`ReadEpisodes`)."""
-    with grpc.insecure_channel(address) as ch:
+    with make_sync_channel(address, timeout=None) as ch:
         stub = collector_pb2_grpc.CollectorServiceStub(ch)
         req = collector_pb2.ReadEpisodesRequest(run_ids=run_ids, limit=limit)
         return [r.episode for r in stub.ReadEpisodes(req, timeout=TIMEOUT)]
@@ -148,7 +149,7 @@ async def record_from_catalog(farm_address: str, sites_address: str, n: int, htm
     if html:
         formats.append(common_pb2.OBSERVATION_FORMAT_HTML)
     spec = common_pb2.ObservationSpec(formats=formats)
-    with grpc.insecure_channel(sites_address) as ch:
+    with make_sync_channel(sites_address, timeout=None) as ch:
         tasks = task_pb2_grpc.TaskServiceStub(ch)
         req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]),
                                         page_size=1000)
@@ -159,7 +160,7 @@ async def record_from_catalog(farm_address: str, sites_address: str, n: int, htm
     # one task of each website in turn (the catalog lists a website's tasks together)
     rounds = max((len(v) for v in by_site.values()), default=0)
     chosen = [ts[i] for i in range(rounds) for ts in by_site.values() if i < len(ts)][:n]
-    async with grpc.aio.insecure_channel(farm_address) as ch:
+    async with make_channel(farm_address, timeout=None) as ch:
         stub = environment_pb2_grpc.EnvironmentServiceStub(ch)
         return [await record(stub, t, t.oracle, spec) for t in chosen]
 
@@ -261,7 +262,7 @@ async def replay(wm: environment_pb2_grpc.EnvironmentServiceStub, ep: collector_
 
 async def run(wm_address: str, episodes: list[collector_pb2.StoredEpisode]) -> Report:
     rep = Report()
-    async with grpc.aio.insecure_channel(wm_address) as ch:
+    async with make_channel(wm_address, timeout=None) as ch:
         wm = environment_pb2_grpc.EnvironmentServiceStub(ch)
         for ep in episodes:
             await replay(wm, ep, rep)
