@@ -378,6 +378,16 @@ def _comparison_valid(op: int) -> None:
         raise CriterionProblem("op", f"unknown comparison {op}")
 
 
+def live_element(ctx: EvalContext, pos: int, node: Any) -> common_pb2.Element | None:
+    """The live state (ELEMENTS format) of an HTML element at ``pos``, by its ``bid``; None when not kept."""
+    bid = node.attributes.get("bid")
+    if bid:
+        for e in ctx.observations[pos].elements:
+            if e.element_id == bid:
+                return e
+    return None
+
+
 def compile_element_state(c: common_pb2.ElementStateCriterion) -> Checker:
     if not c.css_selector:
         raise CriterionProblem("css_selector", "element state criterion needs a css_selector")
@@ -391,13 +401,7 @@ def compile_element_state(c: common_pb2.ElementStateCriterion) -> Checker:
 
     def read(ctx: EvalContext, pos: int, node: Any) -> tuple[Any, str]:
         attrs = node.attributes
-        bid = attrs.get("bid")
-        live = None
-        if bid:
-            for e in ctx.observations[pos].elements:
-                if e.element_id == bid:
-                    live = e
-                    break
+        live = live_element(ctx, pos, node)
         if prop in _BOOL_PROPS:
             if live is not None and prop in ("checked", "disabled", "visible", "focused", "clickable"):
                 return bool(getattr(live, prop)), "elements"
@@ -529,6 +533,10 @@ def compile_criterion(criterion: common_pb2.Criterion, max_regex: int) -> tuple[
         if kind == "llm":
             compile_llm(criterion.llm)
             return kind, None
+        if kind == "benchmark":
+            from webenv.judge.benchmarks import compile_benchmark  # it builds on this module's checks
+
+            return kind, compile_benchmark(criterion.benchmark)
     except CriterionProblem as exc:
         exc.field = f"{kind}.{exc.field}" if exc.field else kind
         raise
