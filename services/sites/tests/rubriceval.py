@@ -1,7 +1,7 @@
 """A small evaluator for the criteria synthetic tasks use (the judge service has the real one).
 
-Only for tests: answer/url CONTAINS, page (css selector + text on the final page), and site_state with
-the path forms the generator emits: `$.a.b`, `[N]`, `[-1]`, `[?(@.k=="v")]`.
+Only for tests: answer CONTAINS, url CONTAINS or REGEX, page (text on the final page, within a css selector when
+one is given; the selector "" is the whole page), and site_state with the path forms the generator emits: `$.a.b`, `[N]`, `[-1]`, `[?(@.k=="v")]`.
 """
 
 from __future__ import annotations
@@ -51,8 +51,10 @@ def fact_holds(crit: pb.Criterion, ev: Evidence) -> bool:
         assert crit.answer.mode == pb.MATCH_MODE_CONTAINS
         return crit.answer.expected in ev.answer
     if kind == "url":
-        assert crit.url.mode == pb.MATCH_MODE_CONTAINS
+        assert crit.url.mode in (pb.MATCH_MODE_CONTAINS, pb.MATCH_MODE_REGEX)
         urls = ev.urls if crit.url.any_step else ev.urls[-1:]
+        if crit.url.mode == pb.MATCH_MODE_REGEX:
+            return any(re.search(crit.url.value, u) for u in urls)
         return any(crit.url.value in u for u in urls)
     if kind == "page":
         text = ev.page_texts.get(crit.page.css_selector)

@@ -112,7 +112,7 @@ async def _run_oracle(page: Page, task: pb.Task) -> tuple[str, list[str]]:
 async def _evidence(page: Page, task: pb.Task, answer: str, urls: list[str], state: dict) -> Evidence:
     texts: dict[str, str | None] = {}
     for css in page_selectors(task):
-        el = await page.query_selector(css)
+        el = await page.query_selector(css or "body")
         texts[css] = await el.inner_text() if el else None
     return Evidence(answer=answer, urls=urls, page_texts=texts, site_state=state)
 

@@ -1,8 +1,9 @@
 """The synthetic web: which sites exist, what each one holds, and which split it belongs to.
 
-A site is a pure function of (family, number, seed): its name, layout variant, theme, wording, users
-and items. The split is a function of the host name alone, so a site is wholly train, validation or test
-whatever the seed, and no task can leak across the split.
+A site is a pure function of (family, number, seed): its builder (builders/: how its pages are built), name, layout
+variant, theme, wording, users and items. The split is the stricter of the host's (webenv.splits.split_of, a
+function of the host name alone) and the builder's (a held-out builder's sites are test sites), so a site is wholly
+train, validation or test, and no task can leak across the split.
 """
 
 from __future__ import annotations
@@ -10,11 +11,15 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
 
 from webenv.sites import content as c
 from webenv.sites.families import FAMILIES
 from webenv.sites.families.base import FamilySpec, Item
 from webenv.splits import SYNTHETIC_DOMAIN, split_of
+
+if TYPE_CHECKING:
+    from webenv.sites.builders.base import Builder
 
 DOMAIN = SYNTHETIC_DOMAIN
 
@@ -47,9 +52,6 @@ WORDING = {
     "add_cart": ("Add to cart", "Add to basket", "Buy now", "Add to bag"),
     "checkout": ("Checkout", "Proceed to checkout", "Place order", "Continue"),
 }
-SORTS = ("relevance", "value_asc", "value_desc", "date_desc", "rating_desc")
-PAGE_SIZE = 10
-
 
 @dataclass(frozen=True)
 class User:
@@ -65,14 +67,23 @@ class Site:
     family: FamilySpec
     number: int
     seed: int
+    builder_name: str = "platform"
 
     @cached_property
     def host(self) -> str:
         return site_host(self.family.name, self.number)
 
     @cached_property
+    def builder(self) -> Builder:
+        from webenv.sites import builders
+
+        return builders.get(self.builder_name)
+
+    @cached_property
     def split(self) -> int:
-        return split_of(self.host)
+        from webenv.sites import builders
+
+        return builders.stricter_split(split_of(self.host), builders.split_of_builder(self.builder_name))
 
     @cached_property
     def _rng_seed(self) -> tuple[object, ...]:
@@ -166,15 +177,23 @@ def site_host(family: str, number: int) -> str:
 
 
 class SiteCatalog:
-    """All sites, `count` in total, spread evenly over the families in a fixed order."""
+    """All sites, `count` in total, spread evenly over the families in a fixed order, and over the builders
+    named in `builders` (every registered builder when empty; `("platform",)` is the single-platform web)."""
 
-    def __init__(self, count: int, seed: int) -> None:
+    def __init__(self, count: int, seed: int, builders: tuple[str, ...] | list[str] = ()) -> None:
+        from webenv.sites import builders as registry
+
         self.seed = seed
+        choices = tuple(builders) or tuple(registry.names())
+        for name in choices:
+            registry.get(name)  # KeyError naming it
+        self.builders = choices
         fams = list(FAMILIES.values())
         self.sites: list[Site] = []
         for i in range(count):
             fam = fams[i % len(fams)]
-            self.sites.append(Site(fam, i // len(fams), seed))
+            number = i // len(fams)
+            self.sites.append(Site(fam, number, seed, registry.assign(fam.name, number, seed, choices)))
         self.by_host: dict[str, Site] = {s.host: s for s in self.sites}
 
     def get(self, host: str) -> Site | None:

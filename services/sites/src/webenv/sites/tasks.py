@@ -1,10 +1,13 @@
 """Tasks generated from each site's own data, graded by ground truth.
 
-Three kinds: information (the answer must contain values read off the site), navigation (the final URL
-and page must match), transaction (the site state must show the records the task asks for). A task's
-rubric is a list of fact groups; difficulty is the number of facts (easy 1-3, medium 4-6, hard 7+);
-subtasks are groups that make sense on their own; the oracle is a selector-addressed action sequence
-that ends with an AnswerAction, run by the tests in real Chromium to prove every kind is solvable.
+Three kinds: information (the answer must contain values read off the site), navigation (the final URL's
+meaning and the page's text must match), transaction (the site state must show the records the task asks for).
+A task's rubric is a list of fact groups; difficulty is the number of facts (easy 1-3, medium 4-6, hard 7+);
+subtasks are groups that make sense on their own. Rubrics grade facts, never a builder's markup: a URL fact is a
+regular expression the site's builder writes for a meaning (this item's page, a listing sorted by X); page facts
+are text. The oracle is a selector-addressed action sequence that ends with an AnswerAction, made of the abstract
+steps (dismiss, log in, open a record, browse, submit a form...) as the site's builder performs them, run by the
+tests in real Chromium to prove every kind is solvable on every builder.
 """
 
 from __future__ import annotations
@@ -14,34 +17,11 @@ import random
 from dataclasses import dataclass, field
 
 from webenv.sites import content as c
-from webenv.sites.catalog import PAGE_SIZE, Site
+from webenv.sites.builders.base import PAGE_SIZE, answer, search
+from webenv.sites.catalog import Site
 from webenv.sites.families.base import Item
-from webenv.sites.web import search
 from webenv.taskfiles import difficulty_of
 from webenv.v1 import common_pb2 as pb
-
-# --- actions ------------------------------------------------------------------------------------
-
-
-def _t(selector: str) -> pb.ElementTarget:
-    return pb.ElementTarget(selector=selector)
-
-
-def click(selector: str) -> pb.Action:
-    return pb.Action(click=pb.ClickAction(target=_t(selector)))
-
-
-def fill(selector: str, text: str) -> pb.Action:
-    return pb.Action(fill=pb.FillAction(target=_t(selector), text=text))
-
-
-def select(selector: str, option: str) -> pb.Action:
-    return pb.Action(select=pb.SelectAction(target=_t(selector), options=[option]))
-
-
-def answer(text: str) -> pb.Action:
-    return pb.Action(answer=pb.AnswerAction(text=text))
-
 
 # --- criteria -----------------------------------------------------------------------------------
 
@@ -50,12 +30,14 @@ def answer_contains(expected: str) -> pb.Criterion:
     return pb.Criterion(answer=pb.AnswerCriterion(mode=pb.MATCH_MODE_CONTAINS, expected=expected))
 
 
-def url_contains(value: str, any_step: bool = False) -> pb.Criterion:
-    return pb.Criterion(url=pb.UrlCriterion(mode=pb.MATCH_MODE_CONTAINS, value=value, any_step=any_step))
+def url_matches(pattern: str, any_step: bool = False) -> pb.Criterion:
+    """The final URL (or any step's) matches a regular expression: a URL meaning, as the site's builder spells it."""
+    return pb.Criterion(url=pb.UrlCriterion(mode=pb.MATCH_MODE_REGEX, value=pattern, any_step=any_step))
 
 
-def page_has(css: str, text: str = "") -> pb.Criterion:
-    return pb.Criterion(page=pb.PageCriterion(css_selector=css, text=text, step_index=-1))
+def page_shows(text: str) -> pb.Criterion:
+    """The final page's text contains `text` (wherever the builder puts it)."""
+    return pb.Criterion(page=pb.PageCriterion(text=text, step_index=-1))
 
 
 def state_eq(path: str, value: object) -> pb.Criterion:
@@ -112,22 +94,23 @@ class TaskFactory:
         self.site = site
         self.fam = site.family
         self.user = site.users[0]
+        self.builder = site.builder
 
-    # building blocks of oracles
+    # building blocks of oracles: the site's builder turns each abstract step into actions on its pages
     def prelude(self, login: bool) -> list[pb.Action]:
-        acts: list[pb.Action] = []
-        if self.site.look["popup"]:
-            acts.append(click("#popup-close"))
-        if self.site.look["cookie_banner"]:
-            acts.append(click("#cookie-accept"))
+        acts = self.builder.dismiss(self.site)
         if login:
-            acts += [click("#login-link"), fill("#username", self.user.username),
-                     fill("#password", self.user.password), click("#login-submit")]
+            acts += self.builder.log_in(self.site, self.user.username, self.user.password)
         return acts
 
     def open_item(self, item: Item) -> list[pb.Action]:
-        return [fill("#search-q", item.title), click("#search-btn"),
-                click(f'#results a.item-link[data-item="{item.id}"]')]
+        return self.builder.open_record(self.site, item)
+
+    def record_fact(self, item: Item) -> pb.Criterion:
+        return url_matches(self.builder.scheme.record_regex(self.site, item))
+
+    def listing_fact(self, key: str, value: str, any_step: bool = False) -> pb.Criterion:
+        return url_matches(self.builder.scheme.listing_regex(self.site, key, value), any_step)
 
     def login_text(self, rng: random.Random) -> str:
         if not self.fam.login_required:
@@ -165,7 +148,7 @@ class TaskFactory:
             difficulty=difficulty_of(n_facts), rubric=rubric, subtasks=subtasks, oracle=oracle,
             max_steps=max(10, 2 * len(oracle) + 5), timeout_seconds=float(max(60, 10 * len(oracle))),
             category=self.fam.name, seed=rng_seed, template_id=f"synthetic/{self.fam.name}/{prefix}-{n}",
-            metadata={"site_name": s.name, "facts": str(n_facts), "layout": str(s.look["layout"])},
+            metadata={"site_name": s.name, "facts": str(n_facts), "layout": str(s.look["layout"]), "builder": s.builder_name},
         )
 
     def rng(self, label: str, n: int) -> tuple[random.Random, int]:
@@ -212,8 +195,7 @@ class TaskFactory:
         g = Group("answer", f"The {word} {self.fam.noun} in {label}")
         g.facts.append((f"The answer names {best.title}", answer_contains(best.title)))
         g.facts.append((f"The answer gives its {self.fam.value_label.lower()} {best.value_text}", answer_contains(best.value_text)))
-        oracle = self.prelude(self.fam.login_required) + [
-            click(f'a.cat-link[data-category="{slug}"]'), select("#sort", sort), click("#apply-filters"),
+        oracle = self.prelude(self.fam.login_required) + self.builder.browse(self.site, category=slug, sort=sort) + [
             answer(f"{best.title} ({best.value_text})"),
         ]
         return self.task(pb.TASK_KIND_INFORMATION, n, instr, [g], oracle, seed)
@@ -224,8 +206,8 @@ class TaskFactory:
         item = rng.choice(self.site.items)
         instr = self.login_text(rng) + rng.choice(NAV_OPENERS).format(site=self.site.name, noun=self.fam.noun, title=item.title)
         g = Group("page", f"The page of {item.title} is open")
-        g.facts.append((f"The final URL is the page of {item.id}", url_contains(f"/{self.fam.path}/{item.id}")))
-        g.facts.append((f"The page's heading is {item.title}", page_has("#item-title", item.title)))
+        g.facts.append((f"The final URL is the page of {item.id}", self.record_fact(item)))
+        g.facts.append((f"The page shows {item.title}", page_shows(item.title)))
         oracle = self.prelude(self.fam.login_required) + self.open_item(item) + [answer("done")]
         return self.task(pb.TASK_KIND_NAVIGATION, n, instr, [g], oracle, seed)
 
@@ -241,15 +223,11 @@ class TaskFactory:
         instr = (f"{self.login_text(rng)}On {self.site.name}, list all {self.fam.plural} sorted {how} and go to "
                  f"page {page} of the results.")
         g = Group("list", f"Page {page} of the {self.fam.plural} sorted {how}")
-        g.facts.append((f"The URL sorts by {sort}", url_contains(f"sort={sort}")))
-        g.facts.append((f"The URL is page {page}", url_contains(f"page={page}")))
-        g.facts.append((f"The page shows page number {page}", page_has("#page-number", str(page))))
-        g.facts.append((f"The first result is {first.title}",
-                        page_has("#results li.result:first-child a.item-link", first.title)))
-        oracle = self.prelude(self.fam.login_required) + [
-            click("#nav-list"), select("#sort", sort), click("#apply-filters"),
-            click(f'#pagination a.page-link[data-page="{page}"]'), answer("done"),
-        ]
+        g.facts.append((f"The URL is the listing sorted by {sort}", self.listing_fact("sort", sort)))
+        g.facts.append((f"The URL is page {page}", self.listing_fact("page", str(page))))
+        g.facts.append((f"The page shows the first result {first.title}", page_shows(first.title)))
+        oracle = (self.prelude(self.fam.login_required) + self.builder.browse(self.site, sort=sort, page=page)
+                  + [answer("done")])
         return self.task(pb.TASK_KIND_NAVIGATION, n, instr, [g], oracle, seed)
 
     def nav_best_in_category(self, n: int) -> pb.Task:
@@ -260,15 +238,14 @@ class TaskFactory:
         instr = (f"{self.login_text(rng)}On {self.site.name}, filter the {self.fam.plural} to the {label} category, "
                  f"sort them by rating and open the best rated one.")
         g1 = Group("filter", f"The {label} list was sorted by rating")
-        g1.facts.append((f"Some URL filtered to {label}", url_contains(f"category={slug}", any_step=True)))
-        g1.facts.append(("Some URL sorted by rating", url_contains("sort=rating_desc", any_step=True)))
+        g1.facts.append((f"Some URL filtered to {label}", self.listing_fact("category", slug, any_step=True)))
+        g1.facts.append(("Some URL sorted by rating", self.listing_fact("sort", "rating_desc", any_step=True)))
         g2 = Group("page", f"The page of {best.title} is open")
-        g2.facts.append((f"The final URL is the page of {best.id}", url_contains(f"/{self.fam.path}/{best.id}")))
-        g2.facts.append((f"The page's heading is {best.title}", page_has("#item-title", best.title)))
-        oracle = self.prelude(self.fam.login_required) + [
-            click(f'a.cat-link[data-category="{slug}"]'), select("#sort", "rating_desc"), click("#apply-filters"),
-            click(f'#results a.item-link[data-item="{best.id}"]'), answer("done"),
-        ]
+        g2.facts.append((f"The final URL is the page of {best.id}", self.record_fact(best)))
+        g2.facts.append((f"The page shows {best.title}", page_shows(best.title)))
+        oracle = (self.prelude(self.fam.login_required)
+                  + self.builder.browse(self.site, category=slug, sort="rating_desc")
+                  + self.builder.open_listed(self.site, best) + [answer("done")])
         return self.task(pb.TASK_KIND_NAVIGATION, n, instr, [g1, g2], oracle, seed)
 
     # transactions ----------------------------------------------------------------------------
@@ -287,18 +264,10 @@ class TaskFactory:
             todos.append(todo)
             g = Group(f"record{k}", f"A {spec.key} record for {item.title}", subtask=f"On {self.site.name}, {todo}.")
             base = f'$.{spec.key}[?(@.{spec.item_field}=="{item.id}")]'
-            oracle += self.open_item(item)
+            oracle += self.open_item(item) + self.builder.submit_record(self.site, item, values)
             for f in spec.fields:
                 v = values[f.name]
                 g.facts.append((f"The {spec.key} record for {item.id} has {f.name} = {v!r}", state_eq(f"{base}.{f.name}", v)))
-                if f.kind == "select":
-                    oracle.append(select(f"#f-{f.name}", str(v)))
-                elif f.kind == "checkbox":
-                    if v:
-                        oracle.append(click(f"#f-{f.name}"))
-                else:
-                    oracle.append(fill(f"#f-{f.name}", str(v)))
-            oracle.append(click("#action-submit"))
             groups.append(g)
         if login:
             g = Group("auth", f"Signed in as {self.user.username}")
@@ -317,7 +286,7 @@ class TaskFactory:
         oracle = self.prelude(False)
         for item, q in zip(items, qtys, strict=True):
             g.facts.append((f"The cart has {q} x {item.title}", state_eq(f'$.cart.items[?(@.sku=="{item.id}")].qty', q)))
-            oracle += self.open_item(item) + [fill("#qty", str(q)), click("#add-to-cart"), click("#modal-close")]
+            oracle += self.open_item(item) + self.builder.add_to_cart(self.site, item, q)
         oracle.append(answer("done"))
         what = _join([f"{q} x \"{it.title}\"" for it, q in zip(items, qtys, strict=True)])
         instr = rng.choice(("On {site}, add {what} to the cart (do not check out).",
@@ -336,14 +305,13 @@ class TaskFactory:
         for item, q in zip(items, qtys, strict=True):
             g_items.facts.append((f"The last order has {q} x {item.title}",
                                   state_eq(f'$.orders[-1].items[?(@.sku=="{item.id}")].qty', q)))
-            oracle += self.open_item(item) + [fill("#qty", str(q)), click("#add-to-cart"), click("#modal-close")]
+            oracle += self.open_item(item) + self.builder.add_to_cart(self.site, item, q)
         g_ship = Group("shipping", f"The last order ships to {addr['name']}")
         for k in ("name", "street", "city", "zip"):
             g_ship.facts.append((f"The shipping {k} is {addr[k]}", state_eq(f"$.orders[-1].shipping.{k}", addr[k])))
         g_status = Group("status", "The order was placed")
         g_status.facts.append(("The last order's status is placed", state_eq("$.orders[-1].status", "placed")))
-        oracle += [click("#checkout-btn")] + [fill(f"#ship-{k}", addr[k]) for k in ("name", "street", "city", "zip")]
-        oracle += [click("#place-order"), answer("done")]
+        oracle += self.builder.check_out(self.site, addr) + [answer("done")]
         what = _join([f"{q} x \"{it.title}\"" for it, q in zip(items, qtys, strict=True)])
         where = f"{addr['name']}, {addr['street']}, {addr['city']} {addr['zip']}"
         instr = rng.choice((

@@ -1,7 +1,8 @@
-"""HTML for every page of a synthetic site, as plain f-strings (fast: no template engine per request).
+"""The `platform` builder: the synthetic web as it was first built, every site one platform wearing a theme.
 
-Selectors tasks rely on (ids and data- attributes) are the same on every site; layout, theme, order of
-blocks and wording differ per site, like different real websites built on one platform.
+HTML as plain f-strings (fast: no template engine per request). Its ids and data- attributes are the same on
+every site it builds; layout (3 variants), theme, order of blocks and wording differ per site. Its markup is kept
+unchanged, so the single-platform catalog (`WEBENV_SITES_BUILDERS=platform`) stays loadable for comparison.
 """
 
 from __future__ import annotations
@@ -11,8 +12,21 @@ from functools import lru_cache
 from html import escape
 from urllib.parse import urlencode
 
-from webenv.sites.catalog import LAYOUTS, PAGE_SIZE, SORTS, THEMES, Site
+from starlette.responses import HTMLResponse
+from webenv.sites.builders.base import (
+    CHECKOUT_FIELDS,
+    PAGE_SIZE,
+    SORTS,
+    Builder,
+    Ctx,
+    Scheme,
+    click,
+    fill,
+    select,
+)
+from webenv.sites.catalog import LAYOUTS, THEMES, Site
 from webenv.sites.families.base import FieldSpec, Item
+from webenv.v1 import common_pb2 as pb
 
 SORT_LABELS = {
     "relevance": "Best match",
@@ -357,14 +371,6 @@ def cart(site: Site, st: dict, added: Item | None) -> str:
     return body + modal
 
 
-CHECKOUT_FIELDS = (
-    FieldSpec("name", "Full name", "text", min_len=3),
-    FieldSpec("street", "Street address", "text", min_len=3),
-    FieldSpec("city", "City", "text", min_len=2),
-    FieldSpec("zip", "ZIP code", "text", min_len=5),
-)
-
-
 def checkout(site: Site, values: dict[str, str], errors: dict[str, str]) -> str:
     fields = "".join(
         field_html(f, values.get(f.name, ""), errors.get(f.name)).replace(f'id="f-{f.name}"', f'id="ship-{f.name}"')
@@ -391,3 +397,101 @@ def account(site: Site, st: dict, user: str) -> str:
 
 def not_found(what: str) -> str:
     return f'<h1 id="not-found">Not found</h1><p>{escape(what)}</p>'
+
+
+class Platform(Builder):
+    """The original template: top header with search, category sidebar, `#results` list, tabs on detail pages."""
+
+    name = "platform"
+    summary = "the original single platform: one set of ids and data- attributes, three layouts, six themes"
+    scheme = Scheme(routes={
+        "home": "/", "listing": "/{base}", "record": "/{base}/{id}", "act": "/{base}/{id}/act", "login": "/login",
+        "logout": "/logout", "help": "/help", "about": "/about", "account": "/account", "cart": "/cart",
+        "cart_add": "/cart/add", "cart_remove": "/cart/remove", "checkout": "/checkout", "order": "/orders/{id}",
+        "done": "/done/{id}"})
+
+    def page(self, ctx: Ctx, title: str, body: str, status: int = 200) -> HTMLResponse:
+        html = layout(ctx.site, title, body, user=ctx.user, cart_count=ctx.cart_count(), show_banner=ctx.show_banner)
+        return HTMLResponse(html, status_code=status)
+
+    def render_home(self, ctx: Ctx) -> str:
+        return home(ctx.site, show_popup=ctx.show_popup, signed_in=ctx.user is not None)
+
+    def render_listing(self, ctx: Ctx, items: list[Item], *, q: str, category: str, sort: str, page: int, total: int,
+                       found: list[Item]) -> str:
+        return listing(ctx.site, items, q=q, category=category, sort=sort, page=page, total=total)
+
+    def render_record(self, ctx: Ctx, item: Item, values: dict[str, str], errors: dict[str, str]) -> str:
+        if "qty" in errors:
+            return (detail(ctx.site, item) +
+                    f'<p class="error" id="qty-error" role="alert">{escape(errors["qty"])}</p>')
+        return detail(ctx.site, item, form_values=values, errors=errors)
+
+    def render_login(self, ctx: Ctx, nxt: str, error: str) -> str:
+        return login(ctx.site, next_url=nxt, error=error)
+
+    def render_cart(self, ctx: Ctx, added: Item | None) -> str:
+        return cart(ctx.site, ctx.st, added)
+
+    def render_checkout(self, ctx: Ctx, values: dict[str, str], errors: dict[str, str]) -> str:
+        return checkout(ctx.site, values, errors)
+
+    def render_done(self, ctx: Ctx, heading: str, ref: str, lines: list[tuple[str, str]]) -> str:
+        return done(ctx.site, heading, ref, lines)
+
+    def render_help(self, ctx: Ctx) -> str:
+        return help_page(ctx.site)
+
+    def render_about(self, ctx: Ctx, ref: str) -> str:
+        return about(ctx.site, ref)
+
+    def render_account(self, ctx: Ctx) -> str:
+        return account(ctx.site, ctx.st, ctx.user or "")
+
+    def render_not_found(self, ctx: Ctx, what: str) -> str:
+        return not_found(what)
+
+    # oracle
+    def dismiss(self, site: Site) -> list[pb.Action]:
+        return ([click("#popup-close")] if site.look["popup"] else []) + \
+            ([click("#cookie-accept")] if site.look["cookie_banner"] else [])
+
+    def log_in(self, site: Site, username: str, password: str) -> list[pb.Action]:
+        return [click("#login-link"), fill("#username", username), fill("#password", password), click("#login-submit")]
+
+    def open_record(self, site: Site, item: Item) -> list[pb.Action]:
+        return [fill("#search-q", item.title), click("#search-btn"),
+                click(f'#results a.item-link[data-item="{item.id}"]')]
+
+    def browse(self, site: Site, *, category: str = "", sort: str = "relevance", page: int = 1) -> list[pb.Action]:
+        acts = [click(f'a.cat-link[data-category="{category}"]')] if category else [click("#nav-list")]
+        if sort != "relevance":
+            acts += [select("#sort", sort), click("#apply-filters")]
+        if page > 1:
+            acts.append(click(f'#pagination a.page-link[data-page="{page}"]'))
+        return acts
+
+    def open_listed(self, site: Site, item: Item) -> list[pb.Action]:
+        return [click(f'#results a.item-link[data-item="{item.id}"]')]
+
+    def submit_record(self, site: Site, item: Item, values: dict[str, object]) -> list[pb.Action]:
+        spec = site.family.action
+        assert spec is not None
+        acts: list[pb.Action] = []
+        for f in spec.fields:
+            v = values[f.name]
+            if f.kind == "select":
+                acts.append(select(f"#f-{f.name}", str(v)))
+            elif f.kind == "checkbox":
+                if v:
+                    acts.append(click(f"#f-{f.name}"))
+            else:
+                acts.append(fill(f"#f-{f.name}", str(v)))
+        return acts + [click("#action-submit")]
+
+    def add_to_cart(self, site: Site, item: Item, qty: int) -> list[pb.Action]:
+        return [fill("#qty", str(qty)), click("#add-to-cart"), click("#modal-close")]
+
+    def check_out(self, site: Site, address: dict[str, str]) -> list[pb.Action]:
+        return ([click("#checkout-btn")] + [fill(f"#ship-{k}", address[k]) for k in ("name", "street", "city", "zip")]
+                + [click("#place-order")])
