@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from contextlib import contextmanager
 from pathlib import Path
 
 import grpc
@@ -26,25 +27,32 @@ pytestmark = pytest.mark.timeout(600)
 README = Path(__file__).resolve().parents[1] / "services" / "openenv" / "README.md"
 
 
+@contextmanager
+def serve_openenv(s: Stack, browser: str = ""):
+    """``python -m webenv.openenv`` on free ports over the stack's sites and judge and ``browser`` (default: the
+    stack's farm); sets ``s.openenv_url`` and ``s.openenv_metrics`` while it serves."""
+    http, grpc_port, metrics_port = free_port(), free_port(), free_port()
+    env = {**os.environ, "WEBENV_HTTP_PORT": str(http), "WEBENV_HTTP_HOST": "127.0.0.1",
+           "WEBENV_GRPC_PORT": str(grpc_port), "WEBENV_METRICS_PORT": str(metrics_port), "WEBENV_HOST": "127.0.0.1",
+           "WEBENV_BROWSER_ADDR": browser or s.address("browser"), "WEBENV_SITES_ADDR": s.address("sites"),
+           "WEBENV_JUDGE_ADDR": s.address("judge"), "WEBENV_OPENENV_MAX_STEPS": "6", "WEBENV_LOG_JSON": "false"}
+    with (s.data_dir / f"openenv-{http}.log").open("wb") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "webenv.openenv"], env=env, stdout=log, stderr=log)
+    try:
+        wait_serving(f"127.0.0.1:{grpc_port}", 60, proc)
+        s.openenv_url, s.openenv_metrics = f"http://127.0.0.1:{http}", f"http://127.0.0.1:{metrics_port}/metrics"
+        yield s
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
-    data = tmp_path_factory.mktemp("openenv-stack")
-    with Stack(data, free_ports=True, sites_count=8) as s:
+    with Stack(tmp_path_factory.mktemp("openenv-stack"), free_ports=True, sites_count=8) as s:
         s.start(("sites", "browser", "judge"))
-        http, grpc_port, metrics_port = free_port(), free_port(), free_port()
-        env = {**os.environ, "WEBENV_HTTP_PORT": str(http), "WEBENV_HTTP_HOST": "127.0.0.1",
-               "WEBENV_GRPC_PORT": str(grpc_port), "WEBENV_METRICS_PORT": str(metrics_port), "WEBENV_HOST": "127.0.0.1",
-               "WEBENV_BROWSER_ADDR": s.address("browser"), "WEBENV_SITES_ADDR": s.address("sites"),
-               "WEBENV_JUDGE_ADDR": s.address("judge"), "WEBENV_OPENENV_MAX_STEPS": "6", "WEBENV_LOG_JSON": "false"}
-        log = (data / "openenv.log").open("wb")
-        proc = subprocess.Popen([sys.executable, "-m", "webenv.openenv"], env=env, stdout=log, stderr=log)
-        try:
-            wait_serving(f"127.0.0.1:{grpc_port}", 60, proc)
-            s.openenv_url, s.openenv_metrics = f"http://127.0.0.1:{http}", f"http://127.0.0.1:{metrics_port}/metrics"
+        with serve_openenv(s):
             yield s
-        finally:
-            proc.terminate()
-            proc.wait(20)
 
 
 def sync_client(stack: Stack):

@@ -7,8 +7,11 @@ judge at its end.
 
 An episode ends with an ``answer`` (BrowserGym: ``send_msg_to_user``), when the environment says done (MiniWoB),
 or at WEBENV_OPENENV_MAX_STEPS; then the session is closed with its evidence and the judge's verdict is the reward
-(1.0 passed, 0.0 not) and ``verdict`` field. Everything goes through the farm's EnvironmentService, so its limits
-(sessions per node, step deadlines, leases) and network guard hold as on the gRPC path.
+(1.0 passed, 0.0 not) and ``verdict`` field. An infrastructure failure (the farm, the catalog or the judge failing
+mid-episode) is never a reward of 0.0: the step answers the typed error ``<STATUS> EPISODE_INTERRUPTED: ...``, the
+episode ends ungraded, and ``webenv_openenv_interrupted_total`` counts it apart from the graded ones. Everything goes
+through the farm's EnvironmentService, so its limits (sessions per node, step deadlines, leases) and network guard
+hold as on the gRPC path.
 
 openenv-core awaits ``reset_async``/``step_async`` on the server's event loop, where the shared gRPC channels live
 (one channel per upstream for every session); it builds environments (the factory) and closes them in executor
@@ -27,7 +30,7 @@ from pydantic import Field
 from webenv import errors
 from webenv.actions import ActionParseError, parse_action
 from webenv.client import EnvironmentClient, make_channel, observation_spec
-from webenv.client.episode import Episode
+from webenv.client.episode import INTERRUPTED, Episode, interrupted
 from webenv.compat import browsergym as bgym
 from webenv.openenv import metrics
 from webenv.openenv.config import Settings
@@ -176,9 +179,9 @@ class WebEnvironment(Environment[WebAction, WebObservation, WebState]):
             error = f"{exc.reason}: {exc.message}"
             if resp is None:
                 resp = await ep.step(common_pb2.Action(noop=common_pb2.NoopAction()), error)
-        except errors.WebenvError as exc:
+        except errors.WebenvError as exc:  # the farm failed: the episode is interrupted, never scored
             metrics.STEPS.labels("error").inc()
-            raise _error(exc) from None
+            raise await self._interrupted(exc) from None
         assert resp is not None
         self._state.step_count += 1
         answered = any(a.WhichOneof("kind") == "answer" for a in acts)
@@ -189,14 +192,23 @@ class WebEnvironment(Environment[WebAction, WebObservation, WebState]):
             assert self.backend.judge is not None
             try:
                 verdict = await ep.grade(self.backend.judge, deadline=self.backend.settings.upstream_timeout_seconds)
-            except grpc.aio.AioRpcError as exc:
-                raise _error(errors.from_rpc_error(exc)) from None
+            except errors.WebenvError as exc:  # no evidence, or no judge: not graded, never a reward of 0.0
+                raise await self._interrupted(exc) from None
             metrics.GRADED.labels(str(verdict.passed).lower()).inc()
             obs.done, obs.reward = True, 1.0 if verdict.passed else 0.0
             obs.verdict = MessageToDict(verdict, preserving_proto_field_name=True)
         metrics.STEPS.labels("action_error" if error or resp.observation.last_action_error else "ok").inc()
         metrics.STEP_SECONDS.observe(time.perf_counter() - start)
         return obs
+
+    async def _interrupted(self, exc: errors.WebenvError) -> ValueError:
+        """End the episode ungraded after an infrastructure failure: the typed EPISODE_INTERRUPTED error to raise."""
+        assert self.episode is not None
+        self._state.done = True
+        await self.episode.close()
+        err = exc if exc.reason == INTERRUPTED else interrupted(exc, self.episode.session_id)
+        metrics.INTERRUPTED.labels(exc.code.name).inc()
+        return _error(err)
 
     def _observation(self, o: common_pb2.Observation, *, step_index: int, error: str = "",
                      reward: float | None = None) -> WebObservation:

@@ -5,17 +5,38 @@ services/openenv).
     episode = await Episode.open(env_client, task, spec=spec, seed=0)
     resp = await episode.step(action)              # recorded as a StepRecord (observation before, action, result)
     verdict = await episode.grade(judge_stub)      # CloseSession(capture_evidence) + JudgeService.Evaluate
+
+An infrastructure failure is never a failed verdict: once a step failed for any reason but a malformed action
+(INVALID_ARGUMENT, the agent's error), or the session's evidence cannot be read at the end (the farm died, the session
+expired), `grade` raises the typed error with reason ``EPISODE_INTERRUPTED`` (the cause's status code, its reason in
+the metadata) instead of asking the judge about a trajectory that was cut short: the errored episode is told from a
+failed one, as the collector stores it (``error``) and the trainer leaves it out.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 
+import grpc
+from webenv import errors
 from webenv.actions import format_action
 from webenv.client.environment import EnvironmentClient
 from webenv.v1 import common_pb2, environment_pb2, judge_pb2, judge_pb2_grpc
 
-__all__ = ["Episode"]
+__all__ = ["INTERRUPTED", "Episode", "interrupted"]
+
+#: The reason of the error an interrupted episode's grading raises.
+INTERRUPTED = "EPISODE_INTERRUPTED"
+
+
+def interrupted(cause: errors.WebenvError, session_id: str) -> errors.WebenvError:
+    """The typed error of an episode cut short by ``cause``: its status code, reason ``EPISODE_INTERRUPTED``."""
+    err = errors.error_class(cause.code)(
+        f"session_id: episode {session_id} was interrupted, not graded ({cause.code.name} {cause.reason}: "
+        f"{cause.message})", reason=INTERRUPTED, metadata={"session_id": session_id, "cause": cause.reason})
+    if type(err) is errors.WebenvError:
+        err.code = cause.code  # type: ignore[misc]  # CANCELLED, UNKNOWN...: keep the cause's code
+    return err
 
 
 class Episode:
@@ -32,6 +53,7 @@ class Episode:
         self.records: list[common_pb2.StepRecord] = []
         self.answer = ""
         self.closed = False
+        self.error: errors.WebenvError | None = None  # the infrastructure failure that interrupted it, if one did
 
     @classmethod
     async def open(cls, client: EnvironmentClient, task: common_pb2.Task | None = None, *, start_url: str = "",
@@ -43,8 +65,14 @@ class Episode:
     async def step(self, action: common_pb2.Action, error: str = "", *,
                    spec: common_pb2.ObservationSpec | None = None) -> environment_pb2.StepResponse:
         """One step, recorded for the judge (``error``: why the agent's output became this action, if it did not
-        parse)."""
-        resp = await self.client.step(self.session_id, action, spec=spec)
+        parse). A failure other than INVALID_ARGUMENT (the agent's malformed action) interrupts the episode."""
+        try:
+            resp = await self.client.step(self.session_id, action, spec=spec)
+        except errors.InvalidArgument:
+            raise
+        except errors.WebenvError as exc:
+            self.error = self.error or exc
+            raise
         if action.WhichOneof("kind") == "answer":
             self.answer = action.answer.text
         self.records.append(common_pb2.StepRecord(
@@ -66,13 +94,29 @@ class Episode:
             return None
 
     async def grade(self, judge: judge_pb2_grpc.JudgeServiceStub, *, deadline: float = 60.0) -> common_pb2.Verdict:
-        """End the episode: close the session with its evidence (site state) and ask the judge for the verdict."""
+        """End the episode: close the session with its evidence (site state) and ask the judge for the verdict.
+        Raises the typed ``EPISODE_INTERRUPTED`` error for an interrupted episode, the judge's own error when it
+        fails: never a verdict of a trajectory cut short."""
         assert self.task is not None, "grading needs the task (its rubric is what the judge grades)"
-        closed = await self.close(capture_evidence=True) or environment_pb2.CloseSessionResponse()
+        if self.error is not None:
+            await self.close()
+            raise interrupted(self.error, self.session_id)
+        if self.closed:
+            raise errors.FailedPrecondition(f"session_id: episode {self.session_id} was closed before it was graded",
+                                            reason="EPISODE_CLOSED", metadata={"session_id": self.session_id})
+        self.closed = True
+        try:
+            closed = await self.client.close(self.session_id, capture_evidence=True)
+        except errors.WebenvError as exc:
+            self.error = exc
+            raise interrupted(exc, self.session_id) from exc
         trajectory = common_pb2.Trajectory(
             episode_id=self.session_id, task_id=self.task.task_id, steps=self.records,
             final_observation=self.observation, final_answer=self.answer, site_state_json=closed.site_state_json,
             env_reward=closed.env_reward, env_kind=self.opened.session.env_kind, category=self.task.category)
         request = judge_pb2.EvaluateRequest(task=self.task, trajectory=trajectory,
                                             options=judge_pb2.JudgeOptions(allow_llm=True))
-        return (await judge.Evaluate(request, timeout=deadline)).verdict
+        try:
+            return (await judge.Evaluate(request, timeout=deadline)).verdict
+        except grpc.aio.AioRpcError as exc:
+            raise errors.from_rpc_error(exc) from exc

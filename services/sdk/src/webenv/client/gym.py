@@ -17,7 +17,10 @@ not parse is sent as `noop()` and the parse error is reported in `info["action_e
 Rewards: without a judge, the environment's own (MiniWoB pages reward themselves; synthetic sites do not).
 With ``judge=ADDRESS`` and a task, the episode's end (an answer, the environment's done, or ``max_steps``)
 closes the session with its evidence (site state) and asks JudgeService.Evaluate, as the collector does:
-reward 1.0 when the rubric passes, else 0.0, and the verdict in ``info["verdict"]``.
+reward 1.0 when the rubric passes, else 0.0, and the verdict in ``info["verdict"]``. An infrastructure failure is
+never a reward: a step the farm fails raises its typed `webenv.errors.WebenvError`, and grading an episode a failure
+cut short (the farm died, its evidence is gone) raises the typed ``EPISODE_INTERRUPTED`` error
+(`webenv.client.episode`), so an errored episode is never counted as a failed one.
 
 BrowserGym's interface: with ``api="browsergym"`` actions are BrowserGym's high-level action strings
 (``click("12")``, ``fill("12", "text")``, several calls one a line) and observations are BrowserGym's dict

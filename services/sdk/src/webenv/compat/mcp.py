@@ -13,6 +13,8 @@ accessibility tree), as browser MCP servers do, so an agent needs no extra call 
 ``answer`` submits the final answer and ends the episode: with ``--judge`` (and a ``--task-id``) it answers with the
 judge's verdict (passed, score, each rubric fact's outcome and reason), the episode's steps graded as the collector
 grades runs (`webenv.client.episode.Episode`); later tool calls are refused (``FAILED_PRECONDITION EPISODE_ENDED``).
+An episode an infrastructure failure cut short (the farm died, the session expired, the judge failed) is never
+answered with a failed verdict: ``answer`` is the error ``<STATUS> EPISODE_INTERRUPTED: ...``.
 
 Errors follow MCP's convention for tools: a failed call is a result with ``isError: true`` and a message for the
 model (``ToolError``): an action that failed on the page (the farm's ``last_action_error``, then the snapshot), a
@@ -125,11 +127,14 @@ class FarmSession:
         """Submit the final answer, end the episode and (with a judge) grade it."""
         await self.ensure()
         assert self.episode is not None
-        if not self.done:
+        if not self.done and self.episode.error is None:
             try:
                 await self.episode.step(pb.Action(answer=pb.AnswerAction(text=text)))
-            except errors.WebenvError as exc:
+            except errors.InvalidArgument as exc:
                 raise _tool_error(exc) from None
+            except errors.WebenvError as exc:  # the farm failed: interrupted; grading says so, never a failed verdict
+                if not self.judge:
+                    raise _tool_error(exc) from None
         self.ended = "the episode ended with answer"
         if not self.judge:
             await self.episode.close()

@@ -14,7 +14,11 @@ the finished rollout. Here ``reset(task_id=..., seed=...)`` opens a farm session
 instruction and first page; the tools ``click``, ``fill``, ``select``, ``scroll``, ``go_back``, ``goto`` and
 ``answer`` each act once and return the page after it (or the error, as text the model reads); ``get_reward`` is the
 judge's verdict (1.0 passed, else 0.0) of the episode, ended by ``answer`` or, when the model stopped without
-answering, by an empty answer then. Each instance drives `webenv.client.gym.WebEnv` (its own event-loop thread and
+answering, by an empty answer then. An infrastructure failure is never a reward of 0.0: when the farm, the catalog or
+the judge fails mid-episode (anything but the farm refusing a malformed action, which the model reads as text), the
+tool answers ``The episode was interrupted: <STATUS> <REASON>: ...``, ``error`` holds the typed
+`webenv.errors.WebenvError`, and ``get_reward`` returns ``None``: TRL's "no reward" for a rollout, which GRPOTrainer
+leaves out of its group's baseline and gives no advantage (an unscorable row), so the failed rollout teaches nothing. Each instance drives `webenv.client.gym.WebEnv` (its own event-loop thread and
 channels), so the farm's limits and network guard hold as on the gRPC path. An instance left open is closed at
 interpreter exit by a ``weakref.finalize`` (an atexit hook, run while the loop thread still runs): closing it from
 ``__del__`` during finalization waited out the loop call's whole timeout (90 s measured) on a frozen daemon thread.
@@ -47,6 +51,7 @@ class WebTaskEnv:
         self._max_steps, self._max_text_chars = max_steps, max_text_chars
         self._holder: list[WebEnv | None] = [None]  # the open episode's env, also seen by the exit-time finalizer
         self._reward: float | None = None
+        self.error: errors.WebenvError | None = None  # the infrastructure failure that interrupted the episode
         weakref.finalize(self, _close_holder, self._holder)
 
     @property
@@ -62,7 +67,7 @@ class WebTaskEnv:
         self._holder[0] = WebEnv(self._browser, task=task, judge=self._judge, max_steps=self._max_steps,
                            max_text_chars=self._max_text_chars)
         obs, info = self._env.reset(seed=seed)
-        self._reward = None
+        self._reward, self.error = None, None
         return f"Task: {info['instruction']}\n\n{self._page(obs)}"
 
     def _page(self, obs: dict) -> str:
@@ -70,9 +75,15 @@ class WebTaskEnv:
         return f"{error}URL: {obs['url']}\n{obs['axtree']}"
 
     def _act(self, action: pb.Action) -> str:
-        if self._env is None or self._reward is not None:
+        if self._env is None or self._reward is not None or self.error is not None:
             return "The episode has ended: no more actions."
-        obs, reward, terminated, truncated, _ = self._env.step(format_action(action))
+        try:
+            obs, reward, terminated, truncated, _ = self._env.step(format_action(action))
+        except errors.InvalidArgument as exc:  # the farm refused the action as malformed: the model's error
+            return f"Last action failed: {exc.reason}: {exc.message}"
+        except errors.WebenvError as exc:  # the farm or the judge failed: the episode is interrupted, not failed
+            self.error = exc
+            return f"The episode was interrupted: {exc.code.name} {exc.reason}: {exc.message}"
         if terminated or truncated:
             self._reward = reward
             return f"The episode has ended.\n{self._page(obs)}"
@@ -141,10 +152,13 @@ class WebTaskEnv:
         """
         return self._act(pb.Action(answer=pb.AnswerAction(text=text)))
 
-    def get_reward(self) -> float:
-        """The judge's verdict of the episode: 1.0 when the task's rubric passes, else 0.0."""
-        if self._reward is None and self._env is not None:
+    def get_reward(self) -> float | None:
+        """The judge's verdict of the episode: 1.0 when the task's rubric passes, else 0.0; None (no reward) when an
+        infrastructure failure interrupted it (``error`` says which)."""
+        if self._reward is None and self._env is not None and self.error is None:
             self._act(pb.Action(answer=pb.AnswerAction(text="")))
+        if self.error is not None:
+            return None
         return float(self._reward or 0.0)
 
     def _close(self) -> None:
