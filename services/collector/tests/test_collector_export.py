@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from pathlib import Path
 
@@ -9,6 +10,8 @@ import datasets
 import grpc
 import pyarrow.parquet as pq
 import pytest
+from webenv.llm.tinymodel import DEFAULT_TEXTS, build_tiny_model
+from webenv.testing import assert_grounded
 from webenv.v1 import collector_pb2, common_pb2
 
 TRANSITION_KEYS = {
@@ -100,12 +103,33 @@ async def test_messages_is_trls_conversational_format(stub, finished_run, world,
         assert msgs[0]["content"].startswith("Task: ") and "URL: http://" in msgs[0]["content"]
         assert msgs[-1]["content"].startswith("answer(") and row["passed"] and row["score"] == 1.0
         assert row["judge_version"] == "test-judge-1" and row["webenv_version"] and row["rubric_id"]
-        assert row["images"] == [] and row["image_turns"] == []  # the run stored no screenshots
+        # every element action names the element id the user turn before it shows (click(2)), never the
+        # demonstration's selector (click("#next"))
+        assert assert_grounded([(m["content"], n["content"]) for m, n in zip(msgs, msgs[1:], strict=False)
+                                if n["role"] == "assistant"])
+    # the run stored no screenshots: no image columns (TRL would take the dataset for a vision one)
+    assert all(not {"images", "image_turns"} & set(d.column_names) for d in dd.values())
     with pytest.raises(grpc.aio.AioRpcError) as ei:
         await export(stub, oracle_id, collector_pb2.EXPORT_FORMAT_MESSAGES, tmp_path / "x",
                      filter=collector_pb2.ExportFilter(drop_repeated=True))
     assert ei.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "filter.drop_repeated" in ei.value.details()
     assert not (tmp_path / "x").exists()
+
+
+async def test_messages_train_a_text_model_in_trls_sfttrainer(stub, finished_run, tmp_path):
+    """The README's recipe as written: the export, loaded with load_from_disk, trains a text model in TRL's
+    SFTTrainer (2 optimizer steps of a tiny model built here)."""
+    from trl import SFTConfig, SFTTrainer
+
+    _, oracle_id = finished_run
+    r = await export(stub, oracle_id, collector_pb2.EXPORT_FORMAT_MESSAGES, tmp_path / "m")
+    train = datasets.load_from_disk(str(Path(r.paths[0])))["train"]
+    model = build_tiny_model(tmp_path / "lm", DEFAULT_TEXTS, vocab_size=400, hidden=32, layers=1, heads=2)
+    args = SFTConfig(output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=2, max_length=256,
+                     report_to=[], save_strategy="no", use_cpu=True, logging_steps=1, dataloader_num_workers=0)
+    trainer = SFTTrainer(model=str(model), args=args, train_dataset=train)
+    result = await asyncio.to_thread(trainer.train)
+    assert result.global_step == 2 and result.training_loss > 0
 
 
 async def test_jsonl_nests_steps(stub, finished_run, tmp_path):
@@ -136,6 +160,7 @@ async def test_transitions(stub, finished_run, tmp_path):
             assert a["next_state"] == b["state"] and a["next_url"] == b["url"]
         clicks = [t for t in trs if t["action_text"].startswith("click")]
         assert all(t["state"] != t["next_state"] for t in clicks)
+        assert assert_grounded([(t["state"], t["action_text"]) for t in trs])
     html = await export(stub, oracle_id, collector_pb2.EXPORT_FORMAT_TRANSITIONS, tmp_path / "th",
                         transition_format=common_pb2.OBSERVATION_FORMAT_HTML)
     assert html.steps == r.steps  # the run kept only axtree, so html states are empty but rows exist

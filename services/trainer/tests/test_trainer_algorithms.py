@@ -7,6 +7,8 @@ from __future__ import annotations
 import math
 
 import pytest
+from webenv.agent.prompt import PromptBudget, step_prompt
+from webenv.testing import assert_grounded
 from webenv.trainer.algorithms import episode_weights, fact_group_share, select
 from webenv.v1 import collector_pb2, common_pb2, trainer_pb2
 
@@ -144,3 +146,29 @@ def test_replayed_steps_of_a_start_are_never_targets(algorithm):
     assert own and min(own) == 3, own
     if algorithm == T.TRAINING_ALGORITHM_FILTERED_BC:  # the 1/k normaliser counts only its own steps (2 of 5)
         assert sum(w for _, w, eid in sel.steps if eid == "st") == pytest.approx(1.0)
+
+
+def test_a_demonstrations_selectors_reach_the_context_as_the_element_ids_its_pages_showed():
+    """The trainer's own contexts (webenv.agent.steps) show a demonstration's earlier actions as the policy would
+    have written them from their pages: the oracle's `click("#help")` as the `click(2)` its observation offered, a
+    select by the option the next page shows chosen; the prompt never names a selector the policy was never shown."""
+    form = common_pb2.Observation(url="http://shop-0001.web.test/help", axtree=(
+        '[1] RootWebArea "Help"\n\t[5] combobox "Size" value="L"\n\t\t[6] option "Small"\n\t\t[7] option "Large"'))
+    chosen = common_pb2.Observation(url=form.url, axtree=form.axtree.replace('"Large"', '"Large" selected'))
+    ep = collector_pb2.StoredEpisode(run_id="r", episode_id="oracle-1", task=task(), passed=True, policy_version="oracle")
+    sel = common_pb2.ElementTarget
+    ep.trajectory.steps.add(step_index=0, observation=OBS, target_element_id="2", action_text='click("#help")',
+                            action=common_pb2.Action(click=common_pb2.ClickAction(target=sel(selector="#help"))))
+    ep.trajectory.steps.add(step_index=1, observation=form, target_element_id="5", action_text='select("#f-size", "L")',
+                            action=common_pb2.Action(select=common_pb2.SelectAction(target=sel(selector="#f-size"),
+                                                                                    options=["L"])))
+    ep.trajectory.steps.add(step_index=2, observation=chosen, action_text='answer("done")',
+                            action=common_pb2.Action(answer=common_pb2.AnswerAction(text="done")))
+    steps = select([ep], T.TRAINING_ALGORITHM_BC, False).steps
+    assert len(steps) == 3, "every demonstration step maps to a candidate"
+    last = steps[-1][0]
+    shown = ["click(2)", 'select(5, "Large")']
+    assert [h.action_text for h in last.request.history] == shown and last.ctx.history == shown
+    user = step_prompt(last.request, PromptBudget()).user
+    assert "click(2)" in user and "#help" not in user and "#f-size" not in user
+    assert assert_grounded([(OBS.axtree, shown[0]), (form.axtree, shown[1])]) == 2

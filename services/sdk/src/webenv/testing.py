@@ -106,3 +106,21 @@ def load_test_module(path: Path, name: str) -> ModuleType:
     sys.modules[name] = module  # dataclasses look their module up while the class is built
     spec.loader.exec_module(module)
     return module
+
+
+def assert_grounded(pairs: list[tuple[str, str]]) -> int:
+    """Every (observation text, action text) pair's element action names an element id the observation shows
+    (``[id] ``), never a CSS selector it did not show: exported demonstrations are what an agent can write from
+    its page. Returns how many element actions were checked."""
+    from webenv.actions import parse_action
+
+    checked = 0
+    for observation, text in pairs:
+        action = parse_action(text)
+        target = getattr(getattr(action, action.WhichOneof("kind")), "target", None)
+        if target is None or not target.WhichOneof("ref"):
+            continue
+        checked += 1
+        assert target.WhichOneof("ref") == "element_id", f"{text} names a selector, not an element id"
+        assert f"[{target.element_id}] " in observation, f"{text}: no [{target.element_id}] in\n{observation[:2000]}"
+    return checked

@@ -11,9 +11,17 @@ creating the folder becomes the matching status; a run with no episodes exports 
 MESSAGES is what SFT/GRPO trainers read: a ``datasets.DatasetDict`` keyed by the episodes' split, one row per
 episode, ``messages`` a conversation (the user turn gives the task and the first observation, each step's action is
 an assistant turn, the observation after it the next user turn), ``images`` the stored screenshots (a list of
-images, one per observation that has one, ``image_turns`` the index of the message each belongs to), ``rewards``
-per step, ``verdicts`` the judge's per-fact results, and the task id and environment revision (webenv, judge and
-rubric versions). Observations are the AXTREE text (the format the policy reads), cut to ``MESSAGE_TEXT_CHARS``.
+images, one per observation that has one, ``image_turns`` the index of the message each belongs to; both columns
+only when some exported observation has a screenshot, so that a text model trains on the rest as exported: TRL
+takes any dataset with an ``images`` key for a vision one), ``rewards`` per step, ``verdicts`` the judge's per-fact
+results, and the task id and environment revision (webenv, judge and rubric versions). Observations are the AXTREE
+text (the format the policy reads), cut to ``MESSAGE_TEXT_CHARS``.
+
+MESSAGES and TRANSITIONS write each action as the agent would write it from the observation before it
+(:func:`grounded_actions`): a selector-addressed action (the synthetic web's oracle, ``click("#next")``) by the
+element id the farm resolved it to (the stored ``target_element_id``, the ``[id]`` the observation shows:
+``click(2)``). The raw formats (JSONL, PARQUET, HF_DATASET, TRACES) keep the stored action as it was sent, so a
+trace replays it.
 """
 
 from __future__ import annotations
@@ -29,7 +37,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
+from google.protobuf import json_format
 from webenv import errors
+from webenv.agent.steps import grounded_text
 from webenv.collector import repetition
 from webenv.collector.blobs import BlobStore
 from webenv.collector.read import check_filter, episode_where
@@ -42,6 +52,8 @@ NAME_MAX = os.pathconf("/", "PC_NAME_MAX") if hasattr(os, "pathconf") else 255
 #: An observation's text in a MESSAGES conversation is cut to this many characters (a long page would crowd out the
 #: rest of the conversation in a trainer's context).
 MESSAGE_TEXT_CHARS = 20_000
+#: The MESSAGES columns written only when some exported observation has a screenshot.
+IMAGE_COLUMNS = ("images", "image_turns")
 TRANSITION_FORMATS = {
     common_pb2.OBSERVATION_FORMAT_AXTREE: "axtree",
     common_pb2.OBSERVATION_FORMAT_HTML: "html",
@@ -160,12 +172,35 @@ def write_hf(episodes: pa.Table, steps: pa.Table, dest: Path) -> list[Path]:
     return [out]
 
 
+def _grounded(row: dict, next_axtree: str) -> str:
+    """A stored step's action as the agent writes it from its observation (webenv.agent.steps.grounded_text): a
+    selector-addressed action (the synthetic web's oracle) by the element id the farm resolved it to."""
+    if not row["target_element_id"] or not row["action_json"]:
+        return row["action_text"]
+    action = json_format.Parse(row["action_json"], common_pb2.Action(), ignore_unknown_fields=True)
+    return grounded_text(action, row["action_text"], row["target_element_id"], next_axtree)
+
+
+def grounded_actions(episodes: pa.Table, steps: pa.Table) -> list[str]:
+    """Every step's action text (in the steps' order) as the agent would write it from the observation before it,
+    never a CSS selector the observation did not show; the next observation (the next stored step's, else the
+    episode's final one) gives a select's chosen option."""
+    finals = dict(zip(episodes["episode_id"].to_pylist(), episodes["final_axtree"].to_pylist(), strict=True))
+    rows = steps.select(["episode_id", "axtree", "action_text", "action_json", "target_element_id"]).to_pylist()
+    out = []
+    for i, row in enumerate(rows):
+        nxt = rows[i + 1] if i + 1 < len(rows) and rows[i + 1]["episode_id"] == row["episode_id"] else None
+        out.append(_grounded(row, nxt["axtree"] if nxt else finals.get(row["episode_id"], "")))
+    return out
+
+
 def transitions_table(episodes: pa.Table, steps: pa.Table, fmt: int) -> pa.Table:
     """World-model transitions (state, action, next state) in the agreed JSONL schema, as a table."""
     col = TRANSITION_FORMATS[fmt]
     ep_rows = {r["episode_id"]: r for r in episodes.select(
         ["episode_id", "site", "split", "instruction", "env_kind", f"final_{col}", "final_url"]).to_pylist()}
-    s = steps.select(["episode_id", "step_index", "url", col, "action_text", "url_after", "repeated_state"]).to_pylist()
+    s = steps.select(["episode_id", "step_index", "url", col, "url_after", "repeated_state"]).to_pylist()
+    actions = grounded_actions(episodes, steps)
     out: dict[str, list] = {k: [] for k in (
         "episode_id", "step_index", "site", "split", "format", "instruction", "url", "state", "action_text",
         "next_url", "next_state", "env_kind")}  # fmt: skip
@@ -182,7 +217,7 @@ def transitions_table(episodes: pa.Table, steps: pa.Table, fmt: int) -> pa.Table
         for k, v in (
             ("episode_id", row["episode_id"]), ("step_index", row["step_index"]), ("site", ep["site"]),
             ("split", ep["split"] or "train"), ("format", col), ("instruction", ep["instruction"]),
-            ("url", row["url"]), ("state", row[col]), ("action_text", row["action_text"]),
+            ("url", row["url"]), ("state", row[col]), ("action_text", actions[i]),
             ("next_url", row["url_after"]), ("next_state", next_state), ("env_kind", ep["env_kind"]),
         ):  # fmt: skip
             out[k].append(v)
@@ -237,9 +272,9 @@ def _verdicts(verdict_json: str) -> list[dict]:
 def messages_rows(episodes: pa.Table, steps: pa.Table, blobs: BlobStore | None) -> list[dict]:
     """One conversation row per episode (the MESSAGES format's rows, screenshots as image bytes)."""
     by_episode: dict[str, list[dict]] = {}
-    cols = ["episode_id", "step_index", "url", "axtree", "action_text", "reward", "screenshot_key"]
-    for row in steps.select(cols).to_pylist():
-        by_episode.setdefault(row["episode_id"], []).append(row)
+    cols = ["episode_id", "step_index", "url", "axtree", "reward", "screenshot_key"]
+    for row, action in zip(steps.select(cols).to_pylist(), grounded_actions(episodes, steps), strict=True):
+        by_episode.setdefault(row["episode_id"], []).append({**row, "action_text": action})
     rows = []
     for ep in episodes.to_pylist():
         steps_ = by_episode.get(ep["episode_id"], [])
@@ -282,8 +317,14 @@ def write_messages(episodes: pa.Table, steps: pa.Table, dest: Path, blobs: BlobS
                              "webenv_version", "judge_version", "rubric_id")},
         "rubric_version": datasets.Value("int32"),
     })
+    rows = messages_rows(episodes, steps, blobs)
+    if not any(row["images"] for row in rows):
+        # no screenshots: no image columns, since TRL takes any dataset with an `images` key for a vision one and
+        # refuses a text model on it
+        features = datasets.Features({k: v for k, v in features.items() if k not in IMAGE_COLUMNS})
+        rows = [{k: v for k, v in row.items() if k not in IMAGE_COLUMNS} for row in rows]
     by_split: dict[str, list[dict]] = {}
-    for row in messages_rows(episodes, steps, blobs):
+    for row in rows:
         by_split.setdefault(row["split"], []).append(row)
     dd = datasets.DatasetDict({split: datasets.Dataset.from_list(rows, features=features)
                                for split, rows in sorted(by_split.items())})

@@ -28,8 +28,8 @@ def request_context(request: policy_pb2.ActRequest) -> Context:
     return context(instruction, request.observation, previous_memory(request.history), history, request.step_index)
 
 
-def _selected_option(obs: common_pb2.Observation, element_id: str) -> str:
-    nodes = parse_axtree(obs.axtree)
+def _selected_option(axtree: str, element_id: str) -> str:
+    nodes = parse_axtree(axtree)
     for i, n in enumerate(nodes):
         if n.element_id == element_id:
             for m in nodes[i + 1:]:
@@ -40,19 +40,58 @@ def _selected_option(obs: common_pb2.Observation, element_id: str) -> str:
     return ""
 
 
+def grounded_action(action: common_pb2.Action, element_id: str, next_axtree: str) -> common_pb2.Action | None:
+    """The action as an agent writes it from its observation, which shows element ids, never CSS selectors.
+
+    A selector-addressed element action (the synthetic web's oracle) becomes a copy addressed by the element id
+    the farm resolved it to (``element_id``: StepRecord.target_element_id, the ``[id]`` of the observation's
+    AXTREE); a select's options become the option the next observation (``next_axtree``) shows selected. None
+    when that cannot be done (the target resolved to no element, no option shown selected). Any other action
+    (already addressed by element id, or addressing no element) is returned as it is.
+    """
+    kind = action.WhichOneof("kind")
+    msg = getattr(action, kind) if kind else None
+    if msg is None or not hasattr(msg, "target") or msg.target.WhichOneof("ref") != "selector":
+        return action
+    if not element_id:
+        return None
+    out = common_pb2.Action()
+    out.CopyFrom(action)
+    msg = getattr(out, kind)
+    msg.target.element_id = element_id
+    if kind == "select":
+        label = _selected_option(next_axtree, element_id)
+        if not label:
+            return None
+        del msg.options[:]
+        msg.options.append(label)
+    return out
+
+
+def grounded_text(action: common_pb2.Action, action_text: str, element_id: str, next_axtree: str) -> str:
+    """The text of :func:`grounded_action`: what the history of a policy's prompt, an exported conversation and a
+    transition show for a stored step. The stored ``action_text`` when the action needs no rewriting (a policy's
+    own text stays exactly as the policy wrote it) or cannot be rewritten."""
+    grounded = grounded_action(action, element_id, next_axtree)
+    if grounded is None or grounded is action:
+        return action_text
+    try:
+        return format_action(grounded)
+    except ValueError:
+        return action_text
+
+
 def target_index(rec: common_pb2.StepRecord, next_obs: common_pb2.Observation, cands: list[Candidate]) -> int:
     """Index of the candidate the stored step took, or -1 when the proposer cannot express it.
 
     Actions addressed by element id (a policy's own) match by action text. Selector-addressed ones (the
-    synthetic web's oracle) are rewritten to the element id the farm resolved (StepRecord.target_element_id);
-    a select's option is the one the next observation shows selected; an answer is "done" or the answer
-    candidate sharing most words with it.
+    synthetic web's oracle) are matched as :func:`grounded_action` writes them; an answer is "done" or the
+    answer candidate sharing most words with it.
     """
-    action = common_pb2.Action()
-    action.CopyFrom(rec.action)
-    kind = action.WhichOneof("kind")
+    kind = rec.action.WhichOneof("kind")
     if kind is None:
         return -1
+    action = rec.action
     by_text = {c.text: i for i, c in enumerate(cands)}
     if kind == "answer":
         text = action.answer.text.strip()
@@ -67,17 +106,9 @@ def target_index(rec: common_pb2.StepRecord, next_obs: common_pb2.Observation, c
                 if score > best_score:
                     best, best_score = i, score
         return best if best_score >= 0.6 else -1
-    msg = getattr(action, kind)
-    if hasattr(msg, "target") and msg.target.WhichOneof("ref") == "selector":
-        if not rec.target_element_id:
-            return -1
-        msg.target.element_id = rec.target_element_id
-        if kind == "select":
-            label = _selected_option(next_obs, rec.target_element_id)
-            if not label:
-                return -1
-            del msg.options[:]
-            msg.options.append(label)
+    action = grounded_action(action, rec.target_element_id, next_obs.axtree)
+    if action is None:
+        return -1
     try:
         return by_text.get(format_action(action), -1)
     except ValueError:
@@ -141,15 +172,19 @@ def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -
     shown = policy_task(episode.task)  # what a trained policy is shown of the task when it acts (webenv.solutions)
     memory = ""
     steps = list(traj.steps)
+    nexts = [s.observation for s in steps[1:]] + [traj.final_observation]
+    # the history shows each earlier action as the policy would have written it (grounded_text): a demonstration's
+    # selectors as the element ids its pages showed
+    texts = [grounded_text(rec.action, rec.action_text, rec.target_element_id, nxt.axtree)
+             for rec, nxt in zip(steps, nexts, strict=True)]
     entries: list[policy_pb2.HistoryEntry] = []
     for i, rec in enumerate(steps):
-        window = steps[max(0, i - HISTORY_WINDOW):i]
-        history = [(s.action_text, s.last_action_error) for s in window]
+        history = [(texts[j], steps[j].last_action_error) for j in range(max(0, i - HISTORY_WINDOW), i)]
         # the policy saw the memory the previous step wrote, i.e. folded over every earlier page
         ctx = context(instruction, rec.observation, memory, history, rec.step_index)
         memory = ctx.memory
         cands = propose(ctx)
-        next_obs = steps[i + 1].observation if i + 1 < len(steps) else traj.final_observation
+        next_obs = nexts[i]
         request = policy_pb2.ActRequest(episode_id=episode.episode_id, task=shown, observation=rec.observation,
                                         history=entries[-HISTORY_WINDOW:], step_index=rec.step_index,
                                         instruction=instruction)
@@ -162,5 +197,5 @@ def episode_steps(episode: collector_pb2.StoredEpisode, instruction: str = "") -
         yield StoredStep(i, ctx, cands, target, request, rec, accepted)
         # the memory the collector handed on: a language model's own (its answer's Memory line), else the folded one
         said = answer_sections(rec.raw_output).get("memory", "") if rec.completion_token_ids else memory
-        entries.append(policy_pb2.HistoryEntry(action_text=rec.action_text, url=rec.url_after,
+        entries.append(policy_pb2.HistoryEntry(action_text=texts[i], url=rec.url_after,
                                                last_action_error=rec.last_action_error, memory=said))
