@@ -145,6 +145,23 @@ async def test_oracles_through_the_farm(sites_service, farm, judge) -> None:
         assert not verdict.passed, task.task_id
 
 
+async def test_a_session_opens_by_task_id(sites_service, farm) -> None:
+    """OpenSession given only a task id (what a client that has no Task message at hand sends) resolves the task from
+    the catalog (TaskService.GetTask): the same instruction and start page as the whole task; an id the catalog
+    lacks is INVALID_ARGUMENT naming task.task_id."""
+    from webenv import errors
+
+    task = _sample(sites_service.world.tasks.tasks)[0]
+    opened = await farm.OpenSession(environment_pb2.OpenSessionRequest(task=pb.Task(task_id=task.task_id)), timeout=60)
+    assert opened.session.task_id == task.task_id and opened.instruction == task.instruction
+    assert opened.observation.url.startswith(task.start_url.rstrip("/"))
+    await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=opened.session.session_id), timeout=60)
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await farm.OpenSession(environment_pb2.OpenSessionRequest(task=pb.Task(task_id="synthetic/none/such")), timeout=60)
+    err = errors.from_rpc_error(info.value)
+    assert isinstance(err, errors.InvalidArgument) and (err.reason, err.metadata) == ("UNKNOWN_TASK", {"field": "task.task_id"})
+
+
 async def test_fork_mid_task_forks_the_site_state(sites_service, farm) -> None:
     """ForkSession halfway through a transaction: the copies start on the parent's page with a copy of its site state
     (TaskService.ForkSiteState); one finishes the oracle and passes the rubric, and neither the other copy nor the

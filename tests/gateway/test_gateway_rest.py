@@ -201,6 +201,15 @@ def test_tasks_and_site_state(platform):
         assert c.get(f"/v1/tasks/{task_id}").json()["task"]["taskId"] == task_id
         r = c.get("/v1/tasks/synthetic/none/such")
         assert r.status_code == 404
+        # a session opened by task id alone: the farm resolves the task from the catalog
+        opened = c.post("/v1/sessions", json={"task": {"taskId": task_id}})
+        assert opened.status_code == 200, opened.text
+        assert opened.json()["session"]["taskId"] == task_id
+        assert opened.json()["instruction"] == page["tasks"][0]["instruction"]
+        assert opened.json()["observation"]["url"].startswith(page["tasks"][0]["startUrl"].rstrip("/"))
+        c.post(f"/v1/sessions/{opened.json()['session']['sessionId']}:close", json={})
+        r = c.post("/v1/sessions", json={"task": {"taskId": "synthetic/none/such"}})
+        assert r.status_code == 400 and status_of(r)[:3] == (3, "UNKNOWN_TASK", {"field": "task.task_id"}), r.text
         site = page["tasks"][0]["site"]
         name = "gw-" + secrets.token_hex(4)
         assert c.post(f"/v1/siteSessions/{name}:reset", json={"site": site}).json()["siteSession"] == name

@@ -46,4 +46,6 @@ async def test_node_client_opens_and_steps(farm, page_server):
     assert "clicked 2" in res["again_axtree"] and res["step_indexes"] == [0, 1, 1]
     assert res["retry_axtree"] == res["again_axtree"] and res["step_count"] == 2  # the retry by index acted once
     assert res["bad_code"] == 3  # INVALID_ARGUMENT for an action without a kind
+    # its ErrorInfo, decoded with the google/rpc protos that protos/ ships
+    assert (res["bad_reason"], res["bad_field"]) == ("BAD_ACTION", "action")
     assert res["closed_state"] == "SESSION_STATE_CLOSED"

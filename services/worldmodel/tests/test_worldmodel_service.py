@@ -202,6 +202,10 @@ async def test_environment_bad_inputs(wm_channel: grpc.aio.Channel) -> None:
         task=common_pb2.Task(task_id="miniwob/click-test", start_url="http://miniwob.web.test/miniwob/click-test.html"))),
         "START_STATE_UNKNOWN")
     assert err.metadata["field"] == "task.start_url"
+    # a task given by id alone, with no task catalog (WEBENV_WORLDMODEL_SITES_ADDR) to resolve it: the whole task is asked for
+    err = await _expect(grpc.StatusCode.INVALID_ARGUMENT, env.OpenSession(environment_pb2.OpenSessionRequest(
+        task=common_pb2.Task(task_id="synthetic/shop-0001/t1"))), "BAD_TASK")
+    assert err.metadata["field"] == "task" and "whole task" in err.message
     await _expect(grpc.StatusCode.INVALID_ARGUMENT, env.OpenSession(environment_pb2.OpenSessionRequest()), "BAD_START")
     spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_SCREENSHOT])
     err = await _expect(grpc.StatusCode.INVALID_ARGUMENT,

@@ -176,6 +176,12 @@ def is_retry(request: environment_pb2.StepRequest, step_count: int, last_index: 
                                     metadata={"field": "step_index", "expected": str(step_count)})
 
 
+def task_reference(task: common_pb2.Task) -> str:
+    """The id of an OpenSession task given by id alone (nothing set but ``task_id``), for the environment to resolve
+    from the task catalog; '' for a whole task (or one with no id)."""
+    return task.task_id if task.task_id and task == common_pb2.Task(task_id=task.task_id) else ""
+
+
 def require_session_id(session_id: str) -> None:
     if not session_id:
         raise errors.InvalidArgument("session_id: required", reason="BAD_SESSION_ID", metadata={"field": "session_id"})

@@ -21,6 +21,9 @@ episode's short lease stays the world model's: a browser tab can still act after
   carries. Small on purpose: what the two services really do differently.
 * :class:`EnvironmentService` — the servicer: the RPCs over a backend, with the rules of `webenv.envcontract`
   (field-naming INVALID_ARGUMENT, step_index, leases, fork counts, StepStream).
+* :class:`TaskCatalog` — OpenSession's task given by id alone (``{"task": {"taskId": ...}}``, what a client in
+  another language or over REST sends) is resolved through TaskService.GetTask before the backend sees it; an
+  environment without a catalog answers INVALID_ARGUMENT saying the whole task is needed.
 
 Deadlines: a Step is bounded by its ``timeout_seconds``, else the backend's default (the farm's
 WEBENV_FARM_STEP_TIMEOUT_SECONDS; none for the world model), and never beyond the RPC's own deadline less
@@ -48,19 +51,21 @@ from typing import Any, Generic, Protocol, TypeVar
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from webenv import errors
+from webenv.client.channel import make_channel
 from webenv.envcontract import (
     is_retry,
     require_session_id,
     session_ended,
     session_not_found,
     step_stream,
+    task_reference,
     validate_action,
     validate_fork_count,
     validate_lease,
     validate_observation_spec,
 )
 from webenv.idempotency import RequestCache
-from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
+from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc, task_pb2, task_pb2_grpc
 
 log = logging.getLogger("webenv.envservice")
 
@@ -361,6 +366,32 @@ class EnvBackend(Protocol[S, T]):
         ...
 
 
+class TaskCatalog:
+    """TaskService at `address`, for the tasks OpenSession is given by id alone (`envcontract.task_reference`).
+
+    A channel per lookup (an open by id is a client's convenience, not the rollout path, which sends whole tasks).
+    An id the catalog lacks is INVALID_ARGUMENT ``UNKNOWN_TASK`` naming ``task.task_id``; a catalog that does not
+    answer is UNAVAILABLE ``SITES_UNAVAILABLE``."""
+
+    def __init__(self, address: str, timeout: float = 10.0) -> None:
+        self.address = address
+        self.timeout = timeout
+
+    async def get(self, task_id: str) -> common_pb2.Task:
+        async with make_channel(self.address, timeout=self.timeout) as channel:
+            try:
+                resp = await task_pb2_grpc.TaskServiceStub(channel).GetTask(task_pb2.GetTaskRequest(task_id=task_id))
+            except grpc.aio.AioRpcError as exc:
+                if exc.code() == grpc.StatusCode.NOT_FOUND:
+                    raise errors.InvalidArgument(
+                        f"task.task_id: {task_id[:200]!r} is not in the task catalog at {self.address}",
+                        reason="UNKNOWN_TASK", metadata={"field": "task.task_id"}) from exc
+                raise errors.Unavailable(f"TaskService at {self.address} could not resolve task {task_id[:200]!r}: "
+                                         f"{exc.code().name}: {(exc.details() or '')[:300]}", reason="SITES_UNAVAILABLE",
+                                         metadata={"sites_addr": self.address}) from exc
+        return resp.task
+
+
 def _remaining(context: grpc.aio.ServicerContext | None) -> float | None:
     """Seconds left before the caller's deadline, less the margin its answer needs (None: no deadline)."""
     t = context.time_remaining() if context is not None else None
@@ -368,12 +399,29 @@ def _remaining(context: grpc.aio.ServicerContext | None) -> float | None:
 
 
 class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generic[S, T]):
-    """EnvironmentService over a backend. ``step`` (no RPC context) is what StepStream's items run."""
+    """EnvironmentService over a backend. ``step`` (no RPC context) is what StepStream's items run; `catalog`
+    resolves a task given by id alone (None: such a task is INVALID_ARGUMENT)."""
 
-    def __init__(self, backend: EnvBackend[S, T]) -> None:
+    def __init__(self, backend: EnvBackend[S, T], catalog: TaskCatalog | None = None) -> None:
         self.backend = backend
         self.table = backend.table
+        self.catalog = catalog
         self._closing: set[asyncio.Task[None]] = set()
+
+    async def _resolve_task(self, request: environment_pb2.OpenSessionRequest) -> environment_pb2.OpenSessionRequest:
+        """The request with its task given by id alone replaced by the catalog's task (the request as it is else)."""
+        task_id = task_reference(request.task) if request.WhichOneof("start") == "task" else ""
+        if not task_id:
+            return request
+        if self.catalog is None:
+            raise errors.InvalidArgument(
+                f"task: only task_id {task_id[:200]!r} is given and {self.table.where} has no task catalog to resolve "
+                "it; send the whole task (as TaskService.GetTask returns it) or a start_url", reason="BAD_TASK",
+                metadata={"field": "task"})
+        resolved = environment_pb2.OpenSessionRequest()
+        resolved.CopyFrom(request)
+        resolved.task.CopyFrom(await self.catalog.get(task_id))
+        return resolved
 
     async def OpenSession(self, request: environment_pb2.OpenSessionRequest,
                           context: grpc.aio.ServicerContext | None) -> environment_pb2.OpenSessionResponse:
@@ -381,6 +429,7 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
             raise errors.InvalidArgument("start_url or task is required", reason="BAD_START",
                                          metadata={"field": "start"})
         validate_observation_spec(request.observation_spec, "observation_spec")
+        request = await self._resolve_task(request)
         self.backend.check_open(request)
         validate_lease(request.lease_seconds, self.backend.max_lease_seconds)
         again = self.table.reopened(request.request_id)

@@ -10,7 +10,7 @@ from webenv import runtime
 from webenv.browser.config import Settings
 from webenv.browser.farm import Farm
 from webenv.browser.servicer import BrowserFarmServicer
-from webenv.envservice import EnvironmentService
+from webenv.envservice import EnvironmentService, TaskCatalog
 from webenv.runtime import Server, run
 from webenv.runtime.cli import service_app
 from webenv.v1 import browser_pb2_grpc, environment_pb2_grpc
@@ -23,7 +23,7 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[Server, Farm]]:
     """Start the farm and its gRPC server (health SERVING once browsers are up); stop both on exit."""
     farm = Farm(settings)
     services = [
-        (environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, EnvironmentService(farm),
+        (environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, EnvironmentService(farm, TaskCatalog(settings.sites_addr)),
          "webenv.v1.EnvironmentService"),
         (browser_pb2_grpc.add_BrowserFarmServiceServicer_to_server, BrowserFarmServicer(farm),
          "webenv.v1.BrowserFarmService"),

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 from webenv import runtime
-from webenv.envservice import EnvironmentService
+from webenv.envservice import EnvironmentService, TaskCatalog
 from webenv.runtime import Server
 from webenv.v1 import environment_pb2_grpc, worldmodel_pb2_grpc
 from webenv.worldmodel.config import Settings
@@ -64,7 +64,8 @@ async def serving(settings: Settings) -> AsyncIterator[tuple[Server, WorldModelS
                 await predictor.llm.close()
 
     services = [(worldmodel_pb2_grpc.add_WorldModelServiceServicer_to_server, wm, "webenv.v1.WorldModelService"),
-                (environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, EnvironmentService(env),
+                (environment_pb2_grpc.add_EnvironmentServiceServicer_to_server, EnvironmentService(
+                    env, TaskCatalog(settings.worldmodel_sites_addr) if settings.worldmodel_sites_addr else None),
                  "webenv.v1.EnvironmentService")]
     async with runtime.serving("worldmodel", settings, services, start=start, close=close) as server:
         yield server, wm, env

@@ -42,6 +42,9 @@ class Settings(ServiceSettings):
     worldmodel_farm_addr: str = Field(
         "", description="Browser farm (EnvironmentService) address: a start page with no recorded state is opened "
         "there once and its first observation simulated on from; empty: such a start is FAILED_PRECONDITION.")
+    worldmodel_sites_addr: str = Field(
+        "", description="TaskService (sites) address: an OpenSession task given by id alone is resolved there; empty: "
+        "such a task is INVALID_ARGUMENT (send the whole task).")
     worldmodel_farm_start_pages: int = Field(256, ge=1, description="First observations taken from the farm kept "
                                              "(per start), the oldest forgotten first.")
     worldmodel_values_kept: int = Field(
@@ -49,7 +52,7 @@ class Settings(ServiceSettings):
         "shown stays on later pages), the oldest dropped first; 0: no value memory (every page as predicted).")
     worldmodel_farm_timeout_seconds: float = Field(60.0, gt=0, description="Deadline of one OpenSession on the farm.")
 
-    @field_validator("worldmodel_farm_addr")
+    @field_validator("worldmodel_farm_addr", "worldmodel_sites_addr")
     @classmethod
     def _farm_addr(cls, v: str) -> str:
         v = v.strip()
