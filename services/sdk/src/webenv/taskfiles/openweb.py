@@ -2,7 +2,7 @@
 
 - WebVoyager (``data/WebVoyager_data.jsonl``): ``web_name``, ``id``, ``ques``, ``web``.
 - Online-Mind2Web (the Hugging Face dataset's JSON): ``task_id``, ``website``, ``confirmed_task`` (or
-  ``task_description``), ``reference_length``, ``level``.
+  ``task_description``), ``reference_length``, ``level`` (or ``difficulty``).
 - AssistantBench (``assistant_bench_v1.0_dev.jsonl``): ``id``, ``set``, ``task``, ``answer``, ``gold_url``,
   ``explanation``, ``metadata``, ``difficulty``. It names no start page: the session opens ``start_url`` when the
   object has one (our addition, for one's own sites), else https://www.google.com/.
@@ -50,6 +50,7 @@ class Mind2WebTask(_Loose):
     task_description: str = ""
     reference_length: int | None = None
     level: str = ""
+    difficulty: str = ""  # some copies name the level so
 
 
 class AssistantBenchTask(_Loose):
@@ -107,7 +108,7 @@ def convert(obj: Any, fmt: str, where: str, path: Path) -> pb.Task:
             "decide from the pages the agent saw whether each was met; the task holds only if all were. Cite the "
             "evidence."))
         kind = pb.TASK_KIND_TRANSACTION
-        difficulty = _LEVELS.get(t.level.lower(), pb.DIFFICULTY_UNSPECIFIED)
+        difficulty = _LEVELS.get((t.level or t.difficulty).lower(), pb.DIFFICULTY_UNSPECIFIED)
     else:
         assert isinstance(t, AssistantBenchTask)
         tid, instruction, url_field = t.id, t.task, "start_url"

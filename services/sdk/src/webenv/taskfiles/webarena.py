@@ -273,14 +273,14 @@ def convert(obj: Any, where: str, path: Path, sites: SiteMap, bench: str = "weba
 
 def load_file(path: str | Path, sites: SiteMap | None = None) -> list[pb.Task]:
     """Every task of a WebArena, VisualWebArena or WebArena-Verified file; TaskFileError lists every problem.
-    VisualWebArena is told by its path (``visualwebarena`` / ``vwa`` in it) or its tasks' ``image`` field."""
+    VisualWebArena is told by its file name (``visualwebarena`` / ``vwa`` in it) or its tasks' ``image`` field."""
     path = Path(path)
     try:
         sites = sites or SiteMap()
     except ValueError as exc:  # the placeholder file is unreadable
         raise TaskFileError([BenchmarkError(str(exc))]) from None
     objects, problems = json_objects(path, BenchmarkError)
-    vwa = any(k in str(path).lower() for k in ("visualwebarena", "vwa")) or any(
+    vwa = any(k in path.name.lower() for k in ("visualwebarena", "vwa")) or any(
         isinstance(o, dict) and "image" in o for _, _, o in objects)
     out = []
     for where, _, obj in objects:

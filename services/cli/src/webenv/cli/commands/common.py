@@ -55,7 +55,8 @@ OBS = {"axtree": common_pb2.OBSERVATION_FORMAT_AXTREE, "html": common_pb2.OBSERV
 OBS_ALL = {**OBS, "elements": common_pb2.OBSERVATION_FORMAT_ELEMENTS, "dom": common_pb2.OBSERVATION_FORMAT_DOM,
            "screenshot": common_pb2.OBSERVATION_FORMAT_SCREENSHOT}  # fmt: skip
 SOURCES = {"synthetic": common_pb2.TASK_SOURCE_SYNTHETIC, "miniwob": common_pb2.TASK_SOURCE_MINIWOB,
-           "yaml": common_pb2.TASK_SOURCE_YAML, "rubric-json": common_pb2.TASK_SOURCE_RUBRIC_JSON}  # fmt: skip
+           "yaml": common_pb2.TASK_SOURCE_YAML, "rubric-json": common_pb2.TASK_SOURCE_RUBRIC_JSON,
+           "benchmark": common_pb2.TASK_SOURCE_BENCHMARK}  # fmt: skip
 KINDS = {"information": common_pb2.TASK_KIND_INFORMATION, "navigation": common_pb2.TASK_KIND_NAVIGATION,
          "transaction": common_pb2.TASK_KIND_TRANSACTION, "open-ended": common_pb2.TASK_KIND_OPEN_ENDED}  # fmt: skip
 LEVELS = {"random-crawl": collector_pb2.COLLECTION_LEVEL_RANDOM_CRAWL,
@@ -93,7 +94,8 @@ def choices(values: list[str] | None, table: dict, option: str) -> list:
 
 
 def task_files(paths: list[Path]) -> list[common_pb2.Task]:
-    """The tasks of one's own task files (YAML or rubric JSON), or exit 2 with every problem, one line each."""
+    """The tasks of one's own task files (YAML, rubric JSON or a benchmark's own format: webenv.taskfiles), or exit 2
+    with every problem, one line each."""
     from webenv.taskfiles import TaskFileError, load  # the sdk's (PyYAML is imported only for --task-file)
 
     tasks: list[common_pb2.Task] = []

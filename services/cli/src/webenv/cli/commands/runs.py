@@ -38,9 +38,10 @@ def run(
     episodes: int = typer.Option(0, help="Episodes (0 = tasks x repeats)."),
     repeats: int = typer.Option(1, help="Episodes per task when --episodes is 0."),
     task: list[str] = typer.Option(None, "--task", help="Task id (repeatable); unknown ids are named."),
-    task_file: list[Path] = typer.Option(None, help="One's own tasks: a YAML or rubric JSON file (repeatable), "
+    task_file: list[Path] = typer.Option(None, help="One's own tasks: a YAML, rubric JSON or benchmark "
+                                                     "file (WebArena, WebArena-Verified, WebVoyager, ...; repeatable), "
                                                      "sent with the run (no service restart)."),
-    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml or rubric-json (repeatable)."),
+    source: list[str] = typer.Option(None, help="synthetic, miniwob, yaml, rubric-json or benchmark (repeatable)."),
     from_file: list[str] = typer.Option(None, help="Catalog tasks read from this task file, by name (real_web.json) "
                                                    "or path (repeatable)."),
     kind: list[str] = typer.Option(None, help="information, navigation, transaction or open-ended (repeatable)."),
