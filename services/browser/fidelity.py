@@ -37,8 +37,8 @@ from typing import Any
 
 from playwright.async_api import async_playwright
 from webenv.browser.observe import OBSERVE_JS
+from webenv.browser.settle.watchers import CLICK_WATCH_JS
 from webenv.browser.tasks import MINIWOB_RESET_JS
-from webenv.browser.watchers import CLICK_WATCH_JS
 
 CHROMIUM = os.environ.get("WEBENV_FARM_CHROMIUM_PATH", "/usr/lib/chromium/chromium")
 ARGS = ["--no-sandbox", "--disable-gpu", "--mute-audio", "--no-first-run"]

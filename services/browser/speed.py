@@ -24,8 +24,8 @@ from typing import Any
 import psutil
 from webenv.browser.actions import RESOLVE_JS
 from webenv.browser.observe import OBSERVE_JS, ObserveSettings
+from webenv.browser.settle.watchers import INIT_JS, NAV_PENDING_JS
 from webenv.browser.tasks import MINIWOB_RESET_JS
-from webenv.browser.watchers import INIT_JS, NAV_PENDING_JS
 from webenv.v1 import common_pb2, environment_pb2
 
 _SETTLE = ObserveSettings()
@@ -41,7 +41,7 @@ def observe_opts(miniwob: bool = False, after_click: bool = True) -> dict[str, A
 
 async def farm_work_step(page: Any, selector: str, miniwob: bool = False) -> dict[str, Any]:
     """One click step the farm's way, in-process: resolve, mouse click at the point, read whether the click
-    started a navigation (settle.Settler.nav_started), observe with settle."""
+    started a navigation (settle.waits.Settler.nav_started), observe with settle."""
     res = await page.evaluate(RESOLVE_JS, [{"sel": selector}, "point"])
     await page.mouse.click(res["x"], res["y"])
     await page.evaluate(NAV_PENDING_JS)

@@ -129,7 +129,7 @@ async def test_not_a_number(chromium_path: str) -> None:
 
 
 async def test_blocked_by_client(chromium_path: str) -> None:
-    """A navigation the URL guard's route aborts (as watchers.py's route handler does)."""
+    """A navigation the URL guard's route aborts (as settle/watchers.py's route handler does)."""
     async with chromium(chromium_path) as browser:
         page = await browser.new_page()
         await page.route("**/*", lambda route: route.abort("blockedbyclient"))
@@ -164,7 +164,7 @@ async def refusing_socks5() -> AsyncIterator[int]:
 
 
 async def test_socks_refused(chromium_path: str, refusing_socks5: int) -> None:
-    """A request the SOCKS5 proxy refused, as the requestfailed hook (watchers.py) sees it."""
+    """A request the SOCKS5 proxy refused, as the requestfailed hook (settle/watchers.py) sees it."""
     async with chromium(chromium_path, f"--proxy-server=socks5://127.0.0.1:{refusing_socks5}",
                         "--proxy-bypass-list=<-loopback>") as browser:
         page = await browser.new_page()

@@ -68,7 +68,7 @@ async def test_prevented_submit_does_not_wait(env, page_server):
 def laggy_network_events(monkeypatch):
     """Deliver the farm's request events 250 ms late, as a loaded event loop does: the settle rule must not
     depend on seeing a navigation's request before the action returns."""
-    from webenv.browser import watchers
+    from webenv.browser.settle import watchers
 
     lag = 0.25
     watch, done = watchers._request_watch, watchers.ContextState.done

@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING, Any
 from playwright.async_api import Error as PlaywrightError
 from playwright.async_api import Page
 from webenv import errors
-from webenv.browser.errortext import BLOCKED_BY_CLIENT, NOT_A_NUMBER, UNKNOWN_KEY, interrupted_by_navigation
+from webenv.browser.errortext import BLOCKED_BY_CLIENT, NOT_A_NUMBER, UNKNOWN_KEY
 from webenv.browser.guard import BlockedUrl
+from webenv.browser.settle import retry
 from webenv.envcontract import element_ref as _target
 from webenv.v1 import common_pb2
 
@@ -166,20 +167,10 @@ class ActionOutcome:
 
 async def _evaluate(page: Page, arg: list[Any], nav_timeout_ms: int, handle: bool = False) -> Any:
     """RESOLVE_JS in the active document; when a navigation destroys the document under the call, wait for
-    the new document's DOMContentLoaded and resolve once more there."""
-    for attempt in range(2):
-        try:
-            if handle:
-                return await page.evaluate_handle(RESOLVE_JS, arg)
-            return await page.evaluate(RESOLVE_JS, arg)
-        except PlaywrightError as exc:
-            if attempt or not interrupted_by_navigation(exc) or page.is_closed():
-                raise
-            try:
-                await page.wait_for_load_state("domcontentloaded", timeout=nav_timeout_ms)
-            except PlaywrightError:
-                pass
-    raise AssertionError("unreachable")
+    the new document's DOMContentLoaded and resolve once more there (`settle.retry`)."""
+    return await retry.on_new_document(
+        page, lambda: page.evaluate_handle(RESOLVE_JS, arg) if handle else page.evaluate(RESOLVE_JS, arg),
+        nav_timeout_ms, attempts=2)
 
 
 async def _resolve(page: Page, ref: dict[str, str], mode: str = "point", nav_timeout_ms: int = 10000) -> dict[str, Any]:

@@ -3,9 +3,9 @@ sessions as a set (ids, leases, limits: `registry.py`) or about the RPC (validat
 rewards: `farm.py`).
 
 A step runs its action in the `open` queue (navigate, back/forward, new tab) or the `act` queue (the rest), then
-settles (`settle.py`, where the whole settle rule and the place of each of its parts is written), then observes in
-the `observe` queue: a popup or a navigation that starts while the observation pass waits for a quiet DOM is
-waited for and the page observed again (at most OBSERVE_PASSES passes).
+settles, then observes in the `observe` queue: a popup or a navigation that starts while the observation pass waits
+for a quiet DOM is waited for and the page observed again (the settle rule and the place of each of its parts:
+the package `settle/`, whose `__init__.py` writes the rule).
 The result is a `StepResult`: what the caller needs to answer, with the time of each phase.
 """
 
@@ -25,10 +25,9 @@ from webenv.browser.actions import ActionOutcome, perform
 from webenv.browser.observe import ObserveSettings, observe, screenshot
 from webenv.browser.queues import Queues
 from webenv.browser.session import BrowserSession
-from webenv.browser.settle import Settler
+from webenv.browser.settle.passes import observe_settled
+from webenv.browser.settle.waits import Settler
 from webenv.v1 import common_pb2
-
-OBSERVE_PASSES = 3
 
 
 @dataclass
@@ -146,35 +145,20 @@ class PageDriver:
             s.pending_error = ""
         if error:
             metrics.ACTION_ERRORS.labels(kind).inc()
-        passes, reason = 0, ""
         async with self.queues.observe.slot() as waited_obs:
             to = time.perf_counter()
-            for attempt in range(OBSERVE_PASSES):
-                passes = attempt
-                nav_seen = st.begin_pass()
-                tab = s.tab
-                loads_seen = tab.loads
-                # the quiet window counts from the action only on the document the action ran in (a new document,
-                # its frames loading, gets a full window from now)
-                same_doc = attempt == 0 and not what.navigates and tab is tab_acted and tab.loads == loads_before
-                obs, raw = await self.observe(s, spec, frame_wait=what.next_frame, quiet_since_action=same_doc)
-                if raw.get("popups") and await self.settler.adopt_popup(s):
-                    timings.settle += await self.settler.settle(s, -1)
-                    reason = "popup"
-                    continue
-                if st.nav_count == nav_seen and not st.navs and not raw.get("navPending") \
-                        and tab.loads == loads_seen:
-                    break
-                # a navigation (or popup) started while the DOM settled: wait for it, observe again
-                started = bool(raw.get("navPending")) and await self.settler.nav_started(s, tab)
-                timings.settle += await self.settler.settle(s, nav_seen, started, tab, loads_seen)
-                reason = "navigation"
+            seen = await observe_settled(
+                self.settler, s, lambda same_doc: self.observe(s, spec, frame_wait=what.next_frame,
+                                                               quiet_since_action=same_doc),
+                navigates=what.navigates, acted_tab=tab_acted, loads_before=loads_before)
+            timings.settle += seen.settle_seconds
             timings.observe = time.perf_counter() - to
         timings.queue = waited_act + waited_obs
+        obs = seen.observation
         obs.last_action_error = error
         await self.fill_tabs(s, obs)
-        return StepResult(observation=obs, raw=raw, outcome=outcome, timings=timings, error=error,
-                          violation=violation, passes=passes, retry_reason=reason)
+        return StepResult(observation=obs, raw=seen.raw, outcome=outcome, timings=timings, error=error,
+                          violation=violation, passes=seen.passes, retry_reason=seen.reason)
 
     async def capture(self, s: BrowserSession, spec: common_pb2.ScreenshotSpec
                       ) -> tuple[common_pb2.Screenshot, str]:

@@ -2,8 +2,8 @@
 
 - `registry.SessionRegistry`: sessions by id, idempotency keys, leases and the reaper, draining, capacity, and
   every hand-back of a context to the pool;
-- `driver.PageDriver`: one step on a session's page, perform -> settle -> observe (`settle.py` holds the settle
-  rule), returning a typed `StepResult`;
+- `driver.PageDriver`: one step on a session's page, perform -> settle -> observe (the package `settle/` holds
+  the settle rule), returning a typed `StepResult`;
 - `fork.Forker` (ForkSession) builds its copies through the same two parts.
 
 The farm is the EnvironmentService backend (`webenv.envservice.EnvBackend`): the sdk's `EnvironmentService`
@@ -37,7 +37,7 @@ from webenv.browser.pool import SITES_HOSTS, BrowserPool
 from webenv.browser.queues import Queues
 from webenv.browser.registry import SessionRegistry
 from webenv.browser.session import BrowserSession
-from webenv.browser.settle import Settler
+from webenv.browser.settle.waits import Settler
 from webenv.browser.tasks import adapter_for
 from webenv.envcontract import validate_screenshot_spec, web_url_problem
 from webenv.v1 import browser_pb2, common_pb2, environment_pb2

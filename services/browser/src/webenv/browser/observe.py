@@ -19,10 +19,16 @@ from typing import Any
 from playwright.async_api import CDPSession, Page
 from playwright.async_api import Error as PlaywrightError
 from webenv.browser import metrics
-from webenv.browser.errortext import interrupted_by_navigation
+from webenv.browser.settle import retry
 from webenv.v1 import common_pb2
 
-OBSERVE_JS = (Path(__file__).parent / "observe.js").read_text(encoding="utf-8")
+_HERE = Path(__file__).parent
+#: Where observe.js takes step 3 of the settle rule, the DOM-quiet wait (settle/quiet.js), in its own evaluate.
+QUIET_MARK = "  // --- settle: step 3 of the settle rule, the DOM-quiet wait: settle/quiet.js, put here by observe.py ---\n"
+_OBSERVE = (_HERE / "observe.js").read_text(encoding="utf-8")
+assert _OBSERVE.count(QUIET_MARK) == 1, "observe.js has lost its settle line"
+#: The observation pass: settle (the DOM-quiet wait), then every text format asked for, in one page.evaluate.
+OBSERVE_JS = _OBSERVE.replace(QUIET_MARK, (_HERE / "settle" / "quiet.js").read_text(encoding="utf-8"))
 
 F = common_pb2.ObservationFormat
 TEXT_KEYS = {F.OBSERVATION_FORMAT_AXTREE: "axtree", F.OBSERVATION_FORMAT_HTML: "html",
@@ -32,7 +38,7 @@ TEXT_KEYS = {F.OBSERVATION_FORMAT_AXTREE: "axtree", F.OBSERVATION_FORMAT_HTML: "
 
 @dataclass
 class ObserveSettings:
-    """Farm-wide knobs of the observation pass: its DOM-quiet wait (step 3. of the settle rule, `settle.py`)
+    """Farm-wide knobs of the observation pass: its DOM-quiet wait (step 3. of the settle rule, `settle/`)
     and text caps."""
 
     quiet_ms: int = 15
@@ -47,22 +53,10 @@ def wanted_formats(spec: common_pb2.ObservationSpec) -> list[int]:
 
 
 async def page_data(page: Page, opts: dict[str, Any], nav_timeout_ms: int, attempts: int = 4) -> dict[str, Any]:
-    """Run the observe JS, retrying (on the new document) when a navigation or a frame detach interrupts it
-    (`errortext.RETRY_CASES`)."""
-    last: Exception | None = None
-    for _ in range(attempts):
-        try:
-            return json.loads(await page.evaluate(OBSERVE_JS, opts))
-        except PlaywrightError as exc:
-            last = exc
-            if not interrupted_by_navigation(exc) or page.is_closed():
-                raise
-            try:
-                await page.wait_for_load_state("domcontentloaded", timeout=nav_timeout_ms)
-            except PlaywrightError:
-                pass
-    assert last is not None
-    raise last
+    """Run the observe JS, retrying on the new document when a navigation or a frame detach interrupts it
+    (`settle.retry`)."""
+    return json.loads(await retry.on_new_document(page, lambda: page.evaluate(OBSERVE_JS, opts), nav_timeout_ms,
+                                                  attempts))
 
 
 async def observe(

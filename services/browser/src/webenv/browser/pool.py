@@ -5,8 +5,8 @@ processes. Contexts are created ahead of time (guard route installed, first page
 about:blank) so OpenSession only has to take one and navigate. A browser is retired after
 `contexts_per_browser` contexts (it finishes its live sessions, then closes) and replaced at once
 when it crashes; the sessions on a crashed browser are reported through `on_crash` (to the session
-registry). Every context gets the settle rule's eyes when it is made (`watchers.watch_context`: the in-page
-init scripts and the network hooks that fill its `ContextState`; `settle.py` says what it does with them).
+registry). Every context gets the settle rule's eyes when it is made (`settle.watchers.watch_context`: the in-page
+init scripts and the network hooks that fill its `ContextState`; `settle/` says what it does with them).
 """
 
 from __future__ import annotations
@@ -26,7 +26,7 @@ from playwright.async_api import Browser, BrowserContext, Page, Playwright, asyn
 from webenv.browser import metrics
 from webenv.browser.egress import EgressProxy
 from webenv.browser.guard import UrlGuard
-from webenv.browser.watchers import ContextState, watch_context
+from webenv.browser.settle.watchers import ContextState, watch_context
 
 log = logging.getLogger(__name__)
 

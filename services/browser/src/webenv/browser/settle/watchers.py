@@ -6,7 +6,8 @@ from its first document): the init scripts count, synchronously with an action, 
 (POPUP_WATCH_JS), cross-document navigations the document starts (NAV_WATCH_JS, read and cleared by
 NAV_PENDING_JS), listeners of clicks (CLICK_WATCH_JS, for observe.js) and the page's last mutation or input
 (QUIET_WATCH_JS); the network hooks keep the requests in flight and the main-frame navigations, and the URLs the
-guards refused. `settle.py` decides with these facts when a step has settled; `observe.py` reads the quiet stamp.
+guards refused. `settle/waits.py` decides with these facts when a step has settled; `settle/quiet.js` reads the
+quiet stamp.
 Counting in the page rather than racing Playwright's asynchronous page events is what makes a step's end
 deterministic (the measured reasons are by each script).
 """
@@ -126,7 +127,7 @@ NAV_PENDING_JS = "() => { const n = window.__webenvNavPending || 0; if (n) windo
 @dataclass
 class ContextState:
     """Per-context facts the network hooks record for the session that owns the context: refused URLs, and
-    requests in flight (all, and main-frame navigations) for the settle rule (`settle.py`, which reads them).
+    requests in flight (all, and main-frame navigations) for the settle rule (`settle/waits.py`, which reads them).
     Outside this module they change only through the methods below."""
 
     blocked: list[str] = field(default_factory=list)

@@ -1,38 +1,6 @@
-"""The settle protocol: when a page is ready to be observed after an action (no fixed sleeps, every wait capped).
-
-The rule, after every action (bounded by the caps below and by the step deadline):
-0. a navigation of the active tab that the page itself started with the action (counted in the page,
-   synchronously, by watchers.NAV_WATCH_JS: link, form submission, location change), or a main-frame request
-   of the active tab, or an evaluate destroyed by a commit: wait until the tab's *new* document has fired
-   DOMContentLoaded (cap: WEBENV_FARM_NAV_TIMEOUT_MS); give up early when no request comes within
-   NAV_START_GRACE_S (a navigation cancelled after all) or when the request ended without a new document
-   for NAV_END_GRACE_S (204, download, refused);
-1. main-frame navigations started by the action: wait until their requests finish or fail, adopt popups as
-   the active tab, then wait for DOMContentLoaded (cap: WEBENV_FARM_NAV_TIMEOUT_MS);
-2. network: wait until no request of the context is in flight (cap: WEBENV_FARM_NETWORK_IDLE_MS);
-3. DOM: inside the observation's JS pass (and one rendered frame for scroll-like actions, waited for beside
-   it), wait until no mutation for WEBENV_FARM_SETTLE_QUIET_MS (cap: WEBENV_FARM_SETTLE_MAX_MS), counted from
-   the page's last mutation or input event (watchers.QUIET_WATCH_JS) after an action on the same document, else
-   from the pass's start (a first observation, a new document whose frames may still load); a same-origin
-   iframe whose document has not come or is still parsing is waited for as the main document is (the quiet
-   window counts from its DOMContentLoaded; cap: WEBENV_FARM_NAV_TIMEOUT_MS, once per iframe); a navigation that
-   starts
-   during the pass (seen by the network hooks or counted in the page) is waited for as in 0. and the page
-   observed again (driver.PageDriver, at most 3 passes); an evaluate interrupted by a navigation (element
-   resolution, the observation pass) waits for the new document's DOMContentLoaded and runs once more there.
-
-Where each part lives, and why there:
-- the waits of 0.-2. and popup adoption: here (`Settler`), the one place that decides when to wait;
-- the facts they wait on: `watchers.ContextState`, filled by network hooks and in-page init scripts
-  (`watchers.NAV_WATCH_JS`, `watchers.POPUP_WATCH_JS`) that `watchers.watch_context` installs when the pool
-  creates a context: a warm context exists before its session does, and a hook added later would miss the first document's requests;
-  the facts change only through ContextState's own methods;
-- the DOM-quiet wait of 3.: `observe.js`, inside the observation's own evaluate (one round trip instead of
-  two; ~15 ms per step), driven by `observe.ObserveSettings`;
-- the retry of an evaluate that a navigation interrupts: `observe.page_data` and `actions._evaluate`, on the
-  named `errortext.RETRY_CASES` (Playwright reports the race only as error text);
-- the order perform -> settle -> observe and the re-observation loop: `driver.PageDriver.step`.
-"""
+"""Steps 0.-2. of the settle rule (`settle/__init__.py`): after an action, wait for the navigation the page started,
+the main-frame navigations and popups, and the network, each capped; `Settler` is the one place that decides when
+to wait, on the facts `settle.watchers.ContextState` and the tabs' load counts hold."""
 
 from __future__ import annotations
 
@@ -43,7 +11,7 @@ import time
 from playwright.async_api import Error as PlaywrightError
 from webenv.browser.errortext import interrupted_by_navigation
 from webenv.browser.session import BrowserSession, Tab
-from webenv.browser.watchers import NAV_PENDING_JS
+from webenv.browser.settle.watchers import NAV_PENDING_JS
 
 NAV_START_GRACE_S = 2.0  # page said "navigating" but no request came: the navigation was cancelled
 NAV_END_GRACE_S = 1.0  # the request ended but no new document came: 204, download, refused
