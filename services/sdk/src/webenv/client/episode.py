@@ -54,6 +54,7 @@ class Episode:
         self.answer = ""
         self.closed = False
         self.error: errors.WebenvError | None = None  # the infrastructure failure that interrupted it, if one did
+        self.evidence = ""  # the site state read when grading closed the session (CloseSession's site_state_json)
 
     @classmethod
     async def open(cls, client: EnvironmentClient, task: common_pb2.Task | None = None, *, start_url: str = "",
@@ -110,6 +111,7 @@ class Episode:
         except errors.WebenvError as exc:
             self.error = exc
             raise interrupted(exc, self.session_id) from exc
+        self.evidence = closed.site_state_json
         trajectory = common_pb2.Trajectory(
             episode_id=self.session_id, task_id=self.task.task_id, steps=self.records,
             final_observation=self.observation, final_answer=self.answer, site_state_json=closed.site_state_json,

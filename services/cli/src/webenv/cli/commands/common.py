@@ -29,9 +29,9 @@ if not console.is_terminal and "COLUMNS" not in os.environ:
     console.width = 160  # a log or a pipe: lines are not cut at a terminal's 80 columns
 
 # Address options default to None: ``address()`` resolves them (flag, WEBENV_*_ADDR, `webenv up`'s state, port).
-COLLECTOR = SITES = BROWSER = TRAINER = POLICY = None
+COLLECTOR = SITES = BROWSER = TRAINER = POLICY = JUDGE = None
 DEFAULT_ADDRS = {"collector": "localhost:50056", "sites": "localhost:50055", "browser": "localhost:50051",
-                 "trainer": "localhost:50057", "policy": "localhost:50052"}
+                 "trainer": "localhost:50057", "policy": "localhost:50052", "judge": "localhost:50054"}
 DIFFICULTIES = {"easy": common_pb2.DIFFICULTY_EASY, "medium": common_pb2.DIFFICULTY_MEDIUM, "hard": common_pb2.DIFFICULTY_HARD}
 SPLITS = {name: value for value, name in splits.SPLIT_NAMES.items()}
 SAMPLING = {

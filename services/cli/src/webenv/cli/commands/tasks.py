@@ -27,7 +27,7 @@ from webenv.client import make_sync_channel
 from webenv.v1 import common_pb2, task_pb2, task_pb2_grpc
 
 
-def _task_filter(split, family, site, task, from_file, difficulty, source, kind) -> task_pb2.TaskFilter:
+def task_filter(split, family, site, task, from_file, difficulty, source, kind) -> task_pb2.TaskFilter:
     """The TaskFilter `webenv tasks` flags select (listing and --export alike)."""
     flt = task_pb2.TaskFilter(families=family or [], split=choice(split, SPLITS, "--split"), sites=site or [],
                               task_ids=task or [], task_files=from_file or [])
@@ -40,7 +40,7 @@ def _task_filter(split, family, site, task, from_file, difficulty, source, kind)
 def _export_tasks(dest: Path, found, sites, split, family, site, task, from_file, difficulty, source, kind) -> None:
     from webenv.compat.hf import catalog_dataset
 
-    flt = _task_filter(split, family, site, task, from_file, difficulty, source, kind)
+    flt = task_filter(split, family, site, task, from_file, difficulty, source, kind)
     try:
         ds = catalog_dataset(found if found is not None else address("sites", sites), flt)
     except errors.WebenvError as exc:
@@ -77,7 +77,7 @@ def tasks(
         found = task_files([task_file])
         total = len(found)
     else:
-        flt = _task_filter(split, family, site, task, from_file, difficulty, source, kind)
+        flt = task_filter(split, family, site, task, from_file, difficulty, source, kind)
         try:
             resp = task_pb2_grpc.TaskServiceStub(make_sync_channel(address("sites", sites))).ListTasks(
                 task_pb2.ListTasksRequest(filter=flt, page_size=limit), timeout=30)

@@ -1,0 +1,316 @@
+"""What `webenv validate` checks of a task, on the real farm and judge (OpenEnv RFC 008's bar, issue 50).
+
+Per task, in sessions of its own (each an `webenv.client.episode.Episode`, graded as every adapter grades):
+
+- ``oracle``: the task's reference solution (``Task.oracle``) replayed passes the rubric (the maximum); a task with
+  none is not applicable;
+- ``floor``: doing nothing, an empty answer and the answer "done" never pass; their best score is the task's floor
+  (reported). A random policy (seeded clicks on the page's elements, then an empty answer) is run and reported beside
+  it, never failed: MiniWoB++'s one-button pages pass by chance, as they should;
+- ``leak``: no observation holds an expected answer (the rubric's answer criteria, 4 characters or more) before the
+  page that states it visibly: not the instruction, not the start page's hidden text (its HTML but not its
+  accessibility tree), URL or title, nor any page the oracle passes before the one that shows it;
+- ``determinism``: the oracle twice (same seed) gives the same verdict and score and the same pages (URL, title and
+  accessibility tree with element ids left out, step by step);
+- ``egress``: every page of every session stays on the hosts the task allows (its start URL's and site's, and the
+  hosts its oracle navigates to): the pages' URLs and tabs, and every absolute URL the page's HTML would load
+  (scripts, images, styles, frames, fetches; links the user may follow are not loads). Decided from the observations,
+  so a task that calls another host is caught without a packet leaving loopback (the farm's network guard refuses
+  the connection anyway; its refusals are counted per farm, not per session);
+- ``isolation``: a session opened beside the oracle's and closed after it has the site state of a fresh session
+  (the server-side state of one session never shows another's cart, orders or login).
+
+A check that cannot run because the farm or judge failed makes the task ``errored`` (never ``failed``: an
+infrastructure failure says nothing of the task).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import html
+import json
+import random
+import re
+import time
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
+from urllib.parse import urlsplit
+
+from webenv import errors
+from webenv.client import EnvironmentClient, observation_spec
+from webenv.client.episode import Episode
+from webenv.v1 import common_pb2 as pb
+from webenv.v1 import judge_pb2_grpc
+
+__all__ = ["CHECKS", "Check", "TaskReport", "Validator", "expected_answers", "loaded_hosts"]
+
+CHECKS = ("oracle", "floor", "leak", "determinism", "egress", "isolation")
+NON_ANSWERS = {"do-nothing": None, "empty answer": "", "done": "done"}
+MIN_ANSWER_CHARS = 4  # shorter expected answers ("2", "yes") occur on any page by chance: not checked for leaks
+_SPEC = observation_spec(("axtree", "html"))
+_IDS = re.compile(r"\[[^\]\s]+\]")
+_URL = re.compile(r"""(?:https?|wss?):(?:\\?/){2}([A-Za-z0-9.-]+)""")
+_LINK_BEFORE = re.compile(r"""<a\b[^<>]*\bhref\s*=\s*["']?$""", re.I)
+_REF = re.compile(r"\[([^\]\s]+)\]")
+
+
+@dataclass
+class Check:
+    """One property of one task: ``ok`` True (holds), False (violated: ``why``) or None (not applicable: ``why``)."""
+
+    ok: bool | None = None
+    why: str = ""
+
+
+@dataclass
+class TaskReport:
+    task_id: str
+    source: str
+    kind: str
+    builder: str
+    checks: dict[str, Check] = field(default_factory=dict)
+    oracle_score: float | None = None
+    floor: float = 0.0
+    random_passed: bool | None = None
+    error: str = ""
+    seconds: float = 0.0
+
+    @property
+    def status(self) -> str:
+        if self.error:
+            return "errored"
+        return "failed" if any(c.ok is False for c in self.checks.values()) else "passed"
+
+    def failures(self) -> list[str]:
+        return [f"{name}: {c.why}" for name, c in self.checks.items() if c.ok is False]
+
+    def as_dict(self) -> dict:
+        return {**asdict(self), "status": self.status}
+
+
+def _norm(text: str) -> str:
+    return " ".join(html.unescape(text).lower().split())
+
+
+def expected_answers(task: pb.Task) -> list[str]:
+    """The answers the rubric accepts (answer criteria, regular expressions left out), normalized, long enough to
+    be told from chance."""
+    out: list[str] = []
+    for group in task.rubric.groups:
+        for fact in group.facts:
+            c = fact.criterion
+            if c.WhichOneof("kind") != "answer" or c.answer.mode == pb.MATCH_MODE_REGEX:
+                continue
+            for value in (c.answer.expected, *c.answer.values):
+                v = _norm(value)
+                if len(v) >= MIN_ANSWER_CHARS and v not in out:
+                    out.append(v)
+    return out
+
+
+def loaded_hosts(page_html: str) -> set[str]:
+    """Hosts of the absolute URLs a page's HTML would load (attributes, styles, scripts), links (``<a href>``) not."""
+    hosts = set()
+    for m in _URL.finditer(page_html):
+        if _LINK_BEFORE.search(page_html[max(0, m.start() - 300):m.start()]):
+            continue
+        hosts.add(m.group(1).lower().rstrip("."))
+    return hosts
+
+
+def _host(url: str) -> str:
+    try:
+        return (urlsplit(url).hostname or "").lower()
+    except ValueError:
+        return ""
+
+
+def _pages(ep: Episode) -> list[pb.Observation]:
+    return [r.observation for r in ep.records] + [ep.observation]
+
+
+def _signature(obs: pb.Observation) -> tuple[str, str, str]:
+    tree = _IDS.sub("[]", obs.axtree)
+    return obs.url, obs.title, hashlib.sha1(tree.encode()).hexdigest()[:12]
+
+
+@dataclass
+class _Run:
+    episode: Episode
+    verdict: pb.Verdict
+
+
+class Validator:
+    """Validates tasks on one farm and judge (both channels shared by every task's sessions)."""
+
+    def __init__(self, env: EnvironmentClient, judge: judge_pb2_grpc.JudgeServiceStub, *, seed: int = 0,
+                 random_steps: int = 5, timeout: float = 120.0) -> None:
+        self.env, self.judge, self.seed, self.random_steps, self.timeout = env, judge, seed, random_steps, timeout
+
+    async def _open(self, task: pb.Task) -> Episode:
+        for attempt in range(8):  # the farm full: wait for sessions of other tasks to close
+            try:
+                return await Episode.open(self.env, task, spec=_SPEC, seed=self.seed, labels={"adapter": "validate"})
+            except errors.ResourceExhausted as exc:
+                if attempt == 7:
+                    raise
+                await asyncio.sleep(exc.retry_after_seconds or 1.0 + attempt)
+        raise AssertionError("unreachable")
+
+    async def _grade(self, ep: Episode) -> pb.Verdict:
+        return await ep.grade(self.judge, deadline=self.timeout)
+
+    async def _play(self, ep: Episode, actions: Iterable[pb.Action]) -> None:
+        for action in actions:
+            resp = await ep.step(action)
+            if resp.done:
+                return
+
+    async def _oracle(self, task: pb.Task) -> _Run:
+        ep = await self._open(task)
+        await self._play(ep, task.oracle)
+        return _Run(ep, await self._grade(ep))
+
+    async def _non_answer(self, ep: Episode, text: str | None) -> _Run:
+        if text is not None:
+            await self._play(ep, [pb.Action(answer=pb.AnswerAction(text=text))])
+        return _Run(ep, await self._grade(ep))
+
+    async def _answering(self, task: pb.Task, text: str) -> _Run:
+        return await self._non_answer(await self._open(task), text)
+
+    async def _random(self, task: pb.Task) -> _Run:
+        rng = random.Random(f"{self.seed}/{task.task_id}")
+        ep = await self._open(task)
+        for _ in range(self.random_steps):
+            refs = _REF.findall(ep.observation.axtree)
+            action = (pb.Action(click=pb.ClickAction(target=pb.ElementTarget(element_id=rng.choice(refs))))
+                      if refs else pb.Action(scroll=pb.ScrollAction(dy=300)))
+            if (await ep.step(action)).done:
+                break
+        else:
+            await self._play(ep, [pb.Action(answer=pb.AnswerAction(text=""))])
+        return _Run(ep, await self._grade(ep))
+
+    async def validate(self, task: pb.Task) -> TaskReport:
+        """Every check of one task (its sessions run concurrently where they do not depend on each other)."""
+        t0 = time.monotonic()
+        report = TaskReport(task.task_id, pb.TaskSource.Name(task.source).removeprefix("TASK_SOURCE_").lower(),
+                            pb.TaskKind.Name(task.kind).removeprefix("TASK_KIND_").lower(),
+                            task.metadata.get("builder", ""))
+        try:
+            await self._checks(task, report)
+        except errors.WebenvError as exc:
+            report.error = f"{exc.code.name} {exc.reason}: {exc.message}"[:500]
+        report.seconds = round(time.monotonic() - t0, 2)
+        return report
+
+    async def _checks(self, task: pb.Task, report: TaskReport) -> None:
+        has_oracle = len(task.oracle) > 0
+        # the oracle and a session beside it that does nothing, opened together (isolation), then the rest
+        null_ep = await self._open(task)
+        first = await self._oracle(task) if has_oracle else None
+        null = await self._non_answer(null_ep, None)
+        later = await asyncio.gather(
+            *([self._oracle(task)] if has_oracle else []),
+            *(self._answering(task, text) for text in ("", "done")),
+            self._random(task))
+        second = later[0] if has_oracle else None
+        empty, done, rand = later[-3:]
+        runs = {"do-nothing": null, "empty answer": empty, "done": done}
+
+        if first is None:
+            report.checks["oracle"] = Check(None, "the task has no reference solution")
+        else:
+            report.oracle_score = first.verdict.score
+            report.checks["oracle"] = Check(True) if first.verdict.passed else Check(
+                False, f"the oracle's replay fails the rubric (score {first.verdict.score:g}): "
+                       f"{_failed_facts(first.verdict)}")
+        passing = [name for name, r in runs.items() if r.verdict.passed]
+        report.floor = max(r.verdict.score for r in runs.values())
+        report.random_passed = rand.verdict.passed
+        report.checks["floor"] = Check(False, f"{', '.join(passing)} passes the rubric") if passing else Check(True)
+        report.checks["leak"] = _leak(task, _pages(first.episode) if first else [null.episode.opened.observation])
+        report.checks["determinism"] = _determinism(first, second)
+        report.checks["egress"] = _egress(task, [first, second, null, empty, done, rand])
+        report.checks["isolation"] = _isolation(null, done) if has_oracle else Check(
+            None, "no reference solution changes the site's state")
+
+
+def _failed_facts(verdict: pb.Verdict) -> str:
+    bad = [f"{r.fact_id} ({r.reason[:80]})" if r.reason else r.fact_id for r in verdict.results
+           if r.outcome != pb.FACT_OUTCOME_SATISFIED]
+    return ", ".join(bad[:3]) or "no fact failed, the verdict did"
+
+
+def _leak(task: pb.Task, pages: list[pb.Observation]) -> Check:
+    """``pages``: the oracle's, from the start page (only the start page without an oracle)."""
+    answers = expected_answers(task)
+    if not answers:
+        return Check(None, "no expected answer of 4 characters or more")
+    instruction = _norm(task.instruction)
+    for answer in answers:
+        if answer in instruction:
+            return Check(False, f"the instruction states the answer {answer!r}")
+        stating = next((i for i, o in enumerate(pages) if answer in _norm(o.axtree)), len(pages))
+        for i, obs in enumerate(pages[:stating]):
+            where = [name for name, text in (("URL", obs.url), ("title", obs.title), ("hidden text", obs.html))
+                     if answer in _norm(text)]
+            if where:
+                page = "the start page" if i == 0 else f"the page after oracle step {i}"
+                return Check(False, f"the answer {answer!r} is in {page}'s {' and '.join(where)} before a page "
+                                    f"shows it ({obs.url[:120]})")
+    return Check(True)
+
+
+def _determinism(first: _Run | None, second: _Run | None) -> Check:
+    if first is None or second is None:
+        return Check(None, "the task has no reference solution to replay twice")
+    a, b = first.verdict, second.verdict
+    if (a.passed, round(a.score, 6)) != (b.passed, round(b.score, 6)):
+        return Check(False, f"the oracle twice: passed {a.passed} score {a.score:g}, then passed {b.passed} score "
+                            f"{b.score:g}")
+    pa, pb_ = [_signature(o) for o in _pages(first.episode)], [_signature(o) for o in _pages(second.episode)]
+    for i, (x, y) in enumerate(zip(pa, pb_, strict=False)):
+        if x != y:
+            what = "URL" if x[0] != y[0] else "title" if x[1] != y[1] else "page text"
+            return Check(False, f"the oracle twice: the {what} after step {i} differs ({x[0][:100]})")
+    if len(pa) != len(pb_):
+        return Check(False, f"the oracle twice: {len(pa)} pages, then {len(pb_)}")
+    return Check(True)
+
+
+def _allowed_hosts(task: pb.Task) -> set[str]:
+    hosts = {_host(task.start_url), task.site.lower()}
+    hosts |= {_host(a.navigate.url) for a in task.oracle if a.WhichOneof("kind") == "navigate"}
+    hosts |= {_host(a.new_tab.url) for a in task.oracle if a.WhichOneof("kind") == "new_tab"}
+    return {h for h in hosts if h}
+
+
+def _egress(task: pb.Task, runs: list[_Run | None]) -> Check:
+    allowed = _allowed_hosts(task)
+    for run in runs:
+        if run is None:
+            continue
+        for obs in _pages(run.episode):
+            visited = {_host(obs.url)} | {_host(t.url) for t in obs.tabs}
+            outside = sorted(h for h in visited | loaded_hosts(obs.html) if h and h not in allowed)
+            if outside:
+                return Check(False, f"{obs.url[:120]} reaches {', '.join(outside[:3])} (the task allows "
+                                    f"{', '.join(sorted(allowed))})")
+    return Check(True)
+
+
+def _isolation(beside: _Run, fresh: _Run) -> Check:
+    def state(run: _Run) -> object:
+        text = run.episode.evidence
+        try:
+            return json.loads(text) if text else None
+        except ValueError:
+            return text
+
+    if state(beside) != state(fresh):
+        return Check(False, "a session opened beside the oracle's holds another site state than a fresh one: "
+                            f"{beside.episode.evidence[:160]} vs {fresh.episode.evidence[:160]}")
+    return Check(True)
