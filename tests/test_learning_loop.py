@@ -565,3 +565,33 @@ def test_group_rollouts_on_the_farm_and_flat_groups_give_no_signal(stack):
         name="grp", algorithm=trainer_pb2.TRAINING_ALGORITHM_GROUP_RELATIVE, model=trainer_pb2.MODEL_KIND_SCORER,
         data=trainer_pb2.TrainingData(run_ids=[r.run_id]))).job_id)
     assert job.state == trainer_pb2.JOB_STATE_FAILED and "3 groups with equal rewards" in job.error, job.error
+
+
+def test_two_collections_with_the_same_seed_take_the_same_actions(stack):
+    """A learning run is reproducible from its seed: a checkpoint sampled at a temperature seeds each step from the
+    episode's seed (the run's seed and the episode's place in the plan) and the step, never from the random run id
+    in the episode id, so two collections with the same seed take the same actions, episode for episode."""
+    collector, trainer, policy, sites = stubs(stack)
+    task_ids = pick_tasks(sites)
+    demos = run(collector, "oracle", task_ids, seed=21)
+    weak = trainer_pb2.JobSpec(
+        name="seeded", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_SCORER,
+        data=trainer_pb2.TrainingData(run_ids=[demos.run_id]),
+        hyper=trainer_pb2.Hyperparameters(epochs=12, batch_size=8, seed=3, validation_fraction=0.0))
+    job = finish(trainer, start_job(trainer, weak).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=job.checkpoint.ref), timeout=60)
+
+    def collect(seed: int) -> list[tuple[str, list[str]]]:
+        r = run(collector, job.checkpoint.ref, task_ids, seed=seed, repeats=3,
+                act_options=policy_pb2.ActOptions(temperature=1.0), horizons=collector_pb2.Horizons(easy=4))
+        episodes = sorted(read(collector, r.run_id), key=lambda ep: ep.episode_id.rsplit("-", 1)[1])  # plan order
+        assert len(episodes) == 3 * len(task_ids)
+        return [(ep.task.task_id, [s.action_text for s in ep.trajectory.steps]) for ep in episodes]
+
+    first, again = collect(seed=8), collect(seed=8)
+    assert first == again
+    repeats: dict[str, set[tuple[str, ...]]] = {}
+    for task_id, actions in first:
+        repeats.setdefault(task_id, set()).add(tuple(actions))
+    assert any(len(paths) > 1 for paths in repeats.values()), "sampled: a task's repeats took different paths"

@@ -29,10 +29,10 @@ def publish(root: Path, name: str, version: int, seed: int) -> None:
     checkpoints.publish(staging, root, meta)
 
 
-def act_request(policy: str, step: int = 0, temperature: float = 0.0) -> policy_pb2.ActRequest:
+def act_request(policy: str, step: int = 0, temperature: float = 0.0, episode_id: str = "ep-1") -> policy_pb2.ActRequest:
     obs = random_observation(__import__("random").Random(1))
     obs.axtree = AXTREE
-    req = policy_pb2.ActRequest(episode_id="ep-1", policy=policy, observation=obs, step_index=step, seed=7,
+    req = policy_pb2.ActRequest(episode_id=episode_id, policy=policy, observation=obs, step_index=step, seed=7,
                                 instruction='Find "Red Kettle" and open it.')
     req.options.temperature = temperature
     return req
@@ -64,6 +64,14 @@ async def test_load_serve_and_pin_versions(serve_policy, policy_stub, tmp_path):
         again = [(await stub.Act(act_request("agent@2", step=s, temperature=5.0), timeout=30)).action_text
                  for s in range(12)]
         assert sampled == again, "sampling is reproducible by (seed, episode, step)"
+
+        async def sample(episode_id: str) -> list[str]:
+            return [(await stub.Act(act_request("agent@2", step=s, temperature=5.0, episode_id=episode_id),
+                                    timeout=30)).action_text for s in range(12)]
+
+        # the same place in another run's plan (another random run id) samples the same; another place does not
+        assert await sample("run-0a1b2c3d4e5f-000003") == await sample("run-9f8e7d6c5b4a-000003")
+        assert await sample("run-0a1b2c3d4e5f-000003") != await sample("run-0a1b2c3d4e5f-000004")
 
 
 @pytest.mark.parametrize(("ref", "code", "field"), [

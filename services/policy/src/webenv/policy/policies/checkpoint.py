@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import logging
 import math
-import random
 import time
 from collections import OrderedDict
 from pathlib import Path
@@ -25,7 +24,7 @@ from webenv.agent.steps import request_context
 from webenv.v1 import policy_pb2, trainer_pb2
 
 from .base import Decision, Policy
-from .crawl import require_observation
+from .crawl import plan_place, require_observation, step_rng
 
 log = logging.getLogger("webenv.policy.checkpoint")
 
@@ -59,7 +58,9 @@ class ScorerPolicy:
             self.scorer.log_probs(ctx, cands)
         temperature = request.options.temperature
         if temperature > 0:
-            rng = random.Random(f"{request.seed}/{request.episode_id}/{request.step_index}")
+            # the episode's seed, its place in the plan and the step; never the run id, so a learning run's
+            # collections are the same rollouts when the same command runs again on the same code
+            rng = step_rng(request, f"sample/{plan_place(request.episode_id)}")
             top = max(logp)
             weights = [math.exp((lp - top) / temperature) for lp in logp]
             choice = rng.choices(range(len(cands)), weights=weights)[0]

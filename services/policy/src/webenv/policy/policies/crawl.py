@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import random
+import re
 from urllib.parse import urlsplit
 
 from webenv import errors
@@ -20,9 +21,20 @@ from ..plausible import plausible_text
 from . import build
 from .base import Decision
 
+#: The run id the collector puts before an episode's place in its run's plan (`run-<hex>-000042`, a fork's
+#: `run-<hex>-000042-b01`): random per run, so nothing sampled may depend on it.
+_RUN_PREFIX = re.compile(r"^run-[0-9a-f]+-")
+
+
+def plan_place(episode_id: str) -> str:
+    """An episode's place in its run's plan: its id without the run id (the whole id when it has none)."""
+    return _RUN_PREFIX.sub("", episode_id)
+
 
 def step_rng(request: policy_pb2.ActRequest, salt: str) -> random.Random:
-    """Deterministic generator for one step of one episode."""
+    """Deterministic generator for one step of one episode: from the request's seed (the collector's per-episode
+    seed, drawn from the run's seed for the episode's place in the plan) and the step index, so the same run spec
+    samples the same way in every run; a seed of 0 falls back to the episode id."""
     seed = request.seed if request.seed else int.from_bytes(
         hashlib.blake2b(request.episode_id.encode(), digest_size=8).digest(), "big")
     return random.Random(f"{salt}:{seed}:{request.step_index}")
