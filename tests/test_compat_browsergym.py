@@ -10,6 +10,7 @@ synthetic task graded by the judge.
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
 from pathlib import Path
@@ -107,6 +108,70 @@ def test_bad_browsergym_actions_are_refused_without_running(text: str) -> None:
     assert not Path("/tmp/webenv-bgym-exec").exists()
 
 
+#: Every kind of line and state the farm's AXTREE writes (browser/observe.js): ids or none, nesting, StaticText
+#: (one its parent's name already holds, which BrowserGym drops), quotes and escapes in names, a text control's
+#: value, checked (true, false, mixed), selected, disabled, expanded, focused, required, a heading's level.
+FARM_AXTREE = "\n".join([
+    '[1] RootWebArea "Sign in \\"here\\"" focused',
+    '\t[2] heading "Welcome" level=1',
+    '\t[3] paragraph ""',
+    '\t\tStaticText "It\'s a form"',
+    '\t\t[4] link "Help"',
+    '\t\t\t[4] StaticText "Help"',
+    '\t[6] checkbox "aNk" checked=false',
+    '\t[7] checkbox "Remember me" focused, checked=true, required',
+    '\t[8] radio "Some" checked=mixed, disabled',
+    '\t[9] textbox "Name" required, value="Ann, \\"A\\" Lee"',
+    '\t[10] combobox "Size" expanded=false',
+    '\t\t[11] option "Small"',
+    '\t\t[12] option "Large" selected',
+    '\t[13] button "Menu" expanded=true, disabled',
+    '\t[14] LabelText ""',
+    '\t\t[14] StaticText "Né\\ttab"',
+])
+
+
+def cdp_tree(axtree: str) -> dict:
+    """The farm's tree as the CDP accessibility tree BrowserGym flattens (`Accessibility.getFullAXTree`'s nodes with
+    BrowserGym's `browsergym_id`): the states as CDP's typed properties, a text control's value as the node's value,
+    under a root with no name (BrowserGym prints no line for it)."""
+    nodes: list[dict] = [{"nodeId": "0", "role": {"type": "role", "value": "none"}, "childIds": []}]
+
+    def add(node, parent: dict) -> None:
+        cdp = {"nodeId": str(len(nodes)), "role": {"type": "role", "value": node.role}, "childIds": [],
+               "properties": [{"name": k, "value": {"type": "booleanOrUndefined" if isinstance(v, bool) else "tristate",
+                                                    "value": v}} for k, v in node.properties]}
+        if node.name is not None:
+            cdp["name"] = {"type": "computedString", "value": node.name}
+        if node.value is not None:
+            cdp["value"] = {"type": "string", "value": node.value}
+        if node.bid is not None:
+            cdp["browsergym_id"] = node.bid
+        nodes.append(cdp)
+        parent["childIds"].append(cdp["nodeId"])
+        for child in node.children:
+            add(child, cdp)
+
+    for root in bg._ax_forest(axtree):
+        add(root, nodes[0])
+    return {"nodes": nodes}
+
+
+def test_axtree_txt_is_browsergyms_flattening_of_the_same_tree() -> None:
+    """`axtree_txt` is what browsergym-core's own `flatten_axtree_to_str` writes of the farm's tree."""
+    from browsergym.utils.obs import flatten_axtree_to_str
+
+    text = bg.axtree_txt(FARM_AXTREE)
+    assert text == flatten_axtree_to_str(cdp_tree(FARM_AXTREE))
+    lines = text.splitlines()
+    assert "\t[6] checkbox 'aNk', checked='false'" in lines  # the farm writes [6] checkbox "aNk" checked=false
+    assert "\t[7] checkbox 'Remember me', focused, checked='true', required" in lines
+    assert "\t[9] textbox 'Name' value='Ann, \"A\" Lee', required" in lines
+    assert "\t\t[12] option 'Large', selected=True" in lines and "\t[2] heading 'Welcome'" in lines
+    assert "\t\tStaticText \"It's a form\"" in lines and "[4] StaticText 'Help'" not in text
+    assert bg.axtree_txt("") == "" == flatten_axtree_to_str(cdp_tree(""))
+
+
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory):
     """Sites (a small web and MiniWoB++), the browser farm and the judge, as `webenv up` runs them."""
@@ -121,8 +186,8 @@ def get_task(stack: Stack, task_id: str):
 
 
 def bid(axtree: str, role: str, name: str = "") -> str:
-    """The bid of the first `role "name..."` line of an axtree_txt."""
-    m = re.search(rf'^\s*\[(\w+)\] {role} "{re.escape(name)}', axtree, flags=re.M)
+    """The bid of the first `role 'name...'` line of an axtree_txt (BrowserGym's format: the name a Python literal)."""
+    m = re.search(rf"^\s*\[(\w+)\] {role} ['\"]{re.escape(name)}", axtree, flags=re.M)
     assert m, f"no {role} {name!r} in\n{axtree[:2000]}"
     return m.group(1)
 
@@ -174,7 +239,7 @@ def test_browsergym_examples_run_on_the_farm(stack: Stack) -> None:
                 continue
             obs = act(text)
             if name == "fill":
-                assert 'searchbox "Look up" value=' in obs["axtree_txt"] or obs["focused_element_bid"] == box
+                assert "searchbox 'Look up' value=" in obs["axtree_txt"] or obs["focused_element_bid"] == box
     obs = act(f"fill('{box}', 'blue mug')")
     assert obs["focused_element_bid"] == box
     obs = act(f"drag_and_drop('{link}', '{button}')")
@@ -204,6 +269,29 @@ def test_browsergym_examples_run_on_the_farm(stack: Stack) -> None:
     env.close()
     assert {"fill", "clear", "press", "focus", "hover", "click", "dblclick", "scroll", "mouse_click",
             "mouse_drag_and_drop", "keyboard_press", "keyboard_type", "keyboard_insert_text", "noop"} <= set(ran)
+
+
+@pytest.mark.parametrize("task_id", ["miniwob/click-checkboxes", "miniwob/choose-list", "miniwob/login-user",
+                                     "shop"])
+def test_axtree_txt_of_farm_pages_is_browsergyms_flattening(stack: Stack, task_id: str) -> None:
+    """On the farm's real pages (checkboxes, a select, a login form, a synthetic shop), `axtree_txt` is
+    browsergym-core's `flatten_axtree_to_str` of the page's tree, and the BrowserGym env serves exactly it."""
+    from browsergym.utils.obs import flatten_axtree_to_str
+
+    task = shop_task(stack) if task_id == "shop" else get_task(stack, task_id)
+    env = WebEnv(stack.address("browser"), task=task, formats=("axtree",))
+    try:
+        farm = env.reset(seed=1)[0]["axtree"]
+    finally:
+        env.close()
+    assert farm.count("\n") > 3
+    assert bg.axtree_txt(farm) == flatten_axtree_to_str(cdp_tree(farm))
+    env = WebEnv(stack.address("browser"), task=task, api="browsergym")
+    try:
+        served = env.reset(seed=1)[0]["axtree_txt"]
+    finally:
+        env.close()
+    assert served == bg.axtree_txt(farm) != farm
 
 
 class ChooseListAgent:
@@ -236,8 +324,8 @@ def test_an_agentlab_loop_completes_a_miniwob_task(stack: Stack) -> None:
         assert obs["last_action_error"] == ""
         steps += 1
         if steps == 1:
-            assert re.search(r'option "[^"]+" selected', obs["axtree_txt"]).group(0).endswith(
-                f'"{re.match(r"Select (.+) from the list", obs["goal"]).group(1)}" selected')
+            chosen = re.search(r"\boption (.+), selected=True$", obs["axtree_txt"], flags=re.M).group(1)
+            assert chosen == repr(re.match(r"Select (.+) from the list", obs["goal"]).group(1))
     assert terminated and steps == 2 and reward > 0 and env_info["raw_reward"] == 1.0, (reward, env_info)
     env.close()
 
@@ -251,15 +339,15 @@ class ShopAgent:
 
     def get_action(self, obs: dict) -> tuple[str, dict]:
         tree = obs["axtree_txt"]
-        if f'heading "{self.product}"' in tree:  # the product's page: read the value below
+        if f"heading {self.product!r}" in tree:  # the product's page: read the value below
             pass
-        elif f'link "{self.product}"' in tree and "q=" in obs["url"]:
+        elif f"link {self.product!r}" in tree and "q=" in obs["url"]:
             return f"click({bid(tree, 'link', self.product)!r})", {}
         else:
             return f"fill({bid(tree, 'searchbox')!r}, {self.product!r})\nclick({bid(tree, 'button', 'Look up')!r})", {}
-        m = re.search(rf'rowheader "{self.field}"\s*\[\w+\] cell "([^"]+)"', tree, flags=re.I)
+        m = re.search(rf"rowheader '{self.field}'\s*\[\w+\] cell ('.*'|\".*\")$", tree, flags=re.I | re.M)
         assert m, tree[:3000]
-        return f"send_msg_to_user({f'{self.field}: {m.group(1)}'!r})", {}
+        return f"send_msg_to_user({f'{self.field}: {ast.literal_eval(m.group(1))}'!r})", {}
 
 
 def test_a_browsergym_agent_solves_a_synthetic_task_graded_by_the_judge(stack: Stack) -> None:

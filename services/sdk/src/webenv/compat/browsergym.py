@@ -45,16 +45,26 @@ observation: ``chat_messages``, ``goal``, ``goal_object``, ``open_pages_urls``, 
 ``active_page_index``, ``url``, ``screenshot`` (an HxWx3 uint8 array), ``focused_element_bid``,
 ``extra_element_properties`` (bid -> visibility, bbox, clickable, set_of_marks), ``last_action``,
 ``last_action_error``, ``elapsed_time``, plus the flattened texts AgentLab's preprocessor makes of BrowserGym's
-raw CDP trees, ``axtree_txt`` (the farm's AXTREE) and ``pruned_html`` (the farm's cleaned HTML, ``bid``
-attributes). The raw ``dom_object`` / ``axtree_object`` CDP snapshots are not produced: the farm builds its trees in
-one in-page pass (~15 ms) instead of CDP's snapshots (~55-100 ms a page, browser README).
+raw CDP trees, ``axtree_txt`` and ``pruned_html`` (the farm's cleaned HTML, ``bid`` attributes). The raw
+``dom_object`` / ``axtree_object`` CDP snapshots are not produced: the farm builds its trees in one in-page pass
+(~15 ms) instead of CDP's snapshots (~55-100 ms a page, browser README).
+
+``axtree_txt`` is the farm's AXTREE written as BrowserGym writes its tree (:func:`axtree_txt`: what
+``browsergym.utils.obs.flatten_axtree_to_str`` gives with its defaults on the same tree), so agents and prompts written
+for BrowserGym parse it: ``[6] checkbox 'Remember me', checked='false'`` where the farm writes
+``[6] checkbox "Remember me" checked=false``. Names and values are Python literals (``repr``), a text control's
+value follows its name (`` value='blue'``), the states are CDP's typed properties after a comma (``checked`` a
+tristate string, ``expanded``/``selected``/``disabled`` booleans, ``focused``/``required`` bare words, ``level``
+left out as BrowserGym leaves it out), and a StaticText line whose text is already in its parent's name is dropped.
 """
 
 from __future__ import annotations
 
 import ast
 import io
+import json
 import math
+import re
 import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
@@ -67,7 +77,7 @@ from webenv.v1 import common_pb2 as pb
 
 __all__ = [
     "ACTIONS", "MAX_ACTIONS", "MAX_ACTION_CHARS", "UNSUPPORTED", "BrowserGymActionError", "Chat", "action_error_text",
-    "observation_dict", "to_actions",
+    "axtree_txt", "observation_dict", "to_actions",
 ]
 
 #: Longest action text accepted (characters); longer text is refused before it is parsed.
@@ -387,6 +397,105 @@ def element_properties(elements: Iterable[pb.Element]) -> dict[str, dict[str, An
             for e in elements}
 
 
+#: A line of the farm's AXTREE: tab indentation, an optional ``[id]``, the role, an optional JSON-quoted name, then
+#: its states (``focused, checked=false, value="x"``).
+_AX_LINE = re.compile(r'(?P<indent>\t*)(?:\[(?P<bid>[^\]\s]+)\] )?(?P<role>[\w-]+)'
+                      r'(?: (?P<name>"(?:[^"\\]|\\.)*"))?(?: (?P<states>.*))?')
+_AX_STATE = re.compile(r'(?P<key>\w+)(?:=(?P<value>"(?:[^"\\]|\\.)*"|[^,\s]*))?(?:, |$)')
+#: BrowserGym's defaults (browsergym.utils.obs): roles left out (their children move up), properties never printed,
+#: properties printed as a bare word when true.
+_BG_IGNORED_ROLES = frozenset({"LineBreak"})
+_BG_IGNORED_PROPERTIES = frozenset({"editable", "readonly", "level", "settable", "multiline", "invalid", "focusable"})
+_BG_BARE_PROPERTIES = frozenset({"required", "focused", "atomic"})
+#: The farm's states whose CDP property is a boolean (the rest, ``checked``, is a tristate string).
+_BG_BOOLEAN_STATES = frozenset({"expanded", "selected", "disabled", "pressed", "multiselectable", "modal", "busy"})
+
+
+@dataclass
+class _AxNode:
+    role: str
+    name: str | None  # None: the line had no name (BrowserGym skips such a node, keeping its children)
+    bid: str | None
+    value: str | None
+    properties: list[tuple[str, Any]]
+    children: list[_AxNode] = field(default_factory=list)
+
+
+def _json_text(quoted: str) -> str:
+    try:
+        return json.loads(quoted)
+    except ValueError:  # a line the farm's length cap cut inside its string
+        return quoted.strip('"')
+
+
+def _ax_node(line: str) -> tuple[int, _AxNode]:
+    m = _AX_LINE.fullmatch(line)
+    if m is None:  # text the farm's cap cut mid-line: kept as a nameless node of its own words
+        indent = len(line) - len(line.lstrip("\t"))
+        return indent, _AxNode("StaticText", line.strip(), None, None, [])
+    value, props = None, []
+    for st in _AX_STATE.finditer(m["states"] or ""):
+        key, raw = st["key"], st["value"]
+        if key == "value" and raw is not None:
+            value = _json_text(raw) if raw.startswith('"') else raw
+        elif raw is None:
+            props.append((key, True))
+        elif key in _BG_BOOLEAN_STATES:
+            props.append((key, raw == "true"))
+        else:
+            props.append((key, _json_text(raw) if raw.startswith('"') else raw))
+    name = _json_text(m["name"]) if m["name"] is not None else None
+    return len(m["indent"]), _AxNode(m["role"], name, m["bid"], value, props)
+
+
+def _ax_forest(axtree: str) -> list[_AxNode]:
+    """The farm's AXTREE text as a tree (a line's parent: the nearest line above it indented one tab less)."""
+    roots: list[_AxNode] = []
+    stack: list[tuple[int, _AxNode]] = []
+    for line in axtree.splitlines():
+        if not line.strip():
+            continue
+        depth, node = _ax_node(line)
+        while stack and stack[-1][0] >= depth:
+            stack.pop()
+        (stack[-1][1].children if stack else roots).append(node)
+        stack.append((depth, node))
+    return roots
+
+
+def axtree_txt(axtree: str) -> str:
+    """The farm's AXTREE text in BrowserGym's ``axtree_txt`` format: what ``browsergym.utils.obs.
+    flatten_axtree_to_str(tree)`` returns, with its default arguments, on the same tree (tests/
+    test_compat_browsergym.py checks it against browsergym-core's own function)."""
+    lines: list[str] = []
+
+    def visit(node: _AxNode, depth: int, parent_name: str) -> None:
+        skip = node.role in _BG_IGNORED_ROLES or node.name is None
+        name = "" if skip else node.name
+        if not skip:
+            attributes = [k if k in _BG_BARE_PROPERTIES else f"{k}={v!r}" for k, v in node.properties
+                          if k not in _BG_IGNORED_PROPERTIES and (v or k not in _BG_BARE_PROPERTIES)]
+            if node.role == "generic" and not attributes:
+                skip = True
+            if node.role == "StaticText" and name in parent_name:
+                skip = True
+            if not skip:
+                text = node.role if node.role == "generic" and not name else f"{node.role} {name.strip()!r}"
+                if node.bid is not None:
+                    text = f"[{node.bid}] {text}"
+                if node.value is not None:
+                    text += f" value={node.value!r}"
+                if attributes:
+                    text += ", ".join(["", *attributes])
+                lines.append("\t" * depth + text)
+        for child in node.children:
+            visit(child, depth if skip else depth + 1, name)
+
+    for root in _ax_forest(axtree):
+        visit(root, 0, "")
+    return "\n".join(lines)
+
+
 def observation_dict(observation: pb.Observation, *, goal: str, chat: Chat, last_action: str = "",
                      last_action_error: str = "", start_time: float | None = None) -> dict[str, Any]:
     """BrowserGym's observation dict from a farm observation (keys as in the module docstring)."""
@@ -401,7 +510,7 @@ def observation_dict(observation: pb.Observation, *, goal: str, chat: Chat, last
         "active_page_index": np.asarray([active], dtype=np.int64),
         "url": observation.url,
         "screenshot": screenshot_array(observation.screenshot),
-        "axtree_txt": observation.axtree,
+        "axtree_txt": axtree_txt(observation.axtree),
         "pruned_html": observation.html,
         "extra_element_properties": element_properties(observation.elements),
         "focused_element_bid": observation.focused_element_id,
