@@ -74,10 +74,18 @@ def test_mcp_tools_over_stdio_on_a_miniwob_task(stack: Stack) -> None:
             assert bad.is_error and "169.254" not in text(await client.call_tool("snapshot", {})).split("\n")[1]
             snap = text(await client.call_tool("click", {"ref": ref(snap, "button", "Submit")}))
             assert "Page URL: http://miniwob.web.test/miniwob/choose-list.html" in snap
-            # the answer ends the episode; the judge grades the recorded steps
-            verdict = text(await client.call_tool("answer", {}))
+            # the answer ends the episode; the judge grades the recorded steps: text for the model, and the same
+            # verdict as structured content (the tool's output schema) for a program
+            result = await client.call_tool("answer", {})
+            verdict = text(result)
             assert verdict.startswith("The episode has ended. Verdict: passed (score 1)"), verdict
             assert re.search(r"^- \S+: holds", verdict, flags=re.M), verdict
+            got = result.structured_content
+            assert got["graded"] is True and got["passed"] is True and got["score"] == 1.0, got
+            assert got["facts"] and all(f["outcome"] == "holds" and f"- {f['fact_id']}: holds" in verdict
+                                        for f in got["facts"]), got
+            [tool] = [t for t in (await client.list_tools()).tools if t.name == "answer"]
+            assert set(tool.output_schema["required"]) == {"graded", "passed", "score", "facts"}
             late = await client.call_tool("snapshot", {})
             assert late.is_error and "FAILED_PRECONDITION EPISODE_ENDED" in text(late)
 
@@ -117,6 +125,9 @@ def test_mcp_tools_over_streamable_http_on_a_synthetic_site(stack: Stack) -> Non
             snap = text(await client.call_tool("navigate", {"url": "http://shop-0000.web.test/help"}))
             assert "Page URL: http://shop-0000.web.test/help" in snap
             assert "Page URL" in text(await client.call_tool("scroll", {"dy": 300}))
+            ended = await client.call_tool("answer", {"text": "done"})  # no judge: ended, not graded
+            assert not ended.is_error and "not graded" in text(ended)
+            assert ended.structured_content == {"graded": False, "passed": None, "score": None, "facts": []}
 
     try:
         asyncio.run(main())

@@ -12,7 +12,9 @@ Tools (refs are the ``[id]`` of the snapshot, webenv element ids): ``snapshot``,
 accessibility tree), as browser MCP servers do, so an agent needs no extra call to see what its action did.
 ``answer`` submits the final answer and ends the episode: with ``--judge`` (and a ``--task-id``) it answers with the
 judge's verdict (passed, score, each rubric fact's outcome and reason), the episode's steps graded as the collector
-grades runs (`webenv.client.episode.Episode`); later tool calls are refused (``FAILED_PRECONDITION EPISODE_ENDED``).
+grades runs (`webenv.client.episode.Episode`), as text for the model and as structured content for the program
+(:class:`Verdict`, the tool's output schema: ``graded``, ``passed``, ``score``, ``facts``; ``graded`` false and
+``passed``/``score`` null without a judge); later tool calls are refused (``FAILED_PRECONDITION EPISODE_ENDED``).
 An episode an infrastructure failure cut short (the farm died, the session expired, the judge failed) is never
 answered with a failed verdict: ``answer`` is the error ``<STATUS> EPISODE_INTERRUPTED: ...``.
 
@@ -29,18 +31,37 @@ from __future__ import annotations
 import os
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Annotated, Literal
 
 import typer
 from mcp.server.mcpserver import Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
+from mcp_types import CallToolResult, TextContent
+from typing_extensions import TypedDict  # pydantic builds the output schema from it (typing's: Python 3.12+)
 from webenv import errors
 from webenv.client import EnvironmentClient, make_channel, observation_spec
 from webenv.client.episode import Episode
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import judge_pb2_grpc, task_pb2, task_pb2_grpc
 
-__all__ = ["FarmSession", "build_server"]
+__all__ = ["FarmSession", "Verdict", "build_server"]
+
+
+class Fact(TypedDict):
+    """One rubric fact's result."""
+
+    fact_id: str
+    outcome: str  # holds, fails, undecidable (the judge's FactOutcome, lower case)
+    reason: str
+
+
+class Verdict(TypedDict):
+    """The ``answer`` tool's structured content: the judge's verdict of the ended episode."""
+
+    graded: bool  # whether a judge graded the episode (the server was started with --judge)
+    passed: bool | None  # None when not graded
+    score: float | None
+    facts: list[Fact]
 
 _SPEC = observation_spec(("axtree",))
 _SHOT = observation_spec(("screenshot",), codec=pb.IMAGE_CODEC_PNG)
@@ -123,8 +144,9 @@ class FarmSession:
             raise _tool_error(exc) from None
         return bytes(resp.observation.screenshot.data)
 
-    async def answer(self, text: str) -> str:
-        """Submit the final answer, end the episode and (with a judge) grade it."""
+    async def answer(self, text: str) -> CallToolResult:
+        """Submit the final answer, end the episode and (with a judge) grade it: the verdict as text and as
+        structured content (:class:`Verdict`)."""
         await self.ensure()
         assert self.episode is not None
         if not self.done and self.episode.error is None:
@@ -138,16 +160,19 @@ class FarmSession:
         self.ended = "the episode ended with answer"
         if not self.judge:
             await self.episode.close()
-            return "Answer submitted; the episode has ended (no judge configured: not graded)."
+            return _result("Answer submitted; the episode has ended (no judge configured: not graded).",
+                           Verdict(graded=False, passed=None, score=None, facts=[]))
         try:
             async with make_channel(self.judge, timeout=self.timeout) as ch:
                 verdict = await self.episode.grade(judge_pb2_grpc.JudgeServiceStub(ch), deadline=self.timeout)
         except errors.WebenvError as exc:
             raise _tool_error(exc) from None
-        facts = "\n".join(f"- {r.fact_id}: {pb.FactOutcome.Name(r.outcome).removeprefix('FACT_OUTCOME_').lower()}"
-                          f"{f' ({r.reason})' if r.reason else ''}" for r in verdict.results)
-        return (f"The episode has ended. Verdict: {'passed' if verdict.passed else 'failed'} (score {verdict.score:g})"
-                f"\n{facts}").rstrip()
+        facts = [Fact(fact_id=r.fact_id, outcome=pb.FactOutcome.Name(r.outcome).removeprefix("FACT_OUTCOME_").lower(),
+                      reason=r.reason) for r in verdict.results]
+        lines = "\n".join(f"- {f['fact_id']}: {f['outcome']}{f' ({r})' if (r := f['reason']) else ''}" for f in facts)
+        text = (f"The episode has ended. Verdict: {'passed' if verdict.passed else 'failed'} (score {verdict.score:g})"
+                f"\n{lines}").rstrip()
+        return _result(text, Verdict(graded=True, passed=verdict.passed, score=verdict.score, facts=facts))
 
     async def close(self) -> None:
         if self.episode is not None:
@@ -156,6 +181,10 @@ class FarmSession:
         if self.client is not None:
             await self.client.aclose()
             self.client = None
+
+
+def _result(text: str, verdict: Verdict) -> CallToolResult:
+    return CallToolResult(content=[TextContent(type="text", text=text)], structured_content=dict(verdict))
 
 
 def _target(ref: str) -> pb.ElementTarget:
@@ -229,7 +258,7 @@ def build_server(session: FarmSession) -> MCPServer:
         return Image(data=await session.screenshot(), format="png")
 
     @server.tool()
-    async def answer(text: str = "") -> str:
+    async def answer(text: str = "") -> Annotated[CallToolResult, Verdict]:
         """Give the final answer and end the task (the answer for tasks that ask a question; empty otherwise);
         answers with the judge's verdict when the server grades."""
         return await session.answer(text)
