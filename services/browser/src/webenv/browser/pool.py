@@ -31,8 +31,8 @@ from webenv.browser.settle.watchers import ContextState, watch_context
 log = logging.getLogger(__name__)
 
 # Playwright passes its own --disable-features list; passing the switch ourselves replaces it, so we
-# read Playwright's list from its driver and append the two omnibox features (machine-facts.md:
-# halves memory per context and cuts new_context+new_page from ~300 ms to ~165 ms).
+# read Playwright's list from its driver and append the two omnibox features (measured on
+# this project's machines: halves memory per context and cuts new_context+new_page from ~300 ms to ~165 ms).
 _FALLBACK_DISABLED = [
     "AvoidUnnecessaryBeforeUnloadCheckSync", "DestroyProfileOnBrowserClose", "HttpsUpgrades",
     "HttpsFirstBalancedModeAutoEnable", "LensOverlay", "MediaRouter", "PaintHolding",
@@ -78,7 +78,8 @@ def network_args(sites_http_addr: str, egress_port: int | None) -> list[str]:
 
 
 def chromium_args(sites_http_addr: str, marker: str, extra: str = "", egress_port: int | None = None) -> list[str]:
-    """Launch switches: machine-facts.md's set, the network (`network_args`) and a marker to find the pid."""
+    """Launch switches: headless on a small machine (no sandbox, GPU, background networking, updates, sync or QUIC),
+    the network (`network_args`) and a marker to find the pid."""
     features = playwright_disabled_features() + _EXTRA_DISABLED
     args = [
         "--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update",

@@ -1,7 +1,7 @@
 """Task adapters: task-specific setup at open, env-side reward after each step, evidence at close.
 
 - `TaskAdapter` (the base): a bare start URL (also YAML/rubric/real-web tasks: they are judged elsewhere).
-- `MiniWobAdapter`: the MiniWoB++ page protocol (machine-facts.md): open the task page, wait for
+- `MiniWobAdapter`: the MiniWoB++ page protocol (its core.js): open the task page, wait for
   `#sync-task-cover` (the page's `window.onload` runs `core.startEpisode()`, which creates the click
   canvas and the cover: resetting before it fails in `core.canvasClear`, and an onload that comes
   after the reset would cover the task again), end any episode, seed, `core.setDataMode("train")`,
