@@ -533,10 +533,6 @@ def compile_criterion(criterion: common_pb2.Criterion, max_regex: int) -> tuple[
         if kind == "llm":
             compile_llm(criterion.llm)
             return kind, None
-        if kind == "benchmark":
-            from webenv.judge.benchmarks import compile_benchmark  # it builds on this module's checks
-
-            return kind, compile_benchmark(criterion.benchmark)
     except CriterionProblem as exc:
         exc.field = f"{kind}.{exc.field}" if exc.field else kind
         raise

@@ -12,6 +12,7 @@ import threading
 from collections import OrderedDict
 from dataclasses import dataclass
 
+from webenv.judge.benchmarks import compile_benchmark
 from webenv.judge.criteria import DEFAULT_MAX_REGEX_CHARS, Checker, CriterionProblem, compile_criterion
 from webenv.v1 import common_pb2
 
@@ -65,6 +66,18 @@ class RubricInvalid(ValueError):
         self.problems = problems
 
 
+def _criterion(criterion: common_pb2.Criterion, max_regex: int) -> tuple[str, Checker | None]:
+    """(kind, checker) of a criterion: a benchmark's own evaluator (benchmarks.py, built on criteria.py's checks),
+    or one of criteria.py's kinds."""
+    if criterion.WhichOneof("kind") != "benchmark":
+        return compile_criterion(criterion, max_regex)
+    try:
+        return "benchmark", compile_benchmark(criterion.benchmark)
+    except CriterionProblem as exc:
+        exc.field = f"benchmark.{exc.field}" if exc.field else "benchmark"
+        raise
+
+
 def _compile(rubric: common_pb2.Rubric, max_regex: int) -> tuple[list[CompiledFact], list[Problem]]:
     facts: list[CompiledFact] = []
     problems: list[Problem] = []
@@ -92,7 +105,7 @@ def _compile(rubric: common_pb2.Rubric, max_regex: int) -> tuple[list[CompiledFa
                                         "DUPLICATE_ID"))
             seen_facts.add(fact.fact_id)
             try:
-                kind, checker = compile_criterion(fact.criterion, max_regex)
+                kind, checker = _criterion(fact.criterion, max_regex)
             except CriterionProblem as exc:
                 cfield = f"{ffield}.criterion.{exc.field}" if exc.field else f"{ffield}.criterion"
                 problems.append(Problem(fact.fact_id, cfield, exc.message, exc.reason, exc.construct))
