@@ -11,15 +11,12 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
-from typing import TYPE_CHECKING
 
 from webenv.sites import content as c
 from webenv.sites.families import FAMILIES
 from webenv.sites.families.base import FamilySpec, Item
 from webenv.splits import SYNTHETIC_DOMAIN, split_of
-
-if TYPE_CHECKING:
-    from webenv.sites.builders.base import Builder
+from webenv.v1 import common_pb2 as pb
 
 DOMAIN = SYNTHETIC_DOMAIN
 
@@ -67,23 +64,16 @@ class Site:
     family: FamilySpec
     number: int
     seed: int
-    builder_name: str = "platform"
+    builder_name: str = "platform"  # its builder (webenv.sites.builders) and that builder's split
+    builder_split: int = pb.SPLIT_TRAIN
 
     @cached_property
     def host(self) -> str:
         return site_host(self.family.name, self.number)
 
     @cached_property
-    def builder(self) -> Builder:
-        from webenv.sites import builders
-
-        return builders.get(self.builder_name)
-
-    @cached_property
     def split(self) -> int:
-        from webenv.sites import builders
-
-        return builders.stricter_split(split_of(self.host), builders.split_of_builder(self.builder_name))
+        return stricter_split(split_of(self.host), self.builder_split)
 
     @cached_property
     def _rng_seed(self) -> tuple[object, ...]:
@@ -176,24 +166,36 @@ def site_host(family: str, number: int) -> str:
     return f"{family}-{number:04d}.{DOMAIN}"
 
 
+_RANK = {pb.SPLIT_TRAIN: 0, pb.SPLIT_VALIDATION: 1, pb.SPLIT_TEST: 2}
+
+
+def stricter_split(a: int, b: int) -> int:
+    """The more held-out of two splits (train < validation < test)."""
+    return a if _RANK[a] >= _RANK[b] else b
+
+
+def assign_builder(family: str, number: int, seed: int, choices: tuple[str, ...]) -> str:
+    """The builder of site `number` of a family: a pure function of (family, number, seed); a family's sites cycle
+    through every builder of `choices`, from an offset per family and seed."""
+    return choices[(number + c.stable_int("builder", family, seed)) % len(choices)]
+
+
 class SiteCatalog:
-    """All sites, `count` in total, spread evenly over the families in a fixed order, and over the builders
-    named in `builders` (every registered builder when empty; `("platform",)` is the single-platform web)."""
+    """All sites, `count` in total, spread evenly over the families in a fixed order, and over `builders`
+    (builder name -> its split; the world passes the registry's, webenv.sites.builders; by default every site is
+    built by `platform`, the single-platform web)."""
 
-    def __init__(self, count: int, seed: int, builders: tuple[str, ...] | list[str] = ()) -> None:
-        from webenv.sites import builders as registry
-
+    def __init__(self, count: int, seed: int, builders: dict[str, int] | None = None) -> None:
         self.seed = seed
-        choices = tuple(builders) or tuple(registry.names())
-        for name in choices:
-            registry.get(name)  # KeyError naming it
-        self.builders = choices
+        self.builders = dict(builders or {"platform": pb.SPLIT_TRAIN})
+        choices = tuple(self.builders)
         fams = list(FAMILIES.values())
         self.sites: list[Site] = []
         for i in range(count):
             fam = fams[i % len(fams)]
             number = i // len(fams)
-            self.sites.append(Site(fam, number, seed, registry.assign(fam.name, number, seed, choices)))
+            name = assign_builder(fam.name, number, seed, choices)
+            self.sites.append(Site(fam, number, seed, name, self.builders[name]))
         self.by_host: dict[str, Site] = {s.host: s for s in self.sites}
 
     def get(self, host: str) -> Site | None:

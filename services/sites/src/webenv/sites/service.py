@@ -25,7 +25,7 @@ def world_from(settings: Settings) -> World:
     return build_world(count=settings.sites_count, seed=settings.sites_seed, yaml_dirs=settings.sites_yaml_dirs,
                        rubric_dirs=settings.sites_rubric_dirs, builtin=settings.sites_builtin_tasks,
                        with_miniwob=settings.sites_miniwob, real_web=settings.sites_real_web,
-                       max_sessions=settings.sites_max_sessions)
+                       max_sessions=settings.sites_max_sessions, builders=settings.sites_builders)
 
 
 class SitesService:

@@ -16,6 +16,7 @@ import json
 import random
 from dataclasses import dataclass, field
 
+from webenv.sites import builders
 from webenv.sites import content as c
 from webenv.sites.builders.base import PAGE_SIZE, answer, search
 from webenv.sites.catalog import Site
@@ -94,7 +95,7 @@ class TaskFactory:
         self.site = site
         self.fam = site.family
         self.user = site.users[0]
-        self.builder = site.builder
+        self.builder = builders.get(site.builder_name)
 
     # building blocks of oracles: the site's builder turns each abstract step into actions on its pages
     def prelude(self, login: bool) -> list[pb.Action]:

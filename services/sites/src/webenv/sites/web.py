@@ -19,6 +19,7 @@ from starlette.exceptions import HTTPException
 from starlette.requests import Request
 from starlette.responses import PlainTextResponse, Response
 from starlette.staticfiles import StaticFiles
+from webenv.sites import builders
 from webenv.sites.builders.base import Ctx
 from webenv.sites.catalog import Site, SiteCatalog
 from webenv.sites.state import State, StateStore, default_state, valid_session_id
@@ -97,7 +98,7 @@ class SitesApp:
         if request.method == "POST":
             body = (await request.body()).decode("utf-8", "replace")
             form = {k: v[-1] for k, v in parse_qs(body, keep_blank_values=True).items()}
-        response = site.builder.route(Ctx(site, session, st, request, form))
+        response = builders.get(site.builder_name).route(Ctx(site, session, st, request, form))
         if new_cookie:
             response.set_cookie(COOKIE, session, path="/", httponly=True, samesite="lax")
         return response

@@ -7,6 +7,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from webenv.sites import builders as site_builders
 from webenv.sites import miniwob
 from webenv.sites.catalog import SiteCatalog
 from webenv.sites.state import StateStore
@@ -63,9 +64,11 @@ def build_tasks(sites: SiteCatalog, *, yaml_dirs: list[str] = (), rubric_dirs: l
 
 def build_world(*, count: int = 1000, seed: int = 0, yaml_dirs: list[str] = (), rubric_dirs: list[str] = (),  # type: ignore[assignment]
                 builtin: bool = True, with_miniwob: bool = True, real_web: bool = False,
-                max_sessions: int = 100_000) -> World:
+                max_sessions: int = 100_000, builders: list[str] | tuple[str, ...] = ()) -> World:
+    """The world; `builders` names the site builders sites are spread over (every registered one when empty,
+    ["platform"] for the single-platform web)."""
     t0 = time.perf_counter()
-    sites = SiteCatalog(count, seed)
+    sites = SiteCatalog(count, seed, site_builders.splits(builders))
     tasks = TaskCatalog(build_tasks(sites, yaml_dirs=yaml_dirs, rubric_dirs=rubric_dirs, builtin=builtin,
                                     with_miniwob=with_miniwob, real_web=real_web))
     store = StateStore(max_sessions=max_sessions)

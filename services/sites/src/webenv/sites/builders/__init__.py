@@ -19,24 +19,25 @@ builder), the builder renders. The family content (families/) and the site state
 the builder. A builder is one module here, registered in `REGISTRY` below with its split.
 
 Splits by builder, beside the split by website (webenv.splits.split_of): a site built by a validation builder is
-a validation site, one built by a held-out builder a test site (`stricter_split`), unless its host is already
+a validation site, one built by a held-out builder a test site (catalog.stricter_split), unless its host is already
 further held out. So everything that honours the split (ListTasks --split, the learning loop, the trainer's
 refusal of held-out episodes) keeps held-out builders out of training.
 """
 
 from __future__ import annotations
 
-from webenv.sites import content as c
 from webenv.sites.builders.base import Builder
+from webenv.sites.builders.ledger import Ledger
 from webenv.sites.builders.platform import Platform
+from webenv.sites.builders.storefront import Storefront
 from webenv.v1 import common_pb2 as pb
 
 #: Every builder by name, with the split of its sites (SPLIT_TRAIN, SPLIT_VALIDATION or SPLIT_TEST = held out).
 REGISTRY: dict[str, tuple[Builder, int]] = {
     "platform": (Platform(), pb.SPLIT_TRAIN),
+    "ledger": (Ledger(), pb.SPLIT_TRAIN),
+    "storefront": (Storefront(), pb.SPLIT_TRAIN),
 }
-
-_RANK = {pb.SPLIT_TRAIN: 0, pb.SPLIT_VALIDATION: 1, pb.SPLIT_TEST: 2}
 
 
 def names() -> list[str]:
@@ -51,20 +52,11 @@ def get(name: str) -> Builder:
         raise KeyError(f"unknown builder {name!r}; builders: {', '.join(REGISTRY)}") from None
 
 
-def split_of_builder(name: str) -> int:
-    return REGISTRY[name][1]
+def splits(chosen: list[str] | tuple[str, ...] = ()) -> dict[str, int]:
+    """{builder name: its split} for the chosen builders (every registered one when none is chosen), the argument
+    catalog.SiteCatalog takes; an unknown name is a KeyError naming it."""
+    return {n: (get(n), REGISTRY[n][1])[1] for n in (chosen or REGISTRY)}
 
 
-def builders_of_split(split: int) -> list[str]:
+def of_split(split: int) -> list[str]:
     return [n for n, (_, s) in REGISTRY.items() if s == split]
-
-
-def stricter_split(a: int, b: int) -> int:
-    """The more held-out of two splits (train < validation < test)."""
-    return a if _RANK[a] >= _RANK[b] else b
-
-
-def assign(family: str, number: int, seed: int, choices: tuple[str, ...]) -> str:
-    """The builder of site `number` of a family: a pure function of (family, number, seed), so a family's sites
-    cycle through every builder of `choices` (from an offset per family and seed)."""
-    return choices[(number + c.stable_int("builder", family, seed)) % len(choices)]

@@ -69,6 +69,11 @@ def answer(text: str) -> pb.Action:
     return pb.Action(answer=pb.AnswerAction(text=text))
 
 
+def with_query(url: str, **params: str) -> str:
+    """url plus query parameters, whether or not it already has a query."""
+    return url + ("&" if "?" in url else "?") + urlencode(params)
+
+
 def css_str(value: str) -> str:
     """A CSS string literal (for attribute selectors such as a[href="..."])."""
     return '"' + value.replace("\\", "\\\\").replace('"', '\\"') + '"'
@@ -407,7 +412,7 @@ class Builder:
         kind = m.kind
         if kind in PRIVATE and site.family.login_required and ctx.user is None:
             here = path + ("?" + req.url.query if req.url.query else "")
-            return self.redirect(self.url(site, "login") + "?" + urlencode({"next": here}))
+            return self.redirect(with_query(self.url(site, "login"), next=here))
         if kind == "home":
             return self.page(ctx, "Home", self.render_home(ctx))
         if kind == "listing":
@@ -435,7 +440,7 @@ class Builder:
             return self.page(ctx, "About", self.render_about(ctx, m.get("ref")))
         if kind == "account":
             if ctx.user is None:
-                return self.redirect(self.url(site, "login") + "?" + urlencode({"next": self.url(site, "account")}))
+                return self.redirect(with_query(self.url(site, "login"), next=self.url(site, "account")))
             return self.page(ctx, "Account", self.render_account(ctx))
         if kind == "done" and site.family.action is not None:
             rec = next((r for r in ctx.st[site.family.action.key] if r["id"] == m.get("id")), None)
@@ -527,7 +532,7 @@ class Builder:
             lines.append({"sku": item.id, "title": item.title, "qty": qty, "price": item.value})
         else:
             line["qty"] = min(10, line["qty"] + qty)
-        return self.redirect(self.url(ctx.site, "cart") + "?" + urlencode({"added": item.id}))
+        return self.redirect(with_query(self.url(ctx.site, "cart"), added=item.id))
 
     def checkout(self, ctx: Ctx) -> Response:
         if ctx.request.method != "POST":
