@@ -299,3 +299,69 @@ def test_train_stops_its_stack_on_sigterm(tmp_path):
     finally:
         if proc.poll() is None:
             proc.kill()
+
+
+HOLD = """import sys
+if sys.argv[2] == "store":  # a collector left running by a `webenv up` that was killed: the store held, no claim
+    import clickhouse_connect
+    client = clickhouse_connect.get_client(dsn="chdb://" + sys.argv[1] + "/store")
+else:  # a `webenv up` still starting (claimed, no stack.json), then up (stack.json written)
+    from webenv.cli.stack import Stack
+    stack = Stack(sys.argv[1])
+    stack.claim()
+print("ready", flush=True)
+for line in sys.stdin:
+    stack.write_state()
+    print("ready", flush=True)
+"""
+
+
+def test_up_refuses_a_second_stack_on_its_data_folder_and_a_held_store_says_why(tmp_path, monkeypatch):
+    """One stack per data folder. A second `webenv up` there, whether the first is up (stack.json) or still
+    starting (no stack.json yet: the start-up race), says so and exits 1 before it starts anything; before, its
+    collector failed on the store the first one held with chDB's "Error initializing EmbeddedServer: .
+    (BAD_ARGUMENTS)". A store held without a stack (a collector left by a killed `webenv up`) fails the collector's
+    start-up with the cause and the holder named, first in the launcher's error, not cut off by the log's tail."""
+    import subprocess
+    import sys
+
+    data = tmp_path / "data"
+    launched: list[str] = []
+    monkeypatch.setattr(Stack, "_launch", lambda self, key, *a: launched.append(key))
+
+    def holding(how: str) -> subprocess.Popen:
+        proc = subprocess.Popen([sys.executable, "-c", HOLD, str(data), how], stdin=subprocess.PIPE,
+                                stdout=subprocess.PIPE, text=True)
+        assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+        return proc
+
+    holder = holding("up")
+    try:
+        for said in ("still starting or not `webenv up`: no stack.json yet", "`webenv up`, pid {pid}; its addresses in"):
+            res = invoke("up", "--data-dir", str(data), "--free-ports")
+            text = " ".join(res.output.split())
+            assert res.exit_code == 1 and not launched, res.output
+            assert f"a stack is already running on {data.resolve()}" in text, text
+            assert said.format(pid=holder.pid) in text and f"kill {holder.pid}" in text, text
+            holder.stdin.write("write stack.json\n")  # type: ignore[union-attr]
+            holder.stdin.flush()  # type: ignore[union-attr]
+            assert holder.stdout.readline().strip() == "ready"  # type: ignore[union-attr]
+    finally:
+        holder.kill()
+        holder.wait()
+    monkeypatch.undo()
+
+    holder = holding("store")
+    stack = Stack(data, free_ports=True)
+    try:
+        stack.start(("collector",))
+        raise AssertionError("the collector started on a held store")
+    except RuntimeError as exc:
+        first = str(exc).splitlines()[0]
+    finally:
+        stack.stop()
+        holder.kill()
+        holder.wait()
+    assert first.startswith("collector exited with code 1 during start-up: StoreError: cannot connect"), first
+    assert f"Cannot lock file {data.resolve() / 'store' / 'status'}" in first, first
+    assert f"process {holder.pid} (" in first, first

@@ -11,14 +11,17 @@ the other commands read it (``running_stack``), so a stack on free ports needs n
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import IO
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -37,6 +40,7 @@ DEFAULT_GATEWAY_HTTP_PORT = 8080
 
 
 STATE_FILE = "stack.json"
+LOCK_FILE = "stack.lock"  # held (flock) by the process that runs a stack on its data folder, with its pid inside
 
 
 def state_path() -> Path:
@@ -83,6 +87,16 @@ def wait_serving(address: str, timeout: float, proc: subprocess.Popen | None = N
     raise RuntimeError(f"{name or address} not SERVING after {timeout:.0f}s")
 
 
+def last_error(log: str) -> str:
+    """The error a service's start-up ended with: the last ``module.Error: message`` line of its log (the
+    final line of a Python traceback), bounded; '' when there is none."""
+    for line in reversed(log.splitlines()[-200:]):
+        m = re.match(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit)): (.+)$", line)
+        if m:
+            return f"{m.group(1).rsplit('.', 1)[-1]}: {m.group(2)}"[:1000]
+    return ""
+
+
 @dataclass
 class Stack:
     """Ports, folders and processes of one local stack."""
@@ -98,6 +112,7 @@ class Stack:
     http_port: int = DEFAULT_HTTP_PORT
     gateway_http_port: int = DEFAULT_GATEWAY_HTTP_PORT
     python: str = sys.executable
+    _lock: IO[str] | None = field(default=None, init=False, repr=False)  # DATA_DIR/stack.lock, open while it runs
 
     def __post_init__(self) -> None:
         self.data_dir = Path(self.data_dir)
@@ -173,8 +188,45 @@ class Stack:
         env |= self.extra_env
         return env
 
+    def claim(self) -> None:
+        """Hold DATA_DIR/stack.lock for as long as this stack runs (released by ``stop``, or when this process ends).
+
+        One stack per data folder: its collector's embedded store admits one process. A second stack on the same
+        folder (a second `webenv up` in the checkout, or one started while the first is still starting, before
+        its stack.json exists) is refused here, before it starts anything, with a RuntimeError that names the
+        running one; before, its collector failed on the store the first one holds, with chDB's opaque
+        "Error initializing EmbeddedServer"."""
+        if self._lock is not None:
+            return
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        path = self.data_dir / LOCK_FILE
+        lock = open(path, "a+", encoding="utf-8")  # held open until stop()
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            lock.seek(0)
+            holder = lock.read().strip()[:20]
+            lock.close()
+            state = running_stack(self.data_dir / STATE_FILE)
+            if state is not None:
+                where = (f"`webenv up`, pid {state.get('pid')}; its addresses in {self.data_dir / STATE_FILE}"
+                         + (f", console {state['console']}" if state.get("console") else ""))
+            else:
+                where = f"pid {holder or '?'}, still starting or not `webenv up`: no {STATE_FILE} yet"
+            raise RuntimeError(
+                f"a stack is already running on {self.data_dir.resolve()} ({where}): use it, stop it first "
+                f"(kill {state.get('pid') if state else holder or 'its process'}), or start this one with another "
+                "--data-dir") from None
+        lock.seek(0)
+        lock.truncate()
+        lock.write(f"{os.getpid()}\n")
+        lock.flush()
+        self._lock = lock
+
     def start(self, services: tuple[str, ...] = (), timeout: float = 120.0, on_ready=None) -> None:
-        """Start ``services`` (default: all of this stack's) in order, each health-gated."""
+        """Start ``services`` (default: all of this stack's) in order, each health-gated, once this process holds
+        the data folder (``claim``)."""
+        self.claim()
         for name in services or self.services:
             self._launch(name, name, self.env_for(name), timeout)
             if on_ready is not None:
@@ -203,9 +255,12 @@ class Stack:
         try:
             wait_serving(self.address(key), timeout, self.procs[key], service)
         except RuntimeError as exc:
-            tail = (logs / f"{key}.log").read_text(errors="replace")[-2000:]
+            text = (logs / f"{key}.log").read_text(errors="replace")
+            exited = self.procs[key].poll() is not None
             self.stop()
-            raise RuntimeError(f"{exc}\n--- {logs / f'{key}.log'} (tail) ---\n{tail}") from None
+            error = last_error(text) if exited else ""  # first, so a long traceback's tail cannot cut it off
+            raise RuntimeError(f"{exc}{': ' + error if error else ''}\n--- {logs / f'{key}.log'} (tail) ---\n"
+                               f"{text[-2000:]}") from None
 
     def write_state(self) -> Path:
         """Record where the stack runs (``data_dir/stack.json``) so later commands find it without flags."""
@@ -246,6 +301,9 @@ class Stack:
                 p.kill()
                 p.wait()
         self.procs.clear()
+        if self._lock is not None:
+            self._lock.close()
+            self._lock = None
 
     def dead(self) -> list[str]:
         """Services that exited."""

@@ -14,12 +14,16 @@ batches) are handed the ``Store`` on that thread by ``AsyncStore.read``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import fcntl
+import os
 import re
 import threading
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, datetime
 from importlib import resources
+from pathlib import Path
 from typing import Concatenate, ParamSpec, TypeVar
 
 import clickhouse_connect
@@ -37,6 +41,39 @@ class StoreError(errors.Unavailable):
     """The store could not be reached or refused a statement (an RPC that meets it ends UNAVAILABLE)."""
 
     default_reason = "STORE_UNAVAILABLE"
+
+
+def embedded_store_holder(url: str) -> str:
+    """Why an embedded store (``chdb:///path``) cannot be opened when another process has it open: chDB holds an
+    exclusive lock on ``<path>/status`` while open (its own error then says only "Error initializing
+    EmbeddedServer"); '' when the lock is free (the cause is something else) or the URL is not embedded."""
+    if not url.startswith("chdb://"):
+        return ""
+    status = Path(url.removeprefix("chdb://").split("?", 1)[0]) / "status"
+    try:
+        fd = os.open(status, os.O_RDONLY)
+    except OSError:
+        return ""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        pass
+    else:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return ""
+    finally:
+        os.close(fd)
+    holder = ""
+    with contextlib.suppress(OSError):
+        m = re.search(r"^PID: (\d+)", status.read_text(errors="replace"), re.M)  # chDB writes its pid there
+        if m:
+            holder = f"process {m.group(1)}"
+            with contextlib.suppress(OSError):
+                cmd = Path(f"/proc/{m.group(1)}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+                holder += f" ({cmd.strip()[:120]})" if cmd.strip() else ""
+    return (f"Cannot lock file {status}. Another server instance in same directory is already running: "
+            f"{holder or 'another process'} has this store open (another collector, or a stack on the same data "
+            "folder); stop it, or give this collector another WEBENV_DATA_DIR or WEBENV_STORE_URL")
 
 
 def migrations() -> list[tuple[int, str, str]]:
@@ -77,7 +114,9 @@ class Store:
                         dsn=self.url, connect_timeout=3, send_receive_timeout=30
                     )
             except Exception as exc:  # any connection failure means "store down"
-                raise StoreError(f"cannot connect to store {self.url}: {exc}") from exc
+                cause = embedded_store_holder(self.url)  # chDB's own message does not say it
+                raise StoreError(f"cannot connect to store {self.url}: {cause + ' (' if cause else ''}{exc}"
+                                 f"{')' if cause else ''}") from exc
             if not self._migrated:
                 self._migrate()
         return self._client

@@ -28,7 +28,8 @@ def up(
     one); stop them all on Ctrl-C or SIGTERM.
 
     While it runs, DATA_DIR/stack.json records the addresses: the other commands run from the same folder
-    (or with WEBENV_STACK_FILE pointing at it) find the stack without address flags.
+    (or with WEBENV_STACK_FILE pointing at it) find the stack without address flags. One stack per data folder:
+    while one runs (or starts) there, a second `webenv up` on it says so and exits 1.
     """
     if worldmodel is None and (DEFAULT_WORLDMODEL / "config.json").exists():
         worldmodel = DEFAULT_WORLDMODEL
@@ -38,6 +39,11 @@ def up(
         raise typer.BadParameter(f"{checkpoints}: no such folder", param_hint="--checkpoints")
     stack = Stack(data_dir, free_ports=free_ports, sites_count=sites_count, worldmodel=str(worldmodel or ""),
                   checkpoints=str(checkpoints or ""))
+    try:  # one stack per data folder: a second `webenv up` here is refused before anything starts
+        stack.claim()
+    except RuntimeError as exc:
+        console.print(str(exc), style="red", markup=False, highlight=False)
+        raise typer.Exit(1) from None
     stopping = False
 
     def on_signal(signum, frame):
@@ -71,8 +77,8 @@ def up(
                 console.print(f"[red]exited:[/red] {', '.join(dead)} (see logs); stopping")
                 break
             time.sleep(0.5)
-    except RuntimeError as exc:
-        console.print(f"[red]{exc}[/red]")
+    except RuntimeError as exc:  # as written: a log tail's [brackets] are not markup
+        console.print(str(exc), style="red", markup=False, highlight=False)
         raise typer.Exit(1) from None
     finally:
         stack.remove_state()
