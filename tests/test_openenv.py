@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import re
 import subprocess
@@ -106,6 +107,28 @@ def test_browsergym_actions_and_bad_input(stack: Stack) -> None:
         assert result.done and result.reward == 1.0, result.observation
     with pytest.raises(pydantic.ValidationError):  # an action over the limit is refused by the model
         WebAction(action="x" * 70_000)
+
+
+def test_a_misspelt_field_is_named(stack: Stack) -> None:
+    """A message with a misspelt field is answered naming it, not with a bare "Invalid message" (openenv-core's) nor
+    taken for a missing task_id; the session goes on."""
+    from websockets.sync.client import connect
+
+    with connect(stack.openenv_url.replace("http://", "ws://") + "/ws", open_timeout=10) as ws:
+        def ask(message: dict) -> dict:
+            ws.send(json.dumps(message))
+            return json.loads(ws.recv(timeout=60))
+
+        answer = ask({"type": "step", "data": {"actoin": "noop()"}})
+        assert answer["type"] == "error" and answer["data"]["code"] == "VALIDATION_ERROR", answer
+        message = answer["data"]["message"]
+        assert message.startswith("Invalid message: ") and "actoin: extra inputs" in message, message
+        assert "action: field required" in message and len(message) < 1000, message
+        answer = ask({"type": "reset", "data": {"taskid": "miniwob/click-test"}})
+        assert "INVALID_ARGUMENT BAD_FIELD: taskid: not a reset field" in answer["data"]["message"], answer
+        assert ask({"type": "reset", "data": {"task_id": "miniwob/click-test"}})["type"] == "observation"
+    with sync_client(stack) as env, pytest.raises(RuntimeError, match="BAD_FIELD: task: not a reset field"):
+        env.reset(task="miniwob/click-test")
 
 
 def test_concurrent_sessions_and_the_step_limit(stack: Stack) -> None:

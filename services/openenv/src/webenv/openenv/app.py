@@ -5,7 +5,9 @@ reflection and Prometheus /metrics (as the gateway serves its HTTP)."""
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
+from typing import Any
 
 from webenv.openenv.config import Settings
 from webenv.openenv.env import Backend, WebAction, WebEnvironment, WebObservation
@@ -18,16 +20,62 @@ from openenv.core.env_server.types import ConcurrencyConfig
 log = logging.getLogger("webenv.openenv")
 
 
+#: At most this many characters of field errors are added to an invalid message's answer.
+MAX_FIELD_ERRORS_CHARS = 600
+
+
+def name_the_fields(text: str) -> str:
+    """openenv-core's answer to a WebSocket message that fails validation says only ``Invalid message`` (the field
+    errors sit in ``data.errors``, which its EnvClient does not show): the message then names each field and what
+    is wrong with it, e.g. ``Invalid message: actoin: extra inputs are not permitted; action: field required``
+    (bounded). Any other answer passes unchanged."""
+    if '"Invalid message"' not in text:
+        return text
+    try:
+        answer = json.loads(text)
+        data = answer["data"]
+        found = [f"{'.'.join(str(p) for p in e.get('loc', ())) or 'message'}: {str(e.get('msg', '')).lower()}"
+                 for e in data.get("errors") or ()]
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return text
+    if data.get("message") != "Invalid message" or not found:
+        return text
+    detail = "; ".join(found)
+    if len(detail) > MAX_FIELD_ERRORS_CHARS:
+        detail = detail[:MAX_FIELD_ERRORS_CHARS] + " ..."
+    data["message"] = f"Invalid message: {detail}"
+    return json.dumps(answer)
+
+
+class FieldErrors:
+    """ASGI middleware: every WebSocket answer goes through :func:`name_the_fields`."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+
+    async def __call__(self, scope: dict, receive: Any, send: Any) -> None:
+        if scope["type"] != "websocket":
+            await self.app(scope, receive, send)
+            return
+
+        async def named(message: dict) -> None:
+            if message["type"] == "websocket.send" and message.get("text"):
+                message = {**message, "text": name_the_fields(message["text"])}
+            await send(message)
+
+        await self.app(scope, receive, named)
+
+
 def make_app(backend: Backend):  # type: ignore[no-untyped-def]
     """openenv-core's app over one shared backend (WEBENV_OPENENV_MAX_SESSIONS concurrent WebSocket sessions),
     behind the platform's bearer token when WEBENV_AUTH_TOKEN is set (openenv-core has no authentication of its
-    own; /health stays open for probes)."""
+    own; /health stays open for probes), its invalid-message answers naming the fields (:class:`FieldErrors`)."""
     settings = backend.settings
     app = create_fastapi_app(
         lambda: WebEnvironment(backend), WebAction, WebObservation,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=settings.openenv_max_sessions,
                                              session_timeout=settings.openenv_session_timeout_seconds))
-    return BearerAuth(app, settings.auth_token.get_secret_value())
+    return BearerAuth(FieldErrors(app), settings.auth_token.get_secret_value())
 
 
 class OpenEnvServer:

@@ -135,6 +135,10 @@ class WebEnvironment(Environment[WebAction, WebObservation, WebState]):
 
     async def reset_async(self, seed: int | None = None, episode_id: str | None = None, task_id: str = "",
                           **kwargs: Any) -> WebObservation:
+        if kwargs:  # a misspelt field (taskid, task-id) is named, never taken for a missing task_id
+            names = ", ".join(sorted(kwargs))[:200]
+            raise ValueError(f"INVALID_ARGUMENT BAD_FIELD: {names}: not a reset field (reset takes task_id, seed, "
+                             "episode_id)")
         if not task_id:
             raise ValueError("INVALID_ARGUMENT BAD_TASK: task_id: give a catalog task id (webenv tasks lists them)")
         env = self.backend.env()
