@@ -8,7 +8,8 @@ actions, observation specs and starts are INVALID_ARGUMENT naming the field; a r
 included) with the same action is answered from cache and never acted twice, the same index with another
 action or any other index is STEP_INDEX_MISMATCH; unknown, empty
 and ended sessions get the same codes and reasons; leases are validated, renewed and expire the same way;
-OpenSession is idempotent by request_id; StepStream answers every tagged item, failures as StreamErrors, without
+a step past its deadline counts on both (the sdk client's next step goes through); OpenSession is idempotent by
+request_id; StepStream answers every tagged item, failures as StreamErrors, without
 ending the stream; ForkSession bounds its count the same way and answers copies that start at step 0 on the parent's
 page, stepped and closed apart from it.
 """
@@ -28,6 +29,7 @@ import grpc
 import pytest
 from webenv import errors
 from webenv.actions import parse_action
+from webenv.client import EnvironmentClient
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 
 pytestmark = pytest.mark.timeout(180)
@@ -88,6 +90,21 @@ class Env:
     kind: str
     stub: environment_pb2_grpc.EnvironmentServiceStub
     env_kind: int
+    channel: grpc.aio.Channel
+
+
+def _slow_waits(sim: object) -> None:
+    """A simulated `wait(ms)` takes no time; here the world model's prediction of one takes as long as it asks,
+    standing in for a slow model (a language model under load), so a step runs past its deadline on both backends."""
+    predictor = sim.predictor  # type: ignore[attr-defined]
+    predict = predictor.predict
+
+    async def slow(query):  # type: ignore[no-untyped-def]
+        if query.action_text.startswith("wait("):
+            await asyncio.sleep(int(query.action_text[len("wait("):-1]) / 1000)
+        return await predict(query)
+
+    predictor.predict = slow
 
 
 @pytest.fixture(scope="module", params=["browser_farm", "world_model"])
@@ -113,8 +130,10 @@ async def env(request: pytest.FixtureRequest, page_server: str, tiny_world_model
         kind = common_pb2.ENV_KIND_WORLD_MODEL
     async with serving(settings) as served:
         server = served[0]
+        if request.param == "world_model":
+            _slow_waits(served[2])
         async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
-            yield Env(request.param, environment_pb2_grpc.EnvironmentServiceStub(channel), kind)
+            yield Env(request.param, environment_pb2_grpc.EnvironmentServiceStub(channel), kind, channel)
 
 
 async def _error(call) -> errors.WebenvError:
@@ -196,6 +215,24 @@ async def test_repeated_step_index_is_answered_from_cache_step_zero_included(env
     again = await env.stub.Step(_step(sid, "noop()", None))  # the same action unset again is a new step, not a retry
     assert again.step_index == 3
     await env.stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid))
+
+
+async def test_a_step_past_its_deadline_counts_on_both(env: Env) -> None:
+    """One rule (the sdk's EnvironmentService): a timed-out step counts, on the farm (whose hung renderer may have
+    acted) and the world model (whose page did not change) alike, so the sdk client's next step goes through."""
+    async with EnvironmentClient(env.channel) as client:
+        sid = (await client.open(start_url=START)).session.session_id
+        assert (await client.step(sid, "noop()")).step_index == 0
+        t0 = time.monotonic()
+        with pytest.raises(errors.DeadlineExceeded) as info:
+            await client.step(sid, "wait(3000)", timeout_seconds=0.3)
+        assert time.monotonic() - t0 < 2.5, env.kind
+        assert (info.value.reason, info.value.metadata.get("expected")) == ("STEP_TIMEOUT", "2"), (env.kind, info.value)
+        err = await _error(env.stub.Step(_step(sid, "wait(3000)", 1)))  # its retry: nothing cached, not the step before
+        assert isinstance(err, errors.FailedPrecondition) and err.reason == "STEP_INDEX_MISMATCH", (env.kind, err)
+        assert (await client.step(sid, "noop()")).step_index == 2, env.kind
+        assert (await client.get(sid)).step_count == 3, env.kind
+        await client.close(sid)
 
 
 async def test_unknown_empty_and_ended_sessions(env: Env) -> None:

@@ -3,8 +3,8 @@
 The backend counts: a session holds a number, `scroll` adds to it, `wait(ms)` sleeps, `answer` ends the episode.
 Checked here is what the skeleton does for every implementation (the farm and the world model: their wire
 behaviour is tests/test_environment_conformance.py): a repeated step_index is answered from cache and acted once;
-bad input is INVALID_ARGUMENT naming the field; a step past its deadline is DEADLINE_EXCEEDED and, for this backend,
-not counted; idle sessions and ended episodes are swept EXPIRED, only the last ended states and request ids are
+bad input is INVALID_ARGUMENT naming the field; a step past its deadline is DEADLINE_EXCEEDED and counted (the
+service's rule, whatever the backend did); idle sessions and ended episodes are swept EXPIRED, only the last ended states and request ids are
 kept; the limit refuses more sessions; StepStream answers every item.
 """
 
@@ -74,8 +74,8 @@ class CountingBackend:
         return environment_pb2.StepResponse(session_id=s.session_id, step_index=s.step_count, done=s.done,
                                             observation=common_pb2.Observation(markdown=str(s.value)))
 
-    async def step_timed_out(self, s: Counter, kind: str, seconds: float) -> errors.WebenvError:
-        return errors.DeadlineExceeded(f"step {s.step_count} exceeded {seconds:.3g}s", reason="STEP_TIMEOUT")
+    async def step_timed_out(self, s: Counter, kind: str, seconds: float) -> str:
+        return "nothing was reset"
 
     async def fork_capture(self, parent: Counter, request: environment_pb2.ForkSessionRequest) -> int:
         return parent.value
@@ -170,11 +170,14 @@ async def test_a_step_past_its_deadline_is_deadline_exceeded(served: Served) -> 
     t0 = time.monotonic()
     err = await _error(served.stub.Step(_step(sid, "wait(2000)", 0, timeout_seconds=0.1)))
     assert isinstance(err, errors.DeadlineExceeded) and err.reason == "STEP_TIMEOUT"
+    assert err.metadata["expected"] == "1" and "nothing was reset" in err.message  # counted, whatever the backend
     assert time.monotonic() - t0 < 1.5
+    err = await _error(served.stub.Step(_step(sid, "wait(2000)", 0)))  # its retry: no cached answer to give
+    assert isinstance(err, errors.FailedPrecondition) and err.reason == "STEP_INDEX_MISMATCH"
     with pytest.raises(grpc.aio.AioRpcError) as info:  # the RPC's own deadline bounds the step too
-        await served.stub.Step(_step(sid, "wait(2000)", 0), timeout=0.3)
+        await served.stub.Step(_step(sid, "wait(2000)", 1), timeout=0.3)
     assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
-    assert (await served.stub.Step(_step(sid, "noop()", 0))).step_index == 0  # not counted: step 0 again
+    assert (await served.stub.Step(_step(sid, "noop()", 2))).step_index == 2  # both timed-out steps counted
 
 
 async def test_idle_and_ended_sessions_are_evicted_and_memory_is_bounded(served: Served) -> None:

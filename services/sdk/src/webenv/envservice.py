@@ -27,8 +27,11 @@ episode's short lease stays the world model's: a browser tab can still act after
 
 Deadlines: a Step is bounded by its ``timeout_seconds``, else the backend's default (the farm's
 WEBENV_FARM_STEP_TIMEOUT_SECONDS; none for the world model), and never beyond the RPC's own deadline less
-:data:`DEADLINE_MARGIN_SECONDS` (an answer after it reaches no one). What a step past its deadline leaves behind is
-the backend's: the farm resets the hung renderer's context and counts the step; the world model changed nothing.
+:data:`DEADLINE_MARGIN_SECONDS` (an answer after it reaches no one). A step past its deadline counts, for every
+backend, decided here once (DEADLINE_EXCEEDED ``STEP_TIMEOUT`` naming the next index): the farm cannot tell whether
+a hung renderer acted, and a client (the sdk's EnvironmentClient) moves to the next index after a timeout whichever
+environment it talks to. What the session is left like is the backend's: the farm resets the hung renderer's
+context; the world model's page did not change.
 An OpenSession that completes within the margin of its caller's deadline is closed at once and answered
 DEADLINE_EXCEEDED ``OPEN_TOO_LATE``, and one whose RPC ends cancelled after the answer (the caller went away) is
 closed when grpc reports it: before, such a session held its browser context until its idle lease (seen in CI as
@@ -348,8 +351,9 @@ class EnvBackend(Protocol[S, T]):
         """One step, under the session's lock, answered with ``step_index = s.step_count`` (the service counts it)."""
         ...
 
-    async def step_timed_out(self, s: S, kind: str, seconds: float) -> errors.WebenvError:
-        """Under the lock, after a step ran past its deadline of `seconds`: tidy the session, return the error."""
+    async def step_timed_out(self, s: S, kind: str, seconds: float) -> str:
+        """Under the lock, after a step ran past its deadline of `seconds`: tidy the session and say what was done
+        (a clause of the DEADLINE_EXCEEDED message). Whether the step counted is the service's rule, not this."""
         ...
 
     async def fork_capture(self, parent: S, request: environment_pb2.ForkSessionRequest) -> T:
@@ -496,13 +500,28 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
                 try:
                     resp = await asyncio.wait_for(b.step(s, request, kind), timeout)
                 except TimeoutError as exc:
-                    raise await b.step_timed_out(s, kind, timeout) from exc
+                    raise await self._timed_out(s, kind, timeout) from exc
             s.step_count += 1
             s.last_response, s.last_action = resp, request.action
             s.renew()
             if s.done and self.table.done_lease_seconds is not None:  # kept for its close and a retry, then swept
                 s.lease_deadline = time.monotonic() + min(s.lease_seconds, self.table.done_lease_seconds)
             return resp
+
+    async def _timed_out(self, s: S, kind: str, seconds: float) -> errors.DeadlineExceeded:
+        """The one rule for a step past its deadline, for every backend: it counts (the action may have run, and the
+        farm cannot undo a hung renderer's), nothing is cached for it (a retry of its index is STEP_INDEX_MISMATCH,
+        never the step before it), and the error names the next index (``expected``, as STEP_INDEX_MISMATCH does),
+        which the sdk's EnvironmentClient moves to by itself."""
+        done = await self.backend.step_timed_out(s, kind, seconds)
+        index = s.step_count
+        s.step_count += 1
+        s.last_response, s.last_action = None, None
+        s.renew()
+        return errors.DeadlineExceeded(
+            f"step {index} of session {s.session_id} ({kind}) exceeded {seconds:.3g}s; {done}; the step counted: the "
+            f"next is step_index {index + 1}", reason="STEP_TIMEOUT",
+            metadata={"session_id": s.session_id, "kind": kind, "expected": str(index + 1)})
 
     async def StepStream(self, request_iterator: AsyncIterator[environment_pb2.StepStreamRequest],
                          context: grpc.aio.ServicerContext | None

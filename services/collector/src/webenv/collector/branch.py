@@ -23,11 +23,11 @@ import asyncio
 import logging
 import random
 
-import grpc
+from webenv import errors
 from webenv.collector import metrics
 from webenv.collector.episode import Context, EnvFailure, Episode, EpisodeJob, PeerFailure
 from webenv.collector.replicas import ReplicaSet
-from webenv.v1 import collector_pb2, environment_pb2
+from webenv.v1 import collector_pb2
 
 log = logging.getLogger(__name__)
 
@@ -44,18 +44,15 @@ async def _fork(anchor: Episode, count: int) -> list[Episode]:
     """ForkSession of the anchor's session into ``count`` episodes continuing from its state."""
     env = anchor.ctx.peers.env(anchor.env_address)
     t = len(anchor.steps)
-    resp = await env.stub.ForkSession(
-        environment_pb2.ForkSessionRequest(session_id=anchor.session_id, count=count,
-                                           request_id=f"{anchor.job.episode_id}/fork",
-                                           labels={"parent_episode_id": anchor.job.episode_id}),
-        timeout=anchor.ctx.step_timeout)
+    resp = await env.client.fork(anchor.session_id, count, request_id=f"{anchor.job.episode_id}/fork",
+                                 labels={"parent_episode_id": anchor.job.episode_id})
     forks = []
     for j, opened in enumerate(resp.sessions, start=1):
         ep = Episode(fork_job(anchor.job, j, t), anchor.spec, anchor.ctx, anchor.env_address,
                      session_id=opened.session.session_id, instruction=opened.instruction or anchor.instruction,
                      observation=opened.observation, steps=list(anchor.steps), history=list(anchor.history),
                      env_kind=opened.session.env_kind or anchor.env_kind, node=opened.session.node,
-                     policy_model=anchor.policy_model, policy_version=anchor.policy_version, env_step_base=t)
+                     policy_model=anchor.policy_model, policy_version=anchor.policy_version)
         forks.append(ep)
     return forks
 
@@ -120,8 +117,8 @@ async def _run_branched(job: EpisodeJob, spec: collector_pb2.RunSpec, ctx: Conte
             if not anchor.finished:
                 try:
                     forks = await _fork(anchor, b.count)
-                except grpc.aio.AioRpcError as exc:
-                    why = f"ForkSession at step {len(anchor.steps)}: {exc.code().name}: {exc.details()}"
+                except errors.WebenvError as exc:
+                    why = f"ForkSession at step {len(anchor.steps)}: {exc.code.name}: {exc.message}"
                     log.warning("episode %s: %s", job.episode_id, why)
                     forks = _failed_forks(anchor, b.count, why)
                     members += forks

@@ -205,7 +205,6 @@ class Episode:
     policy_model: str = ""
     policy_version: str = ""
     error: str = ""
-    env_step_base: int = 0  # steps taken before this session existed (a fork's copied prefix): the farm counts from 0
     started_at: datetime = field(default_factory=lambda: datetime.now(UTC))
     t0: float = field(default_factory=time.monotonic)
     finished_at: datetime | None = None
@@ -215,20 +214,14 @@ class Episode:
     async def open(self) -> None:
         """Open the session at the task (or start URL) and take the first observation."""
         env = self.ctx.peers.env(self.env_address)
-        req = environment_pb2.OpenSessionRequest(
-            request_id=f"{self.job.episode_id}/{self.attempt}",
-            observation_spec=self.spec.observation_spec,
-            seed=self.job.seed,
-            labels={"run_id": self.job.run_id, "episode_id": self.job.episode_id},
-        )
-        if self.job.task.source == common_pb2.TASK_SOURCE_URL:
-            req.start_url = self.job.task.start_url
-        else:
-            req.task.CopyFrom(self.job.task)
+        url_start = self.job.task.source == common_pb2.TASK_SOURCE_URL
         t = time.monotonic()
         try:
-            resp = await env.stub.OpenSession(req, timeout=self.ctx.step_timeout)
-        except grpc.aio.AioRpcError as exc:
+            resp = await env.client.open(
+                start_url=self.job.task.start_url if url_start else "", task=None if url_start else self.job.task,
+                spec=self.spec.observation_spec, seed=self.job.seed, request_id=f"{self.job.episode_id}/{self.attempt}",
+                labels={"run_id": self.job.run_id, "episode_id": self.job.episode_id})
+        except (errors.WebenvError, ValueError) as exc:  # ValueError: a URL task without its start URL
             raise _env_error("OpenSession", exc) from exc
         metrics.STEP_PHASE.labels("environment").observe(time.monotonic() - t)
         self.session_id = resp.session.session_id
@@ -275,15 +268,12 @@ class Episode:
         assert self.observation is not None
         index = len(self.steps)
         env = self.ctx.peers.env(self.env_address)
-        req = environment_pb2.StepRequest(
-            session_id=self.session_id, action=act.action, step_index=index - self.env_step_base,
-            timeout_seconds=self.ctx.step_timeout,
-        )
         t = time.monotonic()
         last_error = ""
         resp: environment_pb2.StepResponse | None = None
-        try:
-            resp = await env.steps.request(req, deadline=self.ctx.step_timeout + 5)
+        try:  # the sdk's client sends the session's step index and keeps it by the contract's rule
+            resp = await env.steps.step(self.session_id, act.action, timeout_seconds=self.ctx.step_timeout,
+                                        deadline=self.ctx.step_timeout + 5)
         except errors.InvalidArgument as exc:  # the policy's action was malformed: a failed step, not a failed env
             last_error = exc.message
         except (errors.WebenvError, TimeoutError) as exc:  # a broken stream is webenv.streams.StreamBroken
@@ -361,11 +351,8 @@ class Episode:
         env = self.ctx.peers.env(self.env_address)
         t = time.monotonic()
         try:
-            resp = await env.stub.CloseSession(
-                environment_pb2.CloseSessionRequest(session_id=self.session_id, capture_evidence=True),
-                timeout=self.ctx.step_timeout,
-            )
-        except grpc.aio.AioRpcError as exc:
+            resp = await env.client.close(self.session_id, capture_evidence=True)
+        except errors.WebenvError as exc:
             raise _env_error("CloseSession", exc) from exc
         metrics.STEP_PHASE.labels("environment").observe(time.monotonic() - t)
         self.session_id = ""
@@ -408,9 +395,7 @@ class Episode:
             return
         sid, self.session_id = self.session_id, ""
         try:
-            await self.ctx.peers.env(self.env_address).stub.CloseSession(
-                environment_pb2.CloseSessionRequest(session_id=sid), timeout=5
-            )
+            await asyncio.wait_for(self.ctx.peers.env(self.env_address).client.close(sid), 5)
         except Exception:
             pass
 

@@ -6,11 +6,9 @@ import asyncio
 from dataclasses import dataclass, field
 
 import grpc
-from webenv.client import make_channel
+from webenv.client import EnvironmentClient, StepStream, make_channel
 from webenv.streams import Multiplexer
 from webenv.v1 import (
-    environment_pb2,
-    environment_pb2_grpc,
     judge_pb2_grpc,
     policy_pb2,
     policy_pb2_grpc,
@@ -20,12 +18,13 @@ from webenv.v1 import (
 
 @dataclass
 class EnvPeer:
-    """An EnvironmentService (farm or world model) with its shared StepStream."""
+    """An EnvironmentService (farm or world model): the sdk's client, which keeps each session's step index by the
+    contract's one rule (`webenv.client.environment`), and its shared StepStream."""
 
     address: str
     channel: grpc.aio.Channel
-    stub: environment_pb2_grpc.EnvironmentServiceStub
-    steps: Multiplexer
+    client: EnvironmentClient
+    steps: StepStream
 
 
 @dataclass
@@ -63,14 +62,9 @@ class Peers:
         peer = self._envs.get(address)
         if peer is None:
             ch = self._channel(address)
-            stub = environment_pb2_grpc.EnvironmentServiceStub(ch)
-            mux = Multiplexer(
-                f"StepStream@{address}",
-                stub.StepStream,
-                lambda tag, step: environment_pb2.StepStreamRequest(tag=tag, step=step),
-            )
-            self._muxes.append(mux)
-            peer = self._envs[address] = EnvPeer(address, ch, stub, mux)
+            client = EnvironmentClient(ch)
+            steps = client.stream()
+            peer = self._envs[address] = EnvPeer(address, ch, client, steps)
         return peer
 
     def policy(self) -> PolicyPeer:
@@ -101,6 +95,8 @@ class Peers:
 
     async def close(self) -> None:
         """Close streams and channels."""
+        for env in self._envs.values():
+            await env.steps.aclose()
         for mux in self._muxes:
             await mux.close()
         await asyncio.gather(*(ch.close() for ch in self._channels), return_exceptions=True)

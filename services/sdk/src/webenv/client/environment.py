@@ -13,8 +13,8 @@ tracks each session's step index so a retried step is answered from the server's
 
 One step rule for both ways of stepping (`step`, and `StepStream.step` on the bidi stream): each request carries
 the session's next index; the answer moves it past the index answered. A step that timed out (DEADLINE_EXCEEDED)
-moves it too, because the environment counted it (the farm's semantics, which the world model shares: the action
-may have run, nothing is cached for it, a retry of that index would be STEP_INDEX_MISMATCH) — the error is raised
+moves it too, because the environment counted it (`webenv.envservice`'s one rule for the farm and the world model:
+the action may have run, nothing is cached for it, a retry of that index would be STEP_INDEX_MISMATCH) — the error is raised
 and the session's next step takes the next index. Any other error leaves the index where it was: the step did
 not count, and the same index may be sent again.
 """
@@ -198,11 +198,16 @@ class StepStream:
         return self
 
     async def __aexit__(self, *exc: object) -> None:
-        await self._mux.close(grace=30)
+        await self.aclose(grace=30)
+
+    async def aclose(self, grace: float = 0.0) -> None:
+        """Half-close the stream; wait up to `grace` seconds for the answers still due, then cancel it."""
+        await self._mux.close(grace=grace)
 
     async def step(self, session_id: str, action: str | common_pb2.Action, *,
-                   spec: common_pb2.ObservationSpec | None = None, timeout_seconds: float = 0.0
-                   ) -> environment_pb2.StepResponse:
-        """Send one step on the stream and wait for its answer."""
+                   spec: common_pb2.ObservationSpec | None = None, timeout_seconds: float = 0.0,
+                   deadline: float | None = None) -> environment_pb2.StepResponse:
+        """Send one step on the stream and wait for its answer (`deadline` seconds at most: TimeoutError, the
+        session's next index left where it was; a stream item has no RPC deadline of its own)."""
         req = self.client.step_request(session_id, action, spec, timeout_seconds)
-        return await self.client._stepped(self._mux.request, req)
+        return await self.client._stepped(lambda r: self._mux.request(r, deadline=deadline), req)
