@@ -68,3 +68,20 @@ def json_objects(path: Path, error: type[ValueError] = ValueError) -> tuple[list
         data = data["tasks"]
     items = data if isinstance(data, list) else [data]
     return [(f"{path}[{i}]", str(i), obj) for i, obj in enumerate(items)], []
+
+
+def convert_each(objects: list[tuple[str, str, Any]], problems: list[ValueError],
+                 convert_one: Callable[[str, str, Any], pb.Task]) -> list[pb.Task]:
+    """The task of every (where, index, object) by ``convert_one``, which raises a ValueError for one problem or a
+    TaskFileError for several; raises one TaskFileError with ``problems`` (the file's) and every object's."""
+    out: list[pb.Task] = []
+    for where, index, obj in objects:
+        try:
+            out.append(convert_one(where, index, obj))
+        except TaskFileError as exc:
+            problems.extend(exc.errors)
+        except ValueError as exc:
+            problems.append(exc)
+    if problems:
+        raise TaskFileError(problems)
+    return out

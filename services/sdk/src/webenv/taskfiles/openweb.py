@@ -21,7 +21,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from webenv.envcontract import web_url_problem
-from webenv.taskfiles.common import TaskFileError, json_objects
+from webenv.taskfiles.common import convert_each, json_objects
 from webenv.v1 import common_pb2 as pb
 
 ASSISTANTBENCH_START = "https://www.google.com/"
@@ -141,16 +141,11 @@ def load_file(path: str | Path) -> list[pb.Task]:
     """Every task of a WebVoyager, Online-Mind2Web or AssistantBench file (JSON or JSON Lines)."""
     path = Path(path)
     objects, problems = json_objects(path, OpenWebError)
-    out = []
-    for where, _, obj in objects:
+
+    def one(where: str, index: str, obj: Any) -> pb.Task:
         fmt = format_of(obj)
         if not fmt:
-            problems.append(OpenWebError(f"{where}: not a WebVoyager, Online-Mind2Web or AssistantBench task"))
-            continue
-        try:
-            out.append(convert(obj, fmt, where, path))
-        except OpenWebError as exc:
-            problems.append(exc)
-    if problems:
-        raise TaskFileError(problems)
-    return out
+            raise OpenWebError(f"{where}: not a WebVoyager, Online-Mind2Web or AssistantBench task")
+        return convert(obj, fmt, where, path)
+
+    return convert_each(objects, problems, one)

@@ -22,7 +22,7 @@ from webenv.actions import ActionParseError, parse_action
 from webenv.envcontract import web_url_problem
 from webenv.splits import SYNTHETIC_DOMAIN as DOMAIN
 from webenv.splits import split_of
-from webenv.taskfiles.common import TaskFileError, difficulty_of, json_objects, load_folders
+from webenv.taskfiles.common import TaskFileError, convert_each, difficulty_of, json_objects, load_folders
 from webenv.v1 import common_pb2 as pb
 
 KINDS = {"information": pb.TASK_KIND_INFORMATION, "navigation": pb.TASK_KIND_NAVIGATION,
@@ -117,23 +117,17 @@ def convert(t: TaskIn, where: str, path: Path | None = None, index: str = "") ->
 def load_file(path: str | Path) -> list[pb.Task]:
     """Every task of a file; raises TaskFileError with every problem of every task, one line each."""
     path = Path(path)
-    out = []
     objects, problems = json_objects(path, RubricError)
-    for where, index, obj in objects:
+
+    def one(where: str, index: str, obj: Any) -> pb.Task:
         try:
             t = TaskIn.model_validate(obj)
         except ValidationError as exc:
-            for e in exc.errors():
-                loc = ".".join(str(x) for x in e["loc"]) or "task"
-                problems.append(RubricError(f"{where}: {loc}: {e['msg']}"))
-            continue
-        try:
-            out.append(convert(t, where, path, index))
-        except RubricError as exc:
-            problems.append(exc)
-    if problems:
-        raise TaskFileError(problems)
-    return out
+            raise TaskFileError([RubricError(f"{where}: {'.'.join(str(x) for x in e['loc']) or 'task'}: {e['msg']}")
+                                 for e in exc.errors()]) from None
+        return convert(t, where, path, index)
+
+    return convert_each(objects, problems, one)
 
 
 def load_dirs(dirs: list[str | Path]) -> list[pb.Task]:

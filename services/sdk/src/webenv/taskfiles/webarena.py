@@ -29,7 +29,7 @@ from urllib.parse import urlsplit
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from webenv.envcontract import web_url_problem
-from webenv.taskfiles.common import TaskFileError, difficulty_of, json_objects
+from webenv.taskfiles.common import TaskFileError, convert_each, difficulty_of, json_objects
 from webenv.taskfiles.locators import LocatorError, parse_func, parse_locator
 from webenv.taskfiles.placeholders import SiteMap, UnmappedPlaceholder
 from webenv.v1 import common_pb2 as pb
@@ -282,12 +282,5 @@ def load_file(path: str | Path, sites: SiteMap | None = None) -> list[pb.Task]:
     objects, problems = json_objects(path, BenchmarkError)
     vwa = any(k in path.name.lower() for k in ("visualwebarena", "vwa")) or any(
         isinstance(o, dict) and "image" in o for _, _, o in objects)
-    out = []
-    for where, _, obj in objects:
-        try:
-            out.append(convert(obj, where, path, sites, "visualwebarena" if vwa else "webarena"))
-        except BenchmarkError as exc:
-            problems.append(exc)
-    if problems:
-        raise TaskFileError(problems)
-    return out
+    bench = "visualwebarena" if vwa else "webarena"
+    return convert_each(objects, problems, lambda where, _, obj: convert(obj, where, path, sites, bench))
