@@ -2,7 +2,8 @@
 
 - BC (behaviour cloning): every step of every selected episode is a target with weight 1. Used for the
   warm start on oracle demonstrations of the synthetic web, whose CSS-selector actions are turned into the
-  element-id actions a policy sees (webenv.agent.steps.target_index).
+  element-id actions a policy sees, as targets and in the history of later steps' contexts
+  (webenv.agent.steps.grounded_action).
 - FILTERED_BC (WebGym's recipe): the policy's own rollouts, only those the judge passed, weight 1. This is
   REINFORCE with a binary rubric reward and no baseline: the gradient of E[R log pi] over passed episodes.
 - POLICY_GRADIENT: REINFORCE with a per-task baseline, weight = reward - mean reward of the task's episodes
