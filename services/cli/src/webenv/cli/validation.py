@@ -8,8 +8,10 @@ Per task, in sessions of its own (each an `webenv.client.episode.Episode`, grade
   (reported). A random policy (seeded clicks on the page's elements, then an empty answer) is run and reported beside
   it, never failed: MiniWoB++'s one-button pages pass by chance, as they should;
 - ``leak``: no observation holds an expected answer (the rubric's answer criteria, 4 characters or more) before the
-  page that states it visibly: not the instruction, not the start page's hidden text (its HTML but not its
-  accessibility tree), URL or title, nor any page the oracle passes before the one that shows it;
+  agent reaches a page that states it: not the instruction; not the start page (its text, URL or title) when the
+  oracle has to move before it answers; not the URL or title of a page the oracle passes before the first page
+  whose text shows it. Hidden text is no observation: the farm's text formats (accessibility tree, HTML, markdown,
+  DOM, elements) hold only what is rendered, so an answer in a ``display:none`` element is not one the agent sees;
 - ``determinism``: the oracle twice (same seed) gives the same verdict and score and the same pages (URL, title and
   accessibility tree with element ids left out, step by step);
 - ``egress``: every page of every session stays on the hosts the task allows (its start URL's and site's, and the
@@ -240,7 +242,7 @@ class Validator:
 
 def _failed_facts(verdict: pb.Verdict) -> str:
     bad = [f"{r.fact_id} ({r.reason[:80]})" if r.reason else r.fact_id for r in verdict.results
-           if r.outcome != pb.FACT_OUTCOME_SATISFIED]
+           if r.outcome != pb.FACT_OUTCOME_HOLDS]
     return ", ".join(bad[:3]) or "no fact failed, the verdict did"
 
 
@@ -250,17 +252,22 @@ def _leak(task: pb.Task, pages: list[pb.Observation]) -> Check:
     if not answers:
         return Check(None, "no expected answer of 4 characters or more")
     instruction = _norm(task.instruction)
+    moves = sum(a.WhichOneof("kind") != "answer" for a in task.oracle)  # steps the oracle takes before answering
     for answer in answers:
         if answer in instruction:
             return Check(False, f"the instruction states the answer {answer!r}")
-        stating = next((i for i, o in enumerate(pages) if answer in _norm(o.axtree)), len(pages))
+        start = pages[0]
+        where = [name for name, text in (("text", start.axtree + start.html), ("URL", start.url),
+                                         ("title", start.title)) if answer in _norm(text)]
+        if moves and where:
+            return Check(False, f"the answer {answer!r} is in the start page's {' and '.join(where)} though the "
+                                f"oracle takes {moves} step(s) to reach it ({start.url[:120]})")
+        stating = next((i for i, o in enumerate(pages) if answer in _norm(o.axtree + o.html)), len(pages))
         for i, obs in enumerate(pages[:stating]):
-            where = [name for name, text in (("URL", obs.url), ("title", obs.title), ("hidden text", obs.html))
-                     if answer in _norm(text)]
+            where = [name for name, text in (("URL", obs.url), ("title", obs.title)) if answer in _norm(text)]
             if where:
-                page = "the start page" if i == 0 else f"the page after oracle step {i}"
-                return Check(False, f"the answer {answer!r} is in {page}'s {' and '.join(where)} before a page "
-                                    f"shows it ({obs.url[:120]})")
+                return Check(False, f"the answer {answer!r} is in the {' and '.join(where)} of the page after "
+                                    f"oracle step {i}, before a page shows it ({obs.url[:120]})")
     return Check(True)
 
 

@@ -56,12 +56,13 @@ async def _validate_all(tasks: list[pb.Task], browser: str, judge: str, concurre
 
 def _table(reports: list[TaskReport]) -> Table:
     builders = any(r.builder for r in reports)
-    t = Table(title="webenv validate", box=box.SIMPLE_HEAD, pad_edge=False)
+    t = Table(title="webenv validate", box=box.SIMPLE_HEAD, pad_edge=False,
+              caption=f"{', '.join(CHECKS)}: tasks failing that check; oracle: passed / with a solution; floor: the "
+                      "best score of a non-answer; random: passed / ran")
     for col in ("source", "kind", *(("builder",) if builders else ())):
-        t.add_column(col)
-    for col in ("tasks", "passed", "failed", "errored", *(f"{c} fails" for c in CHECKS), "oracle", "floor",
-                "random passes"):
-        t.add_column(col, justify="right")
+        t.add_column(col, no_wrap=True)
+    for col in ("tasks", "passed", "failed", "errored", *CHECKS, "oracle", "floor", "random"):
+        t.add_column(col, justify="right", no_wrap=True)
     groups: dict[tuple, list[TaskReport]] = defaultdict(list)
     for r in reports:
         groups[(r.source, r.kind, *((r.builder or "-",) if builders else ()))].append(r)
