@@ -2,7 +2,8 @@
 
 The stack is started health-gated by the same launcher as `webenv up`; the oracle's episodes must be stored
 with verdicts that match ground truth (the oracle solves its task, a random policy without answers does
-not), exported as trainers read them (TRL's conversational format with screenshots and per-fact verdicts), and a
+not), exported as trainers read them (TRL's conversational format with screenshots and per-fact verdicts, each
+element action written by the element id its observation shows), and a
 recorded oracle trace must replay with the same URLs.
 """
 
@@ -17,6 +18,7 @@ import pyarrow.parquet as pq
 import pytest
 from webenv.cli.replay import replay
 from webenv.cli.stack import Stack
+from webenv.testing import assert_grounded
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
 pytestmark = pytest.mark.timeout(420)
@@ -70,13 +72,19 @@ async def test_real_stack_oracle_and_random(stack, tmp_path):
             run_id=last.run.run_id, format=collector_pb2.EXPORT_FORMAT_MESSAGES, destination=str(tmp_path / "m")))
         rows = {r["episode_id"]: r for d in datasets.load_from_disk(msg.paths[0]).values() for r in d}
         assert set(rows) == {e["episode_id"] for e in eps}
+        grounded = 0
         for e in eps:
             row = rows[e["episode_id"]]
+            # the oracle's selector actions as the element ids the user turn before each shows
+            msgs = row["messages"]
+            grounded += assert_grounded([(m["content"], n["content"]) for m, n in zip(msgs, msgs[1:], strict=False)
+                                         if n["role"] == "assistant"])
             assert len(row["rewards"]) == e["steps"] and len(row["messages"]) == 2 * e["steps"]
             assert len(row["images"]) == e["steps"] and row["image_turns"] == list(range(0, 2 * e["steps"], 2))
             assert row["images"][0].size[0] > 0  # a decoded screenshot (PIL image)
             assert row["verdicts"] and all(v["fact_id"] and v["outcome"] for v in row["verdicts"])
             assert row["passed"] == bool(e["passed"]) and row["judge_version"] == e["judge_version"]
+        assert grounded >= len(eps)
 
         exp = await stub.ExportRun(collector_pb2.ExportRunRequest(
             run_id=last.run.run_id, format=collector_pb2.EXPORT_FORMAT_TRACES, destination=str(tmp_path / "tr")))
