@@ -45,9 +45,9 @@ def grounded_action(action: common_pb2.Action, element_id: str, next_axtree: str
 
     A selector-addressed element action (the synthetic web's oracle) becomes a copy addressed by the element id
     the farm resolved it to (``element_id``: StepRecord.target_element_id, the ``[id]`` of the observation's
-    AXTREE); a select's options become the option the next observation (``next_axtree``) shows selected. None
-    when that cannot be done (the target resolved to no element, no option shown selected). Any other action
-    (already addressed by element id, or addressing no element) is returned as it is.
+    AXTREE); a select's options become the option the next observation (``next_axtree``) shows selected (they stay
+    as given when it shows none, e.g. the select navigated away). None when the target resolved to no element. Any
+    other action (already addressed by element id, or addressing no element) is returned as it is.
     """
     kind = action.WhichOneof("kind")
     msg = getattr(action, kind) if kind else None
@@ -59,10 +59,8 @@ def grounded_action(action: common_pb2.Action, element_id: str, next_axtree: str
     out.CopyFrom(action)
     msg = getattr(out, kind)
     msg.target.element_id = element_id
-    if kind == "select":
-        label = _selected_option(next_axtree, element_id)
-        if not label:
-            return None
+    label = _selected_option(next_axtree, element_id) if kind == "select" else ""
+    if label:
         del msg.options[:]
         msg.options.append(label)
     return out
