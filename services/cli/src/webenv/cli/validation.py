@@ -4,11 +4,11 @@ Per task, in sessions of its own (each an `webenv.client.episode.Episode`, grade
 
 - ``oracle``: the task's reference solution (``Task.oracle``) replayed passes the rubric (the maximum); a task with
   none is not applicable;
-- ``floor``: doing nothing, an empty answer and the answer "done" never pass; their best score is the task's floor
+- ``floor``: doing nothing, an empty answer, the answer "done" and the instruction echoed as the answer never pass; their best score is the task's floor
   (reported). A random policy (seeded clicks on the page's elements, then an empty answer) is run and reported beside
   it, never failed: MiniWoB++'s one-button pages pass by chance, as they should;
-- ``leak``: no observation holds an expected answer (the rubric's answer criteria, 4 characters or more) before the
-  agent reaches a page that states it: not the instruction; not the start page (its text, URL or title) when the
+- ``leak``: no observation gives a fact group away (holds an accepted answer of each of its facts: the rubric's
+  answer criteria, 4 characters or more) before the agent reaches a page that states it: not the instruction; not the start page (its text, URL or title) when the
   oracle has to move before it answers; not the URL or title of a page the oracle passes before the first page
   whose text shows it. Hidden text is no observation: the farm's text formats (accessibility tree, HTML, markdown,
   DOM, elements) hold only what is rendered, so an answer in a ``display:none`` element is not one the agent sees;
@@ -45,10 +45,9 @@ from webenv.client.episode import Episode
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import judge_pb2_grpc
 
-__all__ = ["CHECKS", "Check", "TaskReport", "Validator", "expected_answers", "loaded_hosts"]
+__all__ = ["CHECKS", "Check", "TaskReport", "Validator", "answer_groups", "given_away", "loaded_hosts"]
 
 CHECKS = ("oracle", "floor", "leak", "determinism", "egress", "isolation")
-NON_ANSWERS = {"do-nothing": None, "empty answer": "", "done": "done"}
 MIN_ANSWER_CHARS = 4  # shorter expected answers ("2", "yes") occur on any page by chance: not checked for leaks
 _SPEC = observation_spec(("axtree", "html"))
 _IDS = re.compile(r"\[[^\]\s]+\]")
@@ -95,20 +94,38 @@ def _norm(text: str) -> str:
     return " ".join(html.unescape(text).lower().split())
 
 
-def expected_answers(task: pb.Task) -> list[str]:
-    """The answers the rubric accepts (answer criteria, regular expressions left out), normalized, long enough to
-    be told from chance."""
-    out: list[str] = []
+def answer_groups(task: pb.Task) -> list[list[list[str]]]:
+    """The rubric's required fact groups that an answer alone decides (every fact an answer criterion, none a regular
+    expression): per group, per fact, the accepted answers, normalized. A group is given away by a text that holds an
+    accepted answer of each of its facts, each of them 4 characters or more (shorter ones, "2" or "yes", occur on any
+    page by chance)."""
+    out = []
     for group in task.rubric.groups:
+        if group.optional or not group.facts:
+            continue
+        facts = []
         for fact in group.facts:
             c = fact.criterion
             if c.WhichOneof("kind") != "answer" or c.answer.mode == pb.MATCH_MODE_REGEX:
-                continue
-            for value in (c.answer.expected, *c.answer.values):
-                v = _norm(value)
-                if len(v) >= MIN_ANSWER_CHARS and v not in out:
-                    out.append(v)
+                break
+            values = [v for v in dict.fromkeys(_norm(x) for x in (c.answer.expected, *c.answer.values))
+                      if len(v) >= MIN_ANSWER_CHARS]
+            if not values:
+                break
+            facts.append(values)
+        else:
+            out.append(facts)
     return out
+
+
+def given_away(groups: list[list[list[str]]], text: str) -> list[str] | None:
+    """The answers of the first group ``text`` gives away (one accepted answer of each fact), or None."""
+    t = _norm(text)
+    for facts in groups:
+        found = [next((v for v in values if v in t), None) for values in facts]
+        if all(found):
+            return [v for v in found if v]
+    return None
 
 
 def loaded_hosts(page_html: str) -> set[str]:
@@ -216,11 +233,11 @@ class Validator:
         null = await self._non_answer(null_ep, None)
         later = await asyncio.gather(
             *([self._oracle(task)] if has_oracle else []),
-            *(self._answering(task, text) for text in ("", "done")),
+            *(self._answering(task, text) for text in ("", "done", task.instruction)),
             self._random(task))
         second = later[0] if has_oracle else None
-        empty, done, rand = later[-3:]
-        runs = {"do-nothing": null, "empty answer": empty, "done": done}
+        empty, done, echo, rand = later[-4:]
+        runs = {"do-nothing": null, "empty answer": empty, "done": done, "the instruction echoed": echo}
 
         if first is None:
             report.checks["oracle"] = Check(None, "the task has no reference solution")
@@ -235,7 +252,7 @@ class Validator:
         report.checks["floor"] = Check(False, f"{', '.join(passing)} passes the rubric") if passing else Check(True)
         report.checks["leak"] = _leak(task, _pages(first.episode) if first else [null.episode.opened.observation])
         report.checks["determinism"] = _determinism(first, second)
-        report.checks["egress"] = _egress(task, [first, second, null, empty, done, rand])
+        report.checks["egress"] = _egress(task, [first, second, null, empty, done, echo, rand])
         report.checks["isolation"] = _isolation(null, done) if has_oracle else Check(
             None, "no reference solution changes the site's state")
 
@@ -248,26 +265,23 @@ def _failed_facts(verdict: pb.Verdict) -> str:
 
 def _leak(task: pb.Task, pages: list[pb.Observation]) -> Check:
     """``pages``: the oracle's, from the start page (only the start page without an oracle)."""
-    answers = expected_answers(task)
-    if not answers:
-        return Check(None, "no expected answer of 4 characters or more")
-    instruction = _norm(task.instruction)
+    groups = answer_groups(task)
+    if not groups:
+        return Check(None, "no fact group an answer alone decides (with answers of 4 characters or more)")
+    if found := given_away(groups, task.instruction):
+        return Check(False, f"the instruction states the answer {', '.join(found)!r}")
     moves = sum(a.WhichOneof("kind") != "answer" for a in task.oracle)  # steps the oracle takes before answering
-    for answer in answers:
-        if answer in instruction:
-            return Check(False, f"the instruction states the answer {answer!r}")
-        start = pages[0]
-        where = [name for name, text in (("text", start.axtree + start.html), ("URL", start.url),
-                                         ("title", start.title)) if answer in _norm(text)]
-        if moves and where:
-            return Check(False, f"the answer {answer!r} is in the start page's {' and '.join(where)} though the "
-                                f"oracle takes {moves} step(s) to reach it ({start.url[:120]})")
-        stating = next((i for i, o in enumerate(pages) if answer in _norm(o.axtree + o.html)), len(pages))
-        for i, obs in enumerate(pages[:stating]):
-            where = [name for name, text in (("URL", obs.url), ("title", obs.title)) if answer in _norm(text)]
-            if where:
-                return Check(False, f"the answer {answer!r} is in the {' and '.join(where)} of the page after "
-                                    f"oracle step {i}, before a page shows it ({obs.url[:120]})")
+    start = pages[0]
+    for name, text in (("text", start.axtree + start.html), ("URL", start.url), ("title", start.title)):
+        if moves and (found := given_away(groups, text)):
+            return Check(False, f"the answer {', '.join(found)!r} is in the start page's {name} though the oracle "
+                                f"takes {moves} step(s) to reach it ({start.url[:120]})")
+    for i, obs in enumerate(pages):
+        if given_away(groups, obs.axtree + obs.html):
+            break  # a page states it: the agent has reached it
+        if found := given_away(groups, f"{obs.url} {obs.title}"):
+            return Check(False, f"the answer {', '.join(found)!r} is in the URL or title of the page after oracle "
+                                f"step {i}, before a page shows it ({obs.url[:120]})")
     return Check(True)
 
 
