@@ -72,62 +72,41 @@ install-browsergym: install
 bench: install-vllm install-browsergym
 	$(PY) -m bench.run
 
-# The learning benchmark (bench/results/learning/README.md): one `webenv train` per seed (a local stack, BC warm start
-# on 50 oracle demonstrations, RL iterations with ALGORITHM, success on unseen websites), each ~30 min on 2 cores alone
-# on the machine, then the paired comparison of every seed's RL checkpoint with its own BC warm start. SEEDS=1 runs
-# one; ALGORITHM=filtered_bc LEARN_OUT=bench/results/learning/filtered_bc runs another recipe.
-# Sequential (no --overlap): on 2 cores the farm is the bottleneck either way, and 4 episodes in flight in all keep
-# every episode inside its deadline (bench/results/learning/README.md).
-# VALIDATION: validation tasks scoring every checkpoint; EVAL_MODE selected: only BC and the checkpoint chosen on
-# validation run test, the held-out family and MiniWoB++ (every: all checkpoints do). MODEL: the ranker trained,
-# scorer (hashed features) or encoder (fine-tuned all-MiniLM-L6-v2). TEMPERATURE: the RL collections' sampling
-# temperature (evaluation is greedy).
-ITERATIONS ?= 3
-TEMPERATURE ?= 1.0
-MODEL ?= scorer
-ALGORITHM ?= partial
-VALIDATION ?= 50
-EVAL_MODE ?= every
-LEARN_ARGS ?= --demos 50 --iterations $(ITERATIONS) --collect 200 --eval 150 --train-eval 0 --validation-eval $(VALIDATION) \
-	--holdout-family shop --family-eval 50 --miniwob-tasks 20 --baseline-eval 50 --baselines random \
-	--algorithm $(ALGORITHM) --sampling frontier --concurrency 4 --eval-mode $(EVAL_MODE) --model $(MODEL) \
-	--temperature $(TEMPERATURE)
+# The learning benchmark: one `webenv train --stack` per seed, then the paired report of every seed's RL checkpoint
+# (chosen on validation) against its own BC warm start (bench/learning_seeds.py, LEARN_OUT/README.md). With nothing set
+# it runs the reported recipe, fbc-kl-i5-v150-t05: `webenv train`'s defaults, which are the loop's defaults table
+# (services/cli/src/webenv/cli/learning/options.py; docs/learning.md), 42-44 min a seed on a quiet 2-core machine.
+# The Makefile keeps no defaults of its own: a variable of LEARN_VARS set on the command line passes its option, e.g.
+# the first benchmark's plain recipe: make learn ALGORITHM=partial ITERATIONS=3 VALIDATION=50 EVAL_MODE=every
+# TEMPERATURE=1.0 KL=0 LEARN_ARGS="--sampling frontier"; LEARN_ARGS passes any other option of `webenv train --help`.
+LEARN_VARS := ALGORITHM=--algorithm ITERATIONS=--iterations TEMPERATURE=--temperature MODEL=--model \
+	VALIDATION=--validation-eval EVAL_MODE=--eval-mode KL=--kl-coef
+learn_flags = $(strip $(foreach v,$(LEARN_VARS),$(if $($(firstword $(subst =, ,$(v)))),$(lastword $(subst =, ,$(v))) $($(firstword $(subst =, ,$(v)))))) $(LEARN_ARGS))
 SEEDS ?= 1 2 3
-LEARN_OUT ?= bench/results/learning
+LEARN_OUT ?= bench/results/learning/recipe
 learn: install
 	@for s in $(SEEDS); do \
-	  $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --seed $$s --out $(LEARN_OUT)/seed$$s || exit 1; \
+	  $(VENV)/bin/webenv train --stack $(learn_flags) --seed $$s --out $(LEARN_OUT)/seed$$s || exit 1; \
 	done
 	$(PY) bench/learning_seeds.py $(foreach s,$(SEEDS),$(LEARN_OUT)/seed$(s)) --out $(LEARN_OUT)/README.md
 
-# The same benchmark with the KL penalty towards the warm start (--kl-coef $(KL)) on every RL job: bench/results/
-# learning/kl/seed<N>, then kl/README.md (the committed seed 1 is the ablation's arms/partial-kl0.5, the same command).
-# Five iterations instead of three: make learn-kl ITERATIONS=5 KL_OUT=bench/results/learning/kl-i5 (+14.0 vs +12.7).
-# The reported recipe, chosen on 150 validation tasks: make learn-kl ITERATIONS=5 VALIDATION=150 EVAL_MODE=selected
-# KL_OUT=bench/results/learning/kl-i5-v150 (bench/results/learning/notes.md). Filtered BC with the same KL term:
-# make learn-kl ALGORITHM=filtered_bc ITERATIONS=5 VALIDATION=150 EVAL_MODE=selected KL_OUT=bench/results/learning/fbc-kl-i5-v150
-# (the hand-made websites' suite is in every run since; a run from before it gets it with bench/learning_handmade.py).
-# The reported recipe since, its RL collections sampled at temperature 0.5 (chosen on validation, notes.md):
-# make learn-kl ALGORITHM=filtered_bc ITERATIONS=5 VALIDATION=150 EVAL_MODE=selected TEMPERATURE=0.5
-# KL_OUT=bench/results/learning/fbc-kl-i5-v150-t05 (+17.1 points on test over 3 seeds, 42-44 min a seed).
+# The committed reports' commands: make learn-kl [variables] KL_OUT=DIR is `make learn` with the KL term (KL, 0.5 by
+# default: the recipe's) into KL_OUT, e.g. make learn-kl ALGORITHM=filtered_bc ITERATIONS=5 VALIDATION=150
+# EVAL_MODE=selected TEMPERATURE=0.5 KL_OUT=bench/results/learning/fbc-kl-i5-v150-t05 (the reported recipe).
 KL_OUT ?= bench/results/learning/kl
 learn-kl: install
-	$(MAKE) learn LEARN_ARGS="$(LEARN_ARGS) --kl-coef $(KL)" LEARN_OUT=$(KL_OUT)
+	$(MAKE) learn KL=$(or $(KL),0.5) LEARN_OUT=$(KL_OUT)
 
-# The ablation: the same budget per learning-signal arm, one seed (bench/results/learning/arms/<arm>). The partial
-# arm is `make learn`'s seed 1 (LEARN_ARGS' own algorithm), so it is not run again; KL sets --kl-coef on a further
-# partial arm (arms/partial-kl<KL>), the penalty towards the warm start (0 = no such arm). Then the table:
+# The ablation: the same options with another learning signal each (ARMS), one seed (bench/results/learning/arms/
+# <arm>), beside the same options' own seed 1 (LEARN_OUT/seed1, from `make learn`); then the table,
 # bench/results/learning/ablation.md.
-ARMS ?= filtered_bc group branching
-KL ?= 0.5
+ARMS ?= partial group branching
 learn-ablation: install
 	@for a in $(ARMS); do \
-	  $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --algorithm $$a --seed 1 \
+	  $(VENV)/bin/webenv train --stack $(learn_flags) --algorithm $$a --seed 1 \
 	    --out bench/results/learning/arms/$$a || exit 1; \
 	done
-	@if [ "$(KL)" != "0" ]; then $(VENV)/bin/webenv train --stack --sites-count 200 $(LEARN_ARGS) --kl-coef $(KL) \
-	  --seed 1 --out bench/results/learning/arms/partial-kl$(KL) || exit 1; fi
-	$(PY) bench/learning_seeds.py --ablation bench/results/learning/seed1 bench/results/learning/arms/* \
+	$(PY) bench/learning_seeds.py --ablation $(LEARN_OUT)/seed1 $(foreach a,$(ARMS),bench/results/learning/arms/$(a)) \
 	  --out bench/results/learning/ablation.md
 
 up: install  ## the whole local stack as processes, until Ctrl-C

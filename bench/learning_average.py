@@ -25,7 +25,7 @@ from pathlib import Path
 
 import torch
 from webenv.agent import checkpoints
-from webenv.cli.learn import Loop, write_report
+from webenv.cli.learning import Loop, write_report
 from webenv.cli.stack import Stack
 from webenv.v1 import common_pb2, policy_pb2
 

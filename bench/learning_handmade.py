@@ -22,7 +22,7 @@ import sys
 from dataclasses import asdict, fields
 from pathlib import Path
 
-from webenv.cli.learn import HANDMADE_FILE, SUITES, Loop, LoopConfig, write_report
+from webenv.cli.learning import HANDMADE_FILE, SUITES, Loop, LoopConfig, write_report
 from webenv.cli.stack import Stack
 from webenv.v1 import policy_pb2
 

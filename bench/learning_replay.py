@@ -20,7 +20,7 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from webenv.cli.learn import Loop
+from webenv.cli.learning import Loop
 from webenv.cli.stack import Stack
 from webenv.v1 import common_pb2, policy_pb2
 

@@ -38,6 +38,8 @@ import statistics
 import sys
 from pathlib import Path
 
+from webenv.cli.learning.options import changed
+
 #: Suites in report order; the family suite is matched by prefix.
 ORDER = ("test", "validation", "family", "miniwob", "handmade")
 #: Student t quantiles (two-sided 95%) by degrees of freedom, for the interval over seeds.
@@ -88,8 +90,9 @@ def pooled_rate(evals: list[dict]) -> float:
     return sum(e["passed"] for e in evals) / max(1, sum(e["episodes"] for e in evals))
 
 
-#: The loop options that name an arm beside its algorithm, when a run set them away from LoopConfig's default.
-ARM_DEFAULTS = {"kl_coef": 0.0, "step_normalize": False, "kl_reference": "warm-start", "temperature": 1.0}
+#: The loop options that name an arm beside its algorithm, when a run set them away from the loop's defaults table
+#: (webenv.cli.learning.options: the reported recipe).
+ARM_OPTIONS = ("kl_coef", "step_normalize", "kl_reference", "temperature")
 
 
 def seed_rows(result: dict) -> dict:
@@ -98,8 +101,7 @@ def seed_rows(result: dict) -> dict:
     sel = result.get("selected", {}).get("ref", "")
     evals = result["evaluations"]
     cfg = result["config"]
-    arm = cfg.get("algorithm", "") + "".join(f", {k} {cfg[k]}" for k, default in ARM_DEFAULTS.items()
-                                             if cfg.get(k, default) != default)
+    arm = cfg.get("algorithm", "") + "".join(f", {k} {v}" for k, v in changed(cfg, ARM_OPTIONS).items())
     last = result["checkpoints"][-1]["ref"] if result["checkpoints"] else ""
     out = {"seed": cfg["seed"], "arm": arm, "bc": bc, "selected": sel, "last": last,
            "wall_seconds": result["wall_seconds"], "suites": {}}

@@ -6,7 +6,7 @@ could have solved). A loop asking for more hand-made tasks than the catalog has 
 from __future__ import annotations
 
 import pytest
-from webenv.cli.learn import HANDMADE_FILE, Loop, LoopConfig
+from webenv.cli.learning import HANDMADE_FILE, Loop, LoopConfig
 from webenv.cli.stack import Stack
 from webenv.v1 import common_pb2, task_pb2
 
@@ -22,7 +22,7 @@ def stack(tmp_path_factory):
 
 
 def loop_of(stack: Stack, tmp_path, **kw) -> Loop:
-    cfg = LoopConfig(miniwob_tasks=0, validation_episodes=0, baselines=(), out_dir=str(tmp_path), **kw)
+    cfg = LoopConfig(miniwob_tasks=0, validation_episodes=0, baselines=(), holdout_family="", out_dir=str(tmp_path), **kw)
     return Loop(cfg, collector=stack.address("collector"), trainer="127.0.0.1:1", policy=stack.address("policy"),
                 sites=stack.address("sites"), say=lambda s: None)
 

@@ -66,7 +66,7 @@ def test_the_client_is_its_own_distribution() -> None:
     service."""
     mods = imports.modules()
     assert imports.service_packages()["webenv.cli"] == imports.CLIENT
-    for name in ("main", "stack", "learn", "signals", "wmbuild", "replay"):
+    for name in ("main", "stack", "learning", "signals", "wmbuild", "replay"):
         assert f"webenv.cli.{name}" in mods and f"webenv.collector.{name}" not in mods, name
     assert "webenv.runtime.stack" not in mods and "webenv.collector.cli" not in mods
     assert {"webenv.collector.servicer", "webenv.collector.app"} <= set(mods)  # CollectorService stays

@@ -156,10 +156,11 @@ def test_dyna_needs_a_world_model_with_start_pages(tmp_path):
 
 def test_train_refuses_out_of_range_suite_options():
     """`webenv train` refuses, before starting anything, a suite option out of range, naming the option."""
-    for option, value in (("--oracle-slack", "-1"), ("--miniwob-tasks", "5000"), ("--validation-eval", "-3"),
-                          ("--family-eval", "0"), ("--kl-coef", "11"), ("--kl-coef", "nan"),
-                          ("--kl-reference", "bc"), ("--kl-reference", "parent")):  # parent without --kl-coef
-        res = invoke("train", option, value, "--collector", "127.0.0.1:1")
+    for option, value, *rest in (("--oracle-slack", "-1"), ("--miniwob-tasks", "5000"), ("--validation-eval", "-3"),
+                                 ("--family-eval", "0"), ("--kl-coef", "11"), ("--kl-coef", "nan"),
+                                 ("--kl-reference", "bc"), ("--kl-reference", "parent", "--kl-coef", "0"),
+                                 ("--sampling", "sideways"), ("--algorithm", "ppo")):
+        res = invoke("train", option, value, *rest, "--collector", "127.0.0.1:1")
         text = " ".join(res.output.replace("│", " ").split())
         assert res.exit_code == 2 and option in text, (option, text)
 

@@ -7,13 +7,13 @@ import json
 import time
 from pathlib import Path
 
-from webenv.cli.learn import Evaluation, Loop, LoopConfig, Timing, reason_key, write_report
+from webenv.cli.learning import Evaluation, Loop, LoopConfig, Timing, reason_key, write_report
 
 
 def loop_with(evals: list[Evaluation], refs: list[str]) -> Loop:
     loop = Loop.__new__(Loop)  # no services: only the recorded evaluations and checkpoints are read
     loop.cfg, loop.evals, loop.runs, loop.timing = LoopConfig(holdout_family="shop", overlap=True), evals, {}, Timing()
-    loop.live, loop.sharing, loop.restarted_runs, loop.collections = set(), False, [], []
+    loop.live, loop.restarted_runs, loop.collections = set(), [], []
     loop.miniwob_ids, loop.handmade_ids, loop.reach = (), (), {}
     loop.checkpoints = [{"ref": r, "parent": "", "label": r, "episodes": 1, "examples": 1, "steps": 1, "loss": 0.1,
                          "validation_accuracy": 0.5, "examples_per_second": 1.0} for r in refs]
@@ -113,9 +113,10 @@ def test_only_the_collection_samples_by_the_loop_strategy_evaluations_are_unifor
     assert list(collection.history_run_ids) == ["run-collect-1"]
     # the loop's concurrency (4: the collector's 16 ran episodes past their deadlines on 2 cores), halved for each
     # of the two runs --overlap keeps in flight
-    loop.sharing = True
-    loop.run("eval-2-test", policy="agent@2", split=common_pb2.SPLIT_TEST, episodes=5, seed=7920)
-    assert (evaluation.concurrency, loop.collector.specs[-1].concurrency) == (4, 2)
+    loop.score, loop.save_progress = (lambda run_id, version, split: ev(version, split, 1)), (lambda: None)
+    loop.evaluate("agent@2", common_pb2.SPLIT_TEST, 5, "eval-2-test", shared=True)
+    loop.collect(3, "agent@2", shared=True)
+    assert [s.concurrency for s in loop.collector.specs] == [4, 4, 2, 2]
 
 
 class DemoCollector(RecordingCollector):
@@ -219,7 +220,8 @@ def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp
     # the same runs read as arms of an ablation: one row per arm, named by its algorithm and options
     assert seeds.main(["--ablation", str(tmp_path / "s1"), str(tmp_path / "s2"), "--out", str(tmp_path / "abl.md")]) == 0
     arms = json.loads((tmp_path / "abl.json").read_text())["arms"]
-    assert [a["arm"] for a in arms] == ["partial", "partial, kl_coef 0.1"]
+    # (named by the options set away from the reported recipe's: its KL term is 0.5)
+    assert [a["arm"] for a in arms] == ["partial, kl_coef 0.0", "partial, kl_coef 0.1"]
     assert arms[0]["suites"]["test"]["wins"] == 4 and abs(arms[0]["suites"]["test"]["gain"] - 0.4) < 1e-9
     assert "| partial, kl_coef 0.1 | 2 | agent@2 | 20.0% -> 60.0%, +40.0 [" in (tmp_path / "abl.md").read_text()
 
