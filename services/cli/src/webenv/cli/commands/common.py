@@ -124,7 +124,7 @@ def sigterm_interrupts() -> None:
 
 def fail(exc: grpc.RpcError) -> typer.Exit:
     err = errors.from_rpc_error(exc)
-    console.print(f"[red]error[/red] {exc.code().name}: {err.message}", markup=False, highlight=False)
+    console.print(f"[red]error[/red] {exc.code().name}: {err.message}")
     if exc.code() == grpc.StatusCode.UNAUTHENTICATED:
         said = "the one in WEBENV_AUTH_TOKEN is not" if os.environ.get("WEBENV_AUTH_TOKEN") else "WEBENV_AUTH_TOKEN is unset"
         console.print(f"the stack asks for a bearer token and {said}: set WEBENV_AUTH_TOKEN to the stack's token",
