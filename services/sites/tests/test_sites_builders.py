@@ -119,7 +119,7 @@ def _sample(tasks: list[pb.Task]) -> list[pb.Task]:
     for b, name in enumerate(builders.REGISTRY):
         for k, kind in enumerate((pb.TASK_KIND_INFORMATION, pb.TASK_KIND_NAVIGATION, pb.TASK_KIND_TRANSACTION)):
             pool = [t for t in tasks if t.source == pb.TASK_SOURCE_SYNTHETIC and t.kind == kind
-                    and t.metadata["builder"] == name]
+                    and t.builder == name]
             fams = sorted({t.family for t in pool})
             fam = fams[(b + k) % len(fams)]
             out.append(max((t for t in pool if t.family == fam), key=lambda t: (len(t.oracle), t.task_id)))
@@ -128,7 +128,7 @@ def _sample(tasks: list[pb.Task]) -> list[pb.Task]:
 
 async def test_oracles_pass_on_every_builder_and_kind(browser, sites_service, task_stub) -> None:
     tasks = _sample(sites_service.world.tasks.tasks)
-    assert {t.metadata["builder"] for t in tasks} == set(builders.REGISTRY)
+    assert {t.builder for t in tasks} == set(builders.REGISTRY)
     slots = asyncio.Semaphore(4)
 
     async def check(task: pb.Task) -> None:
@@ -141,7 +141,7 @@ async def test_oracles_pass_on_every_builder_and_kind(browser, sites_service, ta
                 state = json.loads((await task_stub.GetSiteState(
                     task_pb2.GetSiteStateRequest(site_session=session, site=task.site))).state_json)
                 ev = await _evidence(page, task, answer, urls, state)
-                assert failing_facts(task, ev) == [], (task.task_id, task.metadata["builder"], urls)
+                assert failing_facts(task, ev) == [], (task.task_id, task.builder, urls)
                 assert errors == [], (task.task_id, errors)
             finally:
                 await page.context.close()

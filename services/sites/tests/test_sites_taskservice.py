@@ -45,6 +45,9 @@ async def test_list_tasks_filters_by_every_field(task_stub) -> None:
     ids = [resp.tasks[0].task_id, resp.tasks[1].task_id]
     by_id = await task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(task_ids=ids)))
     assert sorted(t.task_id for t in by_id.tasks) == sorted(ids)
+    by_builder = await task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(builders=["ledger"]),
+                                                                     page_size=1000))
+    assert by_builder.total_size > 0 and {t.builder for t in by_builder.tasks} == {"ledger"}
     mw = await task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[pb.TASK_SOURCE_MINIWOB])))
     assert mw.total_size >= 100 and mw.tasks[0].metadata["miniwob_task"]
 
@@ -65,6 +68,9 @@ async def test_list_tasks_rejects_bad_tokens_and_filters(task_stub) -> None:
     assert "1 unknown task ids: 'synthetic/nope-0000/info-0'" in str(e)
     e = await _err(task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sites=["nowhere.web.test"]))))
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT and e.metadata["field"] == "filter.sites" and "nowhere" in str(e)
+    e = await _err(task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(builders=["ledger", "wix"]))))
+    assert e.code == grpc.StatusCode.INVALID_ARGUMENT and e.metadata["field"] == "filter.builders"
+    assert "1 unknown builders: 'wix'" in str(e) and "storefront" in str(e)
     e = await _err(task_stub.ListTasks(task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(kinds=[99]))))
     assert e.code == grpc.StatusCode.INVALID_ARGUMENT and "filter.kinds" in str(e)
     e = await _err(task_stub.ListTasks(task_pb2.ListTasksRequest(page_size=-1)))

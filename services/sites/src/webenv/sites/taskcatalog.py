@@ -44,8 +44,9 @@ class TaskCatalog:
             self.by_id[t.task_id] = t
             self.tasks.append(t)
         # columns for filtering without touching protobuf attributes per request
-        self._cols = [(t.source, t.family, t.split, t.difficulty, t.kind, t.site) for t in self.tasks]
+        self._cols = [(t.source, t.family, t.split, t.difficulty, t.kind, t.site, t.builder) for t in self.tasks]
         self.families = {t.family for t in self.tasks if t.family}
+        self.builders = {t.builder for t in self.tasks if t.builder}
         self.sites = {t.site for t in self.tasks if t.site}
         # the task file of each task read from one (YAML, rubric JSON), by path and by file name
         self.by_file: dict[str, set[int]] = {}
@@ -76,6 +77,10 @@ class TaskCatalog:
         unknown = [x for x in f.task_ids if x not in self.by_id]
         if unknown:
             raise BadRequest("filter.task_ids", f"filter.task_ids has {len(unknown)} unknown task ids: {_some(unknown)}")
+        unknown = [x for x in f.builders if x not in self.builders]
+        if unknown:
+            raise BadRequest("filter.builders", f"filter.builders has {len(unknown)} unknown builders: {_some(unknown)}; "
+                                                f"builders: {_some(sorted(self.builders), 20)}")
         unknown = [x for x in f.sites if x not in self.sites]
         if unknown:
             raise BadRequest("filter.sites", f"filter.sites has {len(unknown)} unknown sites: {_some(unknown)}")
@@ -88,7 +93,7 @@ class TaskCatalog:
     def select(self, f: task_pb2.TaskFilter) -> list[int]:
         self.validate_filter(f)
         sources, families, difficulties = set(f.sources), set(f.families), set(f.difficulties)
-        kinds, sites = set(f.kinds), set(f.sites)
+        kinds, sites, builders = set(f.kinds), set(f.sites), set(f.builders)
         if f.task_ids:
             idx = {id(t): i for i, t in enumerate(self.tasks)}
             cand: Iterable[int] = sorted(idx[id(self.by_id[t])] for t in set(f.task_ids) if t in self.by_id)
@@ -100,10 +105,10 @@ class TaskCatalog:
         out = []
         cols = self._cols
         for i in cand:
-            src, fam, split, diff, kind, site = cols[i]
+            src, fam, split, diff, kind, site, builder = cols[i]
             if ((sources and src not in sources) or (families and fam not in families) or (f.split and split != f.split)
                     or (difficulties and diff not in difficulties) or (kinds and kind not in kinds)
-                    or (sites and site not in sites)):
+                    or (sites and site not in sites) or (builders and builder not in builders)):
                 continue
             out.append(i)
         return out
@@ -117,12 +122,13 @@ class TaskCatalog:
         return task_pb2.ListTasksResponse(tasks=[self.tasks[i] for i in chosen], next_page_token=nxt, total_size=len(hits))
 
     def stats(self) -> dict[str, dict[str, int]]:
-        """Counts by source, family, kind, difficulty and split (for the CLI and the benchmark)."""
-        out: dict[str, Counter[str]] = {k: Counter() for k in ("source", "family", "kind", "difficulty", "split")}
+        """Counts by source, family, kind, difficulty, split and builder (for the CLI and the benchmark)."""
+        out: dict[str, Counter[str]] = {k: Counter() for k in ("source", "family", "kind", "difficulty", "split", "builder")}
         for t in self.tasks:
             out["source"][pb.TaskSource.Name(t.source)] += 1
             out["family"][t.family or "-"] += 1
             out["kind"][pb.TaskKind.Name(t.kind)] += 1
             out["difficulty"][pb.Difficulty.Name(t.difficulty)] += 1
             out["split"][pb.Split.Name(t.split)] += 1
+            out["builder"][t.builder or "-"] += 1
         return {k: dict(sorted(v.items())) for k, v in out.items()}

@@ -149,7 +149,7 @@ class TaskFactory:
             difficulty=difficulty_of(n_facts), rubric=rubric, subtasks=subtasks, oracle=oracle,
             max_steps=max(10, 2 * len(oracle) + 5), timeout_seconds=float(max(60, 10 * len(oracle))),
             category=self.fam.name, seed=rng_seed, template_id=f"synthetic/{self.fam.name}/{prefix}-{n}",
-            metadata={"site_name": s.name, "facts": str(n_facts), "layout": str(s.look["layout"]), "builder": s.builder_name},
+            builder=s.builder_name, metadata={"site_name": s.name, "facts": str(n_facts), "layout": str(s.look["layout"])},
         )
 
     def rng(self, label: str, n: int) -> tuple[random.Random, int]:
