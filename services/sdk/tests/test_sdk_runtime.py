@@ -377,8 +377,8 @@ async def test_tls_when_configured(echo, tmp_path):
 
 
 async def test_clients_take_the_servers_settings_from_the_environment(echo, tmp_path, monkeypatch):
-    """A client started in the stack's environment (WEBENV_AUTH_TOKEN, WEBENV_TLS_CERT_FILE, WEBENV_MAX_MESSAGE_MB)
-    speaks TLS with the token and the servers' message limit, on both channels."""
+    """A client whose environment names the stack's token, CA (here the self-signed certificate itself) and message
+    limit speaks TLS with the token and that limit, on both channels; a bad limit is refused naming the variable."""
     key, cert = tmp_path / "key.pem", tmp_path / "cert.pem"
     proc = await asyncio.create_subprocess_exec(
         "openssl", "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
@@ -389,7 +389,7 @@ async def test_clients_take_the_servers_settings_from_the_environment(echo, tmp_
     server = echo.build_server(echo.EchoSettings(host="127.0.0.1", auth_token="shared", tls_cert_file=str(cert),
                                                  tls_key_file=str(key), max_message_mb=8))
     big = policy_pb2.ActRequest(episode_id="x" * (5 << 20))  # over gRPC's default 4 MiB, under the servers' 8
-    for name, value in (("WEBENV_AUTH_TOKEN", "shared"), ("WEBENV_TLS_CERT_FILE", str(cert)),
+    for name, value in (("WEBENV_AUTH_TOKEN", "shared"), ("WEBENV_TLS_CA_FILE", str(cert)),
                         ("WEBENV_MAX_MESSAGE_MB", "8")):
         monkeypatch.setenv(name, value)
     async with server:
@@ -407,6 +407,9 @@ async def test_clients_take_the_servers_settings_from_the_environment(echo, tmp_
                 assert info.value.code() == grpc.StatusCode.UNAUTHENTICATED
 
         await asyncio.to_thread(sync_calls)
+    monkeypatch.setenv("WEBENV_MAX_MESSAGE_MB", "lots")
+    with pytest.raises(ValueError, match="WEBENV_MAX_MESSAGE_MB: expected a whole number of MiB"):
+        make_sync_channel("localhost:1")
 
 
 async def test_clients_pick_up_the_shared_token_from_the_environment(echo, monkeypatch):

@@ -1,10 +1,10 @@
 """Client channels with the platform's defaults: the one way every caller (services, the CLI, the stack launcher,
 the bench scripts) opens a channel, asynchronous (:func:`make_channel`) or synchronous (:func:`make_sync_channel`).
 
-Both take the same settings the services' servers read (:func:`channel_settings`): the bearer token
-``WEBENV_AUTH_TOKEN``, TLS (``WEBENV_TLS_CA_FILE``, else the servers' own ``WEBENV_TLS_CERT_FILE``) and the message
-limit ``WEBENV_MAX_MESSAGE_MB``. Every unary call gets a deadline unless the caller gives one (a call without a deadline can hang forever on a
-dead peer); streaming calls get none by default because a StepStream legitimately lives for a whole run.
+Both take their settings from the environment the services share (:func:`channel_settings`): the bearer token
+``WEBENV_AUTH_TOKEN`` the servers check, TLS roots from ``WEBENV_TLS_CA_FILE`` and the servers' message limit
+``WEBENV_MAX_MESSAGE_MB``. Every unary call gets a deadline unless the caller gives one (a call without a deadline
+can hang forever on a dead peer); streaming calls get none by default because a StepStream legitimately lives for a whole run.
 Retries happen only on UNAVAILABLE (AIP-194), declared in the gRPC service config so the library does them
 with backoff, never by string-matching errors in our code.
 """
@@ -92,19 +92,22 @@ def channel_settings(
     """The token, TLS roots (None: plaintext) and message limit (MiB) a channel uses: what the caller gave, else the
     environment the services share.
 
-    ``WEBENV_AUTH_TOKEN`` is the token the servers check. TLS roots come from ``WEBENV_TLS_CA_FILE`` (a PEM bundle),
-    else from ``WEBENV_TLS_CERT_FILE``, the certificate the servers serve (a self-signed one trusts itself), so a
-    client started in the stack's environment speaks TLS exactly when the servers do. ``WEBENV_MAX_MESSAGE_MB`` is the
-    servers' limit (64 MiB by default, as theirs).
+    ``WEBENV_AUTH_TOKEN`` is the token the servers check. TLS roots come from ``WEBENV_TLS_CA_FILE`` (a PEM bundle:
+    the CA of the servers' ``WEBENV_TLS_CERT_FILE``, or that certificate itself when it is self-signed); a server's
+    own certificate is never taken for one, so a gateway serving TLS in front of plaintext services still reaches
+    them. ``WEBENV_MAX_MESSAGE_MB`` is the servers' limit (64 MiB by default, as theirs; 1 to 2047).
     """
     if token is None:
         token = os.environ.get("WEBENV_AUTH_TOKEN") or None
     if root_certificates is None:
-        pem = os.environ.get("WEBENV_TLS_CA_FILE") or os.environ.get("WEBENV_TLS_CERT_FILE")
+        pem = os.environ.get("WEBENV_TLS_CA_FILE")
         if pem:
             root_certificates = Path(pem).read_bytes()
     if max_message_mb is None:
-        max_message_mb = int(os.environ.get("WEBENV_MAX_MESSAGE_MB") or 64)
+        raw = os.environ.get("WEBENV_MAX_MESSAGE_MB") or "64"
+        if not raw.strip().isdigit() or not 1 <= int(raw) <= 2047:
+            raise ValueError(f"WEBENV_MAX_MESSAGE_MB: expected a whole number of MiB from 1 to 2047 (got {raw[:40]!r})")
+        max_message_mb = int(raw)
     return token, root_certificates, max_message_mb
 
 
