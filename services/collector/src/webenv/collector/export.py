@@ -175,7 +175,7 @@ def write_hf(episodes: pa.Table, steps: pa.Table, dest: Path) -> list[Path]:
 def _grounded(row: dict, next_axtree: str) -> str:
     """A stored step's action as the agent writes it from its observation (webenv.agent.steps.grounded_text): a
     selector-addressed action (the synthetic web's oracle) by the element id the farm resolved it to."""
-    if not row["target_element_id"] or not row["action_json"]:
+    if not row["target_element_id"] or '"selector"' not in row["action_json"]:  # nothing to rewrite: not parsed
         return row["action_text"]
     action = json_format.Parse(row["action_json"], common_pb2.Action(), ignore_unknown_fields=True)
     return grounded_text(action, row["action_text"], row["target_element_id"], next_axtree)
