@@ -29,6 +29,7 @@ from webenv.v1 import trainer_pb2
 
 from . import data, metrics
 from .config import Settings
+from .rankers import RANKERS
 
 log = logging.getLogger("webenv.trainer")
 TERMINAL = {trainer_pb2.JOB_STATE_SUCCEEDED, trainer_pb2.JOB_STATE_STOPPED, trainer_pb2.JOB_STATE_FAILED}
@@ -38,8 +39,6 @@ DEFAULTS = {
     trainer_pb2.MODEL_KIND_CAUSAL_LM: {"epochs": 1, "batch_size": 8, "learning_rate": 5e-5},
     trainer_pb2.MODEL_KIND_ENCODER: {"epochs": 2, "batch_size": 16, "learning_rate": 1e-3},
 }
-#: The ranker modules of webenv.agent by model kind (both train in train_scorer's loop).
-RANKERS = {trainer_pb2.MODEL_KIND_SCORER: "scorer", trainer_pb2.MODEL_KIND_ENCODER: "encoder"}
 MAX_HARD_NEGATIVES = 16  # AlgorithmOptions.hard_negatives
 _MAX_LABELS = 32
 REQUEST_IDS_KEPT = 10_000  # StartJob request ids remembered for retries
@@ -380,24 +379,21 @@ class JobManager:
             raise
 
     def _train_ranker(self, job, selected, staging: Path, stop: threading.Event):
-        """The hashed scorer or the encoder: one loop (train_scorer.train), each kind's model and files."""
-        import importlib
-
+        """A ranker of the registry (rankers.RANKERS: the hashed scorer or the encoder): one loop
+        (train_scorer.train), each kind's model and files."""
         import torch
 
         from . import train_scorer
 
         spec = job.spec
-        lib = importlib.import_module(f"webenv.agent.{RANKERS[spec.model]}")
+        kind = RANKERS[spec.model]
+        lib = kind.library()
         if spec.parent:
             model = lib.load(checkpoints.resolve(self.root, spec.parent))
         else:
             torch.manual_seed(spec.hyper.seed)
-            if spec.model == trainer_pb2.MODEL_KIND_ENCODER:
-                model = lib.new(lib.EncoderConfig(), spec.base_model_path or self.settings.encoder_base)
-            else:
-                model = lib.ScorerModel(lib.ScorerConfig())
-        scorer = lib.Encoder(model) if spec.model == trainer_pb2.MODEL_KIND_ENCODER else lib.Scorer(model)
+            model = kind.new(spec.base_model_path or self.settings.encoder_base)
+        scorer = kind.wrap(model)
         train_set, valid_set = train_scorer.split_examples(selected, scorer, spec.hyper.validation_fraction,
                                                            spec.hyper.seed, relabel_answers=spec.options.relabel_answers,
                                                            negatives=spec.options.hard_negatives)

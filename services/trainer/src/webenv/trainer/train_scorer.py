@@ -1,6 +1,6 @@
 """Training a candidate ranker on selected steps, on CPU: the hashed scorer (webenv.agent.scorer, minutes) or
-the fine-tuned encoder (webenv.agent.encoder). One loop for both: a ranker module gives `collate`, `scores`,
-`optimizers` and `clip_parameters`, and an acting wrapper gives `example`.
+the fine-tuned encoder (webenv.agent.encoder). One loop for both: a ranker's library (`rankers.Ranker`) gives
+`collate`, `scores`, `optimizers` and `clip_parameters`, and an acting wrapper gives `example`.
 
 Loss: weighted cross-entropy of the taken candidate among the step's candidates, normalised by the
 batch's total absolute weight (weights are 1 for BC and filtered BC, advantages for policy gradient); a negative
@@ -21,7 +21,6 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from types import ModuleType
 from urllib.parse import urlsplit
 
 import torch
@@ -29,6 +28,7 @@ from webenv.agent.candidates import Candidate, passage_keys
 from webenv.agent.steps import accepted_answers
 
 from .algorithms import Selected
+from .rankers import Ranker
 
 
 @dataclass
@@ -132,7 +132,7 @@ def step_kl(logp: torch.Tensor, ref_logp: torch.Tensor, step_of_cand: torch.Tens
     return torch.zeros(n_steps).index_add(0, step_of_cand, terms)
 
 
-def _batch_loss(lib: ModuleType, model: torch.nn.Module, batch: dict, reference: torch.nn.Module | None = None,
+def _batch_loss(lib: Ranker, model: torch.nn.Module, batch: dict, reference: torch.nn.Module | None = None,
                 kl_coef: float = 0.0) -> tuple[torch.Tensor, torch.Tensor]:
     from webenv.agent.scorer import step_log_probs
 
@@ -157,7 +157,7 @@ def _batch_loss(lib: ModuleType, model: torch.nn.Module, batch: dict, reference:
 
 
 @torch.no_grad()
-def evaluate(lib: ModuleType, model: torch.nn.Module, examples: list, batch_size: int = 64) -> tuple[float, float]:
+def evaluate(lib: Ranker, model: torch.nn.Module, examples: list, batch_size: int = 64) -> tuple[float, float]:
     if not examples:
         return 0.0, 0.0
     model.eval()
@@ -182,7 +182,7 @@ def save_resume(model: torch.nn.Module, opts, step: int, path: Path) -> None:
     tmp.replace(path)
 
 
-def train(lib: ModuleType, model: torch.nn.Module, train_set: list, valid_set: list, *,
+def train(lib: Ranker, model: torch.nn.Module, train_set: list, valid_set: list, *,
           epochs: int, max_steps: int, batch_size: int, lr: float, seed: int, checkpoint_every: int,
           resume_path: Path, report: Callable[[Report], None], stopped: Callable[[], bool],
           reference: torch.nn.Module | None = None, kl_coef: float = 0.0) -> Report:
