@@ -90,6 +90,9 @@ class CountingBackend:
     async def evidence(self, s: Counter) -> str:
         return f'{{"value": {s.value}}}'
 
+    def network_trace(self, s: Counter) -> list[common_pb2.NetworkEvent]:
+        return [common_pb2.NetworkEvent(method="GET", url=f"counter://{s.value}", status=200)]
+
 
 @dataclass
 class Served:
@@ -140,6 +143,7 @@ async def test_a_repeated_step_index_is_answered_from_cache_and_acted_once(serve
     assert got.session.step_count == 1
     closed = await served.stub.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid, capture_evidence=True))
     assert closed.session.state == environment_pb2.SESSION_STATE_CLOSED and closed.site_state_json == '{"value": 1}'
+    assert [e.url for e in closed.network_events] == ["counter://1"]  # the backend's network trace, with the evidence
 
 
 async def test_bad_input_is_invalid_argument_naming_the_field(served: Served) -> None:

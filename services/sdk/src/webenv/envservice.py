@@ -369,6 +369,11 @@ class EnvBackend(Protocol[S, T]):
         """CloseSession's ``site_state_json`` when ``capture_evidence`` is set."""
         ...
 
+    def network_trace(self, s: S) -> list[common_pb2.NetworkEvent]:
+        """CloseSession's ``network_events`` when ``capture_evidence`` is set: the requests the session's pages made
+        (empty for an environment without a network)."""
+        ...
+
 
 class TaskCatalog:
     """TaskService at `address`, for the tasks OpenSession is given by id alone (`envcontract.task_reference`).
@@ -537,8 +542,10 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
         async with s.lock:
             self.table.still_open(s)
             evidence = await self.backend.evidence(s) if request.capture_evidence else ""
+            trace = self.backend.network_trace(s) if request.capture_evidence else []
             proto = await self.table.end(s, environment_pb2.SESSION_STATE_CLOSED)
-        return environment_pb2.CloseSessionResponse(session=proto, site_state_json=evidence, env_reward=s.env_reward)
+        return environment_pb2.CloseSessionResponse(session=proto, site_state_json=evidence, env_reward=s.env_reward,
+                                                    network_events=trace)
 
     async def ForkSession(self, request: environment_pb2.ForkSessionRequest,
                           context: grpc.aio.ServicerContext | None) -> environment_pb2.ForkSessionResponse:

@@ -225,6 +225,10 @@ class Farm:
         """The task's site state at the close (synthetic sites, MiniWoB), '' without a task adapter."""
         return await s.adapter.evidence(s) if s.adapter else ""
 
+    def network_trace(self, s: BrowserSession) -> list[common_pb2.NetworkEvent]:
+        """The requests the session's pages made (`webenv.browser.nettrace`), oldest first."""
+        return list(s.trace.events)
+
     # -- BrowserFarmService ----------------------------------------------------------------------
     def list_sessions(self, req: browser_pb2.ListSessionsRequest) -> browser_pb2.ListSessionsResponse:
         return self.registry.list(req)

@@ -8,6 +8,7 @@ from typing import Any, Protocol
 
 from playwright.async_api import CDPSession, Page
 from webenv.browser.guard import UrlGuard
+from webenv.browser.nettrace import NetworkTrace
 from webenv.browser.pool import Slot
 from webenv.envservice import EnvSession
 from webenv.v1 import common_pb2, environment_pb2
@@ -56,6 +57,7 @@ class BrowserSession(EnvSession):
     pending_error: str = ""
     _next_tab: int = 0
     _pages: dict[int, str] = field(default_factory=dict)
+    trace: NetworkTrace = field(default_factory=NetworkTrace)  # its pages' requests, every context it had
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -68,6 +70,7 @@ class BrowserSession(EnvSession):
         self.tabs.clear()
         self._pages.clear()
         slot.context.on("page", self._on_page)
+        self.trace.attach(slot.context)
         self._add_page(slot.page)
 
     def _add_page(self, page: Page) -> Tab:

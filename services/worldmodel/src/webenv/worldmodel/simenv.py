@@ -331,3 +331,6 @@ class SimulatedEnvironment:
 
     async def evidence(self, s: SimSession) -> str:
         return json.dumps({"simulated": True, "url": s.page.url, "steps": s.step_count, **s.site.evidence()})
+
+    def network_trace(self, s: SimSession) -> list[common_pb2.NetworkEvent]:
+        return []  # a simulated site makes no requests
