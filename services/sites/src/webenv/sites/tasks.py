@@ -61,24 +61,98 @@ def short_name(site: Site) -> str:
 
 # --- wording ------------------------------------------------------------------------------------
 
+# Each task kind is worded from many templates (constraints in varying order, synonyms, indirect references such
+# as "the cheapest"); an instruction names what a user would name (titles, labels, values), never a builder's markup.
 INFO_OPENERS = (
     "On {site}, find the {noun} \"{title}\" and tell me {what}.",
     "Look up \"{title}\" on {site}. What {be} {what}?",
     "I need {what} of the {noun} called \"{title}\" ({site}).",
     "Using {site}, report {what} for \"{title}\".",
     "Go to {site} and check {what} of \"{title}\"; answer with the values.",
+    "What {be} {what} of \"{title}\"? The {noun} is listed on {site}.",
+    "Tell me {what} for the {noun} \"{title}\" on {site}.",
+    "Can you check {site} for {what} of \"{title}\"?",
+    "Find out {what} of \"{title}\" from {site}.",
+    "{Site} lists a {noun} named \"{title}\": give me {what}.",
+    "Read {what} off the page of \"{title}\" on {site}.",
+    "According to {site}, what {be} {what} of the {noun} \"{title}\"?",
+)
+COMPARE_OPENERS = (
+    "On {site}, compare two {plural}: give {a}, and {b}.",
+    "I am choosing between two {plural} on {site}. Tell me {a}, and {b}.",
+    "Using {site}, report {a}; also {b}.",
+    "Look up two {plural} on {site}: {a}, then {b}.",
+    "For a comparison on {site}, I need {a} as well as {b}.",
+)
+SUPERLATIVE_OPENERS = (
+    "On {site}, which {noun} in the {category} category is the {word} (by {value})? Give its name and {value}.",
+    "Find the {word} {noun} in {category} on {site} and tell me its name and {value}.",
+    "What is the {word} {noun} listed under {category} on {site}? Answer with the name and the {value}.",
+    "Among the {category} {plural} on {site}, which one is the {word}? I need its name and {value}.",
+    "{Site}: name the {word} {noun} of the {category} category, with its {value}.",
+    "Sort the {category} {plural} on {site} by {value} and tell me which is the {word}, and its {value}.",
 )
 NAV_OPENERS = (
     "On {site}, open the page of the {noun} \"{title}\".",
     "Navigate to the {noun} \"{title}\" on {site}.",
     "Bring up the detail page for \"{title}\" on {site}.",
+    "Go to {site} and open \"{title}\".",
+    "Show me the {noun} \"{title}\" on {site}.",
+    "Take me to the page of \"{title}\" ({site}).",
+    "I want to see the full page of the {noun} \"{title}\" on {site}.",
+    "Find \"{title}\" on {site} and open it.",
+    "Open {site}'s page for \"{title}\".",
+    "Pull up \"{title}\" on {site}; stop on its page.",
 )
-TX_OPENERS = ("On {site}, {todo}.", "Please {todo} using {site}.", "Using {site}: {todo}.", "{Todo} on {site}.")
+INDIRECT_NAV = (
+    "On {site}, open the page of the {word} {noun} in the {category} category.",
+    "Go to {site} and open the {word} of the {category} {plural}.",
+    "Show me the {word} {noun} under {category} on {site}.",
+    "Find the {category} {noun} that is the {word} on {site} and open its page.",
+)
+SORTED_OPENERS = (
+    "On {site}, list all {plural} sorted {how} and go to page {page} of the results.",
+    "Go to page {page} of the {plural} on {site}, sorted {how}.",
+    "Show me page {page} of {site}'s {plural}, ordered {how}.",
+    "Sort the {plural} on {site} {how}, then open page {page} of the list.",
+    "I want to browse {site}'s {plural} {how}: take me to page {page}.",
+    "Open the list of {plural} on {site}, order it {how} and move to page {page}.",
+)
+BEST_OPENERS = (
+    "On {site}, filter the {plural} to the {category} category, sort them by rating and open the best rated one.",
+    "Open the best rated {noun} in {category} on {site}, going through the {category} list sorted by rating.",
+    "On {site}, show the {category} {plural} from best to worst rated and open the top one.",
+    "Sort {site}'s {category} {plural} by rating and open the first.",
+    "Which {category} {noun} is rated highest on {site}? Sort that category by rating and open it.",
+)
+TX_OPENERS = (
+    "On {site}, {todo}.", "Please {todo} using {site}.", "Using {site}: {todo}.", "{Todo} on {site}.",
+    "Go to {site} and {todo}.", "I'd like you to {todo} on {site}.", "Could you {todo}? Use {site}.",
+    "Task for {site}: {todo}.", "{Site} is the website to use: {todo}.", "Head over to {site} and {todo}.",
+    "On the website {site}, {todo}.", "Help me {todo} on {site}.",
+)
+CART_OPENERS = (
+    "On {site}, add {what} to the cart (do not check out).", "Put {what} in your {site} shopping cart.",
+    "Add {what} to the basket on {site}; no need to order.", "Fill the cart on {site} with {what}, without buying.",
+    "On {site}, I only want {what} in my cart for now.", "Load {what} into the cart at {site} (no checkout).",
+)
+ORDER_OPENERS = (
+    "On {site}, order {what} and ship it to {where}.", "Buy {what} from {site}; the delivery address is {where}.",
+    "Place an order on {site} for {what}, shipping to {where}.", "Ship {what} to {where}: order it on {site}.",
+    "Deliver to {where}: {what}, ordered from {site}.", "Using {site}, purchase {what} with delivery to {where}.",
+)
 LOGIN_PHRASES = (
     "Log in as {user} (password: {pw}) first. ",
     "Your account is {user} with password {pw}. ",
     "Sign in with username {user} and password {pw}. ",
+    "Credentials: {user} / {pw}. ",
+    "You'll need to sign in ({user}, password {pw}). ",
 )
+INDIRECT_SORTS = {"value_asc": 0, "value_desc": 1, "date_desc": "newest", "rating_desc": "best rated"}
+
+
+def _cap(text: str) -> str:
+    return text[:1].upper() + text[1:]
 
 
 def _join(parts: list[str]) -> str:
@@ -117,6 +191,36 @@ class TaskFactory:
         if not self.fam.login_required:
             return ""
         return rng.choice(LOGIN_PHRASES).format(user=self.user.username, pw=self.user.password)
+
+    def indirect(self, rng: random.Random) -> tuple[str, str, str, Item] | None:
+        """Sometimes (2 in 5) a category, a sort and the one item first under it, named by what it is ("the cheapest
+        product in Books") instead of by its title; None when the draw says no or the first place is tied."""
+        if rng.random() >= 0.4:
+            return None
+        slug = rng.choice(sorted(self.site.category_labels))
+        sort = rng.choice(sorted(INDIRECT_SORTS))
+        ranked = search(self.site, "", slug, sort)
+        key = {"value_asc": lambda it: it.value, "value_desc": lambda it: it.value, "date_desc": lambda it: it.date,
+               "rating_desc": lambda it: it.rating}[sort]
+        if len(ranked) < 2 or key(ranked[0]) == key(ranked[1]):
+            return None
+        word = INDIRECT_SORTS[sort]
+        word = self.fam.value_sort_words[word] if isinstance(word, int) else word
+        return slug, sort, str(word), ranked[0]
+
+    def describe_fields(self, rng: random.Random, item: Item, values: dict[str, object]) -> str:
+        """A record's request worded from its form's labels, the fields in a random order."""
+        spec = self.fam.action
+        assert spec is not None
+        parts = []
+        for f in rng.sample(spec.fields, len(spec.fields)):
+            v = values[f.name]
+            if f.kind == "checkbox":
+                parts.append(f'"{f.label}" {"ticked" if v else "left unticked"}')
+            else:
+                parts.append(f'{f.label.lower()} "{v}"')
+        verb = rng.choice(("fill in the form on", "use the form of", "submit the form on", "complete the form for"))
+        return f'{verb} the {self.fam.noun} "{item.title}" with {_join(parts)}'
 
     def attributes(self, item: Item) -> list[tuple[str, str]]:
         """(label, value as shown) pairs an information task can ask for."""
@@ -177,10 +281,11 @@ class TaskFactory:
         oracle.append(answer("; ".join(answers)))
         if n_items == 1:
             label_what = asks[0].rsplit(" of \"", 1)[0]
-            instr = rng.choice(INFO_OPENERS).format(site=self.site.name, noun=self.fam.noun, title=items[0].title,
-                                                    what=label_what, be="is" if n_attrs == 1 else "are")
+            instr = rng.choice(INFO_OPENERS).format(site=self.site.name, Site=self.site.name, noun=self.fam.noun,
+                                                    title=items[0].title, what=label_what,
+                                                    be="is" if n_attrs == 1 else "are")
         else:
-            instr = f"On {self.site.name}, compare two {self.fam.plural}: give {asks[0]}, and {asks[1]}."
+            instr = rng.choice(COMPARE_OPENERS).format(site=self.site.name, plural=self.fam.plural, a=asks[0], b=asks[1])
         return self.task(pb.TASK_KIND_INFORMATION, n, self.login_text(rng) + instr, groups, oracle, seed)
 
     def superlative(self, n: int) -> pb.Task:
@@ -191,8 +296,9 @@ class TaskFactory:
         sort = "value_asc" if asc else "value_desc"
         best = search(self.site, "", slug, sort)[0]
         word = self.fam.value_sort_words[0 if asc else 1]
-        instr = (f"{self.login_text(rng)}On {self.site.name}, which {self.fam.noun} in the {label} category is the "
-                 f"{word} (by {self.fam.value_label.lower()})? Give its name and {self.fam.value_label.lower()}.")
+        instr = self.login_text(rng) + rng.choice(SUPERLATIVE_OPENERS).format(
+            site=self.site.name, Site=self.site.name, noun=self.fam.noun, plural=self.fam.plural, category=label,
+            word=word, value=self.fam.value_label.lower())
         g = Group("answer", f"The {word} {self.fam.noun} in {label}")
         g.facts.append((f"The answer names {best.title}", answer_contains(best.title)))
         g.facts.append((f"The answer gives its {self.fam.value_label.lower()} {best.value_text}", answer_contains(best.value_text)))
@@ -205,11 +311,20 @@ class TaskFactory:
     def nav_item(self, n: int) -> pb.Task:
         rng, seed = self.rng("nav", n)
         item = rng.choice(self.site.items)
-        instr = self.login_text(rng) + rng.choice(NAV_OPENERS).format(site=self.site.name, noun=self.fam.noun, title=item.title)
+        login = self.login_text(rng)
+        instr = login + rng.choice(NAV_OPENERS).format(site=self.site.name, noun=self.fam.noun, title=item.title)
+        oracle = self.prelude(self.fam.login_required) + self.open_item(item) + [answer("done")]
+        indirect = self.indirect(rng)
+        if indirect is not None:  # "the cheapest X in Y": found by browsing, not by its name
+            slug, sort, word, item = indirect
+            instr = login + rng.choice(INDIRECT_NAV).format(
+                site=self.site.name, noun=self.fam.noun, plural=self.fam.plural, word=word,
+                category=self.site.category_labels[slug])
+            oracle = (self.prelude(self.fam.login_required) + self.builder.browse(self.site, category=slug, sort=sort)
+                      + self.builder.open_listed(self.site, item) + [answer("done")])
         g = Group("page", f"The page of {item.title} is open")
         g.facts.append((f"The final URL is the page of {item.id}", self.record_fact(item)))
         g.facts.append((f"The page shows {item.title}", page_shows(item.title)))
-        oracle = self.prelude(self.fam.login_required) + self.open_item(item) + [answer("done")]
         return self.task(pb.TASK_KIND_NAVIGATION, n, instr, [g], oracle, seed)
 
     def nav_sorted_page(self, n: int) -> pb.Task:
@@ -221,8 +336,8 @@ class TaskFactory:
         how = {"value_asc": f"by {self.fam.value_label.lower()}, {self.fam.value_sort_words[0]} first",
                "value_desc": f"by {self.fam.value_label.lower()}, {self.fam.value_sort_words[1]} first",
                "date_desc": "newest first", "rating_desc": "best rated first"}[sort]
-        instr = (f"{self.login_text(rng)}On {self.site.name}, list all {self.fam.plural} sorted {how} and go to "
-                 f"page {page} of the results.")
+        instr = self.login_text(rng) + rng.choice(SORTED_OPENERS).format(
+            site=self.site.name, plural=self.fam.plural, how=how, page=page)
         g = Group("list", f"Page {page} of the {self.fam.plural} sorted {how}")
         g.facts.append((f"The URL is the listing sorted by {sort}", self.listing_fact("sort", sort)))
         g.facts.append((f"The URL is page {page}", self.listing_fact("page", str(page))))
@@ -236,8 +351,8 @@ class TaskFactory:
         slug = rng.choice(sorted(self.site.category_labels))
         label = self.site.category_labels[slug]
         best = search(self.site, "", slug, "rating_desc")[0]
-        instr = (f"{self.login_text(rng)}On {self.site.name}, filter the {self.fam.plural} to the {label} category, "
-                 f"sort them by rating and open the best rated one.")
+        instr = self.login_text(rng) + rng.choice(BEST_OPENERS).format(
+            site=self.site.name, plural=self.fam.plural, noun=self.fam.noun, category=label)
         g1 = Group("filter", f"The {label} list was sorted by rating")
         g1.facts.append((f"Some URL filtered to {label}", self.listing_fact("category", slug, any_step=True)))
         g1.facts.append(("Some URL sorted by rating", self.listing_fact("sort", "rating_desc", any_step=True)))
@@ -261,7 +376,7 @@ class TaskFactory:
         todos: list[str] = []
         for k, item in enumerate(items):
             values = spec.make_values(rng, item)
-            todo = spec.describe(values, item)
+            todo = spec.describe(values, item) if rng.random() < 0.5 else self.describe_fields(rng, item, values)
             todos.append(todo)
             g = Group(f"record{k}", f"A {spec.key} record for {item.title}", subtask=f"On {self.site.name}, {todo}.")
             base = f'$.{spec.key}[?(@.{spec.item_field}=="{item.id}")]'
@@ -276,7 +391,7 @@ class TaskFactory:
             groups.append(g)
         oracle.append(answer("done"))
         todo = _join(todos)
-        instr = rng.choice(TX_OPENERS).format(site=self.site.name, todo=todo, Todo=todo[0].upper() + todo[1:])
+        instr = rng.choice(TX_OPENERS).format(site=self.site.name, Site=self.site.name, todo=todo, Todo=_cap(todo))
         return self.task(pb.TASK_KIND_TRANSACTION, n, self.login_text(rng) + instr, groups, oracle, seed)
 
     def tx_cart(self, n: int, n_items: int) -> pb.Task:
@@ -290,9 +405,7 @@ class TaskFactory:
             oracle += self.open_item(item) + self.builder.add_to_cart(self.site, item, q)
         oracle.append(answer("done"))
         what = _join([f"{q} x \"{it.title}\"" for it, q in zip(items, qtys, strict=True)])
-        instr = rng.choice(("On {site}, add {what} to the cart (do not check out).",
-                            "Put {what} in your {site} shopping cart.",
-                            "Add {what} to the basket on {site}; no need to order.")).format(site=self.site.name, what=what)
+        instr = rng.choice(CART_OPENERS).format(site=self.site.name, what=what)
         return self.task(pb.TASK_KIND_TRANSACTION, n, instr, [g], oracle, seed)
 
     def tx_order(self, n: int, n_items: int) -> pb.Task:
@@ -315,11 +428,7 @@ class TaskFactory:
         oracle += self.builder.check_out(self.site, addr) + [answer("done")]
         what = _join([f"{q} x \"{it.title}\"" for it, q in zip(items, qtys, strict=True)])
         where = f"{addr['name']}, {addr['street']}, {addr['city']} {addr['zip']}"
-        instr = rng.choice((
-            "On {site}, order {what} and ship it to {where}.",
-            "Buy {what} from {site}; the delivery address is {where}.",
-            "Place an order on {site} for {what}, shipping to {where}.",
-        )).format(site=self.site.name, what=what, where=where)
+        instr = rng.choice(ORDER_OPENERS).format(site=self.site.name, what=what, where=where)
         task = self.task(pb.TASK_KIND_TRANSACTION, n, instr, [g_items, g_ship, g_status], oracle, seed)
         # the order without the address is a valid part on its own (the shipping facts alone are not)
         task.subtasks.add(subtask_id=f"{task.task_id}/sub-0", group_ids=["items", "status"],
