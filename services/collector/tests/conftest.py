@@ -92,8 +92,10 @@ def make_tasks(n_sites: int = 6, per_site: int = 3) -> list[common_pb2.Task]:
 class Sites(task_pb2_grpc.TaskServiceServicer):
     def __init__(self, tasks: list[common_pb2.Task]) -> None:
         self.tasks = tasks
+        self.pages_read = 0  # ListTasks answered (how far a plan read the catalog)
 
     async def ListTasks(self, request, context):
+        self.pages_read += 1
         f = request.filter
         out = [
             t for t in self.tasks

@@ -85,6 +85,22 @@ async def test_run_size_and_spec_size_are_bounded(make_collector, world):
         assert ok.counts.planned == 10
 
 
+async def test_a_plan_reads_the_catalog_no_further_than_its_size_allows(make_collector, world):
+    """One pass (webenv.collector.plan): a run whose spec alone is too large is refused before the catalog is read; an
+    empty spec stops reading pages once its tasks exceed the limit, and still says how many the catalog holds."""
+    c = await make_collector(max_run_episodes=10)
+    c.engine.planner.task_page_size = 4  # the 18 tasks on 5 pages
+    async with grpc.aio.insecure_channel(c.address) as ch:
+        stub = collector_pb2_grpc.CollectorServiceStub(ch)
+        before = world.sites.pages_read
+        err = await refused(stub.StartRun(collector_pb2.StartRunRequest(spec=spec(episodes=11))))
+        assert (err.reason, err.metadata["field"]) == ("RUN_TOO_LARGE", "spec.episodes")
+        assert world.sites.pages_read == before
+        err = await refused(stub.StartRun(collector_pb2.StartRunRequest(spec=collector_pb2.RunSpec())))
+        assert (err.reason, err.metadata["field"]) == ("RUN_TOO_LARGE", "spec.tasks") and "18 episodes" in err.message
+        assert world.sites.pages_read - before == 3  # 12 tasks read, more than 10: the last two pages are not
+
+
 # -- memory ---------------------------------------------------------------------------------------------------------
 async def test_ended_runs_free_their_jobs_and_only_the_last_few_stay_in_memory(
         make_collector, world, watch, monkeypatch):

@@ -9,10 +9,10 @@ published to a stream and every collector sharing the queue runs them (see queue
 and re-implemented running, storing and counting an episode).
 
 Admission: a collector executes at most ``max_active_runs`` runs; later ones wait PENDING in start
-order, and beyond ``max_pending_runs`` waiting StartRun is RESOURCE_EXHAUSTED with a RetryInfo. A run may plan at
-most ``max_run_episodes`` episodes and its spec at most ``max_spec_bytes`` (INVALID_ARGUMENT naming the field),
-checked before the catalog is read whenever the spec alone decides it. Plans are made one at a time, so
-concurrent StartRuns never hold several copies of the catalog. An ended run gives back what only a live run
+order, and beyond ``max_pending_runs`` waiting StartRun is RESOURCE_EXHAUSTED with a RetryInfo. A spec is at most
+``max_spec_bytes``; a run is planned in one pass by `webenv.collector.plan` (its tasks, its size: at most
+``max_run_episodes`` episodes, checked there once, its draws and jobs) and launched here. Plans are made one at a
+time, so concurrent StartRuns never hold several copies of the catalog. An ended run gives back what only a live run
 needs (its episode jobs, which hold every task) and only the last ``ENDED_RUNS_KEPT`` ended runs stay in
 memory; older ones are answered from the store. Measured with the fuzzer: 137 accepted runs had grown the
 collector from 363 to 925 MB.
@@ -22,30 +22,27 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 import time
 import uuid
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Protocol
 
-import grpc
-from google.protobuf import json_format
 from webenv import errors
-from webenv.collector import metrics, sampling
+from webenv.collector import metrics
 from webenv.collector import spec as specs
 from webenv.collector.branch import run_branched
 from webenv.collector.episode import Context, Episode, EpisodeJob, Tally, run_episode, run_lock_step
-from webenv.collector.read import EpisodeReader
+from webenv.collector.plan import Plan, Planner
 from webenv.collector.replicas import ReplicaSet
 from webenv.collector.run import RunContext, run_from_row, run_row
-from webenv.collector.schema import EPISODES, RUNS, STATE_NAMES, version_now
+from webenv.collector.schema import RUNS, STATE_NAMES, version_now
 from webenv.collector.store import AsyncStore
 from webenv.collector.writer import Writer
 from webenv.idempotency import RequestCache
-from webenv.v1 import collector_pb2, common_pb2, policy_pb2, task_pb2
+from webenv.v1 import collector_pb2
 
 log = logging.getLogger(__name__)
 
@@ -89,6 +86,8 @@ class Engine:
     def __init__(self, config: EngineConfig, store: AsyncStore, writer: Writer, ctx: Context,
                  queue: SharedQueue | None = None) -> None:
         self.config = config
+        self.planner = Planner(ctx.peers, store, max_run_episodes=config.max_run_episodes,
+                               task_page_size=config.task_page_size)
         self.store = store
         self.writer = writer
         self.ctx = ctx
@@ -105,7 +104,8 @@ class Engine:
 
     # -- starting ----------------------------------------------------------------------------------------------------
     async def start_run(self, request_id: str, spec: collector_pb2.RunSpec) -> collector_pb2.Run:
-        """Validate, plan and start a run; a retried request_id returns the run it started."""
+        """Validate, plan (`webenv.collector.plan`, one pass) and launch a run; a retried request_id returns the run
+        it started."""
         specs.check_size(spec, self.config.max_spec_bytes)
         async with self._planning:  # one plan at a time: admission is decided atomically, one catalog in memory
             if request_id in self._requests:
@@ -115,129 +115,26 @@ class Engine:
                                          reason="DEPENDENCY_DOWN")
             self._admission()
             resolved = specs.admit(spec, self.config.defaults, shared=self.queue is not None)
-            per_draw = specs.per_draw(resolved)
-            self._check_size(resolved.episodes or resolved.repeats * per_draw,
-                             "spec.episodes" if resolved.episodes else "spec.repeats")
-            solvable, reveal = await self._solvable(resolved.policy)
-            if resolved.starts:
-                rc = await self._start_starts(request_id, resolved, reveal)
-                await self.persist(rc)
-                return rc.run
-            tasks, skipped = await self._tasks(resolved, solvable)
-            if not resolved.episodes:
-                self._check_size(len(sampling.eligible(tasks, resolved.sampling)) * resolved.repeats * per_draw,
-                                 "spec.repeats" if resolved.repeats > 1 else "spec.tasks")
-            history = await self._history(resolved) if resolved.sampling in sampling.FRONTIERS else None
-            branches = resolved.branching.count
-            planned = sampling.plan(  # a branching run plans its anchors: the forks are made while it runs
-                tasks, strategy=resolved.sampling,
-                episodes=resolved.episodes // (branches + 1) if branches else resolved.episodes,
-                repeats=resolved.repeats, seed=resolved.seed, group_size=1 if branches else resolved.group_size,
-                history=history,
-            )
-            matches = len(tasks)
-            del tasks
-            if not planned:
-                raise errors.FailedPrecondition(
-                    _no_tasks(resolved, matches, skipped),
-                    reason="NO_TASKS",
-                    metadata={"field": "spec.tasks", "catalog_matches": str(matches + skipped), "skipped": str(skipped)},
-                )
             run_id = "run-" + uuid.uuid4().hex[:12]
-            self._requests.put(request_id, run_id)
-            jobs = [
-                EpisodeJob(run_id, f"{run_id}-{p.index:06d}", p.index, p.task, p.seed, specs.horizon_for(resolved, p.task),
-                           reveal_solution=reveal,
-                           group_id=f"{run_id}-g{p.group:06d}" if p.group >= 0 else "")
-                for p in planned
-            ]
-            if skipped:
-                log.info("run %s: left out %d matching tasks policy %r has no solution for", run_id, skipped,
+            plan = await self.planner.plan(run_id, resolved)
+            if plan.skipped:
+                log.info("run %s: left out %d matching tasks policy %r has no solution for", run_id, plan.skipped,
                          resolved.policy)
-            rc = self._launch(run_id, resolved, jobs, planned=len(jobs) * (branches + 1), skipped=skipped)
+            self._requests.put(request_id, run_id)
+            rc = self._launch(run_id, resolved, plan)
         await self.persist(rc)
         return rc.run
 
-    def _launch(self, run_id: str, spec: collector_pb2.RunSpec, jobs: list[EpisodeJob], *, planned: int,
-                skipped: int = 0) -> RunContext:
+    def _launch(self, run_id: str, spec: collector_pb2.RunSpec, plan: Plan) -> RunContext:
         """A planned run, registered and started (under the planning lock)."""
         run = collector_pb2.Run(run_id=run_id, spec=spec, state=collector_pb2.RUN_STATE_PENDING)
-        run.counts.planned = planned
-        run.counts.skipped_tasks = skipped
+        run.counts.planned = plan.planned
+        run.counts.skipped_tasks = plan.skipped
         run.created_at.GetCurrentTime()
-        rc = RunContext(run=run, jobs=jobs)
+        rc = RunContext(run=run, jobs=plan.jobs)
         self.runs[run_id] = rc
         rc.task = asyncio.create_task(self._execute(rc))  # before any await: a cancelled call leaves no orphan
         return rc
-
-    async def _start_starts(self, request_id: str, spec: collector_pb2.RunSpec, reveal: bool) -> RunContext:
-        """(RunSpec.starts; under the planning lock) one episode per start: the stored episode's task and seed, its
-        first ``steps`` actions to replay, then the run's policy. A start naming no stored episode that finished
-        without an error, or more steps than it took or its task's cap allows, is INVALID_ARGUMENT naming it."""
-        ids = list(dict.fromkeys(st.episode_id for st in spec.starts))
-        reader = EpisodeReader(collector_pb2.ReadEpisodesRequest(episode_ids=ids))
-        stored: dict[str, collector_pb2.StoredEpisode] = {}
-        for rows in await self.store.read(reader.rows):
-            for ep in await self.store.read(reader.batch, rows):
-                stored[ep.episode_id] = ep
-        seeds = {r["episode_id"]: int(r["seed"]) for r in await self.store.query(  # the session's: same popups, same data
-            f"SELECT episode_id, seed FROM {{db}}.{EPISODES} FINAL WHERE episode_id IN {{ids:Array(String)}}",
-            {"ids": ids})}
-        run_id = "run-" + uuid.uuid4().hex[:12]
-        jobs = []
-        for i, st in enumerate(spec.starts):
-            f = f"spec.starts[{i}]"
-            ep = stored.get(st.episode_id)
-            if ep is None:
-                raise specs.bad(f"{f}.episode_id", f"no stored episode {st.episode_id[:128]!r} that finished without "
-                                                   "an error")
-            taken = len(ep.trajectory.steps)
-            horizon = specs.horizon_for(spec, ep.task)
-            if st.steps >= min(taken, horizon):
-                raise specs.bad(f"{f}.steps", f"must be below the {taken} steps episode {st.episode_id!r} took and "
-                                              f"its task's step cap {horizon} (the policy takes at least one), "
-                                              f"got {st.steps}")
-            replay = tuple((rec.action, rec.action_text) for rec in ep.trajectory.steps[:st.steps])
-            jobs.append(EpisodeJob(run_id, f"{run_id}-{i:06d}", i, ep.task, seeds.get(ep.episode_id, spec.seed + i), horizon,
-                                   reveal_solution=reveal, start_episode_id=ep.episode_id, replay=replay))
-        self._requests.put(request_id, run_id)
-        return self._launch(run_id, spec, jobs, planned=len(jobs))
-
-    async def _solvable(self, policy: str) -> tuple[Callable[[common_pb2.Task], bool] | None, bool]:
-        """Which tasks ``policy`` can act on (None: any) and whether it is shown their solutions, from the policy
-        service's ListPolicies (only a policy that declares ``needs_solution`` is: `webenv.solutions`).
-
-        A policy the service does not offer is refused here, before a run whose every episode would error.
-        """
-        peer = self.ctx.peers.policy()
-        try:
-            resp = await peer.stub.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=10)
-        except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.UNIMPLEMENTED:
-                return None, False  # a policy service without ListPolicies: no planning help, no solutions
-            raise errors.Unavailable(
-                f"policy service at {peer.address} failed: {exc.code().name}: {exc.details()}",
-                reason="POLICY_UNAVAILABLE",
-            ) from exc
-        info = specs.served_policy(policy, resp.policies, peer.address)
-        if not info.needs_solution:
-            return None, False
-        solved = set(info.solved_task_ids)
-        return (lambda t: bool(len(t.oracle)) or t.task_id in solved), True
-
-    async def _history(self, spec: collector_pb2.RunSpec) -> dict[str, sampling.TaskHistory]:
-        """Per task, how often the run's policy was tried and passed (the frontier's pass rates), from the store:
-        the stored, non-errored episodes of ``history_run_ids``, or of the policy's family when none are named."""
-        if spec.history_run_ids:
-            where, params = "run_id IN {runs:Array(String)}", {"runs": list(spec.history_run_ids)}
-        else:
-            family = spec.policy.partition("@")[0]
-            where, params = "(policy = {family:String} OR startsWith(policy, {prefix:String}))", {
-                "family": family, "prefix": family + "@"}
-        rows = await self.store.query(
-            f"SELECT task_id, count() AS tried, sum(passed) AS passed FROM {{db}}.{EPISODES} FINAL "
-            f"WHERE error = '' AND {where} GROUP BY task_id", params)
-        return {r["task_id"]: sampling.TaskHistory(int(r["tried"]), int(r["passed"])) for r in rows}
 
     async def _run_for_request(self, request_id: str) -> collector_pb2.Run:
         run_id = self._requests.get(request_id)
@@ -260,66 +157,6 @@ class Engine:
                 reason="TOO_MANY_RUNS", retry_after_seconds=self.config.admission_retry_seconds,
                 metadata={"live_runs": str(live), "limit": str(cap)},
             )
-
-    def _check_size(self, episodes: int, field: str) -> None:
-        limit = self.config.max_run_episodes
-        if episodes > limit:
-            raise errors.InvalidArgument(
-                f"{field}: the run would have {episodes} episodes, more than the collector's limit of {limit} "
-                "(WEBENV_MAX_RUN_EPISODES); set spec.episodes, spec.task_limit or a narrower spec.tasks filter",
-                reason="RUN_TOO_LARGE", metadata={"field": field, "limit": str(limit)},
-            )
-
-    async def _tasks(
-        self, spec: collector_pb2.RunSpec, solvable: Callable[[common_pb2.Task], bool] | None = None
-    ) -> tuple[list[common_pb2.Task], int]:
-        """The tasks a run draws from, and how many matching ones were left out as unsolvable by its policy."""
-        if spec.start_urls:
-            return [specs.url_task(u, i) for i, u in enumerate(spec.start_urls)], 0
-        skipped = 0
-
-        def keep(tasks) -> list[common_pb2.Task]:
-            nonlocal skipped
-            if solvable is None:
-                return list(tasks)
-            kept = [t for t in tasks if solvable(t)]
-            skipped += len(tasks) - len(kept)
-            return kept
-
-        if spec.inline_tasks:
-            out = keep(spec.inline_tasks)
-            return (out[: spec.task_limit] if spec.task_limit else out), skipped
-        out: list[common_pb2.Task] = []
-        token = ""
-        stub = self.ctx.peers.tasks()
-        while True:
-            try:
-                resp = await stub.ListTasks(
-                    task_pb2.ListTasksRequest(filter=spec.tasks, page_size=self.config.task_page_size, page_token=token),
-                    timeout=30,
-                )
-            except grpc.aio.AioRpcError as exc:
-                err = errors.from_rpc_error(exc)
-                if isinstance(err, errors.InvalidArgument):
-                    raise errors.InvalidArgument(
-                        f"spec.tasks: {err.message}", reason="BAD_RUN_SPEC", metadata={"field": "spec.tasks"}
-                    ) from exc
-                raise errors.Unavailable(
-                    f"task catalog at {self.ctx.peers.sites_address} failed: {exc.code().name}: {exc.details()}",
-                    reason="TASK_CATALOG_UNAVAILABLE",
-                ) from exc
-            if not out and solvable is None and not spec.episodes and (
-                    spec.sampling != collector_pb2.SAMPLING_STRATEGY_EASY_ONLY):
-                # The first page tells the catalog's size: refuse an oversized run before reading all of it.
-                total = min(resp.total_size, spec.task_limit or resp.total_size)
-                self._check_size(total * spec.repeats, "spec.repeats" if spec.repeats > 1 else "spec.tasks")
-            out.extend(keep(resp.tasks))
-            token = resp.next_page_token
-            if not token or (spec.task_limit and len(out) >= spec.task_limit):
-                break
-        if spec.task_limit:
-            out = out[: spec.task_limit]
-        return out, skipped
 
     # -- running -----------------------------------------------------------------------------------------------------
     async def _admit(self, rc: RunContext) -> bool:
@@ -433,72 +270,58 @@ class Engine:
         elif n == ERRORS_LOGGED_PER_RUN + 1:
             log.warning("run %s: more episodes errored; their errors are stored with them (episodes.error)", run_id)
 
-    async def _play(self, job: EpisodeJob, spec: collector_pb2.RunSpec, replicas: ReplicaSet) -> Episode:
-        """Run one episode (async mode), counted while in flight."""
-        metrics.EPISODES_STARTED.inc()
-        metrics.IN_FLIGHT.inc()
+    async def _run_and_store(self, rc: RunContext | None, started: int, play: Callable[[], Awaitable[list[Episode]]],
+                             on_ran: Callable[[], bool | None] | None = None, wait: bool = True) -> list[Episode]:
+        """The one way an episode is run and stored, whichever drives it (a job of a run owned here, an anchor and
+        its forks, a lock-step batch, a shared run's entry): ``play()`` runs them (``started`` counted in flight
+        meanwhile); ``on_ran`` is called when they stop using the environment, and when it returns True (nothing
+        will join their batch) their rows are written without batching delay; then they are stored and counted.
+        A finished episode is stored even if its run is cut off meanwhile: the write is shielded, and the run waits
+        for it (``rc.storing``) so counts and store agree when it ends. ``wait=False`` returns before the write (the
+        lock-step baseline writes a batch while the next one runs)."""
+        metrics.EPISODES_STARTED.inc(started)
+        metrics.IN_FLIGHT.inc(started)
         try:
-            return await run_episode(job, spec, self.ctx, replicas)
+            eps = await play()
         finally:
-            metrics.IN_FLIGHT.dec()
-
-    async def run_job(
-        self,
-        rc: RunContext,
-        job: EpisodeJob,
-        spec: collector_pb2.RunSpec,
-        replicas: ReplicaSet,
-        on_ran: Callable[[], bool | None] | None = None,
-    ) -> Episode:
-        """Run and store one episode of a run owned here; ``on_ran`` is called when it stops using the environment.
-
-        When ``on_ran`` returns True (the run's last running episode), its rows are written without batching delay.
-        """
-        ep = await self._play(job, spec, replicas)
+            metrics.IN_FLIGHT.dec(started)
         urgent = bool(on_ran()) if on_ran is not None else False  # the slot is free while rows wait for their batch
-        # A finished episode is stored even if the run is cut off meanwhile: shield the write, and let the run
-        # wait for it (rc.storing) so counts and store agree when the run ends.
-        store = asyncio.ensure_future(self.store_episode(rc, ep, urgent=urgent))
-        rc.storing.add(store)
-        store.add_done_callback(rc.storing.discard)
-        await asyncio.shield(store)
-        return ep
-
-    async def run_branch_job(
-        self,
-        rc: RunContext,
-        job: EpisodeJob,
-        spec: collector_pb2.RunSpec,
-        replicas: ReplicaSet,
-        on_ran: Callable[[], bool | None] | None = None,
-    ) -> list[Episode]:
-        """Run an anchor and its forks (branch.run_branched) and store them all; an anchor that ended before the
-        fork takes its forks out of the plan."""
-        metrics.EPISODES_STARTED.inc()
-        metrics.IN_FLIGHT.inc()
-        try:
-            eps = await run_branched(job, spec, self.ctx, replicas)
-        finally:
-            metrics.IN_FLIGHT.dec()
-        missing = spec.branching.count + 1 - len(eps)
-        rc.run.counts.planned -= missing
-        rc.run.counts.started += len(eps) - 1
-        urgent = bool(on_ran()) if on_ran is not None else False
         store = asyncio.ensure_future(asyncio.gather(*(self.store_episode(rc, ep, urgent=urgent) for ep in eps)))
-        rc.storing.add(store)
-        store.add_done_callback(rc.storing.discard)
-        await asyncio.shield(store)
+        if rc is not None:
+            rc.storing.add(store)
+            store.add_done_callback(rc.storing.discard)
+        if wait:
+            await asyncio.shield(store)
         return eps
+
+    async def run_job(self, rc: RunContext, job: EpisodeJob, replicas: ReplicaSet,
+                      on_ran: Callable[[], bool | None] | None = None) -> list[Episode]:
+        """Run and store one job of a run owned here: an episode, or (branching) an anchor and its forks, where an
+        anchor that ended before the fork takes its forks out of the plan."""
+        spec = rc.run.spec
+
+        async def play() -> list[Episode]:
+            if not spec.branching.count:
+                return [await run_episode(job, spec, self.ctx, replicas)]
+            eps = await run_branched(job, spec, self.ctx, replicas)
+            rc.run.counts.planned -= spec.branching.count + 1 - len(eps)
+            rc.run.counts.started += len(eps) - 1
+            return eps
+
+        return await self._run_and_store(rc, 1, play, on_ran)
 
     async def run_queued(self, job: EpisodeJob, spec: collector_pb2.RunSpec) -> Tally:
         """The work queue's job (``WorkQueue.start``): run and store one episode of a shared run, durably (store or
         spool) by the time it returns, and say what counting it needs (the queue counts it in Redis)."""
-        ep = await self._play(job, spec, self.ctx.replicas_of(spec))
+        assert self.queue is not None
+        queue = self.queue
         # durable before it is acknowledged: alone in flight here, it has no batch to wait for (the writer's flush
         # interval paced a concurrency-1 shared run at 3 episodes/s)
-        assert self.queue is not None
-        await self.store_episode(None, ep, urgent=self.queue.in_flight() <= 1)
-        return ep.tally()
+        eps = await self._run_and_store(None, 1, lambda: self._one(job, spec), lambda: queue.in_flight() <= 1)
+        return eps[0].tally()
+
+    async def _one(self, job: EpisodeJob, spec: collector_pb2.RunSpec) -> list[Episode]:
+        return [await run_episode(job, spec, self.ctx, self.ctx.replicas_of(spec))]
 
     async def _run_async(self, rc: RunContext) -> None:
         spec = rc.run.spec
@@ -523,10 +346,7 @@ class Engine:
                 return fed_all and running == 0
 
             try:
-                if spec.branching.count:
-                    await self.run_branch_job(rc, job, spec, replicas, on_ran=free)
-                else:
-                    await self.run_job(rc, job, spec, replicas, on_ran=free)
+                await self.run_job(rc, job, replicas, on_ran=free)
             finally:
                 free()
                 if rc.run.counts.finished >= rc.target:
@@ -574,12 +394,9 @@ class Engine:
                 break
             batch = rc.jobs[i : i + n]
             rc.run.counts.started += len(batch)
-            metrics.EPISODES_STARTED.inc(len(batch))
-            eps = await run_lock_step(batch, spec, self.ctx, replicas)
-            # The batch's rows are written while the next batch runs (as in async mode).
-            store = asyncio.ensure_future(asyncio.gather(*(self.store_episode(rc, ep) for ep in eps)))
-            rc.storing.add(store)
-            store.add_done_callback(rc.storing.discard)
+            # the batch's rows are written while the next batch runs (as in async mode)
+            await self._run_and_store(rc, len(batch), lambda b=batch: run_lock_step(b, spec, self.ctx, replicas),
+                                      wait=False)
         await asyncio.gather(*list(rc.storing), return_exceptions=True)
         if rc.stop.is_set():
             rc.run.state = collector_pb2.RUN_STATE_STOPPED
@@ -692,21 +509,6 @@ class Engine:
                 continue
             with contextlib.suppress(Exception):
                 await self.stop_run(run_id)
-
-
-def _no_tasks(spec: collector_pb2.RunSpec, matched: int, skipped: int) -> str:
-    """Why a spec planned no episode, naming what it asked for."""
-    if spec.inline_tasks:
-        asked = f"the {len(spec.inline_tasks)} inline tasks"
-    else:
-        f = json_format.MessageToDict(spec.tasks)
-        asked = "the task filter " + (json.dumps(f, separators=(",", ":")) if f else "(every task)")
-    if not matched and skipped:
-        return (f"spec.tasks: policy {spec.policy!r} has no solution for any of the {skipped} tasks matching {asked} "
-                "(it follows Task.oracle: choose synthetic tasks)")
-    if not matched:
-        return f"spec.tasks: no task matches {asked}"
-    return f"spec.tasks: the {matched} tasks matching {asked} leave nothing to draw with the sampling strategy"
 
 
 __all__ = ["Engine", "EngineConfig"]
