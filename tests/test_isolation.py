@@ -4,7 +4,8 @@ independent of its parent after the fork; a closed session is gone and its stora
 served it is handed to the next session clean). The page reads every store and shows what it sees, so the test reads
 it from the observation as an agent would; a local HTTP server serves it for `iso.web.test` (the node maps
 `*.web.test` there), so nothing leaves loopback. Site state (the sites service's per-session carts and orders) is
-checked per catalog task by `webenv validate`'s isolation check (tests/test_validate.py runs it)."""
+checked per catalog task by `webenv validate`'s isolation check (tests/test_validate.py runs it). Two clients of the
+OpenEnv server on one task never see each other's page or episode."""
 
 from __future__ import annotations
 
@@ -13,14 +14,19 @@ import itertools
 import re
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
 from webenv import errors
 from webenv.cli.stack import Stack
 from webenv.client import EnvironmentClient
+from webenv.openenv.client import WebEnvClient
+from webenv.openenv.env import WebAction
+from webenv.testing import load_test_module
 from webenv.v1 import environment_pb2
 
 pytestmark = pytest.mark.timeout(300)
+serve_openenv = load_test_module(Path(__file__).with_name("test_openenv.py"), "_test_openenv").serve_openenv
 URL = "http://iso.web.test/"
 PAGE = """<!doctype html><html><head><title>iso</title><script src="/cached.js"></script></head><body>
 <input id="mark" aria-label="mark"><button id="write" onclick="save()">Write</button><p id="seen">reading</p>
@@ -74,12 +80,17 @@ class Page(BaseHTTPRequestHandler):
 
 
 @pytest.fixture(scope="module")
-def node(tmp_path_factory):
+def stack(tmp_path_factory):
+    """sites, judge and a farm on the synthetic web (the adapters' tests), and the node ``s.iso`` whose *.web.test is
+    the page above."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with Stack(tmp_path_factory.mktemp("isolation"), free_ports=True, sites_count=1) as s:
-        s.http_port = server.server_address[1]  # the node maps *.web.test to this page
-        yield s.add_browser_node("iso")
+    with Stack(tmp_path_factory.mktemp("isolation"), free_ports=True, sites_count=8) as s:
+        s.start(("sites", "browser", "judge"))
+        web, s.http_port = s.http_port, server.server_address[1]
+        s.iso = s.add_browser_node("iso")
+        s.http_port = web
+        yield s
     server.shutdown()
 
 
@@ -99,9 +110,9 @@ async def write(env: EnvironmentClient, sid: str, mark: str) -> dict[str, str]:
     return await seen(env, sid, reload=False)
 
 
-def test_sessions_share_no_storage_forks_part_and_closed_sessions_are_gone(node: str) -> None:
+def test_sessions_share_no_storage_forks_part_and_closed_sessions_are_gone(stack: Stack) -> None:
     async def scenario() -> None:
-        async with EnvironmentClient(node, timeout=60) as env:
+        async with EnvironmentClient(stack.iso, timeout=60) as env:
             a, b = await asyncio.gather(env.open(start_url=URL), env.open(start_url=URL))
             sa, sb = a.session.session_id, b.session.session_id
             assert sa != sb
@@ -141,3 +152,23 @@ def test_sessions_share_no_storage_forks_part_and_closed_sessions_are_gone(node:
             await env.close(sb)
 
     asyncio.run(scenario())
+
+
+def test_two_openenv_clients_never_see_each_other(stack: Stack) -> None:
+    """Two WebSocket clients of one OpenEnv server on the same task: each its own farm session; one moving to another
+    page, ending its episode or hanging up changes nothing the other sees."""
+    click_test, click_button = (f"http://miniwob.web.test/miniwob/{n}.html" for n in ("click-test", "click-button"))
+    with serve_openenv(stack), WebEnvClient(base_url=stack.openenv_url).sync() as a, \
+            WebEnvClient(base_url=stack.openenv_url).sync() as b:
+        first_a, first_b = a.reset(task_id="miniwob/click-test", seed=1), b.reset(task_id="miniwob/click-test", seed=1)
+        assert first_a.observation.url == first_b.observation.url == click_test
+        state_a, state_b = a.state(), b.state()
+        assert state_a.farm_session_id != state_b.farm_session_id and state_a.episode_id != state_b.episode_id
+        assert a.step(WebAction(action=f'goto("{click_button}")')).observation.url == click_button
+        seen_b = b.step(WebAction(action="noop()")).observation
+        assert seen_b.url == click_test and 'button "Click Me!"' in seen_b.axtree  # its own page (the timer runs)
+        assert (a.state().step_count, b.state().step_count) == (1, 1)
+        button = re.search(r'\[(\w+)\] button "Click Me!"', seen_b.axtree).group(1)
+        a.close()
+        done = b.step(WebAction(action=f"click({button})"))  # the other's hang-up ended nothing of this episode
+        assert done.done and done.reward == 1.0 and b.state().farm_session_id == state_b.farm_session_id
