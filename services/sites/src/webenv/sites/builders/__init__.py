@@ -30,6 +30,7 @@ from webenv.sites.builders.base import Builder
 from webenv.sites.builders.ledger import Ledger
 from webenv.sites.builders.platform import Platform
 from webenv.sites.builders.storefront import Storefront
+from webenv.sites.builders.wikiwiki import WikiWiki
 from webenv.v1 import common_pb2 as pb
 
 #: Every builder by name, with the split of its sites (SPLIT_TRAIN, SPLIT_VALIDATION or SPLIT_TEST = held out).
@@ -37,6 +38,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "platform": (Platform(), pb.SPLIT_TRAIN),
     "ledger": (Ledger(), pb.SPLIT_TRAIN),
     "storefront": (Storefront(), pb.SPLIT_TRAIN),
+    "wikiwiki": (WikiWiki(), pb.SPLIT_TRAIN),
 }
 
 

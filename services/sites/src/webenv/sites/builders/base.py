@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from functools import cached_property
 from html import escape
@@ -106,7 +106,9 @@ class Scheme:
     sort and page travel as query parameters under the names given here, sort values renamed by `sort_values`;
     `category_path` (e.g. `/{base}/c/{category}`) puts the category in the path instead. `hash=True`: the routes
     live in the URL's fragment (`/#/item/P1003`), the server answering every page kind at `/` with a shell that
-    renders the fragment's page by script.
+    renders the fragment's page by script. `page_step=N`: the page travels as the offset of its first entry
+    (`offset=20` is page 3 of 10 a page), as wiki and forum software spell it. `slugify` makes an item's `{slug}`
+    from its title (default: lower case and hyphens).
     """
 
     routes: dict[str, str]
@@ -118,6 +120,8 @@ class Scheme:
     sort_values: dict[str, str] = field(default_factory=dict)
     category_path: str = ""
     hash: bool = False
+    page_step: int = 0
+    slugify: Callable[[str], str] = c.slugify
 
     def base_of(self, site: Site) -> str:
         fam = site.family
@@ -128,7 +132,7 @@ class Scheme:
         tpl = self.routes[kind]
         values = {"base": self.base_of(site), **params}
         if "slug" in _PLACEHOLDER.findall(tpl) and "slug" not in values:
-            values["slug"] = site_slugs(site)[1][params["id"]]
+            values["slug"] = site_slugs(site, self.slugify)[1][params["id"]]
         path = _PLACEHOLDER.sub(lambda m: quote(str(values[m.group(1)]), safe=""), tpl)
         return ("/#" + path) if self.hash else path
 
@@ -144,7 +148,7 @@ class Scheme:
         if sort != "relevance":
             query.append((self.sort, self.sort_values.get(sort, sort)))
         if page > 1:
-            query.append((self.page, str(page)))
+            query.append((self.page, self._page_shown(page)))
         values = {"base": self.base_of(site), "category": category}
         path = _PLACEHOLDER.sub(lambda m: quote(str(values[m.group(1)]), safe=""), path)
         sep = "&" if "?" in path else "?"
@@ -203,7 +207,7 @@ class Scheme:
                 continue
             params.pop("base", None)
             if "slug" in params and "id" not in params:
-                item = site_slugs(site)[0].get(params["slug"])
+                item = site_slugs(site, self.slugify)[0].get(params["slug"])
                 if item is None:
                     continue
                 params["id"] = item
@@ -224,6 +228,8 @@ class Scheme:
         sort = query.get(self.sort, "relevance")
         sort = sort_back.get(sort, sort)
         page = query.get(self.page, "1")
+        if self.page_step and page.isdigit():
+            page = str(int(page) // self.page_step + 1)
         return {"q": query.get(self.q, ""), "category": category if category is not None else query.get(self.category, ""),
                 "sort": sort if sort in SORTS else "relevance", "page": page if page.isdigit() and int(page) > 0 else "1"}
 
@@ -239,9 +245,13 @@ class Scheme:
                                     self.category_path)
             return r"^[a-z]+://[^/]+" + ("/#" if self.hash else "") + re.escape(head) + r"/?(?:[?#]|$)"
         name = {"category": self.category, "sort": self.sort, "page": self.page}[key]
-        shown = self.sort_values.get(value, value) if key == "sort" else value
+        shown = self.sort_values.get(value, value) if key == "sort" else self._page_shown(int(value)) if key == "page" \
+            else value
         lead = r"#[^?]*\?(?:[^#]*&)?" if self.hash else r"\?(?:[^#]*&)?"
         return lead + re.escape(urlencode({name: shown})) + r"(?:&|#|$)"
+
+    def _page_shown(self, page: int) -> str:
+        return str((page - 1) * self.page_step) if self.page_step else str(page)
 
 
 def _url_regex(target: str, hashed: bool) -> str:
@@ -255,17 +265,17 @@ def _url_regex(target: str, hashed: bool) -> str:
     return rx + r"\?" + look
 
 
-_SLUGS: dict[int, tuple[dict[str, str], dict[str, str]]] = {}
+_SLUGS: dict[tuple[int, Callable[[str], str]], tuple[dict[str, str], dict[str, str]]] = {}
 
 
-def site_slugs(site: Site) -> tuple[dict[str, str], dict[str, str]]:
+def site_slugs(site: Site, slugify: Callable[[str], str] = c.slugify) -> tuple[dict[str, str], dict[str, str]]:
     """(slug -> item id, item id -> slug) for a site's items; titles are unique per site, so are slugs."""
-    key = id(site)
+    key = (id(site), slugify)
     got = _SLUGS.get(key)
     if got is None or got[1].keys() != site.by_id.keys():
         to_id: dict[str, str] = {}
         for it in site.items:
-            s = c.slugify(it.title) or it.id.lower()
+            s = slugify(it.title) or it.id.lower()
             if s in to_id:
                 s = f"{s}-{it.id.lower()}"
             to_id[s] = it.id
