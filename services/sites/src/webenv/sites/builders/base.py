@@ -101,8 +101,9 @@ class Scheme:
     """A builder's URL scheme: one template per page kind, and the names its listing uses in the query.
 
     Templates are paths with `{placeholders}`: `{base}` (the family's list word, e.g. "products"), `{id}` (an item,
-    order or record id), `{slug}` (the item title's slug: a template with `{slug}` but no `{id}` finds the item by
-    slug). A template may carry literal query pairs (`/index.php?view=item&id={id}`). The listing's query, category,
+    order or record id), `{num}` (an item id's number, P1003 -> 1003), `{slug}` (the item title's slug: a template
+    with `{slug}` but no `{id}` finds the item by slug; with both, the id decides). A template may carry literal
+    query pairs (`/index.php?view=item&id={id}`). The listing's query, category,
     sort and page travel as query parameters under the names given here, sort values renamed by `sort_values`;
     `category_path` (e.g. `/{base}/c/{category}`) puts the category in the path instead. `hash=True`: the routes
     live in the URL's fragment (`/#/item/P1003`), the server answering every page kind at `/` with a shell that
@@ -131,8 +132,11 @@ class Scheme:
     def build(self, site: Site, kind: str, **params: str) -> str:
         tpl = self.routes[kind]
         values = {"base": self.base_of(site), **params}
-        if "slug" in _PLACEHOLDER.findall(tpl) and "slug" not in values:
+        names = _PLACEHOLDER.findall(tpl)
+        if "slug" in names and "slug" not in values:
             values["slug"] = site_slugs(site, self.slugify)[1][params["id"]]
+        if "num" in names:
+            values["num"] = params["id"].removeprefix(site.family.id_prefix)
         path = _PLACEHOLDER.sub(lambda m: quote(str(values[m.group(1)]), safe=""), tpl)
         return ("/#" + path) if self.hash else path
 
@@ -206,6 +210,10 @@ class Scheme:
             if not ok:
                 continue
             params.pop("base", None)
+            if "num" in params and "id" not in params:
+                if not params["num"].isdigit():
+                    continue
+                params["id"] = site.family.id_prefix + params.pop("num")
             if "slug" in params and "id" not in params:
                 item = site_slugs(site, self.slugify)[0].get(params["slug"])
                 if item is None:
