@@ -1,7 +1,7 @@
 """`webenv rescore RUN` re-grades a stored run without a browser and writes the benchmarks' own result files: a run of
 benchmark task files (docs/benchmarks/examples/) through a real collector (its test peers' page-walk environment and
 policy, services/collector/tests/conftest.py) graded by the real judge (a subprocess), then re-scored by that judge
-gives the same verdicts, fact for fact, and WebArena-Verified eval_result.json, Online-Mind2Web result.json and
+gives the same verdicts, fact for fact (the environment's network trace kept with each episode), and WebArena-Verified eval_result.json, Online-Mind2Web result.json and
 WebVoyager interact_messages.json files their authors' tools read."""
 
 from __future__ import annotations
@@ -16,7 +16,9 @@ import pytest
 from typer.testing import CliRunner
 from webenv.cli.commands import common
 from webenv.cli.main import app
+from webenv.client import make_channel
 from webenv.testing import free_port, load_test_module
+from webenv.v1 import collector_pb2, collector_pb2_grpc
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "docs" / "benchmarks" / "examples"
@@ -58,6 +60,12 @@ async def test_rescore_gives_the_same_verdicts_and_writes_the_authors_formats(ma
     assert report["episodes"] == report["regraded"] == report["same"] == 9, report
     assert report["facts_changed"] == 0 and report["now_passed"] == report["now_failed"] == 0
     assert {e["judge_now"] for e in report["episodes_detail"]} == {e["judge_before"] for e in report["episodes_detail"]}
+    # the environment's network trace is kept with each episode and read back with it
+    async with make_channel(collector.address) as ch:
+        stored = [r.episode async for r in collector_pb2_grpc.CollectorServiceStub(ch).ReadEpisodes(
+            collector_pb2.ReadEpisodesRequest(run_ids=[run_id]), timeout=60)]
+    assert len(stored) == 9 and all(e.trajectory.network_events for e in stored)
+    assert all(e.trajectory.network_events[0].url == e.trajectory.steps[0].observation.url for e in stored)
     # WebArena-Verified's eval_result.json, as its examples/agent_logs write it
     result = json.loads((out / "webarena-verified" / "2" / "eval_result.json").read_text())
     assert result["task_id"] == 2 and result["status"] == "failure" and result["task_revision"] == 1

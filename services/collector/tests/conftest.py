@@ -211,9 +211,11 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         s = self.sessions.pop(request.session_id, None)
         self.closed += 1
         state = f'{{"page": {s.page}}}' if s and request.capture_evidence else ""
+        trace = [common_pb2.NetworkEvent(method="GET", url=page_url(s.site, n), status=200, navigation=True)
+                 for n in range(s.page + 1)] if s and request.capture_evidence else []  # the pages it walked
         return environment_pb2.CloseSessionResponse(
             session=environment_pb2.Session(session_id=request.session_id, state=environment_pb2.SESSION_STATE_CLOSED),
-            site_state_json=state,
+            site_state_json=state, network_events=trace,
         )
 
 

@@ -95,10 +95,62 @@ async def test_webarena_verified_agent_response(stub, tasks) -> None:
     v = await grade(stub, t, episode("faq.html", answer="It is $6"))
     assert not v.passed and "not the structured response" in v.results[0].reason
     assert not (await grade(stub, t, DO_NOTHING)).passed
-    nav = tasks["webarena-verified/2"]  # navigate + NetworkEventEvaluator: the trace is not recorded yet
-    v = await grade(stub, nav, episode("faq.html", answer='{"task_type": "navigate", "status": "success"}'))
-    assert outcomes(v) == {"AgentResponseEvaluator.0": HOLDS, "NetworkEventEvaluator.1": UNDECIDABLE} and not v.passed
-    assert "network trace" in v.results[1].reason
+
+
+
+def traced(traj: C.Trajectory, *events: tuple[str, str, int, bool]) -> C.Trajectory:
+    """``traj`` with a network trace of (method, url, status, navigation) events."""
+    for method, url, status, nav in events:
+        traj.network_events.add(method=method, url=url, status=status, navigation=nav, resource_type="document")
+    return traj
+
+
+async def test_webarena_verified_network_event(stub, tasks) -> None:
+    nav = tasks["webarena-verified/2"]  # navigate: the session's last navigation is the FAQ page, status 200
+    answer = '{"task_type": "navigate", "status": "success"}'
+    good = traced(episode("faq.html", answer=answer), ("GET", f"{BASE}/", 200, True),
+                  ("GET", f"{BASE}/faq.html", 200, True), ("GET", f"{BASE}/app.js", 200, False))
+    v = await grade(stub, nav, good)
+    assert v.passed and outcomes(v) == {"AgentResponseEvaluator.0": HOLDS, "NetworkEventEvaluator.1": HOLDS}, v
+    away = traced(episode("faq.html", "menu.html", answer=answer), ("GET", f"{BASE}/faq.html", 200, True),
+                  ("GET", f"{BASE}/menu.html", 200, True))
+    v = await grade(stub, nav, away)
+    assert not v.passed and "last navigation differs: url" in v.results[1].reason
+    v = await grade(stub, nav, episode("faq.html", answer=answer))  # no trace kept
+    assert not v.passed and v.results[1].outcome == FAILS and "no network event" in v.results[1].reason
+    assert not (await grade(stub, nav, DO_NOTHING)).passed
+
+
+def _network_task(**cfg: object) -> C.Task:
+    crit = C.BenchmarkCriterion(evaluator="webarena_verified.network_event", config_json=json.dumps(cfg))
+    return C.Task(task_id="t", rubric=C.Rubric(rubric_id="t", groups=[C.FactGroup(group_id="g", facts=[C.Fact(
+        fact_id="net", criterion=C.Criterion(benchmark=crit))])]))
+
+
+async def test_network_event_post_data_query_and_should_not_exist(stub) -> None:
+    post = _network_task(task_type="mutate", expected={
+        "url": f"{BASE}/notes?x=1", "http_method": "POST", "post_data": {"$.note.note": "LGTM", "kind": "merge"},
+        "headers": {"X-Requested-With": "XMLHttpRequest"}}, ignored_query_params_patterns=["^_.*"])
+    t = episode()
+    t.network_events.add(method="POST", url=f"{BASE}/notes?x=1&_ts=99", status=200, post_data=json.dumps(
+        {"note": {"note": "lgtm"}, "kind": "merge"}), request_headers={"x-requested-with": "XMLHttpRequest"})
+    assert (await grade(stub, post, t)).passed
+    t.network_events[0].post_data = json.dumps({"note": {"note": "nope"}, "kind": "merge"})
+    v = await grade(stub, post, t)
+    assert not v.passed and "post_data $.note.note" in v.results[0].reason
+    form = _network_task(task_type="mutate", expected={"url": f"{BASE}/cart", "http_method": "POST",
+                                                       "post_data": {"qty": "2"}, "response_status": 302})
+    t = episode()
+    t.network_events.add(method="POST", url=f"{BASE}/cart", status=302, post_data="qty=2&sku=A1")
+    assert (await grade(stub, form, t)).passed
+    never = _network_task(task_type="mutate", should_not_exist=True, expected={"url": f"{BASE}/delete",
+                                                                               "http_method": "POST"})
+    assert (await grade(stub, never, t)).passed
+    t.network_events.add(method="POST", url=f"{BASE}/delete", status=200)
+    assert not (await grade(stub, never, t)).passed
+    bodies = _network_task(expected={"url": f"{BASE}/x", "response_content": {"ok": True}})
+    v = await grade(stub, bodies, t)
+    assert v.results[0].outcome == UNDECIDABLE and "response_content" in v.results[0].reason
 
 
 async def test_assistantbench_answer(stub, tasks) -> None:

@@ -198,6 +198,7 @@ class Episode:
     truncated: bool = False
     final_answer: str = ""
     site_state_json: str = ""
+    network_events: list[common_pb2.NetworkEvent] = field(default_factory=list)  # the farm's trace, at close
     env_reward: float = 0.0
     env_kind: int = common_pb2.ENV_KIND_UNSPECIFIED
     node: str = ""
@@ -357,6 +358,7 @@ class Episode:
         metrics.STEP_PHASE.labels("environment").observe(time.monotonic() - t)
         self.session_id = ""
         self.site_state_json = resp.site_state_json
+        self.network_events = list(resp.network_events)
         self.env_reward = resp.env_reward or self.env_reward
 
     def trajectory(self) -> common_pb2.Trajectory:
@@ -371,6 +373,7 @@ class Episode:
             env_reward=self.env_reward,
             env_kind=self.env_kind,
             category=self.job.task.category,
+            network_events=self.network_events,
         )
 
     async def judge(self) -> None:
@@ -529,6 +532,9 @@ class Episode:
             "branch_step": self.job.branch_step,
             "start_episode_id": self.job.start_episode_id,
             "start_steps": len(self.job.replay),
+            # 008: the network trace, a Trajectory holding only its network_events (serialized, hex)
+            "network_events_pb": common_pb2.Trajectory(network_events=self.network_events).SerializeToString().hex()
+            if self.network_events else "",
         }
         return {STEPS.name: step_rows, EPISODES.name: [episode]}
 

@@ -34,7 +34,7 @@ _EPISODE_LIGHT = (
     "verdict_json, steps, duration_seconds, finished_at, task_pb, final_answer, site_state_json, env_reward, "
     "env_kind, instruction, group_id, parent_episode_id, branch_step, start_episode_id, start_steps"
 )
-_EPISODE_FINAL = "final_url, final_axtree, final_html, final_markdown"
+_EPISODE_FINAL = "final_url, final_axtree, final_html, final_markdown, network_events_pb"
 
 
 def episode_where(run_ids: list[str], flt: collector_pb2.ExportFilter, episode_ids: list[str] = ()) -> tuple[str, dict]:
@@ -171,6 +171,8 @@ def stored_episode(row: dict, steps: list[dict] | None) -> collector_pb2.StoredE
     if steps is not None:
         t.steps.extend(step_record(s) for s in steps)
         t.final_observation.CopyFrom(_observation(row, "final_"))
+        if row.get("network_events_pb"):
+            t.network_events.extend(common_pb2.Trajectory.FromString(bytes.fromhex(row["network_events_pb"])).network_events)
     return ep
 
 

@@ -82,6 +82,7 @@ EPISODES = Table("episodes", (
     ("branch_step", "Int32"),  # 005: a fork's first own step
     ("start_episode_id", "String"),  # 007: the stored episode replayed to begin it (RunSpec.starts)
     ("start_steps", "Int32"),  # 007: how many of its steps were replayed
+    ("network_events_pb", "String"),  # 008: the farm's network trace (a Trajectory of network_events, hex)
 ), key=("run_id", "episode_id"))  # fmt: skip
 
 STEPS = Table("steps", (

@@ -231,6 +231,8 @@ def _convert_verified(t: VerifiedTask, raw: dict[str, Any], where: str, path: Pa
     rubric = pb.Rubric(rubric_id=task_id, version=max(1, t.revision or 1))
     group = rubric.groups.add(group_id="eval", description=t.intent)
     kind = pb.TASK_KIND_INFORMATION
+    task_type = next((str(e.expected.get("task_type", "")).lower() for e in t.eval
+                      if e.evaluator == "AgentResponseEvaluator" and isinstance(e.expected, dict)), "")
     for i, (e, cfg) in enumerate(zip(t.eval, evals, strict=True)):
         if e.evaluator not in VERIFIED_EVALUATORS:
             raise BenchmarkError(f"{task_where}: eval[{i}].evaluator: {e.evaluator!r} is not one of "
@@ -240,7 +242,7 @@ def _convert_verified(t: VerifiedTask, raw: dict[str, Any], where: str, path: Pa
         if e.evaluator == "AgentResponseEvaluator":
             task_type = str(cfg["expected"].get("task_type", "")).lower()
             kind = {"navigate": pb.TASK_KIND_NAVIGATION, "mutate": pb.TASK_KIND_TRANSACTION}.get(task_type, kind)
-        cfg = {**cfg, "sites": t.sites}
+        cfg = {**cfg, "sites": t.sites, "task_type": task_type}  # the evaluators read the task's type, as upstream
         _benchmark_fact(group, f"{e.evaluator}.{i}", f"{e.evaluator}: {json.dumps(cfg['expected'], ensure_ascii=False)[:300]}",
                         VERIFIED_EVALUATORS[e.evaluator], cfg)
     host = urlsplit(start).hostname or ""
