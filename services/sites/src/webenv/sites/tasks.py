@@ -270,6 +270,9 @@ class TaskFactory:
         asks: list[str] = []
         for k, item in enumerate(items):
             attrs = rng.sample(self.attributes(item), n_attrs)
+            if all(value.lower() in item.title.lower() for _, value in attrs):  # the title answers them all
+                hidden = [a for a in self.attributes(item) if a[1].lower() not in item.title.lower()]
+                attrs = rng.sample(hidden, n_attrs) if len(hidden) >= n_attrs else attrs
             what = _join([f"the {label}" for label, _ in attrs])
             asks.append(f"{what} of \"{item.title}\"")
             g = Group(f"item{k}", f"Facts about {item.title}", subtask=f"{self.login_text(rng)}On {self.site.name}, find {what} of the {self.fam.noun} \"{item.title}\".")
