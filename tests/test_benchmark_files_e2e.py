@@ -1,8 +1,8 @@
 """Benchmark task files in their authors' formats (docs/benchmarks/examples/, written for the hand-made Hearth &
 Loaf site) run through the real browser farm (real Chromium, the sites service serving the site) and graded by the
-real judge (a subprocess, no LLM backend): a scripted episode passes every task whose evaluators the judge decides
-without a model, a do-nothing episode fails every task of every format, and seeded random clicking is graded the same
-way. ``summary`` is what bench/results/benchmarks.md reports (``pytest -s`` prints it)."""
+real judge (a subprocess, no LLM backend) with the farm's network trace: a scripted episode passes every task whose
+evaluators the judge decides without a model, a do-nothing episode fails every task of every format, and seeded
+random clicking is graded the same way. ``summary`` is what bench/results/benchmarks.md reports (``pytest -s`` prints it)."""
 
 from __future__ import annotations
 
@@ -36,9 +36,8 @@ SCRIPTS = {
     "online-mind2web/hearthloaf-faq": [FAQ, 'answer("No, only assistance dogs; dogs are welcome on the patio")'],
     "assistantbench/hearthloaf-delivery": [FAQ, 'answer("40")'],
 }
-#: Tasks a scripted episode cannot pass without what the judge lacks here (an LLM backend, a network trace).
-UNDECIDED = {"webarena-verified/2", "webvoyager/Hearth & Loaf--0", "webvoyager/Hearth & Loaf--1",
-             "online-mind2web/hearthloaf-faq"}
+#: Tasks a scripted episode cannot pass without what the judge lacks here (an LLM backend).
+UNDECIDED = {"webvoyager/Hearth & Loaf--0", "webvoyager/Hearth & Loaf--1", "online-mind2web/hearthloaf-faq"}
 SPEC = pb.ObservationSpec(formats=[pb.OBSERVATION_FORMAT_HTML, pb.OBSERVATION_FORMAT_ELEMENTS])
 
 
@@ -72,7 +71,9 @@ async def run_episode(farm, task: pb.Task, actions: list[pb.Action] | None, rng:
         if act.HasField("answer"):
             traj.final_answer = act.answer.text
     traj.final_observation.CopyFrom(obs)
-    await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid), timeout=60)
+    closed = await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid, capture_evidence=True),
+                                     timeout=60)
+    traj.network_events.extend(closed.network_events)  # the farm's trace: WebArena-Verified's network evidence
     return traj
 
 
@@ -107,3 +108,4 @@ async def test_every_format_scripted_random_and_do_nothing(farm, judge, tasks) -
                                          "max": round(max(seconds) * 1000, 1), "n": len(seconds)}
     print(json.dumps(summary, indent=1))
     assert rows["webarena"]["scripted"] == 4 and rows["assistantbench"]["scripted"] == 1
+    assert rows["webarena-verified"]["scripted"] == 2  # the NetworkEventEvaluator reads the farm's trace

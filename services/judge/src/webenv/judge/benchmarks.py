@@ -457,7 +457,7 @@ def _agent_response(cfg: dict[str, Any]) -> Checker:
 
 #: NetworkEventEvaluator fields the farm's trace has no data for (response bodies and cookies are not recorded).
 _UNRECORDED = ("response_content", "response_cookies")
-_UNSUPPORTED_CFG = ("decode_base64_query", "query_params_schema", "post_data_schema")
+_UNSUPPORTED_CFG = ("decode_base64_query",)  # the schemas only type values: compared as normalised here
 
 
 def _url_key(url: str) -> tuple[str, dict[str, list[str]]]:
@@ -557,7 +557,7 @@ def _network_event(cfg: dict[str, Any]) -> Checker:
     def check(ctx: EvalContext) -> Check:
         if unrecorded:
             return Check(UNDECIDABLE, f"NetworkEventEvaluator: {', '.join(unrecorded)} not graded (the farm's trace "
-                         "records no response bodies or cookies; base64 queries and schemas are not read)")
+                         "records no response bodies or cookies; base64-encoded queries are not decoded)")
         events = list(ctx.trajectory.network_events)
         if navigate:  # upstream: a navigate task's GET is the last navigation of the session
             navs = [e for e in events if e.navigation]
