@@ -85,7 +85,8 @@ def stack(tmp_path_factory):
     the page above."""
     server = ThreadingHTTPServer(("127.0.0.1", 0), Page)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with Stack(tmp_path_factory.mktemp("isolation"), free_ports=True, sites_count=8) as s:
+    with Stack(tmp_path_factory.mktemp("isolation"), free_ports=True, sites_count=8,
+               extra_env={"WEBENV_FARM_NAV_TIMEOUT_MS": "30000"}) as s:  # a loaded machine's slow page loads
         s.start(("sites", "browser", "judge"))
         web, s.http_port = s.http_port, server.server_address[1]
         s.iso = s.add_browser_node("iso")

@@ -69,7 +69,9 @@ def task(host: str) -> dict:
 def farm(tmp_path_factory):
     server = ThreadingHTTPServer(("127.0.0.1", 0), Pages)
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    with Stack(tmp_path_factory.mktemp("validate"), free_ports=True, sites_count=1) as s:
+    # a loaded CI machine takes more than the default 10 s to load a page now and then: that would be an errored task
+    with Stack(tmp_path_factory.mktemp("validate"), free_ports=True, sites_count=1,
+               extra_env={"WEBENV_FARM_NAV_TIMEOUT_MS": "30000"}) as s:
         s.start(("judge",))
         s.http_port = server.server_address[1]  # the node maps *.web.test to these pages
         s.browser_node = s.add_browser_node("validate")

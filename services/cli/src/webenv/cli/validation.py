@@ -14,11 +14,11 @@ Per task, in sessions of its own (each an `webenv.client.episode.Episode`, grade
   DOM, elements) hold only what is rendered, so an answer in a ``display:none`` element is not one the agent sees;
 - ``determinism``: the oracle twice (same seed) gives the same verdict and score and the same pages (URL, title and
   accessibility tree with element ids left out, step by step);
-- ``egress``: every page of every session stays on the hosts the task allows (its start URL's and site's, and the
-  hosts its oracle navigates to): the pages' URLs and tabs, and every absolute URL the page's HTML would load
-  (scripts, images, styles, frames, fetches; links the user may follow are not loads). Decided from the observations,
-  so a task that calls another host is caught without a packet leaving loopback (the farm's network guard refuses
-  the connection anyway; its refusals are counted per farm, not per session);
+- ``egress``: every request of every session stays on the hosts the task allows (its start URL's and site's, and
+  the hosts its oracle navigates to): the farm's network trace of the session (CloseSession's ``network_events``,
+  where the farm records one), the pages' URLs and tabs, and every absolute URL the page's HTML would load (scripts,
+  images, styles, frames, fetches; links the user may follow are not loads). A task that calls another host is
+  caught without a packet leaving loopback (the farm's network guard refuses the connection anyway);
 - ``isolation``: a session opened beside the oracle's and closed after it has the site state of a fresh session
   (the server-side state of one session never shows another's cart, orders or login).
 
@@ -217,7 +217,7 @@ class Validator:
         t0 = time.monotonic()
         report = TaskReport(task.task_id, pb.TaskSource.Name(task.source).removeprefix("TASK_SOURCE_").lower(),
                             pb.TaskKind.Name(task.kind).removeprefix("TASK_KIND_").lower(),
-                            task.metadata.get("builder", ""))
+                            task.builder)
         try:
             await self._checks(task, report)
         except errors.WebenvError as exc:
@@ -263,6 +263,11 @@ def _failed_facts(verdict: pb.Verdict) -> str:
     return ", ".join(bad[:3]) or "no fact failed, the verdict did"
 
 
+def _step_errors(run: _Run) -> str:
+    errs = [f"step {r.step_index}: {r.last_action_error[:120]}" for r in run.episode.records if r.last_action_error]
+    return "; ".join(errs[:2]) or "no step failed"
+
+
 def _leak(task: pb.Task, pages: list[pb.Observation]) -> Check:
     """``pages``: the oracle's, from the start page (only the start page without an oracle)."""
     groups = answer_groups(task)
@@ -290,8 +295,9 @@ def _determinism(first: _Run | None, second: _Run | None) -> Check:
         return Check(None, "the task has no reference solution to replay twice")
     a, b = first.verdict, second.verdict
     if (a.passed, round(a.score, 6)) != (b.passed, round(b.score, 6)):
+        failing = b if a.passed else a
         return Check(False, f"the oracle twice: passed {a.passed} score {a.score:g}, then passed {b.passed} score "
-                            f"{b.score:g}")
+                            f"{b.score:g} ({_failed_facts(failing)}; {_step_errors(failing)})")
     pa, pb_ = [_signature(o) for o in _pages(first.episode)], [_signature(o) for o in _pages(second.episode)]
     for i, (x, y) in enumerate(zip(pa, pb_, strict=False)):
         if x != y:
@@ -314,6 +320,10 @@ def _egress(task: pb.Task, runs: list[_Run | None]) -> Check:
     for run in runs:
         if run is None:
             continue
+        for event in run.episode.network_events:  # the farm's own trace of the session's requests
+            if (host := _host(event.url)) and host not in allowed:
+                return Check(False, f"the session requested {event.url[:120]} ({event.resource_type or 'request'}; "
+                                    f"the task allows {', '.join(sorted(allowed))})")
         for obs in _pages(run.episode):
             visited = {_host(obs.url)} | {_host(t.url) for t in obs.tabs}
             outside = sorted(h for h in visited | loaded_hosts(obs.html) if h and h not in allowed)

@@ -55,6 +55,7 @@ class Episode:
         self.closed = False
         self.error: errors.WebenvError | None = None  # the infrastructure failure that interrupted it, if one did
         self.evidence = ""  # the site state read when grading closed the session (CloseSession's site_state_json)
+        self.network_events: list[common_pb2.NetworkEvent] = []  # the farm's network trace, read at that close
 
     @classmethod
     async def open(cls, client: EnvironmentClient, task: common_pb2.Task | None = None, *, start_url: str = "",
@@ -112,10 +113,12 @@ class Episode:
             self.error = exc
             raise interrupted(exc, self.session_id) from exc
         self.evidence = closed.site_state_json
+        self.network_events = list(closed.network_events)
         trajectory = common_pb2.Trajectory(
             episode_id=self.session_id, task_id=self.task.task_id, steps=self.records,
             final_observation=self.observation, final_answer=self.answer, site_state_json=closed.site_state_json,
-            env_reward=closed.env_reward, env_kind=self.opened.session.env_kind, category=self.task.category)
+            env_reward=closed.env_reward, env_kind=self.opened.session.env_kind, category=self.task.category,
+            network_events=closed.network_events)
         request = judge_pb2.EvaluateRequest(task=self.task, trajectory=trajectory,
                                             options=judge_pb2.JudgeOptions(allow_llm=True))
         try:

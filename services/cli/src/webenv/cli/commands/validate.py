@@ -32,7 +32,7 @@ def stratified(tasks: list[pb.Task], per_group: int, seed: int) -> list[pb.Task]
     """At most ``per_group`` tasks of each (source, kind, builder), drawn with ``seed``, in catalog order."""
     groups: dict[tuple, list[int]] = defaultdict(list)
     for i, t in enumerate(tasks):
-        groups[(t.source, t.kind, t.metadata.get("builder", ""))].append(i)
+        groups[(t.source, t.kind, t.builder)].append(i)
     rng = random.Random(seed)
     keep = sorted(i for idx in groups.values() for i in (idx if len(idx) <= per_group else rng.sample(idx, per_group)))
     return [tasks[i] for i in keep]
