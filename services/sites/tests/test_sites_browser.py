@@ -41,9 +41,10 @@ async def test_every_family_renders_without_js_errors(browser, sites_service) ->
         page, errors = await _page(browser, site.host, uuid.uuid4().hex)
         if site.family.login_required:
             u = site.users[1]
-            await page.goto(site.url(b.url(site, "login")))
-            for act in b.log_in(site, u.username, u.password)[1:]:
+            await page.goto(site.url("/"))  # as the oracle does: close what covers the page (a modal may), sign in
+            for act in b.dismiss(site) + b.log_in(site, u.username, u.password):
                 await _do(page, act)
+                await page.wait_for_load_state("load")
             await page.wait_for_load_state("load")
         item = site.items[3]
         for path in ("/", b.url_listing(site), b.url_listing(site, sort="rating_desc", page=2), b.url_record(site, item),
@@ -55,7 +56,7 @@ async def test_every_family_renders_without_js_errors(browser, sites_service) ->
         assert item.title in await page.inner_text("body")
         assert errors == [], (site.host, errors)
         await page.context.close()
-    assert len(builders_seen) >= min(len(builders.REGISTRY), len(FAMILIES)) - 1
+    assert len(builders_seen) >= min(len(sites_service.world.sites.builders), len(FAMILIES)) - 1
 
 
 async def test_forms_show_validation_errors_in_browser(browser, sites_service) -> None:

@@ -27,6 +27,7 @@ refusal of held-out episodes) keeps held-out builders out of training.
 from __future__ import annotations
 
 from webenv.sites.builders.base import Builder
+from webenv.sites.builders.forumware import Forumware
 from webenv.sites.builders.ledger import Ledger
 from webenv.sites.builders.platform import Platform
 from webenv.sites.builders.storefront import Storefront
@@ -38,6 +39,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "platform": (Platform(), pb.SPLIT_TRAIN),
     "ledger": (Ledger(), pb.SPLIT_TRAIN),
     "storefront": (Storefront(), pb.SPLIT_TRAIN),
+    "forumware": (Forumware(), pb.SPLIT_TRAIN),
     "wikiwiki": (WikiWiki(), pb.SPLIT_TRAIN),
 }
 
