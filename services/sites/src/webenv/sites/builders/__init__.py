@@ -27,6 +27,7 @@ refusal of held-out episodes) keeps held-out builders out of training.
 from __future__ import annotations
 
 from webenv.sites.builders.base import Builder
+from webenv.sites.builders.boardroom import Boardroom
 from webenv.sites.builders.forumware import Forumware
 from webenv.sites.builders.ledger import Ledger
 from webenv.sites.builders.platform import Platform
@@ -41,6 +42,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "storefront": (Storefront(), pb.SPLIT_TRAIN),
     "forumware": (Forumware(), pb.SPLIT_TRAIN),
     "wikiwiki": (WikiWiki(), pb.SPLIT_TRAIN),
+    "boardroom": (Boardroom(), pb.SPLIT_VALIDATION),
 }
 
 

@@ -384,6 +384,12 @@ def pages_of(total: int) -> int:
     return max(1, -(-total // PAGE_SIZE))
 
 
+def cart_lines(ctx: Ctx) -> tuple[list[tuple[Item, int]], float]:
+    """The cart's (product, quantity) lines whose product the site still has, and their total price."""
+    lines = [(ctx.site.by_id[x["sku"]], int(x["qty"])) for x in ctx.st["cart"]["items"] if x["sku"] in ctx.site.by_id]
+    return lines, sum(it.value * qty for it, qty in lines)
+
+
 # --- the builder -----------------------------------------------------------------------------------------------
 
 

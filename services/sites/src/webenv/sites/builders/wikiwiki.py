@@ -16,6 +16,7 @@ from webenv.sites.builders.base import (
     Builder,
     Ctx,
     Scheme,
+    cart_lines,
     click,
     css_str,
     fill,
@@ -176,16 +177,12 @@ class WikiWiki(Builder):
     def render_cart(self, ctx: Ctx, added: Item | None) -> str:
         site = ctx.site
         note = f'<div class="ww-success">"{escape(added.title)}" was added to your basket.</div>' if added else ""
-        rows, total = "", 0.0
-        for line in ctx.st["cart"]["items"]:
-            it = site.by_id.get(line["sku"])
-            if it is None:
-                continue
-            total += it.value * line["qty"]
-            rows += (f'<tr><td><a href="{escape(self.url_record(site, it))}">{escape(it.title)}</a></td><td>{line["qty"]}'
-                     f'</td><td>{escape(it.value_text)}</td><td><form method="post" action="'
-                     f'{escape(self.url(site, "cart_remove"))}"><input type="hidden" name="sku" value="{it.id}">'
-                     f'<button type="submit">remove</button></form></td></tr>')
+        lines, total = cart_lines(ctx)
+        rows = "".join(
+            f'<tr><td><a href="{escape(self.url_record(site, it))}">{escape(it.title)}</a></td><td>{qty}</td><td>'
+            f'{escape(it.value_text)}</td><td><form method="post" action="{escape(self.url(site, "cart_remove"))}">'
+            f'<input type="hidden" name="sku" value="{it.id}"><button type="submit">remove</button></form></td></tr>'
+            for it, qty in lines)
         if not rows:
             return f'{note}<h1 class="ww-firstHeading">Special:Basket</h1><p>Your basket is empty.</p>'
         return (f'{note}<h1 class="ww-firstHeading">Special:Basket</h1><table class="ww-wikitable"><tr><th>Page</th>'
