@@ -42,7 +42,7 @@ def _pages(client: TestClient, site: Site) -> dict[str, str]:
     out = {}
     if site.family.login_required:
         u = site.users[0]
-        r = client.post(b.url(site, "login"), data={"username": u.username, "password": u.password, "next": "/"},
+        r = client.post(b.form_url(site, "login"), data={"username": u.username, "password": u.password, "next": "/"},
                         headers={"host": site.host}, follow_redirects=False)
         assert r.status_code == 303, (site.host, r.text[:300])
     for url in ("/", b.url_listing(site), b.url_listing(site, category=slug, sort="value_desc"),
@@ -149,3 +149,30 @@ async def test_oracles_pass_on_every_builder_and_kind(browser, sites_service, ta
                 await page.context.close()
 
     await asyncio.gather(*(check(t) for t in tasks))
+
+
+def test_held_out_builders_never_reach_training() -> None:
+    """A held-out builder's sites are test sites and a validation builder's are never train sites, whatever their
+    host's own split: ListTasks --split train (what runs that collect training data ask for) and the trainer's guard
+    (it refuses every validation- and test-split episode) keep them out of training."""
+    from webenv.sites.world import build_world
+    from webenv.splits import HELD_OUT, split_of
+
+    held, validation = builders.of_split(pb.SPLIT_TEST), builders.of_split(pb.SPLIT_VALIDATION)
+    assert held and validation and builders.of_split(pb.SPLIT_TRAIN)
+    world = build_world(count=len(builders.REGISTRY) * 24, with_miniwob=False, builtin=False)
+    moved = 0
+    for t in world.tasks.tasks:
+        if t.builder in held:
+            assert t.split == pb.SPLIT_TEST, t.task_id
+        elif t.builder in validation:
+            assert t.split in HELD_OUT, t.task_id
+        else:
+            assert t.split == split_of(t.site), t.task_id
+        moved += t.split != split_of(t.site)
+    assert moved  # some train hosts were moved out of training by their builder
+    train = world.tasks.select(task_pb2.TaskFilter(split=pb.SPLIT_TRAIN))
+    assert not {world.tasks.tasks[i].builder for i in train} & set(held + validation)
+    # the single-platform web keeps the split by host alone
+    assert all(t.split == split_of(t.site) for t in
+               build_world(count=16, with_miniwob=False, builtin=False, builders=["platform"]).tasks.tasks)

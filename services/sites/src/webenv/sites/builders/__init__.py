@@ -40,7 +40,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "platform": (Platform(), pb.SPLIT_TRAIN),
     "ledger": (Ledger(), pb.SPLIT_TRAIN),
     "storefront": (Storefront(), pb.SPLIT_TRAIN),
-    "forumware": (Forumware(), pb.SPLIT_TRAIN),
+    "forumware": (Forumware(), pb.SPLIT_TEST),
     "wikiwiki": (WikiWiki(), pb.SPLIT_TRAIN),
     "boardroom": (Boardroom(), pb.SPLIT_VALIDATION),
 }
