@@ -26,10 +26,10 @@ from typing import Any, Literal
 
 import grpc
 from google.protobuf.json_format import MessageToDict
-from pydantic import Field
+from pydantic import BaseModel, Field
 from webenv import errors
 from webenv.actions import ActionParseError, parse_action
-from webenv.client import EnvironmentClient, make_channel, observation_spec
+from webenv.client import EnvironmentClient, make_channel, observation_spec, open_tabs
 from webenv.client.episode import INTERRUPTED, Episode, interrupted
 from webenv.compat import browsergym as bgym
 from webenv.openenv import metrics
@@ -51,6 +51,14 @@ class WebAction(Action):
     format: Literal["webenv", "browsergym"] = Field("webenv", description="The grammar of `action`.")
 
 
+class OpenTab(BaseModel):
+    """One open tab of the session."""
+
+    title: str = Field("", description="The tab's document title.")
+    url: str = Field("", description="The tab's URL.")
+    active: bool = Field(False, description="Whether it is the active tab (the one actions act on).")
+
+
 class WebObservation(Observation):
     """What the agent sees after reset or a step (``done``, ``reward`` as OpenEnv's Observation)."""
 
@@ -58,7 +66,7 @@ class WebObservation(Observation):
     url: str = Field("", description="URL of the active tab.")
     title: str = Field("", description="Title of the active tab.")
     axtree: str = Field("", description="The page's accessibility tree, one [id] per actionable node.")
-    tabs: list[str] = Field(default_factory=list, description="URLs of the open tabs.")
+    tabs: list[OpenTab] = Field(default_factory=list, description="The open tabs, in order.")
     last_action_error: str = Field("", description="Why the last action did not work, empty when it did.")
     step_index: int = Field(-1, description="Index of the step taken (-1 after reset).")
     verdict: dict[str, Any] | None = Field(None, description="The judge's verdict, on the episode's last step.")
@@ -218,7 +226,7 @@ class WebEnvironment(Environment[WebAction, WebObservation, WebState]):
                      reward: float | None = None) -> WebObservation:
         assert self.episode is not None
         return WebObservation(instruction=self.episode.instruction, url=o.url, title=o.title, axtree=o.axtree,
-                              tabs=[t.url for t in o.tabs], last_action_error=error or o.last_action_error,
+                              tabs=[OpenTab(**t) for t in open_tabs(o)], last_action_error=error or o.last_action_error,
                               step_index=step_index, reward=reward, done=False)
 
     @property

@@ -31,7 +31,7 @@ from webenv.client.channel import make_channel
 from webenv.streams import Multiplexer
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 
-__all__ = ["EnvironmentClient", "StepStream", "observation_spec"]
+__all__ = ["EnvironmentClient", "StepStream", "observation_spec", "open_tabs"]
 
 _FORMATS = {
     "axtree": common_pb2.OBSERVATION_FORMAT_AXTREE, "html": common_pb2.OBSERVATION_FORMAT_HTML,
@@ -58,6 +58,15 @@ def observation_spec(formats: Iterable[str | int] = ("axtree",), **screenshot: A
     if screenshot:
         spec.screenshot.CopyFrom(common_pb2.ScreenshotSpec(**screenshot))
     return spec
+
+
+def open_tabs(obs: common_pb2.Observation) -> list[dict[str, Any]]:
+    """The observation's open tabs in order, each ``{"title", "url", "active"}``: what every adapter shows (an
+    environment that lists none, such as a recorded step, is one active tab at the observation's URL)."""
+    if not obs.tabs:
+        return [{"title": obs.title, "url": obs.url, "active": True}]
+    return [{"title": t.title, "url": t.url, "active": t.active or (bool(t.tab_id) and t.tab_id == obs.active_tab_id)}
+            for t in obs.tabs]
 
 
 def _action(action: str | common_pb2.Action) -> common_pb2.Action:

@@ -9,8 +9,8 @@
     env = gymnasium.make("webenv/WebEnv-v0", address="localhost:50051", task=task, judge="localhost:50054")
 
 Observations are dicts with one entry per requested format ("axtree", "html", "markdown": text;
-"elements", "dom": lists of dicts; "screenshot": the encoded image bytes) plus "url" and
-"last_action_error". Actions are text in the sdk's action grammar (`webenv.actions`); text that does
+"elements", "dom": lists of dicts; "screenshot": the encoded image bytes) plus "url", "tabs" (the open tabs,
+each ``{"title", "url", "active"}``) and "last_action_error". Actions are text in the sdk's action grammar (`webenv.actions`); text that does
 not parse is sent as `noop()` and the parse error is reported in `info["action_error"]` and in
 `obs["last_action_error"]`, so a policy's bad output costs a step instead of crashing the rollout.
 
@@ -51,7 +51,7 @@ from gymnasium.envs.registration import EnvSpec
 from webenv import errors
 from webenv.actions import ActionParseError, parse_action
 from webenv.client.channel import make_channel
-from webenv.client.environment import EnvironmentClient, observation_spec
+from webenv.client.environment import EnvironmentClient, observation_spec, open_tabs
 from webenv.client.episode import Episode
 from webenv.compat import browsergym as bgym
 from webenv.v1 import common_pb2, environment_pb2, judge_pb2_grpc
@@ -226,7 +226,7 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
             self.observation_space = _browsergym_space(text)
             self.action_space = UnicodeText(bgym.MAX_ACTION_CHARS)
         else:
-            obs_spaces: dict[str, spaces.Space[Any]] = {"url": text, "last_action_error": text}
+            obs_spaces: dict[str, spaces.Space[Any]] = {"url": text, "tabs": Records(), "last_action_error": text}
             for f in self.formats:
                 obs_spaces[f] = (text if f in ("axtree", "html", "markdown") else Bytes() if f == "screenshot"
                                  else Records())
@@ -262,7 +262,7 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
         if self.api == "browsergym":
             return bgym.observation_dict(obs, goal=self.instruction, chat=self._chat, last_action=action,
                                          last_action_error=error, start_time=self._start_time)
-        out: dict[str, Any] = {"url": obs.url, "last_action_error": error or obs.last_action_error}
+        out: dict[str, Any] = {"url": obs.url, "tabs": open_tabs(obs), "last_action_error": error or obs.last_action_error}
         for f in self.formats:
             if f == "axtree":
                 out[f] = obs.axtree

@@ -66,13 +66,14 @@ import json
 import math
 import re
 import time
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from webenv import errors
 from webenv.actions import is_element_id
+from webenv.client.environment import open_tabs
 from webenv.v1 import common_pb2 as pb
 
 __all__ = [
@@ -499,14 +500,14 @@ def axtree_txt(axtree: str) -> str:
 def observation_dict(observation: pb.Observation, *, goal: str, chat: Chat, last_action: str = "",
                      last_action_error: str = "", start_time: float | None = None) -> dict[str, Any]:
     """BrowserGym's observation dict from a farm observation (keys as in the module docstring)."""
-    tabs: Sequence[pb.Tab] = observation.tabs
-    active = next((i for i, t in enumerate(tabs) if t.tab_id == observation.active_tab_id or t.active), 0)
+    tabs = open_tabs(observation)
+    active = next((i for i, t in enumerate(tabs) if t["active"]), 0)
     return {
         "chat_messages": tuple(dict(m) for m in chat.messages),
         "goal": goal,
         "goal_object": ({"type": "text", "text": goal},) if goal else (),
-        "open_pages_urls": tuple(t.url for t in tabs) or (observation.url,),
-        "open_pages_titles": tuple(t.title for t in tabs) or (observation.title,),
+        "open_pages_urls": tuple(t["url"] for t in tabs),
+        "open_pages_titles": tuple(t["title"] for t in tabs),
         "active_page_index": np.asarray([active], dtype=np.int64),
         "url": observation.url,
         "screenshot": screenshot_array(observation.screenshot),

@@ -8,8 +8,8 @@ HTTP:
 Tools (refs are the ``[id]`` of the snapshot, webenv element ids): ``snapshot``, ``navigate(url)``,
 ``click(ref)``, ``type(ref, text, submit)``, ``select(ref, values)``, ``press_key(key)``, ``scroll(dy, dx)``,
 ``go_back``, ``screenshot`` (a PNG image), ``tabs(action, index, url)``, ``answer(text)``. Every tool but
-``screenshot`` and ``answer`` answers with the page's snapshot after it (URL, title, tabs, the task's instruction, the
-accessibility tree), as browser MCP servers do, so an agent needs no extra call to see what its action did.
+``screenshot`` and ``answer`` answers with the page's snapshot after it (URL, title, the open tabs with their URLs,
+titles and which is active, the task's instruction, the accessibility tree), as browser MCP servers do, so an agent needs no extra call to see what its action did.
 ``answer`` submits the final answer and ends the episode: with ``--judge`` (and a ``--task-id``) it answers with the
 judge's verdict (passed, score, each rubric fact's outcome and reason), the episode's steps graded as the collector
 grades runs (`webenv.client.episode.Episode`), as text for the model and as structured content for the program
@@ -39,7 +39,7 @@ from mcp.server.mcpserver.exceptions import ToolError
 from mcp_types import CallToolResult, TextContent
 from typing_extensions import TypedDict  # pydantic builds the output schema from it (typing's: Python 3.12+)
 from webenv import errors
-from webenv.client import EnvironmentClient, make_channel, observation_spec
+from webenv.client import EnvironmentClient, make_channel, observation_spec, open_tabs
 from webenv.client.episode import Episode
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import judge_pb2_grpc, task_pb2, task_pb2_grpc
@@ -131,8 +131,8 @@ class FarmSession:
 
     def snapshot(self) -> str:
         o = self.observation
-        tabs = "\n".join(f"  [{i}] {t.url}{' (active)' if t.tab_id == o.active_tab_id else ''}"
-                         for i, t in enumerate(o.tabs))
+        tabs = "\n".join(f"  [{i}] {t['url']}{' (active)' if t['active'] else ''} \"{t['title']}\""
+                         for i, t in enumerate(open_tabs(o)))
         task = f"Task: {self.instruction}\n" if self.instruction else ""
         return f"{task}Page URL: {o.url}\nPage title: {o.title}\nTabs:\n{tabs}\n\nAccessibility tree:\n{o.axtree}"
 
