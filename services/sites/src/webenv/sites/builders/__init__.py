@@ -29,6 +29,7 @@ from __future__ import annotations
 from webenv.sites.builders.base import Builder
 from webenv.sites.builders.boardroom import Boardroom
 from webenv.sites.builders.forumware import Forumware
+from webenv.sites.builders.hashapp import HashApp
 from webenv.sites.builders.ledger import Ledger
 from webenv.sites.builders.platform import Platform
 from webenv.sites.builders.storefront import Storefront
@@ -43,6 +44,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "forumware": (Forumware(), pb.SPLIT_TEST),
     "wikiwiki": (WikiWiki(), pb.SPLIT_TRAIN),
     "boardroom": (Boardroom(), pb.SPLIT_VALIDATION),
+    "hashapp": (HashApp(), pb.SPLIT_TEST),
 }
 
 

@@ -415,6 +415,12 @@ class Builder:
     def url_record(self, site: Site, item: Item) -> str:
         return self.scheme.build(site, "record", id=item.id)
 
+    def form_url(self, site: Site, kind: str, **params: str) -> str:
+        """Where a form of this page kind posts: its URL, or for a hash-routed builder that route's path on the
+        server (`/#/login` posts to `/login`: a fragment never reaches the server)."""
+        url = self.scheme.build(site, kind, **params)
+        return url.removeprefix("/#") if self.scheme.hash else url
+
     def meaning(self, site: Site, url: str) -> Meaning:
         """What a URL of this site shows (navigation rubrics and tests read URLs through this)."""
         return self.scheme.meaning(site, url)
