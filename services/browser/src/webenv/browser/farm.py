@@ -153,6 +153,11 @@ class Farm:
                     await self.driver.settle_start(session)
                 obs = await self.driver.first_observation(session)
                 session.renew()
+                me = asyncio.current_task()
+                if me is not None and me.cancelling():
+                    # the caller is gone, but a wait inside the open swallowed its cancellation (Python 3.11's
+                    # wait_for, when what it waits for ends as the cancel comes): the open must not leave a session
+                    raise asyncio.CancelledError
             except BaseException:
                 if session is not None:
                     await self.registry.end(session, environment_pb2.SESSION_STATE_CLOSED)

@@ -35,10 +35,12 @@ class SessionRegistry(SessionTable[BrowserSession]):
 
     def __init__(self, pool: BrowserPool, *, node: str, max_sessions: int, reaper_interval_s: float) -> None:
         super().__init__(where=f"node {node}", max_sessions=max_sessions, reaper_interval_seconds=reaper_interval_s,
-                         ended_kept=ENDED_KEPT, request_ids_kept=ENDED_KEPT, open_gauge=metrics.SESSIONS_ACTIVE,
-                         closed_counter=metrics.SESSIONS_CLOSED)
+                         ended_kept=ENDED_KEPT, request_ids_kept=ENDED_KEPT, closed_counter=metrics.SESSIONS_CLOSED)
         self.pool = pool
         self.node = node
+        # read at scrape time, as the pool's live contexts are: a value set on each change was the last writer's,
+        # which in a process with several farms (the tests) could be another farm's count long after
+        metrics.SESSIONS_ACTIVE.set_function(lambda: len(self.sessions))
 
     def list(self, req: browser_pb2.ListSessionsRequest) -> browser_pb2.ListSessionsResponse:
         items = sorted(self.sessions.values(), key=lambda x: (x.created_wall, x.session_id))
