@@ -174,9 +174,16 @@ def stricter_split(a: int, b: int) -> int:
     return a if _RANK[a] >= _RANK[b] else b
 
 
+#: The builder of every family's first site (shop-0000, ...) whenever it is among the choices: the task files shipped
+#: as examples (data/yaml, data/rubric/synthetic_examples.json) and the docs' commands address those sites' pages.
+FIRST_SITE_BUILDER = "platform"
+
+
 def assign_builder(family: str, number: int, seed: int, choices: tuple[str, ...]) -> str:
     """The builder of site `number` of a family: a pure function of (family, number, seed); a family's sites cycle
-    through every builder of `choices`, from an offset per family and seed."""
+    through every builder of `choices`, from an offset per family and seed (site 0 keeps FIRST_SITE_BUILDER)."""
+    if number == 0 and FIRST_SITE_BUILDER in choices:
+        return FIRST_SITE_BUILDER
     return choices[(number + c.stable_int("builder", family, seed)) % len(choices)]
 
 

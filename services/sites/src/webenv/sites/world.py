@@ -9,7 +9,7 @@ from pathlib import Path
 
 from webenv.sites import builders as site_builders
 from webenv.sites import miniwob
-from webenv.sites.catalog import SiteCatalog
+from webenv.sites.catalog import SiteCatalog, stricter_split
 from webenv.sites.state import StateStore
 from webenv.sites.taskcatalog import TaskCatalog
 from webenv.sites.tasks import site_tasks
@@ -56,6 +56,10 @@ def build_tasks(sites: SiteCatalog, *, yaml_dirs: list[str] = (), rubric_dirs: l
         where.setdefault(t.task_id, origin)
     if problems:
         raise TaskFileError(problems)
+    for t in tasks:  # a task file's task on a synthetic site: that site's builder, and its split if stricter
+        site = sites.by_host.get(t.site) if t.source != pb.TASK_SOURCE_SYNTHETIC else None
+        if site is not None:
+            t.builder, t.split = site.builder_name, stricter_split(t.split or site.split, site.split)
     root = miniwob.html_dir() if with_miniwob else None
     if root is not None:
         tasks.extend(miniwob.miniwob_tasks(root))
