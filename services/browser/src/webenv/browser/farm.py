@@ -38,7 +38,8 @@ from webenv.browser.queues import Queues
 from webenv.browser.registry import SessionRegistry
 from webenv.browser.session import BrowserSession
 from webenv.browser.settle.waits import Settler
-from webenv.browser.tasks import adapter_for
+from webenv.browser.sitestate import SiteStates
+from webenv.browser.tasks import TaskAdapter, adapter_for
 from webenv.envcontract import validate_screenshot_spec, web_url_problem
 from webenv.v1 import browser_pb2, common_pb2, environment_pb2
 
@@ -74,6 +75,7 @@ class Farm:
             nav_timeout_ms=settings.farm_nav_timeout_ms, capture_concurrency=settings.farm_capture_concurrency,
             node=self.node)
         self.forker = Forker(settings, self.registry, self.queues, self.pool, self.driver)
+        self.site_state = SiteStates()  # benchmark sites' logins, resets and turns (WEBENV_BENCHMARK_SITES)
 
     def busy(self) -> bool:
         """Is a session opening or stepping? The warm pool's refill waits for a moment when none is (for 1 s
@@ -120,7 +122,8 @@ class Farm:
         t0 = time.perf_counter()
         start = req.WhichOneof("start")
         task = req.task if start == "task" else None
-        adapter = adapter_for(task, req.start_url if start == "start_url" else "", self.settings.sites_addr)
+        adapter = adapter_for(task, req.start_url if start == "start_url" else "", self.settings.sites_addr,
+                              self.site_state)
         if adapter.start_url:
             # an http(s) URL no browser can open is a bad request, with the guard off too (other schemes: the guard's)
             problem = web_url_problem(adapter.start_url)
@@ -133,11 +136,22 @@ class Farm:
             except BlockedUrl as exc:
                 raise errors.PermissionDenied(f"start URL refused by the URL guard: {exc}", reason="URL_BLOCKED",
                                               metadata={"url": adapter.start_url[:200]}) from exc
+        # a benchmark task's turn on its sites, their resets and logins (sitestate.py): waited for before admission,
+        # so an episode waiting for its site holds no open slot; given back when the session ends
+        await adapter.prepare()
+        try:
+            return await self._open(req, task, adapter, t0)
+        except BaseException:
+            await adapter.close()
+            raise
+
+    async def _open(self, req: environment_pb2.OpenSessionRequest, task: common_pb2.Task | None, adapter: TaskAdapter,
+                    t0: float) -> environment_pb2.OpenSessionResponse:
         async with self.registry.admission():
             session: BrowserSession | None = None
             try:
                 async with self.queues.open.slot():
-                    vp = (req.viewport.width, req.viewport.height) if req.viewport.width else None
+                    vp = (req.viewport.width, req.viewport.height) if req.viewport.width else adapter.viewport
                     session = await self.registry.create(
                         vp, prime_url=adapter.start_url if adapter.primable else "", guard=self.guard, spec=req.observation_spec,
                         lease_seconds=req.lease_seconds or self.settings.farm_lease_seconds,

@@ -8,6 +8,9 @@
   `core.startEpisodeReal()`, wait for `WOB_TASK_READY`; the goal is
   `core.getUtterance()`; after each step the reward globals are read in the observation's own JS
   pass (no extra round trip).
+- `BenchmarkAdapter`: a published benchmark's task (WebArena, WebArena-Verified, ...): its sites' turn, reset and
+  login (`webenv.browser.sitestate`, taken by `prepare` before the open waits for a slot), its `viewport_size` and
+  `geolocation`, and every start URL of a multi-tab start (" |AND| ") in its own tab, the last one active.
 - `SyntheticAdapter`: the synthetic web. The site session id (the `site_session` cookie) is the
   label `site_session` when given (a fork) or the farm session id; the site state is reset through
   TaskService at open (unless forked) and read back at close as evidence.
@@ -30,6 +33,8 @@ from playwright.async_api import Error as PlaywrightError
 from webenv import errors
 from webenv.browser.actions import goto
 from webenv.browser.session import BrowserSession
+from webenv.browser.sitestate import Held, SiteStates, apply_storage
+from webenv.envcontract import web_url_problem
 from webenv.v1 import common_pb2, task_pb2, task_pb2_grpc
 
 # A new MiniWoB++ episode on a task page: waits (up to waitMs) for the page's load event first, when core.js
@@ -78,9 +83,15 @@ class TaskAdapter:
     primable = False
     site_session = ""  # the `site_session` cookie value of a synthetic task's server-side state
 
+    viewport: tuple[int, int] | None = None  # the task's window size, when OpenSession's viewport is unset
+
     def __init__(self, task: common_pb2.Task | None, start_url: str) -> None:
         self.task = task
         self.start_url = start_url
+
+    async def prepare(self) -> None:
+        """Before the open takes a slot: what the task needs of the world outside the session (its sites' turn)."""
+        return None
 
     async def setup(self, session: BrowserSession, seed: int, nav_timeout_ms: int) -> str:
         """Prepare the session; returns the instruction for the agent."""
@@ -202,7 +213,82 @@ class SyntheticAdapter(TaskAdapter):
             await asyncio.shield(self._channel.close())
 
 
-def adapter_for(task: common_pb2.Task | None, start_url: str, sites_addr: str) -> TaskAdapter:
+def _meta_json(task: common_pb2.Task, key: str) -> Any:
+    raw = task.metadata.get(key, "")
+    if not raw:
+        return None
+    try:
+        return json.loads(raw)
+    except json.JSONDecodeError as exc:
+        raise errors.InvalidArgument(f"task.metadata[{key}]: not JSON: {exc}", reason="BAD_TASK",
+                                     metadata={"field": f"task.metadata[{key}]"}) from exc
+
+
+class BenchmarkAdapter(TaskAdapter):
+    """A benchmark task: site turns, resets and logins (sitestate.py), viewport, geolocation, multi-tab starts."""
+
+    def __init__(self, task: common_pb2.Task, start_url: str, site_state: SiteStates) -> None:
+        super().__init__(task, start_url)
+        self.site_state = site_state
+        self.held: Held | None = None
+        urls = _meta_json(task, "start_urls")
+        if urls is not None and (not isinstance(urls, list) or not all(isinstance(u, str) and u for u in urls)):
+            raise errors.InvalidArgument("task.metadata[start_urls]: expected a JSON list of URLs", reason="BAD_TASK",
+                                         metadata={"field": "task.metadata[start_urls]"})
+        self.more_urls: list[str] = [u for u in (urls or [])[1:]]
+        for i, u in enumerate(self.more_urls, 1):
+            problem = web_url_problem(u)
+            if problem:
+                raise errors.InvalidArgument(f"task.metadata[start_urls][{i}]: {u[:200]!r} {problem}",
+                                             reason="BAD_START", metadata={"field": f"task.metadata[start_urls][{i}]"})
+        vp = _meta_json(task, "viewport_size")
+        if vp is not None:
+            w, h = (vp.get("width"), vp.get("height")) if isinstance(vp, dict) else (None, None)
+            if not all(isinstance(x, int) and not isinstance(x, bool) and 100 <= x <= 8192 for x in (w, h)):
+                raise errors.InvalidArgument("task.metadata[viewport_size]: expected {\"width\": w, \"height\": h}, "
+                                             "each within 100..8192", reason="BAD_VIEWPORT",
+                                             metadata={"field": "task.metadata[viewport_size]"})
+            self.viewport = (w, h)  # type: ignore[assignment]
+        geo = _meta_json(task, "geolocation")
+        if geo is not None:
+            ok = isinstance(geo, dict) and all(isinstance(geo.get(k), (int, float)) and not isinstance(geo.get(k), bool)
+                                               for k in ("latitude", "longitude"))
+            if not ok or not (-90 <= geo["latitude"] <= 90 and -180 <= geo["longitude"] <= 180):
+                raise errors.InvalidArgument("task.metadata[geolocation]: expected {\"latitude\": -90..90, "
+                                             "\"longitude\": -180..180}", reason="BAD_TASK",
+                                             metadata={"field": "task.metadata[geolocation]"})
+        self.geolocation = {k: float(geo[k]) for k in ("latitude", "longitude", "accuracy") if k in geo} if geo else None
+
+    async def prepare(self) -> None:
+        self.held = await self.site_state.enter(self.task)  # type: ignore[arg-type]
+
+    async def setup(self, session: BrowserSession, seed: int, nav_timeout_ms: int) -> str:
+        context = session.slot.context
+        if self.held is not None and self.held.storage:
+            await apply_storage(context, self.held.storage)
+        if self.geolocation is not None:
+            await context.grant_permissions(["geolocation"])
+            await context.set_geolocation(self.geolocation)
+        instruction = await super().setup(session, seed, nav_timeout_ms)
+        for i, url in enumerate(self.more_urls, 1):  # a multi-tab start: each URL in its own tab, the last active
+            tab = await session.new_tab()
+            err = await goto(session, tab.page, url, nav_timeout_ms)
+            if err:
+                raise errors.FailedPrecondition(f"start URL {i} could not be opened: {err}", reason="START_URL_FAILED",
+                                                metadata={"url": url[:200]})
+        return instruction
+
+    async def fork(self, site_session: str, request_id: str) -> TaskAdapter:
+        return TaskAdapter(self.task, self.start_url)  # a copy takes no turn, login or reset of its own
+
+    async def close(self) -> None:
+        if self.held is not None:
+            held, self.held = self.held, None
+            await held.release()
+
+
+def adapter_for(task: common_pb2.Task | None, start_url: str, sites_addr: str,
+                site_state: SiteStates | None = None) -> TaskAdapter:
     """Choose the adapter for an OpenSession request."""
     if task is None:
         return TaskAdapter(None, start_url)
@@ -220,4 +306,6 @@ def adapter_for(task: common_pb2.Task | None, start_url: str, sites_addr: str) -
                                      metadata={"field": "task.start_url"})
     if task.source == common_pb2.TASK_SOURCE_SYNTHETIC:
         return SyntheticAdapter(task, url, sites_addr)
+    if task.source == common_pb2.TASK_SOURCE_BENCHMARK and site_state is not None:
+        return BenchmarkAdapter(task, url, site_state)
     return TaskAdapter(task, url)
