@@ -27,14 +27,12 @@ refusal of held-out episodes) keeps held-out builders out of training.
 from __future__ import annotations
 
 from webenv.sites.builders.base import Builder
-from webenv.sites.builders.dashboard import Dashboard
 from webenv.sites.builders.boardroom import Boardroom
 from webenv.sites.builders.forumware import Forumware
 from webenv.sites.builders.govform import GovForm
 from webenv.sites.builders.hashapp import HashApp
 from webenv.sites.builders.ledger import Ledger
 from webenv.sites.builders.platform import Platform
-from webenv.sites.builders.pressroom import Pressroom
 from webenv.sites.builders.storefront import Storefront
 from webenv.sites.builders.wikiwiki import WikiWiki
 from webenv.v1 import common_pb2 as pb
@@ -48,9 +46,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "wikiwiki": (WikiWiki(), pb.SPLIT_TRAIN),
     "boardroom": (Boardroom(), pb.SPLIT_VALIDATION),
     "hashapp": (HashApp(), pb.SPLIT_TEST),
-    "pressroom": (Pressroom(), pb.SPLIT_TRAIN),
     "govform": (GovForm(), pb.SPLIT_TEST),
-    "dashboard": (Dashboard(), pb.SPLIT_TRAIN),
 }
 
 
