@@ -464,6 +464,21 @@ def test_starts_along_a_demonstration_replay_it_on_the_farm_and_train_only_the_p
     assert job.checkpoint.examples == len(ep.trajectory.steps) - n == 1, "the replayed steps are not the policy's"
 
 
+def weak_bc(trainer, policy, name: str, demo_run_id: str) -> trainer_pb2.Job:
+    """BC that solves the tasks greedily but is not sure of it, trained and loaded: sampled at temperature 1, its
+    continuations differ. Measured on these tasks' demonstrations: after 12 epochs each step takes the target 60-96%
+    of the time (a 3-step continuation passes ~50%, a group of 4 is mixed ~85%); 4 epochs solved nothing and 80 epochs
+    chose every target with p = 1.000 (every group flat: no examples), at temperature 1.5 too."""
+    weak = trainer_pb2.JobSpec(
+        name=name, algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_SCORER,
+        data=trainer_pb2.TrainingData(run_ids=[demo_run_id]),
+        hyper=trainer_pb2.Hyperparameters(epochs=12, batch_size=8, seed=3, validation_fraction=0.0))
+    job = finish(trainer, start_job(trainer, weak).job_id)
+    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
+    policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=job.checkpoint.ref), timeout=60)
+    return job
+
+
 def test_branching_on_the_farm_trains_and_loads(stack):
     """Anchors rolled to step 1 and forked 3 times by the real farm (ForkSession: page, browser and site state), the
     4 continuations judged and stored as branch groups, trained with BRANCHING, the checkpoint served; an errored
@@ -471,17 +486,7 @@ def test_branching_on_the_farm_trains_and_loads(stack):
     collector, trainer, policy, sites = stubs(stack)
     task_ids = pick_tasks(sites)
     demos = run(collector, "oracle", task_ids, seed=11)
-    # BC that solves the tasks greedily but is not sure of it, sampled at temperature 1, so continuations differ.
-    # Measured on these tasks' demonstrations: after 12 epochs each step takes the target 60-96% of the time (a
-    # 3-step continuation passes ~50%, a group of 4 is mixed ~85%); 4 epochs solved nothing and 80 epochs chose
-    # every target with p = 1.000 (every group flat: no examples), at temperature 1.5 too.
-    weak = trainer_pb2.JobSpec(
-        name="branchy", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_SCORER,
-        data=trainer_pb2.TrainingData(run_ids=[demos.run_id]),
-        hyper=trainer_pb2.Hyperparameters(epochs=12, batch_size=8, seed=3, validation_fraction=0.0))
-    job = finish(trainer, start_job(trainer, weak).job_id)
-    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
-    policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=job.checkpoint.ref), timeout=60)
+    job = weak_bc(trainer, policy, "branchy", demos.run_id)
 
     # 4 anchors, one at a time (each holds 4 sessions after its fork, within the task's 60 s deadline). Whether a
     # group's sampled continuations differ is chance: a run whose every group came out flat (all passed or all
@@ -573,14 +578,7 @@ def test_two_collections_with_the_same_seed_take_the_same_actions(stack):
     in the episode id, so two collections with the same seed take the same actions, episode for episode."""
     collector, trainer, policy, sites = stubs(stack)
     task_ids = pick_tasks(sites)
-    demos = run(collector, "oracle", task_ids, seed=21)
-    weak = trainer_pb2.JobSpec(
-        name="seeded", algorithm=trainer_pb2.TRAINING_ALGORITHM_BC, model=trainer_pb2.MODEL_KIND_SCORER,
-        data=trainer_pb2.TrainingData(run_ids=[demos.run_id]),
-        hyper=trainer_pb2.Hyperparameters(epochs=12, batch_size=8, seed=3, validation_fraction=0.0))
-    job = finish(trainer, start_job(trainer, weak).job_id)
-    assert job.state == trainer_pb2.JOB_STATE_SUCCEEDED, job.error
-    policy.LoadCheckpoint(policy_pb2.LoadCheckpointRequest(ref=job.checkpoint.ref), timeout=60)
+    job = weak_bc(trainer, policy, "seeded", run(collector, "oracle", task_ids, seed=21).run_id)
 
     def collect(seed: int) -> list[tuple[str, list[str]]]:
         r = run(collector, job.checkpoint.ref, task_ids, seed=seed, repeats=3,
