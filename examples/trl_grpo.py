@@ -17,8 +17,8 @@ its tokenizer trained on the tasks' prompts): it exercises the whole loop on a C
 judge grading each, optimizer steps) but writes noise, so its rewards are 0.0 and it calls no tool. Measured: 150
 next-token steps teaching it ``click`` calls on the tasks' pages were not enough (its 48-token completions stayed
 clipped, no call parsed), so tool calls and passing rollouts need a real model (the GPU line above).
-The farm, sites and judge addresses come from ``--browser``/``--sites``/``--judge`` or ``WEBENV_BROWSER_ADDR`` etc.
-(``webenv up`` starts them). The last line printed is a JSON summary of the run (steps, mean reward, tool calls).
+The farm, sites and judge addresses come from ``--browser``/``--sites``/``--judge``, else ``WEBENV_BROWSER_ADDR``
+etc., else the running ``webenv up`` (its ``.webenv/stack.json``: ``--free-ports`` included), else the default ports. The last line printed is a JSON summary of the run (steps, mean reward, tool calls).
 """
 
 from __future__ import annotations
@@ -67,23 +67,25 @@ def main(argv: list[str] | None = None) -> dict:
     p.add_argument("--learning-rate", type=float, default=1e-5)
     p.add_argument("--use-vllm", action="store_true", help="Generate with vLLM (colocated; a GPU).")
     p.add_argument("--output-dir", default="grpo-webenv", help="Checkpoints and the tiny model go here.")
-    p.add_argument("--browser", default=os.environ.get("WEBENV_BROWSER_ADDR", "localhost:50051"))
-    p.add_argument("--sites", default=os.environ.get("WEBENV_SITES_ADDR", "localhost:50055"))
-    p.add_argument("--judge", default=os.environ.get("WEBENV_JUDGE_ADDR", "localhost:50054"))
+    for service in ("browser", "sites", "judge"):  # not given: WEBENV_*_ADDR, the running `webenv up`, the port
+        p.add_argument(f"--{service}", help=f"The {service} service's address (default: WEBENV_{service.upper()}_ADDR, "
+                                            "else the running `webenv up`'s .webenv/stack.json, else its default port).")
     args = p.parse_args(argv)
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
     from datasets import concatenate_datasets
     from trl import GRPOConfig, GRPOTrainer
+    from webenv.client.stack import address
     from webenv.compat.hf import catalog_dataset
     from webenv.compat.trl import WebTaskEnv
     from webenv.v1 import task_pb2
 
     task_ids = [t for t in args.tasks.split(",") if t]
-    factory = partial(WebTaskEnv, browser=args.browser, sites=args.sites, judge=args.judge)
+    browser, sites, judge = (address(service, getattr(args, service)) for service in ("browser", "sites", "judge"))
+    factory = partial(WebTaskEnv, browser=browser, sites=sites, judge=judge)
     out = Path(args.output_dir)
     model_path = str(build_tiny(out / "tiny-model", factory, task_ids)) if args.tiny else args.model
-    tasks = catalog_dataset(args.sites, task_pb2.TaskFilter(task_ids=task_ids))
+    tasks = catalog_dataset(sites, task_pb2.TaskFilter(task_ids=task_ids))
     rows = args.max_steps * args.batch_size // args.num_generations + 1
     dataset = concatenate_datasets([tasks] * (rows // len(tasks) + 1))
     config = GRPOConfig(

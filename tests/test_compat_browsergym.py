@@ -375,8 +375,9 @@ def test_readme_browsergym_example_runs_as_written(stack: Stack) -> None:
     text = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
     section = text[:text.index("**MCP.**")]
     [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
+    # no address given: the block finds the stack as `webenv up` records it (stack.json), not the default ports
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("WEBENV_") and k.endswith("_ADDR"))}
     out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=120,
-                         env={**os.environ, "WEBENV_BROWSER_ADDR": stack.address("browser"),
-                              "WEBENV_SITES_ADDR": stack.address("sites")})
+                         env={**env, "WEBENV_STACK_FILE": str(stack.write_state())})
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["True", "True", "True"], out.stdout

@@ -136,15 +136,21 @@ def test_mcp_tools_over_streamable_http_on_a_synthetic_site(stack: Stack) -> Non
         proc.wait(20)
 
 
-def test_readme_mcp_example_runs_as_written(stack: Stack) -> None:
+def test_readme_mcp_example_runs_as_written(stack: Stack, tmp_path) -> None:
+    """From the folder `webenv up` runs in (its .webenv/stack.json), with no address given: the server finds the
+    farm and the catalog there, not at the default ports."""
+    import shutil
     from pathlib import Path
 
     readme = (Path(__file__).resolve().parents[1] / "docs" / "adapters.md").read_text()
     section = readme[readme.index("**MCP.**"):readme.index("**TRL.**")]
     [example] = re.findall(r"```python\n(.*?)```", section, flags=re.S)
-    out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=180,
-                         env={**os.environ, "WEBENV_BROWSER_ADDR": stack.address("browser"),
-                              "WEBENV_SITES_ADDR": stack.address("sites")})
+    (tmp_path / ".webenv").mkdir()
+    shutil.copy(stack.write_state(), tmp_path / ".webenv" / "stack.json")
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("WEBENV_") and k.endswith("_ADDR"))}
+    env.pop("WEBENV_STACK_FILE", None)
+    out = subprocess.run([sys.executable, "-c", example], capture_output=True, text=True, timeout=180, env=env,
+                         cwd=tmp_path)
     assert out.returncode == 0, out.stderr[-3000:]
     assert out.stdout.split() == ["False", "True"], out.stdout
 

@@ -116,11 +116,12 @@ def test_readme_grpo_example_trains_as_written(stack: Stack, tmp_path: Path) -> 
     section = text[text.index("**TRL.**"):text.index("**Data for trainers.**")]
     [block] = re.findall(r"```bash\n(.*?)```", section, flags=re.S)
     command = shlex.split(block.splitlines()[0].replace("/tmp/grpo-webenv", str(tmp_path / "grpo")))
-    assert command[:2] == ["python", "examples/trl_grpo.py"]
+    assert command[:2] == [".venv/bin/python", "examples/trl_grpo.py"]  # as every other command of the docs
+    # no address given: the stack as `webenv up` records it (stack.json), not the default ports
+    env = {k: v for k, v in os.environ.items() if not (k.startswith("WEBENV_") and k.endswith("_ADDR"))}
     out = subprocess.run([sys.executable, *command[1:]], capture_output=True, text=True, timeout=420,
                          cwd=Path(__file__).resolve().parents[1],
-                         env={**os.environ, "WEBENV_BROWSER_ADDR": stack.address("browser"),
-                              "WEBENV_SITES_ADDR": stack.address("sites"), "WEBENV_JUDGE_ADDR": stack.address("judge")})
+                         env={**env, "WEBENV_STACK_FILE": str(stack.write_state())})
     assert out.returncode == 0, out.stderr[-3000:]
     summary = json.loads(out.stdout.strip().splitlines()[-1])
     assert summary["steps"] == 2 and len(summary["rewards"]) == 2  # two optimizer steps

@@ -10,6 +10,7 @@ import re
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from contextlib import contextmanager
 from pathlib import Path
@@ -58,6 +59,46 @@ def stack(tmp_path_factory):
 
 def sync_client(stack: Stack):
     return WebEnvClient(base_url=stack.openenv_url).sync()
+
+
+def health(url: str) -> tuple[int, dict]:
+    try:
+        with urllib.request.urlopen(f"{url}/health", timeout=30) as r:
+            return r.status, json.loads(r.read())
+    except urllib.error.HTTPError as exc:
+        return exc.code, json.loads(exc.read())
+
+
+def test_health_is_its_peers_and_the_running_stack_is_found(stack: Stack, monkeypatch) -> None:
+    """/health says what is behind the server: healthy with the farm, the catalog and the judge SERVING; unhealthy
+    (503, naming the peer) without the farm, degraded without only the judge. Before, openenv-core's /health answered
+    healthy with nothing behind it. With no address set, the server's settings take the stack `webenv up` recorded
+    (stack.json) instead of the default ports; a variable set still wins over the file."""
+    from starlette.testclient import TestClient
+    from webenv.openenv.app import make_app
+    from webenv.openenv.config import Settings
+    from webenv.openenv.env import Backend
+
+    code, body = health(stack.openenv_url)  # `python -m webenv.openenv` over the stack
+    assert (code, body["status"]) == (200, "healthy") and "reason" not in body, body
+    assert {name: p["status"] for name, p in body["peers"].items()} == dict.fromkeys(("browser", "sites", "judge"),
+                                                                                     "SERVING"), body
+    closed = f"127.0.0.1:{free_port()}"
+    for name in ("BROWSER", "SITES", "JUDGE"):
+        monkeypatch.delenv(f"WEBENV_{name}_ADDR", raising=False)
+    monkeypatch.setenv("WEBENV_STACK_FILE", str(stack.write_state()))  # what `webenv up` records
+    monkeypatch.setenv("WEBENV_JUDGE_ADDR", closed)
+    answer = TestClient(make_app(Backend(Settings()))).get("/health")
+    body = answer.json()
+    assert (answer.status_code, body["status"]) == (200, "degraded"), body
+    assert body["reason"] == f"the judge at {closed}: UNAVAILABLE", body
+    assert body["peers"]["browser"] == {"address": stack.address("browser"), "status": "SERVING"}, body
+    assert body["peers"]["sites"] == {"address": stack.address("sites"), "status": "SERVING"}, body
+    monkeypatch.setenv("WEBENV_BROWSER_ADDR", closed)
+    answer = TestClient(make_app(Backend(Settings()))).get("/health")
+    assert (answer.status_code, answer.json()["status"]) == (503, "unhealthy"), answer.json()
+    assert answer.json()["reason"] == (f"the browser farm at {closed}: UNAVAILABLE; the judge at {closed}: "
+                                       "UNAVAILABLE"), answer.json()
 
 
 def test_readme_example_runs_as_written(stack: Stack) -> None:
@@ -167,8 +208,8 @@ def test_with_a_token_every_endpoint_but_health_needs_it() -> None:
     from webenv.openenv.config import Settings
     from webenv.openenv.env import Backend
 
-    client = TestClient(make_app(Backend(Settings(auth_token="s3cret"))))
-    assert client.get("/health").status_code == 200
+    client = TestClient(make_app(Backend(Settings(auth_token="s3cret", browser_addr="127.0.0.1:1"))))
+    assert client.get("/health").status_code == 503  # open, and says there is no farm behind it (not 401)
     for headers in ({}, {"Authorization": "Bearer wrong"}, {"Authorization": "s3cret"}):
         refused = client.post("/reset", json={}, headers=headers)
         assert refused.status_code == 401 and refused.headers["www-authenticate"].startswith("Bearer")

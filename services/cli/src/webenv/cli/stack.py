@@ -6,7 +6,8 @@ launcher; it needs the services installed in the same environment (each runs as 
 Each service is ``python -m webenv.<name>`` with WEBENV_* variables; start-up waits for its gRPC health check
 to say SERVING before the next one that depends on it starts, and shutdown sends SIGTERM in reverse order
 (killing what does not exit within the grace period), so Ctrl-C leaves no orphans. ``webenv up`` records the addresses in ``<data_dir>/stack.json`` while it runs, and
-the other commands read it (``running_stack``), so a stack on free ports needs no address flags.
+every client reads it (``webenv.client.stack``: the commands, the adapters, the OpenEnv server), so a stack on free
+ports needs no address flags.
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from typing import IO
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from webenv.client import make_sync_channel
+from webenv.client.stack import STATE_FILE, running_stack
 from webenv.runtime.ports import free_port
 
 SERVICES = ("sites", "browser", "policy", "judge", "collector", "trainer", "gateway")
@@ -39,24 +41,7 @@ DEFAULT_HTTP_PORT = 8800
 DEFAULT_GATEWAY_HTTP_PORT = 8080
 
 
-STATE_FILE = "stack.json"
 LOCK_FILE = "stack.lock"  # held (flock) by the process that runs a stack on its data folder, with its pid inside
-
-
-def state_path() -> Path:
-    """Where commands look for the stack `webenv up` runs: WEBENV_STACK_FILE, else .webenv/stack.json here."""
-    return Path(os.environ.get("WEBENV_STACK_FILE") or Path(".webenv") / STATE_FILE)
-
-
-def running_stack(path: Path | None = None) -> dict | None:
-    """The state `webenv up` wrote (addresses by service), or None when there is none or its process is gone."""
-    path = path or state_path()
-    try:
-        state = json.loads(path.read_text(encoding="utf-8"))
-        os.kill(int(state["pid"]), 0)  # a stack whose `webenv up` died is stale
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
-    return state
 
 
 #: The gRPC service each process of the stack serves, asked for by name in its health check: a health answer for

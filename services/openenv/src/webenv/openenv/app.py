@@ -9,6 +9,7 @@ import json
 import logging
 from typing import Any
 
+from fastapi.responses import JSONResponse
 from webenv.openenv.config import Settings
 from webenv.openenv.env import Backend, WebAction, WebEnvironment, WebObservation
 from webenv.runtime import Server, serving
@@ -75,6 +76,14 @@ def make_app(backend: Backend):  # type: ignore[no-untyped-def]
         lambda: WebEnvironment(backend), WebAction, WebObservation,
         concurrency_config=ConcurrencyConfig(max_concurrent_envs=settings.openenv_max_sessions,
                                              session_timeout=settings.openenv_session_timeout_seconds))
+    # openenv-core's /health always answers healthy: ours is the peers' (`Backend.health`), 503 when unhealthy
+    app.router.routes[:] = [r for r in app.router.routes if getattr(r, "path", None) != "/health"]
+
+    @app.get("/health", tags=["Health"], summary="Health check: the farm, the catalog and the judge behind the server")
+    async def health() -> JSONResponse:
+        status, body = await backend.health()
+        return JSONResponse(body, status_code=503 if status == "unhealthy" else 200)
+
     return BearerAuth(FieldErrors(app), settings.auth_token.get_secret_value())
 
 

@@ -26,6 +26,7 @@ from typing import Any, Literal
 
 import grpc
 from google.protobuf.json_format import MessageToDict
+from grpc_health.v1 import health_pb2, health_pb2_grpc
 from pydantic import BaseModel, Field
 from webenv import errors
 from webenv.actions import ActionParseError, parse_action
@@ -81,6 +82,14 @@ class WebState(State):
     done: bool = False
 
 
+#: The peers and the service each must answer SERVING for, and whether an episode can run without it (the judge only
+#: grades the episode's end): what /health reports (`Backend.health`).
+PEERS = (("browser", "webenv.v1.EnvironmentService", True), ("sites", "webenv.v1.TaskService", True),
+         ("judge", "webenv.v1.JudgeService", False))
+PEER_ROLES = {"browser": "the browser farm", "sites": "the task catalog", "judge": "the judge"}
+HEALTH_TIMEOUT_SECONDS = 2.0
+
+
 class Backend:
     """What every session of one server shares: the settings and one gRPC channel per upstream, made on the server's
     event loop the first time a session needs them."""
@@ -89,29 +98,52 @@ class Backend:
         self.settings = settings
         self.loop: asyncio.AbstractEventLoop | None = None
         self._env: EnvironmentClient | None = None
-        self._channels: list[grpc.aio.Channel] = []
+        self._channels: dict[str, grpc.aio.Channel] = {}
         self.tasks: task_pb2_grpc.TaskServiceStub | None = None
         self.judge: judge_pb2_grpc.JudgeServiceStub | None = None
         self.sessions = 0
 
-    def _channel(self, address: str) -> grpc.aio.Channel:
-        token = self.settings.auth_token.get_secret_value() or None
-        ch = make_channel(address, timeout=self.settings.upstream_timeout_seconds, token=token,
-                          max_message_mb=self.settings.max_message_mb)
-        self._channels.append(ch)
-        return ch
+    def _channel(self, service: str) -> grpc.aio.Channel:
+        """The one channel to a peer (`PEERS`), made on first use."""
+        if service not in self._channels:
+            token = self.settings.auth_token.get_secret_value() or None
+            self._channels[service] = make_channel(getattr(self.settings, f"{service}_addr"), token=token,
+                                                   timeout=self.settings.upstream_timeout_seconds,
+                                                   max_message_mb=self.settings.max_message_mb)
+        return self._channels[service]
 
     def env(self) -> EnvironmentClient:
         if self._env is None:
             self.loop = asyncio.get_running_loop()
-            self._env = EnvironmentClient(self._channel(self.settings.browser_addr),
-                                          timeout=self.settings.upstream_timeout_seconds)
-            self.tasks = task_pb2_grpc.TaskServiceStub(self._channel(self.settings.sites_addr))
-            self.judge = judge_pb2_grpc.JudgeServiceStub(self._channel(self.settings.judge_addr))
+            self._env = EnvironmentClient(self._channel("browser"), timeout=self.settings.upstream_timeout_seconds)
+            self.tasks = task_pb2_grpc.TaskServiceStub(self._channel("sites"))
+            self.judge = judge_pb2_grpc.JudgeServiceStub(self._channel("judge"))
         return self._env
 
+    async def health(self) -> tuple[str, dict[str, Any]]:
+        """The server's health as its peers make it: ``healthy`` when each answers its grpc.health.v1 check
+        SERVING, ``unhealthy`` when the farm or the catalog does not (no episode can run), ``degraded`` when only
+        the judge does not (episodes run ungraded); with each peer's address and answer, and the reason."""
+        async def check(service: str, name: str) -> str:
+            try:
+                resp = await health_pb2_grpc.HealthStub(self._channel(service)).Check(
+                    health_pb2.HealthCheckRequest(service=name), timeout=HEALTH_TIMEOUT_SECONDS)
+                return health_pb2.HealthCheckResponse.ServingStatus.Name(resp.status)
+            except grpc.aio.AioRpcError as exc:
+                return exc.code().name
+
+        answers = await asyncio.gather(*(check(service, name) for service, name, _ in PEERS))
+        peers = {service: {"address": getattr(self.settings, f"{service}_addr"), "status": answer}
+                 for (service, _, _), answer in zip(PEERS, answers, strict=True)}
+        down = [(service, needed) for (service, _, needed), answer in zip(PEERS, answers, strict=True)
+                if answer != "SERVING"]
+        status = "healthy" if not down else "unhealthy" if any(needed for _, needed in down) else "degraded"
+        reason = "; ".join(f"{PEER_ROLES[service]} at {peers[service]['address']}: {peers[service]['status']}"
+                           for service, _ in down)
+        return status, {"status": status, **({"reason": reason} if reason else {}), "peers": peers}
+
     async def close(self) -> None:
-        for ch in self._channels:
+        for ch in self._channels.values():
             await ch.close()
 
 

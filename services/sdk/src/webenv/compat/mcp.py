@@ -1,9 +1,12 @@
 """MCP tools over one browser farm session, on the official `mcp` SDK's server (`MCPServer`), stdio or streamable
 HTTP:
 
-    python -m webenv.compat.mcp --browser localhost:50051 --start-url http://shop-0001.web.test/
-    python -m webenv.compat.mcp --browser localhost:50051 --sites localhost:50055 --task-id miniwob/click-test
+    python -m webenv.compat.mcp --start-url http://shop-0001.web.test/
+    python -m webenv.compat.mcp --task-id miniwob/click-test --browser localhost:50051 --sites localhost:50055
     python -m webenv.compat.mcp ... --transport streamable-http --port 8765      # http://127.0.0.1:8765/mcp
+
+The farm and the catalog not named by ``--browser`` / ``--sites``: WEBENV_BROWSER_ADDR / WEBENV_SITES_ADDR, else the
+running `webenv up`'s ``.webenv/stack.json``, else the default ports (`webenv.client.stack.address`).
 
 Tools (refs are the ``[id]`` of the snapshot, webenv element ids): ``snapshot``, ``navigate(url)``,
 ``click(ref)``, ``type(ref, text, submit)``, ``select(ref, values)``, ``press_key(key)``, ``scroll(dy, dx)``,
@@ -41,6 +44,7 @@ from typing_extensions import TypedDict  # pydantic builds the output schema fro
 from webenv import errors
 from webenv.client import EnvironmentClient, make_channel, observation_spec, open_tabs
 from webenv.client.episode import Episode
+from webenv.client.stack import address
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import judge_pb2_grpc, task_pb2, task_pb2_grpc
 
@@ -291,8 +295,9 @@ app = typer.Typer(add_completion=False, help="MCP browser tools over one webenv 
 
 @app.command()
 def main(
-    browser: str = typer.Option("localhost:50051", help="The farm's (or world model's) EnvironmentService."),
-    sites: str = typer.Option("", help="TaskService, for --task-id."),
+    browser: str = typer.Option("", help="The farm's (or world model's) EnvironmentService (default: "
+                                         "WEBENV_BROWSER_ADDR, else the running `webenv up`'s, else localhost:50051)."),
+    sites: str = typer.Option("", help="TaskService, for --task-id (default: as --browser, WEBENV_SITES_ADDR ...)."),
     task_id: str = typer.Option("", help="A catalog task to open (its setup, its instruction)."),
     start_url: str = typer.Option("", help="A URL to open instead of a task."),
     judge: str = typer.Option("", help="JudgeService: the answer tool grades the task's episode."),
@@ -303,6 +308,8 @@ def main(
     """Serve the tools until the client hangs up (stdio) or Ctrl-C (HTTP)."""
     if transport not in ("stdio", "streamable-http"):
         raise typer.BadParameter("stdio or streamable-http", param_hint="--transport")
+    browser = address("browser", browser)  # a flag, WEBENV_*_ADDR, the running `webenv up`, the default port
+    sites = address("sites", sites) if task_id else sites
     try:
         session = FarmSession(browser, sites=sites, task_id=task_id, start_url=start_url, judge=judge)
     except ValueError as exc:

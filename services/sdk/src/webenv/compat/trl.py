@@ -3,7 +3,7 @@
     from functools import partial
     from webenv.compat.trl import WebTaskEnv
 
-    factory = partial(WebTaskEnv, browser="localhost:50051", sites="localhost:50055", judge="localhost:50054")
+    factory = partial(WebTaskEnv)  # the running `webenv up` (.webenv/stack.json), or browser=, sites=, judge=
     trainer = GRPOTrainer(model=..., train_dataset=Dataset.from_list([{"prompt": [...], "task_id": "miniwob/click-test"}]),
                           environment_factory=factory)
 
@@ -36,6 +36,7 @@ from webenv import errors
 from webenv.actions import format_action, is_element_id
 from webenv.client import make_channel
 from webenv.client.gym import WebEnv
+from webenv.client.stack import address
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import task_pb2, task_pb2_grpc
 
@@ -45,9 +46,11 @@ __all__ = ["WebTaskEnv"]
 class WebTaskEnv:
     """One rollout's web task: reset opens it, the public methods are the model's tools, get_reward grades it."""
 
-    def __init__(self, browser: str = "localhost:50051", sites: str = "localhost:50055", judge: str = "localhost:50054",
+    def __init__(self, browser: str | None = None, sites: str | None = None, judge: str | None = None,
                  *, max_steps: int = 20, max_text_chars: int = 20_000) -> None:
-        self._browser, self._sites, self._judge = browser, sites, judge
+        # an address not given: WEBENV_<SERVICE>_ADDR, else the running `webenv up`'s, else the default port
+        self._browser, self._sites, self._judge = address("browser", browser), address("sites", sites), address(
+            "judge", judge)
         self._max_steps, self._max_text_chars = max_steps, max_text_chars
         self._holder: list[WebEnv | None] = [None]  # the open episode's env, also seen by the exit-time finalizer
         self._reward: float | None = None

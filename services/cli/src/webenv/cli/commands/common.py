@@ -19,8 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 from webenv import errors, splits
-from webenv.cli.stack import running_stack
 from webenv.client import make_sync_channel
+from webenv.client.stack import address
 from webenv.client.watch import follow
 from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2
 
@@ -28,10 +28,9 @@ console = Console()
 if not console.is_terminal and "COLUMNS" not in os.environ:
     console.width = 160  # a log or a pipe: lines are not cut at a terminal's 80 columns
 
-# Address options default to None: ``address()`` resolves them (flag, WEBENV_*_ADDR, `webenv up`'s state, port).
+# Address options default to None: ``address()`` (webenv.client.stack) resolves them (flag, WEBENV_*_ADDR, `webenv
+# up`'s state, port).
 COLLECTOR = SITES = BROWSER = TRAINER = POLICY = JUDGE = None
-DEFAULT_ADDRS = {"collector": "localhost:50056", "sites": "localhost:50055", "browser": "localhost:50051",
-                 "trainer": "localhost:50057", "policy": "localhost:50052", "judge": "localhost:50054"}
 DIFFICULTIES = {"easy": common_pb2.DIFFICULTY_EASY, "medium": common_pb2.DIFFICULTY_MEDIUM, "hard": common_pb2.DIFFICULTY_HARD}
 SPLITS = {name: value for value, name in splits.SPLIT_NAMES.items()}
 SAMPLING = {
@@ -71,18 +70,6 @@ def choice(value: str | None, table: dict, option: str):
     if value not in table:
         raise typer.BadParameter(f"{value!r}: expected one of {', '.join(table)}", param_hint=option)
     return table[value]
-
-
-def address(service: str, given: str | None = None) -> str:
-    """The address of ``service``: ``given``, else WEBENV_<SERVICE>_ADDR, else the running `webenv up`, else default."""
-    if given:
-        return given
-    if os.environ.get(f"WEBENV_{service.upper()}_ADDR"):
-        return os.environ[f"WEBENV_{service.upper()}_ADDR"]
-    state = running_stack()
-    if state is not None and service in state.get("addresses", {}):
-        return state["addresses"][service]
-    return DEFAULT_ADDRS[service]
 
 
 def collector_stub(addr: str | None) -> collector_pb2_grpc.CollectorServiceStub:
