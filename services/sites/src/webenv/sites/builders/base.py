@@ -169,7 +169,7 @@ class Scheme:
         for kind, tpl in routes.items():
             path, _, query = tpl.partition("?")
             rx = "".join(
-                f"(?P<{part}>[^/?#]+)" if i % 2 else re.escape(part)
+                (rf"(?P<{part}>\d+)" if part == "num" else f"(?P<{part}>[^/?#]+)") if i % 2 else re.escape(part)
                 for i, part in enumerate(_PLACEHOLDER.split(path))
             )
             pairs = [tuple(p.split("=", 1)) for p in query.split("&") if p]
