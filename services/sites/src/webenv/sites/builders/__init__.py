@@ -33,6 +33,7 @@ from webenv.sites.builders.govform import GovForm
 from webenv.sites.builders.hashapp import HashApp
 from webenv.sites.builders.ledger import Ledger
 from webenv.sites.builders.platform import Platform
+from webenv.sites.builders.pressroom import Pressroom
 from webenv.sites.builders.storefront import Storefront
 from webenv.sites.builders.wikiwiki import WikiWiki
 from webenv.v1 import common_pb2 as pb
@@ -46,6 +47,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "wikiwiki": (WikiWiki(), pb.SPLIT_TRAIN),
     "boardroom": (Boardroom(), pb.SPLIT_VALIDATION),
     "hashapp": (HashApp(), pb.SPLIT_TEST),
+    "pressroom": (Pressroom(), pb.SPLIT_TRAIN),
     "govform": (GovForm(), pb.SPLIT_TEST),
 }
 

@@ -101,7 +101,8 @@ class Scheme:
     """A builder's URL scheme: one template per page kind, and the names its listing uses in the query.
 
     Templates are paths with `{placeholders}`: `{base}` (the family's list word, e.g. "products"), `{id}` (an item,
-    order or record id), `{num}` (an item id's number, P1003 -> 1003), `{slug}` (the item title's slug: a template
+    order or record id), `{num}` (an item id's number, P1003 -> 1003), `{yyyy}` / `{mm}` (the item's year and month,
+    for dated permalinks), `{slug}` (the item title's slug: a template
     with `{slug}` but no `{id}` finds the item by slug; with both, the id decides). A template may carry literal
     query pairs (`/index.php?view=item&id={id}`). The listing's query, category,
     sort and page travel as query parameters under the names given here, sort values renamed by `sort_values`;
@@ -137,6 +138,8 @@ class Scheme:
             values["slug"] = site_slugs(site, self.slugify)[1][params["id"]]
         if "num" in names:
             values["num"] = params["id"].removeprefix(site.family.id_prefix)
+        if "yyyy" in names or "mm" in names:
+            values["yyyy"], values["mm"] = _year_month(site, params["id"])
         path = _PLACEHOLDER.sub(lambda m: quote(str(values[m.group(1)]), safe=""), tpl)
         return ("/#" + path) if self.hash else path
 
@@ -168,6 +171,7 @@ class Scheme:
             routes["listing_category"] = self.category_path
         for kind, tpl in routes.items():
             path, _, query = tpl.partition("?")
+            path = path.rstrip("/") or "/"  # a template's trailing slash (/faq/) is optional, as the request's is
             rx = "".join(
                 (rf"(?P<{part}>\d+)" if part == "num" else f"(?P<{part}>[^/?#]+)") if i % 2 else re.escape(part)
                 for i, part in enumerate(_PLACEHOLDER.split(path))
@@ -219,6 +223,10 @@ class Scheme:
                 if item is None:
                     continue
                 params["id"] = item
+            if "yyyy" in params or "mm" in params:  # a dated permalink: the date must be the item's
+                if params.get("id") not in site.by_id or \
+                        _year_month(site, params["id"]) != (params.pop("yyyy", ""), params.pop("mm", "")):
+                    continue
             if kind in ("listing", "listing_category"):
                 params = self._listing_params(query, params.get("category"))
                 kind = "listing"
@@ -271,6 +279,11 @@ def _url_regex(target: str, hashed: bool) -> str:
         return rx + r"(?:[?#]|$)"
     look = "".join(rf"(?=(?:[^#]*&)?{re.escape(p)}(?:&|#|$))" for p in query.split("&"))
     return rx + r"\?" + look
+
+
+def _year_month(site: Site, item_id: str) -> tuple[str, str]:
+    date = site.by_id[item_id].date  # ISO
+    return date[:4], date[5:7]
 
 
 _SLUGS: dict[tuple[int, Callable[[str], str]], tuple[dict[str, str], dict[str, str]]] = {}
