@@ -23,6 +23,15 @@ channels), so the farm's limits and network guard hold as on the gRPC path. An i
 interpreter exit by a ``weakref.finalize`` (an atexit hook, run while the loop thread still runs): closing it from
 ``__del__`` during finalization waited out the loop call's whole timeout (90 s measured) on a frozen daemon thread.
 
+Several task sources in one run: TRL's dict ``environment_factory`` routes each dataset row by its ``environment``
+column (`webenv.compat.hf.catalog_dataset` writes it: the task's benchmark or source) to a named factory;
+:func:`environment_factories` makes one per source or benchmark, each with its own settings (``{"miniwob":
+{"max_steps": 10}, "webarena": {"max_steps": 30}}``), and each instance serves only its own (a row routed to the
+wrong one is a ValueError naming ``environment``). TRL pools the instances and reuses them between rollouts; an
+instance keeps its `WebEnv` (event-loop thread and channels) from one reset to the next, only the session changes.
+A row's ``task_pb`` (the serialized task the dataset carries) is opened as it is, so a task file's tasks (a
+benchmark's own file) need not be in the catalog; without it ``task_id`` is read from the catalog.
+
 ``examples/trl_grpo.py`` trains with it: GRPO with the judge's verdict as the reward.
 """
 
@@ -30,6 +39,9 @@ from __future__ import annotations
 
 import asyncio
 import weakref
+from collections.abc import Callable, Mapping
+from functools import partial
+from typing import Any
 
 import grpc
 from webenv import errors
@@ -37,21 +49,24 @@ from webenv.actions import format_action, is_element_id
 from webenv.client import make_channel
 from webenv.client.gym import WebEnv
 from webenv.client.stack import address
+from webenv.compat.hf import environment_of
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import task_pb2, task_pb2_grpc
 
-__all__ = ["WebTaskEnv"]
+__all__ = ["WebTaskEnv", "environment_factories"]
 
 
 class WebTaskEnv:
     """One rollout's web task: reset opens it, the public methods are the model's tools, get_reward grades it."""
 
     def __init__(self, browser: str | None = None, sites: str | None = None, judge: str | None = None,
-                 *, max_steps: int = 20, max_text_chars: int = 20_000) -> None:
+                 *, source: str = "", max_steps: int = 20, max_text_chars: int = 20_000) -> None:
         # an address not given: WEBENV_<SERVICE>_ADDR, else the running `webenv up`'s, else the default port
         self._browser, self._sites, self._judge = address("browser", browser), address("sites", sites), address(
             "judge", judge)
         self._max_steps, self._max_text_chars = max_steps, max_text_chars
+        self.source = source  # the task source or benchmark this instance serves ('' any: environment_of)
+        self.episodes = 0  # the rollouts this instance served (TRL reuses an instance between rollouts)
         self._holder: list[WebEnv | None] = [None]  # the open episode's env, also seen by the exit-time finalizer
         self._reward: float | None = None
         self.error: errors.WebenvError | None = None  # the infrastructure failure that interrupted the episode
@@ -61,14 +76,26 @@ class WebTaskEnv:
     def _env(self) -> WebEnv | None:
         return self._holder[0]
 
-    def reset(self, task_id: str = "", seed: int = 0, **row: object) -> str:
-        """Open a farm session for the row's catalog task; the instruction and the first page, for the prompt."""
-        if not task_id:
-            raise ValueError("the dataset row needs a task_id (a catalog task: `webenv tasks` lists them)")
-        self._close()
-        task = asyncio.run(_get_task(self._sites, task_id))
-        self._holder[0] = WebEnv(self._browser, task=task, judge=self._judge, max_steps=self._max_steps,
-                           max_text_chars=self._max_text_chars)
+    def reset(self, task_id: str = "", seed: int = 0, task_pb: bytes | None = None, **row: object) -> str:
+        """Open a farm session for the row's task (its ``task_pb``, else the catalog's ``task_id``); the instruction
+        and the first page, for the prompt."""
+        if task_pb:
+            task = pb.Task.FromString(task_pb)
+            if task_id and task.task_id != task_id:
+                raise ValueError(f"the dataset row's task_pb is task {task.task_id!r}, its task_id {task_id!r}")
+        elif task_id:
+            task = asyncio.run(_get_task(self._sites, task_id))
+        else:
+            raise ValueError("the dataset row needs a task_id (a catalog task: `webenv tasks` lists them) or a task_pb")
+        if self.source and environment_of(task) != self.source:
+            raise ValueError(f"environment: the row's task {task.task_id!r} is a {environment_of(task)!r} task, and "
+                             f"this environment serves {self.source!r} tasks (route the row by its environment column)")
+        if self._env is None:
+            self._holder[0] = WebEnv(self._browser, task=task, judge=self._judge, max_steps=self._max_steps,
+                                     max_text_chars=self._max_text_chars)
+        else:  # reused: the same channels and loop, the previous session closed by the reset
+            self._env.task = task
+        self.episodes += 1
         obs, info = self._env.reset(seed=seed)
         self._reward, self.error = None, None
         return f"Task: {info['instruction']}\n\n{self._page(obs)}"
@@ -166,6 +193,17 @@ class WebTaskEnv:
 
     def _close(self) -> None:
         _close_holder(self._holder)
+
+
+def environment_factories(sources: Mapping[str, Mapping[str, Any]] | list[str] | tuple[str, ...],
+                          **common: Any) -> dict[str, Callable[[], WebTaskEnv]]:
+    """TRL's dict ``environment_factory``: a named :class:`WebTaskEnv` factory per task source or benchmark (the
+    dataset's ``environment`` column, `webenv.compat.hf.environment_of`), with ``common`` keyword arguments
+    (addresses, ``max_steps``) and, for a mapping, each source's own on top of them."""
+    items = list(sources.items()) if isinstance(sources, Mapping) else [(name, {}) for name in sources]
+    if not items or not all(isinstance(name, str) and name for name, _ in items):
+        raise ValueError("sources: expected one or more task source or benchmark names (webarena, miniwob, ...)")
+    return {name: partial(WebTaskEnv, **{**common, **dict(own), "source": name}) for name, own in items}
 
 
 async def _get_task(sites: str, task_id: str) -> pb.Task:
