@@ -146,3 +146,33 @@ def test_locator_grammar_and_func_registry() -> None:
         parse_func("func:gitlab_get_project_memeber_role('x', 'y')", "locator")
     assert parse_func("func:gitlab_get_project_memeber_role(__page__, 'byteblaze')", "locator").args == ("__page__", "byteblaze")
     assert "gitlab_get_project_memeber_role" in FUNCS
+
+
+def test_the_sites_file_says_how_each_site_is_logged_in_and_reset(tmp_path: Path) -> None:
+    from webenv.taskfiles.placeholders import SiteMap, SiteState, placeholder_of
+
+    cfg = tmp_path / "sites.json"
+    cfg.write_text(json.dumps({
+        "__SHOPPING__": {"url": "http://shop.test/", "storage_state": "auth/shopping.json",
+                         "reset_url": "http://shop.test:7565/reset", "reset_method": "get"},
+        "__GITLAB__": {"url": "http://git.test", "login_command": ["python", "auto_login.py"],
+                       "storage_state": "/abs/gitlab.json", "reset_command": ["./reset.sh", "gitlab"]},
+        "__MAP__": "http://map.test"}))
+    sites = SiteMap({"WEBENV_BENCHMARK_SITES": str(cfg)})
+    assert sites.url("__SHOPPING__") == "http://shop.test" and sites.url("__MAP__") == "http://map.test"
+    assert sites.state("__SHOPPING__") == SiteState(  # a relative storage_state is the config file's neighbour
+        "__SHOPPING__", storage_state=str(tmp_path / "auth" / "shopping.json"),
+        reset_url="http://shop.test:7565/reset", reset_method="GET")
+    gitlab = sites.state("__GITLAB__")
+    assert gitlab and gitlab.resettable and gitlab.login_command == ("python", "auto_login.py")
+    assert sites.state("__MAP__") is None and placeholder_of("shopping_admin") == "__SHOPPING_ADMIN__"
+    # WebArena-Verified's own config carries the same keys beside its urls
+    cfg.write_text(json.dumps({"environments": {"__REDDIT__": {"urls": ["http://r.test"], "reset_url": "http://r.test/reset"}}}))
+    assert SiteMap({"WEBENV_BENCHMARK_SITES": str(cfg)}).state("__REDDIT__").reset_url == "http://r.test/reset"
+    for bad, field in (({"reset_command": "reset.sh"}, "__SHOPPING__.reset_command"),
+                       ({"reset_method": "DELETE", "reset_url": "http://x.test"}, "__SHOPPING__.reset_method"),
+                       ({"reset_timeout_s": 0, "reset_url": "http://x.test"}, "__SHOPPING__.reset_timeout_s"),
+                       ({"storage_state": ""}, "__SHOPPING__.storage_state")):
+        cfg.write_text(json.dumps({"__SHOPPING__": {"url": "http://shop.test", **bad}}))
+        with pytest.raises(ValueError, match=field.replace(".", r"\.")):
+            SiteMap({"WEBENV_BENCHMARK_SITES": str(cfg)})
