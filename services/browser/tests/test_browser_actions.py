@@ -151,6 +151,26 @@ async def test_all_formats(env, page_server):
     await env.close(sid)
 
 
+async def test_webp_screenshots_at_a_quality(env, page_server):
+    o = await env.open(start_url=page_server.url("basic"))
+    sid = o.session.session_id
+    sizes = {}
+    for quality, marks in ((30, False), (90, False), (60, True)):  # captured as WebP by CDP; drawn marks re-encoded
+        r = await env.step(sid, "noop()", spec=common_pb2.ObservationSpec(
+            formats=[F.OBSERVATION_FORMAT_SCREENSHOT], screenshot=common_pb2.ScreenshotSpec(
+                width=640, codec=common_pb2.IMAGE_CODEC_WEBP, quality=quality, set_of_marks=marks)))
+        shot = r.observation.screenshot
+        img = Image.open(io.BytesIO(shot.data))
+        assert img.format == "WEBP" and img.size == (640, 360) and shot.codec == common_pb2.IMAGE_CODEC_WEBP
+        sizes[quality] = len(shot.data)
+    assert sizes[30] < sizes[90]
+    with pytest.raises(errors.InvalidArgument) as exc:
+        await env.step(sid, "noop()", spec=common_pb2.ObservationSpec(
+            formats=[F.OBSERVATION_FORMAT_SCREENSHOT], screenshot=common_pb2.ScreenshotSpec(codec=9)))
+    assert "screenshot.codec" in str(exc.value)
+    await env.close(sid)
+
+
 async def test_ids_stable_across_steps(env, page_server):
     o = await env.open(start_url=page_server.url("basic"), formats=[F.OBSERVATION_FORMAT_ELEMENTS])
     sid = o.session.session_id

@@ -10,6 +10,7 @@ real channels without the real services.
 from __future__ import annotations
 
 import asyncio
+import io
 import random
 import uuid
 from dataclasses import dataclass, field
@@ -52,6 +53,15 @@ def page_obs(site: str, n: int) -> common_pb2.Observation:
                                      bbox=common_pb2.BoundingBox(x=10, y=20 + n, width=40, height=16))],
         formats=[common_pb2.OBSERVATION_FORMAT_AXTREE],
     )
+
+
+def page_png(n: int) -> common_pb2.Screenshot:
+    """A 320x180 PNG of page ``n`` (its colour by the number: equal pages, equal bytes)."""
+    from PIL import Image
+
+    buf = io.BytesIO()
+    Image.new("RGB", (320, 180), ((n * 40) % 256, 90, 160)).save(buf, "PNG")
+    return common_pb2.Screenshot(data=buf.getvalue(), codec=common_pb2.IMAGE_CODEC_PNG, width=320, height=180)
 
 
 def click_next() -> common_pb2.Action:
@@ -134,6 +144,7 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         self.forks = 0
         self.refuse_forks = False
         self.missing_selectors: set[str] = set()  # a click on one of these is INVALID_ARGUMENT (no such element)
+        self.screenshots = False  # every observation carries a PNG of its page (a colour per page number)
 
     async def OpenSession(self, request, context):
         sid = uuid.uuid4().hex[:10]
@@ -146,9 +157,15 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
                 session_id=sid, state=environment_pb2.SESSION_STATE_OPEN, env_kind=common_pb2.ENV_KIND_BROWSER,
                 node=self.name,
             ),
-            observation=page_obs(site, 0),
+            observation=self._obs(site, 0),
             instruction=request.task.instruction,
         )
+
+    def _obs(self, site: str, n: int) -> common_pb2.Observation:
+        obs = page_obs(site, n)
+        if self.screenshots:
+            obs.screenshot.CopyFrom(page_png(n))
+        return obs
 
     async def _step(self, req: environment_pb2.StepRequest) -> environment_pb2.StepResponse:
         s = self.sessions.get(req.session_id)
@@ -166,7 +183,7 @@ class Env(environment_pb2_grpc.EnvironmentServiceServicer):
         return environment_pb2.StepResponse(
             session_id=req.session_id,
             step_index=req.step_index,
-            observation=page_obs(s.site, s.page),
+            observation=self._obs(s.site, s.page),
             done=kind == "answer",
             timings=common_pb2.StepTimings(total_seconds=0.001, queue_seconds=0.0001),
             target_element_id="2" if kind == "click" else "",

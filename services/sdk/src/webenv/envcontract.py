@@ -123,6 +123,9 @@ def validate_screenshot_spec(s: common_pb2.ScreenshotSpec, field: str) -> None:
     if s.width < 0 or s.height < 0 or s.width > 8192 or s.height > 8192:
         raise errors.InvalidArgument(f"{field}: width/height must be within 0..8192",
                                      reason="BAD_OBSERVATION_SPEC", metadata={"field": field})
+    if s.codec not in common_pb2.ImageCodec.values():
+        raise errors.InvalidArgument(f"{field}.codec: {s.codec} is not an image codec (PNG, JPEG or WEBP)",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.codec"})
     if not 0 <= s.quality <= 100:
         raise errors.InvalidArgument(f"{field}.quality: must be within 0..100",
                                      reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.quality"})

@@ -18,6 +18,7 @@ from typing import Any
 
 from playwright.async_api import CDPSession, Page
 from playwright.async_api import Error as PlaywrightError
+from webenv import screenshots
 from webenv.browser import metrics
 from webenv.browser.settle import retry
 from webenv.v1 import common_pb2
@@ -153,13 +154,13 @@ async def screenshot(
     """Capture the viewport once, at the size and codec asked for (CDP scales while capturing)."""
     vw = int(scroll.get("viewport_width") or (page.viewport_size or {}).get("width", 1280))
     vh = int(scroll.get("viewport_height") or (page.viewport_size or {}).get("height", 720))
-    codec = spec.codec or common_pb2.IMAGE_CODEC_PNG
-    fmt = "jpeg" if codec == common_pb2.IMAGE_CODEC_JPEG else "png"
+    codec = screenshots.codec(spec.codec)
+    fmt = screenshots.encoder(codec)
     quality = spec.quality or 75
     out_w = spec.width or (round(vw * spec.height / vh) if spec.height else vw)
     out_h = spec.height or round(vh * out_w / vw)
     params: dict[str, Any] = {"format": fmt}
-    if fmt == "jpeg":
+    if fmt != "png":
         params["quality"] = quality
     if (out_w, out_h) != (vw, vh):
         params["clip"] = {"x": float(scroll.get("x", 0)), "y": float(scroll.get("y", 0)),
@@ -170,9 +171,10 @@ async def screenshot(
         res = await cdp.send("Page.captureScreenshot", params)
         data = base64.b64decode(res["data"])
     else:
-        data = await page.screenshot(type=fmt, quality=quality if fmt == "jpeg" else None)
+        data = await page.screenshot(type="jpeg" if fmt == "jpeg" else "png", quality=quality if fmt == "jpeg" else None)
     needs_resize = round(vh * out_w / vw) != out_h
-    if marks is not None or needs_resize:
+    webp_from_png = fmt == "webp" and cdp is None  # Playwright's page.screenshot writes no WebP: re-encoded here
+    if marks is not None or needs_resize or webp_from_png:
         data = await asyncio.to_thread(_postprocess, data, fmt, quality, out_w, out_h, vw, marks)
     return common_pb2.Screenshot(data=data, codec=codec, width=out_w, height=out_h, set_of_marks=marks is not None)
 
@@ -200,8 +202,5 @@ def _postprocess(data: bytes, fmt: str, quality: int, out_w: int, out_h: int, vw
     if img.size != (out_w, out_h):
         img = img.resize((out_w, out_h))
     buf = io.BytesIO()
-    if fmt == "jpeg":
-        img.save(buf, "JPEG", quality=quality)
-    else:
-        img.save(buf, "PNG")
+    img.save(buf, fmt.upper(), **({} if fmt == "png" else {"quality": quality}))
     return buf.getvalue()

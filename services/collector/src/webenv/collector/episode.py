@@ -17,7 +17,7 @@ from typing import TypeVar
 
 import grpc
 from google.protobuf import json_format
-from webenv import errors, solutions
+from webenv import errors, screenshots, solutions
 from webenv.collector import metrics, repetition
 from webenv.collector.blobs import BlobStore
 from webenv.collector.peers import Peers
@@ -442,8 +442,7 @@ class Episode:
             obs = rec.observation
             shot = ""
             if common_pb2.OBSERVATION_FORMAT_SCREENSHOT in keep and obs.screenshot.data:
-                ext = "jpg" if obs.screenshot.codec == common_pb2.IMAGE_CODEC_JPEG else "png"
-                shot = self.ctx.blobs.put(obs.screenshot.data, ext)
+                shot = self.ctx.blobs.put(obs.screenshot.data, screenshots.extension(obs.screenshot.codec))
             step_rows.append(
                 {
                     "run_id": self.job.run_id,

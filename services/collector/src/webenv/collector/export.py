@@ -26,6 +26,7 @@ trace replays it.
 
 from __future__ import annotations
 
+import base64
 import errno
 import json
 import os
@@ -138,10 +139,15 @@ def _json_default(v):
     raise TypeError(type(v))
 
 
-def write_jsonl(episodes: pa.Table, steps: pa.Table, dest: Path) -> list[Path]:
-    """One line per episode with its steps nested, in step order."""
+def write_jsonl(episodes: pa.Table, steps: pa.Table, dest: Path, blobs: BlobStore | None = None) -> list[Path]:
+    """One line per episode with its steps nested, in step order; each step's screenshot by its key, and with
+    ``blobs`` its bytes inline too (``screenshot_base64``, empty when the blob folder does not hold it)."""
     by_episode: dict[str, list[dict]] = {}
     for row in steps.to_pylist():
+        if blobs is not None:
+            key = row["screenshot_key"]
+            row["screenshot_base64"] = (base64.b64encode(blobs.get(key)).decode("ascii")
+                                        if key and blobs.path(key).exists() else "")
         by_episode.setdefault(row["episode_id"], []).append(row)
     path = dest / "episodes.jsonl"
     with path.open("w", encoding="utf-8") as f:
@@ -343,6 +349,7 @@ def export(
     flt: collector_pb2.ExportFilter,
     transition_format: int = common_pb2.OBSERVATION_FORMAT_UNSPECIFIED,
     blobs: BlobStore | None = None,
+    inline_screenshots: bool = False,
 ) -> ExportResult:
     """Export (synchronously, on the store thread) and say what was written."""
     check_request(fmt, destination, flt, transition_format)
@@ -352,7 +359,7 @@ def export(
     dest = make_destination(destination)
     episodes, steps = read_tables(store, run_id, flt)
     if fmt == collector_pb2.EXPORT_FORMAT_JSONL:
-        paths = write_jsonl(episodes, steps, dest)
+        paths = write_jsonl(episodes, steps, dest, blobs if inline_screenshots else None)
         n_steps = steps.num_rows
     elif fmt == collector_pb2.EXPORT_FORMAT_PARQUET:
         paths = write_parquet(episodes, steps, dest)

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
-from webenv import errors, paging
+from webenv import errors, paging, screenshots
 from webenv.collector import metrics
 from webenv.collector.engine import TERMINAL, Engine
 from webenv.collector.export import check_request, export
@@ -130,6 +130,10 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         if again is not None:
             return again
         check_request(request.format, request.destination, request.filter, request.transition_format)
+        if request.inline_screenshots and request.format != collector_pb2.EXPORT_FORMAT_JSONL:
+            raise errors.InvalidArgument("inline_screenshots: only JSONL exports inline screenshots (MESSAGES always "
+                                         "does; the other formats carry screenshot_key)", reason="BAD_EXPORT",
+                                         metadata={"field": "inline_screenshots"})
         destination = self._destination(request.destination)
         if request.run_id:
             await self.engine.get_run(request.run_id)  # NOT_FOUND for an unknown run
@@ -140,7 +144,7 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         t0 = time.monotonic()
         res = await store.read(
             export, request.run_id, request.format, destination, request.filter, request.transition_format,
-            self.engine.ctx.blobs,
+            self.engine.ctx.blobs, request.inline_screenshots,
         )
         metrics.EXPORT_SECONDS.observe(time.monotonic() - t0)
         resp = collector_pb2.ExportRunResponse(
@@ -148,6 +152,20 @@ class CollectorServicer(collector_pb2_grpc.CollectorServiceServicer):
         )
         self._exports.put(request.request_id, resp)
         return resp
+
+    async def GetScreenshot(self, request: collector_pb2.GetScreenshotRequest, context: grpc.aio.ServicerContext
+                            ) -> collector_pb2.GetScreenshotResponse:
+        """A stored screenshot by its content address (INVALID_ARGUMENT for a malformed key, NOT_FOUND for one the
+        blob folder does not hold)."""
+        key = request.screenshot_key
+        screenshots.check_key(key)
+        blobs = self.engine.ctx.blobs
+        try:
+            data = await asyncio.to_thread(blobs.get, key)
+        except FileNotFoundError:
+            raise errors.NotFound(f"screenshot_key: no stored screenshot {key}", reason="SCREENSHOT_NOT_FOUND",
+                                  metadata={"field": "screenshot_key", "screenshot_key": key}) from None
+        return collector_pb2.GetScreenshotResponse(screenshot_key=key, codec=screenshots.key_codec(key), data=data)
 
     async def ReadEpisodes(self, request: collector_pb2.ReadEpisodesRequest, context: grpc.aio.ServicerContext) -> AsyncIterator[collector_pb2.ReadEpisodesResponse]:
         """Stored episodes of the named runs, a batch at a time (unknown runs are NOT_FOUND)."""

@@ -18,7 +18,6 @@ import contextlib
 import hmac
 import json
 import logging
-import re
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -34,7 +33,7 @@ from starlette.routing import Mount, Route, WebSocketRoute
 from starlette.staticfiles import StaticFiles
 from starlette.types import ASGIApp, Receive, Scope, Send
 from starlette.websockets import WebSocket
-from webenv import errors
+from webenv import errors, screenshots
 from webenv.client import make_channel
 from webenv.gateway import __version__, metrics, status
 from webenv.gateway.config import Settings
@@ -56,8 +55,6 @@ from webenv.v1 import (  # noqa: F401  (importing registers every service's desc
 
 log = logging.getLogger("webenv.gateway")
 COOKIE = "webenv_token"
-BLOB_KEY = re.compile(r"^[0-9a-f]{64}(\.(png|jpg))?$")
-_BLOB_TYPES = {"png": "image/png", "jpg": "image/jpeg"}
 CONSOLE_DIR = Path(__file__).parent / "console"
 
 #: Paths that are not RPCs, described by hand in the OpenAPI document.
@@ -67,7 +64,7 @@ EXTRA_PATHS: dict[str, Any] = {
         "description": "A blob of the collector's content-addressed store by its key (StepRecord.screenshot_key: "
                        "sha256 hex and extension). Immutable: cached for a year.",
         "parameters": [{"name": "key", "in": "path", "required": True, "schema": {"type": "string",
-                        "pattern": BLOB_KEY.pattern}}],
+                        "pattern": screenshots.KEY.pattern}}],
         "responses": {"200": {"description": "The image.", "content": {"image/png": {}, "image/jpeg": {}}},
                       "default": {"description": "An error (google.rpc.Status).",
                                   "content": {"application/json": {"schema": {
@@ -235,9 +232,9 @@ class Gateway:
     async def blob(self, request: Request) -> Response:
         """A screenshot from the collector's blob folder, by content address (immutable, cached for a year)."""
         key = request.path_params["key"]
-        if not BLOB_KEY.match(key):
+        if not screenshots.KEY.match(key):
             return status.error_response(errors.InvalidArgument(
-                "key: not a blob key (64 hex digits of SHA-256, then .png or .jpg)", reason="BAD_BLOB_KEY",
+                "key: not a blob key (64 hex digits of SHA-256, then .png, .jpg or .webp)", reason="BAD_BLOB_KEY",
                 metadata={"field": "key"}))
         if not self.settings.blob_dir:
             metrics.BLOBS.labels("missing").inc()
@@ -254,8 +251,7 @@ class Gateway:
             metrics.BLOBS.labels("not_modified").inc()
             return Response(status_code=304, headers={"ETag": etag})
         metrics.BLOBS.labels("ok").inc()
-        ext = key.rsplit(".", 1)[-1] if "." in key else "png"
-        return FileResponse(path, media_type=_BLOB_TYPES.get(ext, "application/octet-stream"),
+        return FileResponse(path, media_type=screenshots.media_type(key),
                             headers={"Cache-Control": "public, max-age=31536000, immutable", "ETag": etag})
 
     # -- lifecycle --------------------------------------------------------------------------------------------------

@@ -44,12 +44,12 @@ from __future__ import annotations
 
 import json
 import math
-import re
 import shutil
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from webenv import screenshots
 from webenv.agent.prompt import PromptBudget, prompt_inputs, step_prompt
 from webenv.v1 import common_pb2, trainer_pb2
 
@@ -61,8 +61,6 @@ SFT_ALGORITHMS = {A.TRAINING_ALGORITHM_BC, A.TRAINING_ALGORITHM_FILTERED_BC}
 DEFAULT_NEW_TOKENS = 128
 DEFAULT_CLIP = 0.2
 SCHEDULERS = {"": "linear", "linear": "linear", "cosine": "cosine", "constant": "constant"}
-#: A screenshot's key in the collector's content-addressed blob folder (the gateway's BLOB_KEY).
-BLOB_KEY = re.compile(r"^[0-9a-f]{64}(\.(png|jpg))?$")
 
 
 class MissingScreenshot(ValueError):
@@ -82,7 +80,7 @@ def attach_screenshots(steps, blob_dir: str | Path) -> int:
             raise MissingScreenshot(f"step {st.index} has screenshot {key}, and a vision model trains on it: set "
                                     "WEBENV_TRAINER_BLOB_DIR to the collector's blob folder")
         path = Path(blob_dir) / key[:2] / key
-        if not BLOB_KEY.match(key) or not path.is_file():
+        if not screenshots.KEY.match(key) or not path.is_file():
             raise MissingScreenshot(f"step {st.index}: screenshot {key} is not in the blob folder {blob_dir}")
         obs.screenshot.data = path.read_bytes()
         obs.screenshot.codec = common_pb2.IMAGE_CODEC_JPEG if key.endswith(".jpg") else common_pb2.IMAGE_CODEC_PNG

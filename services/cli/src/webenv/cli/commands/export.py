@@ -31,6 +31,8 @@ def export(
                                        "never one)."),
     level: str = typer.Option(None, help="Only this collection level: random-crawl, exploration or task-oriented."),
     transition_format: str = typer.Option("axtree", help="axtree, html or markdown (transitions)."),
+    inline_screenshots: bool = typer.Option(False, help="jsonl: each step's screenshot bytes inline (base64) beside its "
+                                            "key; by default the key only (GET /v1/screenshots/{key} fetches it)."),
     collector: str = typer.Option(COLLECTOR),
 ) -> None:
     """Export episodes and steps to files."""
@@ -40,7 +42,7 @@ def export(
         flt.passed = passed
     req = collector_pb2.ExportRunRequest(
         run_id=run_id, format=choice(format, FORMATS, "--format"), destination=str(dest), filter=flt,
-        transition_format=choice(transition_format, OBS, "--transition-format"),
+        transition_format=choice(transition_format, OBS, "--transition-format"), inline_screenshots=inline_screenshots,
     )
     try:
         with console.status("exporting..."):
