@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from webenv.sites.builders.base import Builder
 from webenv.sites.builders.boardroom import Boardroom
+from webenv.sites.builders.facetgrid import FacetGrid
 from webenv.sites.builders.forumware import Forumware
 from webenv.sites.builders.govform import GovForm
 from webenv.sites.builders.hashapp import HashApp
@@ -49,6 +50,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "hashapp": (HashApp(), pb.SPLIT_TEST),
     "pressroom": (Pressroom(), pb.SPLIT_TRAIN),
     "govform": (GovForm(), pb.SPLIT_TEST),
+    "facetgrid": (FacetGrid(), pb.SPLIT_TRAIN),
 }
 
 
