@@ -20,6 +20,8 @@ from webenv.sites.builders.base import (
     click,
     css_str,
     fill,
+    fill_native,
+    native_control,
     options_html,
     pages_of,
     select,
@@ -226,40 +228,23 @@ class Boardroom(Builder):
     def submit_record(self, site: Site, item: Item, values: dict[str, object]) -> list[pb.Action]:
         spec = site.family.action
         assert spec is not None
-        acts: list[pb.Action] = []
-        for f in spec.fields:
-            v = values[f.name]
-            if f.kind == "select":
-                acts.append(select(f"#bb-postform select[name={f.name}]", str(v)))
-            elif f.kind == "checkbox":
-                if v:
-                    acts.append(click(f"#bb-postform input[name={f.name}]"))
-            else:
-                acts.append(fill(f"#bb-postform [name={f.name}]", str(v)))
-        return acts + [click("#bb-post")]
+        return fill_native(spec.fields, values, "#bb-field-{name}") + [click("#bb-post")]
 
     def add_to_cart(self, site: Site, item: Item, qty: int) -> list[pb.Action]:
         return [fill("#bb-qty", str(qty)), click("#bb-buy")]
 
     def check_out(self, site: Site, address: dict[str, str]) -> list[pb.Action]:
-        return ([click("#bb-checkout")] + [fill(f"#bb-page-body input[name={k}]", address[k])
-                                           for k in ("name", "street", "city", "zip")] + [click("#bb-order")])
+        return [click("#bb-checkout")] + fill_native(CHECKOUT_FIELDS, address, "#bb-field-{name}") + [click("#bb-order")]
 
 
 def _postfield(f: FieldSpec, value: str, error: str | None) -> str:
     """One posting-form row: <dt> label, <dd> native control and its error."""
+    ident = f"bb-field-{f.name}"
     err = f'<br><span class="bb-error">{escape(error)}</span>' if error else ""
-    if f.kind == "textarea":
-        ctl = f'<textarea name="{f.name}" rows="6" cols="70" class="bb-inputbox">{escape(value)}</textarea>'
-    elif f.kind == "select":
-        ctl = (f'<select name="{f.name}"><option value="">Select…</option>'
-               f"{options_html(((o, o) for o in f.options), value)}</select>")
-    elif f.kind == "checkbox":
-        ctl = f'<label><input name="{f.name}" type="checkbox"{" checked" if value == "on" else ""}> {escape(f.label)}</label>'
-    else:
-        ctl = f'<input name="{f.name}" class="bb-inputbox" size="35" value="{escape(value)}">'
-    label = "" if f.kind == "checkbox" else f"{escape(f.label)}:"
-    return f"<dt>{label}</dt><dd>{ctl}{err}</dd>"
+    if f.kind == "checkbox":
+        return f'<dt></dt><dd><label>{native_control(f, value, ident)} {escape(f.label)}</label>{err}</dd>'
+    attrs = {"textarea": 'rows="6" cols="70" class="bb-inputbox"', "select": ""}.get(f.kind, 'class="bb-inputbox" size="35"')
+    return f'<dt><label for="{ident}">{escape(f.label)}:</label></dt><dd>{native_control(f, value, ident, "Select…", attrs)}{err}</dd>'
 
 
 @lru_cache(maxsize=8192)

@@ -20,9 +20,9 @@ from webenv.sites.builders.base import (
     click,
     css_str,
     fill,
-    options_html,
+    fill_native,
+    native_control,
     pages_of,
-    select,
 )
 from webenv.sites.catalog import THEMES, Site
 from webenv.sites.families.base import FieldSpec, Item
@@ -220,43 +220,27 @@ class Pressroom(Builder):
     def submit_record(self, site: Site, item: Item, values: dict[str, object]) -> list[pb.Action]:
         spec = site.family.action
         assert spec is not None
-        acts: list[pb.Action] = []
-        for f in spec.fields:
-            v = values[f.name]
-            if f.kind == "select":
-                acts.append(select(f"#pr-comment-{f.name}", str(v)))
-            elif f.kind == "checkbox":
-                if v:
-                    acts.append(click(f"#pr-comment-{f.name}"))
-            else:
-                acts.append(fill(f"#pr-comment-{f.name}", str(v)))
-        return acts + [click("#pr-submit")]
+        return fill_native(spec.fields, values, "#pr-comment-{name}") + [click("#pr-submit")]
 
     def add_to_cart(self, site: Site, item: Item, qty: int) -> list[pb.Action]:
         return [fill("#pr-quantity", str(qty)), click("#pr-add-to-cart")]
 
     def check_out(self, site: Site, address: dict[str, str]) -> list[pb.Action]:
-        return ([click("#pr-checkout-button")] + [fill(f"#pr-comment-{k}", address[k]) for k in ("name", "street", "city",
-                                                                                                   "zip")]
+        return ([click("#pr-checkout-button")] + fill_native(CHECKOUT_FIELDS, address, "#pr-comment-{name}")
                 + [click("#pr-place-order")])
 
 
 def _comment_field(f: FieldSpec, value: str, error: str | None) -> str:
     """One comment-form paragraph: label (a star when required) then the native control, the error after."""
     ident = f"pr-comment-{f.name}"
-    star = ' <span class="pr-required">*</span>' if f.required and f.kind != "checkbox" else ""
     err = f'<span class="pr-field-error">{escape(error)}</span>' if error else ""
     if f.kind == "checkbox":
-        return (f'<p class="pr-comment-form-cookies-consent"><input id="{ident}" name="{f.name}" type="checkbox"'
-                f'{" checked" if value == "on" else ""}> <label for="{ident}">{escape(f.label)}</label>{err}</p>')
-    if f.kind == "textarea":
-        ctl = f'<textarea id="{ident}" name="{f.name}" cols="45" rows="6">{escape(value)}</textarea>'
-    elif f.kind == "select":
-        ctl = (f'<select id="{ident}" name="{f.name}"><option value="">&mdash; Select &mdash;</option>'
-               f"{options_html(((o, o) for o in f.options), value)}</select>")
-    else:
-        ctl = f'<input id="{ident}" name="{f.name}" value="{escape(value)}" size="30">'
-    return f'<p class="pr-comment-form-{f.name}"><label for="{ident}">{escape(f.label)}{star}</label> {ctl}{err}</p>'
+        return (f'<p class="pr-comment-form-cookies-consent">{native_control(f, value, ident)} '
+                f'<label for="{ident}">{escape(f.label)}</label>{err}</p>')
+    star = ' <span class="pr-required">*</span>' if f.required else ""
+    attrs = {"textarea": 'cols="45" rows="6"', "select": ""}.get(f.kind, 'size="30"')
+    return (f'<p class="pr-comment-form-{f.name}"><label for="{ident}">{escape(f.label)}{star}</label> '
+            f'{native_control(f, value, ident, "— Select —", attrs)}{err}</p>')
 
 
 @lru_cache(maxsize=8192)

@@ -20,9 +20,9 @@ from webenv.sites.builders.base import (
     click,
     css_str,
     fill,
-    options_html,
+    fill_native,
+    native_control,
     pages_of,
-    select,
 )
 from webenv.sites.catalog import THEMES, Site
 from webenv.sites.families.base import FieldSpec, Item
@@ -220,45 +220,25 @@ class WikiWiki(Builder):
     def submit_record(self, site: Site, item: Item, values: dict[str, object]) -> list[pb.Action]:
         spec = site.family.action
         assert spec is not None
-        acts: list[pb.Action] = []
-        for f in spec.fields:
-            v = values[f.name]
-            if f.kind == "select":
-                acts.append(select(f"#ww-f-{f.name}", str(v)))
-            elif f.kind == "checkbox":
-                if v:
-                    acts.append(click(f"#ww-f-{f.name}"))
-            else:
-                acts.append(fill(f"#ww-f-{f.name}", str(v)))
-        return acts + [click("#ww-save")]
+        return fill_native(spec.fields, values, "#ww-f-{name}") + [click("#ww-save")]
 
     def add_to_cart(self, site: Site, item: Item, qty: int) -> list[pb.Action]:
         return [fill("#ww-qty", str(qty)), click("#ww-buy")]
 
     def check_out(self, site: Site, address: dict[str, str]) -> list[pb.Action]:
-        return ([click("#ww-checkout")] + [fill(f"#ww-f-{k}", address[k]) for k in ("name", "street", "city", "zip")]
-                + [click("#ww-place")])
+        return [click("#ww-checkout")] + fill_native(CHECKOUT_FIELDS, address, "#ww-f-{name}") + [click("#ww-place")]
 
 
 def _control(f: FieldSpec, value: str, error: str | None) -> str:
     """One HTMLForm row: label above a native control, the error below it."""
     ident = f"ww-f-{f.name}"
-    req = " required" if f.required and f.kind != "checkbox" else ""
     err = f'<div class="ww-error">{escape(error)}</div>' if error else ""
     if f.kind == "checkbox":
-        return (f'<div class="ww-field"><input id="{ident}" name="{f.name}" type="checkbox"'
-                f'{" checked" if value == "on" else ""}> <label for="{ident}">{escape(f.label)}</label>{err}</div>')
-    if f.kind == "textarea":
-        ctl = f'<textarea id="{ident}" name="{f.name}" rows="5" cols="60"{req}>{escape(value)}</textarea>'
-    elif f.kind == "select":
-        ctl = (f'<select id="{ident}" name="{f.name}"{req}><option value="">(choose)</option>'
-               f"{options_html(((o, o) for o in f.options), value)}</select>")
-    elif f.kind == "number":
-        ctl = f'<input id="{ident}" name="{f.name}" type="number" min="{f.min}" max="{f.max}" value="{escape(value)}"{req}>'
-    else:
-        ctl = f'<input id="{ident}" name="{f.name}" type="{"email" if f.kind == "email" else "text"}" ' \
-              f'value="{escape(value)}" size="40"{req}>'
-    return f'<div class="ww-field"><label for="{ident}">{escape(f.label)}</label><br>{ctl}{err}</div>'
+        return f'<div class="ww-field">{native_control(f, value, ident)} <label for="{ident}">{escape(f.label)}</label>{err}</div>'
+    size = {"textarea": 'rows="5" cols="60"', "number": f'min="{f.min}" max="{f.max}"', "select": ""}.get(f.kind, 'size="40"')
+    attrs = f'{size}{" required" if f.required else ""}'.strip()
+    return (f'<div class="ww-field"><label for="{ident}">{escape(f.label)}</label><br>'
+            f'{native_control(f, value, ident, "(choose)", attrs)}{err}</div>')
 
 
 @lru_cache(maxsize=8192)
