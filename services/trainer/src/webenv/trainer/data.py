@@ -86,4 +86,9 @@ async def read_episodes(collector_addr: str, data: trainer_pb2.TrainingData, *, 
             raise
     seconds = time.monotonic() - t0
     metrics.EPISODES_READ.inc(len(out))
+    # In the order the job names its runs, each run's episodes in the order of its plan (an episode id is its run id,
+    # then its place: `run-<hex>-000042`), not in the order the store returns them, which varies from read to read:
+    # the examples, their shuffles and the held-out split are then the same whenever the same data is trained on.
+    runs = {run_id: i for i, run_id in enumerate(data.run_ids)}
+    out.sort(key=lambda ep: (runs.get(ep.run_id, len(runs)), ep.run_id, ep.episode_id.removeprefix(ep.run_id)))
     return out, seconds
