@@ -15,33 +15,24 @@ import pytest
 from webenv.cli.stack import Stack
 from webenv.compat.hf import catalog_dataset, environment_of
 from webenv.compat.trl import WebTaskEnv, environment_factories
-from webenv.taskfiles import load
 from webenv.testing import load_test_module
 from webenv.v1 import common_pb2, task_pb2
 
 pytestmark = pytest.mark.timeout(600)
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLES = ROOT / "docs" / "benchmarks" / "examples"
+_files = load_test_module(Path(__file__).with_name("test_benchmark_files_e2e.py"), "_benchmark_files_for_trl_sources")
+tasks = _files.tasks  # every example file's tasks (docs/benchmarks/examples/, written for Hearth & Loaf)
 
 
-@pytest.fixture(scope="module")
-def benchmark_tasks() -> list[common_pb2.Task]:
-    mp = pytest.MonkeyPatch()
-    mp.setenv("WEBENV_SITE_HEARTHLOAF", "http://hearthloaf.web.test")
-    try:
-        return [t for p in sorted(EXAMPLES.glob("*.json*")) for t in load(p)]
-    finally:
-        mp.undo()
-
-
-def test_the_dataset_export_covers_every_format(benchmark_tasks, tmp_path: Path) -> None:
+def test_the_dataset_export_covers_every_format(tasks, tmp_path: Path) -> None:
     from typer.testing import CliRunner
     from webenv.cli.main import app
 
-    ds = catalog_dataset(benchmark_tasks)
+    ds = catalog_dataset(tasks)
     envs = {r["task_id"]: r["environment"] for r in ds}
     assert set(envs.values()) == {"webarena", "webarena-verified", "webvoyager", "online-mind2web", "assistantbench"}
-    for row, task in zip(ds, benchmark_tasks, strict=True):
+    for row, task in zip(ds, tasks, strict=True):
         assert common_pb2.Task.FromString(row["task_pb"]) == task  # nothing lost
         meta = json.loads(row["metadata"])
         assert meta["benchmark"] == row["environment"] and meta["benchmark_task_id"]
@@ -54,13 +45,13 @@ def test_the_dataset_export_covers_every_format(benchmark_tasks, tmp_path: Path)
     assert saved.num_rows == 2 and set(saved["environment"]) == {"webarena-verified"}
 
 
-def test_environment_factories_are_named_and_serve_their_own_source(benchmark_tasks) -> None:
+def test_environment_factories_are_named_and_serve_their_own_source(tasks) -> None:
     factories = environment_factories({"miniwob": {"max_steps": 5}, "webarena": {}}, browser="127.0.0.1:1",
                                       sites="127.0.0.1:1", judge="127.0.0.1:1", max_steps=30)
     assert set(factories) == {"miniwob", "webarena"}
     mini, wa = factories["miniwob"](), factories["webarena"]()
     assert (mini.source, mini._max_steps, wa.source, wa._max_steps) == ("miniwob", 5, "webarena", 30)
-    verified = next(t for t in benchmark_tasks if environment_of(t) == "webarena-verified")
+    verified = next(t for t in tasks if environment_of(t) == "webarena-verified")
     with pytest.raises(ValueError, match="environment: .* is a 'webarena-verified' task"):  # before anything opens
         wa.reset(task_id=verified.task_id, task_pb=verified.SerializeToString())
     with pytest.raises(ValueError, match="sources"):
@@ -74,7 +65,7 @@ def stack(tmp_path_factory):
         yield s
 
 
-def test_grpo_routes_rows_to_named_factories_and_reuses_instances(stack: Stack, benchmark_tasks, tmp_path) -> None:
+def test_grpo_routes_rows_to_named_factories_and_reuses_instances(stack: Stack, tasks, tmp_path) -> None:
     import os
 
     os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
@@ -85,7 +76,7 @@ def test_grpo_routes_rows_to_named_factories_and_reuses_instances(stack: Stack, 
     addrs = {k: stack.address(k) for k in ("browser", "sites", "judge")}
     factories = environment_factories({"miniwob": {"max_steps": 3}, "webarena": {"max_steps": 3}}, **addrs)
     model = grpo.build_tiny(tmp_path / "tiny", factories["miniwob"], ["miniwob/click-test"])
-    webarena = next(t for t in benchmark_tasks if t.task_id == "webarena/1")  # from its file, not the catalog
+    webarena = next(t for t in tasks if t.task_id == "webarena/1")  # from its file, not the catalog
     rows = concatenate_datasets([catalog_dataset(addrs["sites"], task_pb2.TaskFilter(task_ids=["miniwob/click-test"])),
                                  catalog_dataset([webarena])])
     config = GRPOConfig(
