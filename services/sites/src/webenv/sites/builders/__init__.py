@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from webenv.sites.builders.base import Builder
 from webenv.sites.builders.boardroom import Boardroom
+from webenv.sites.builders.classic import Classic
 from webenv.sites.builders.facetgrid import FacetGrid
 from webenv.sites.builders.forumware import Forumware
 from webenv.sites.builders.govform import GovForm
@@ -51,6 +52,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "pressroom": (Pressroom(), pb.SPLIT_TRAIN),
     "govform": (GovForm(), pb.SPLIT_TEST),
     "facetgrid": (FacetGrid(), pb.SPLIT_TRAIN),
+    "classic": (Classic(), pb.SPLIT_TRAIN),
 }
 
 
