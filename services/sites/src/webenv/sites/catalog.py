@@ -180,11 +180,14 @@ FIRST_SITE_BUILDER = "platform"
 
 
 def assign_builder(family: str, number: int, seed: int, choices: tuple[str, ...]) -> str:
-    """The builder of site `number` of a family: a pure function of (family, number, seed); a family's sites cycle
-    through every builder of `choices`, from an offset per family and seed (site 0 keeps FIRST_SITE_BUILDER)."""
+    """The builder of site `number` of a family: a pure function of (family, number, seed). A family's sites cycle
+    through every builder of `choices`, each family starting ceil(builders / families) further on (from an offset per
+    seed), so a family's first few sites together already cover every builder: even a small web has them all, and
+    each family has every builder once it has as many sites (site 0 of a family keeps FIRST_SITE_BUILDER)."""
     if number == 0 and FIRST_SITE_BUILDER in choices:
         return FIRST_SITE_BUILDER
-    return choices[(number + c.stable_int("builder", family, seed)) % len(choices)]
+    step = -(-len(choices) // len(FAMILIES))
+    return choices[(number + list(FAMILIES).index(family) * step + c.stable_int("builder", seed)) % len(choices)]
 
 
 class SiteCatalog:

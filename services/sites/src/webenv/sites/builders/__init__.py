@@ -28,6 +28,7 @@ from __future__ import annotations
 
 from webenv.sites.builders.base import Builder
 from webenv.sites.builders.boardroom import Boardroom
+from webenv.sites.builders.dashboard import Dashboard
 from webenv.sites.builders.classic import Classic
 from webenv.sites.builders.facetgrid import FacetGrid
 from webenv.sites.builders.forumware import Forumware
@@ -53,6 +54,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "govform": (GovForm(), pb.SPLIT_TEST),
     "facetgrid": (FacetGrid(), pb.SPLIT_TRAIN),
     "classic": (Classic(), pb.SPLIT_TRAIN),
+    "dashboard": (Dashboard(), pb.SPLIT_TRAIN),
 }
 
 
