@@ -43,7 +43,7 @@ navigator.geolocation && navigator.geolocation.getCurrentPosition(
 
 
 class LocalSite:
-    """The site on 127.0.0.1: ``/`` reads the ``wa_user`` cookie, ``/reset`` records its calls (slowly: 0.3 s)."""
+    """The site on 127.0.0.1: ``/`` reads the ``wa_user`` cookie, ``/reset`` records when each call began (each takes 0.3 s)."""
 
     def __init__(self) -> None:
         self.resets: list[tuple[float, str]] = []
@@ -72,8 +72,8 @@ class LocalSite:
 
             def do_POST(self) -> None:
                 if self.path == "/reset":
+                    site.resets.append((time.time(), self.command))  # when it began
                     time.sleep(0.3)
-                    site.resets.append((time.time(), self.command))
                     self._answer('{"status": "reset"}', "application/json")
                 else:
                     self.send_response(404)
@@ -101,10 +101,19 @@ def sites_file(local_site: LocalSite, tmp_path_factory) -> Path:
         "cookies": [{"name": "wa_user", "value": "alice", "domain": host, "path": "/", "expires": -1,
                      "httpOnly": False, "secure": False, "sameSite": "Lax"}],
         "origins": [{"origin": local_site.url, "localStorage": [{"name": "token", "value": "t0k"}]}]}))
+    # the same site under another name, logged in and reset by commands: the login command writes the storage state
+    # the first time it is needed, the reset command appends a line to a file
+    state = json.loads((root / "auth" / "localsite_state.json").read_text())
+    state["cookies"][0]["value"] = "bob"
+    login = ["python3", "-c", f"import pathlib; pathlib.Path({str(root / 'auth' / 'cmd_state.json')!r})"
+             f".write_text({json.dumps(state)!r})"]
+    reset = ["python3", "-c", f"open({str(root / 'cmd_resets.log')!r}, 'a').write('reset\\n')"]
     path = root / "sites.json"
     path.write_text(json.dumps({
         "__LOCALSITE__": {"url": local_site.url, "storage_state": "auth/localsite_state.json",
                           "reset_url": f"{local_site.url}/reset"},
+        "__CMDSITE__": {"url": local_site.url, "storage_state": "auth/cmd_state.json", "login_command": login,
+                        "reset_command": reset},
         "__HEARTHLOAF__": "http://hearthloaf.web.test"}))
     return path
 
@@ -142,6 +151,7 @@ def tasks(sites_file: Path, tmp_path_factory) -> dict[str, pb.Task]:
               geolocation={"latitude": 48.85, "longitude": 2.35}, viewport_size={"width": 800, "height": 600}),
         _task(4, "__HEARTHLOAF__", ["hearthloaf"], require_reset=True),
         _task(5, "__HEARTHLOAF__", ["hearthloaf"], require_login=True),
+        _task(6, "__CMDSITE__/", ["cmdsite"], require_login=True, require_reset=True),
     ]))
     mp = pytest.MonkeyPatch()
     mp.setenv("WEBENV_BENCHMARK_SITES", str(sites_file))  # the loader reads the same file as the farm
@@ -174,8 +184,8 @@ async def test_login_and_reset_serialised_per_site(farm, tasks, local_site: Loca
         html = opened.observation.html
         assert "Signed in as alice" in html and "token=t0k" in html, html[:500]  # cookie and localStorage
         await asyncio.sleep(1.0)  # the episode's steps
+        spans.append((t_open, time.time()))  # the episode ends as its close is asked for
         await _close(farm, opened.session.session_id)
-        spans.append((t_open, time.time()))
 
     await asyncio.gather(episode(), episode())
     resets = [t for t, method in local_site.resets[before:]]
@@ -214,3 +224,24 @@ async def test_multi_tab_start_viewport_and_geolocation(farm, tasks, local_site:
         assert "at 48.85,2.35" in html, html[:600]
     finally:
         await _close(farm, sid)
+
+
+async def test_login_and_reset_by_commands(farm, tasks, sites_file: Path) -> None:
+    assert not (sites_file.parent / "auth" / "cmd_state.json").exists()
+    for _ in range(2):
+        opened = await _open(farm, tasks["6"])
+        assert "Signed in as bob" in opened.observation.html  # the storage state the login command wrote
+        await _close(farm, opened.session.session_id)
+    assert (sites_file.parent / "cmd_resets.log").read_text() == "reset\nreset\n"
+
+
+async def test_a_malformed_viewport_or_geolocation_is_invalid_naming_it(farm, tasks) -> None:
+    for key, value in (("viewport_size", '{"width": 5, "height": 600}'), ("geolocation", '{"latitude": 300}'),
+                       ("start_urls", '["http://127.0.0.1/", 7]')):
+        task = pb.Task()
+        task.CopyFrom(tasks["2"])
+        task.metadata[key] = value
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await _open(farm, task)
+        e = errors.from_rpc_error(err.value)
+        assert isinstance(e, errors.InvalidArgument) and e.metadata["field"] == f"task.metadata[{key}]", e
