@@ -150,8 +150,10 @@ def tasks(sites_file: Path, tmp_path_factory) -> dict[str, pb.Task]:
         _task(3, "__LOCALSITE__/here |AND| __HEARTHLOAF__/faq.html", ["localsite", "hearthloaf"],
               geolocation={"latitude": 48.85, "longitude": 2.35}, viewport_size={"width": 800, "height": 600}),
         _task(4, "__HEARTHLOAF__", ["hearthloaf"], require_reset=True),
-        _task(5, "__HEARTHLOAF__", ["hearthloaf"], require_login=True),
-        _task(6, "__CMDSITE__/", ["cmdsite"], require_login=True, require_reset=True),
+        _task(5, "__HEARTHLOAF__", ["hearthloaf"], require_login=True, storage_state="./.auth/hearthloaf_state.json"),
+        _task(6, "__CMDSITE__/", ["cmdsite"], require_login=True, storage_state="./.auth/cmdsite_state.json",
+              require_reset=True),
+        _task(7, "__LOCALSITE__/", ["localsite"], require_login=True),  # no storage_state: upstream logs nothing in
     ]))
     mp = pytest.MonkeyPatch()
     mp.setenv("WEBENV_BENCHMARK_SITES", str(sites_file))  # the loader reads the same file as the farm
@@ -171,9 +173,10 @@ async def _close(farm, sid: str) -> None:
 
 async def test_login_and_reset_serialised_per_site(farm, tasks, local_site: LocalSite) -> None:
     before = len(local_site.resets)
-    plain = await _open(farm, tasks["2"])  # no login asked: the site's cookie is not set, no reset is called
-    assert "Not signed in" in plain.observation.html and "token=null" in plain.observation.html
-    await _close(farm, plain.session.session_id)
+    for tid in ("2", "7"):  # no login asked (or no storage_state to log in with): no cookie set, no reset called
+        plain = await _open(farm, tasks[tid])
+        assert "Not signed in" in plain.observation.html and "token=null" in plain.observation.html
+        await _close(farm, plain.session.session_id)
     assert len(local_site.resets) == before
 
     spans: list[tuple[float, float]] = []

@@ -7,9 +7,10 @@ opens. A task names its sites (``metadata["sites"]``: ``shopping_admin`` is ``__
 - ``require_reset`` true: each of its sites' reset hook is called before the session starts (the endpoint, a 2xx
   answer meaning done, else the command, exit code 0); a site of such a task with no hook is FAILED_PRECONDITION
   SITE_RESET_NOT_CONFIGURED naming it;
-- ``require_login`` true: each of its sites' storage_state file (cookies and localStorage, Playwright's format) is
-  put into the session's context before the start page loads; the site's login command runs once first when the
-  file is missing; a site with neither is FAILED_PRECONDITION SITE_LOGIN_NOT_CONFIGURED naming it.
+- ``require_login`` true and a ``storage_state`` (:func:`login_sites`): each of those sites' storage_state file
+  (cookies and localStorage, Playwright's format) from the configuration is put into the session's context before
+  the start page loads; the site's login command runs once first when the file is missing; a site with neither is
+  FAILED_PRECONDITION SITE_LOGIN_NOT_CONFIGURED naming it.
 
 Turns: an episode of a task that requires a reset holds its sites alone, from before the reset until the session
 ends (closed, expired or crashed); the other benchmark episodes on those sites share them. So two episodes needing a
@@ -33,6 +34,18 @@ from webenv.taskfiles.placeholders import FILE_VAR, SiteMap, SiteState, placehol
 from webenv.v1 import common_pb2
 
 log = logging.getLogger(__name__)
+
+
+def login_sites(task: common_pb2.Task, names: list[str]) -> list[str]:
+    """The sites a task is to be logged in to: none unless it has ``require_login`` and a ``storage_state`` (WebArena
+    loads one only when it is given: its map and Wikipedia tasks have ``require_login`` and no storage_state); the
+    sites the storage_state's file name lists (``./.auth/gitlab_state.json``, ``gitlab.reddit_state.json``) when
+    they are all the task's, else every site of the task."""
+    ss = task.metadata.get("storage_state", "")
+    if task.metadata.get("require_login") != "true" or not ss:
+        return []
+    named = [n for n in Path(ss).name.removesuffix(".json").removesuffix("_state").split(".") if n]
+    return named if named and set(named) <= set(names) else names
 
 
 class SiteTurns:
@@ -102,13 +115,13 @@ class SiteStates:
         """Wait for the task's turn on its sites, reset them when it requires it, read its logins."""
         names = [s for s in dict.fromkeys(x.strip() for x in task.metadata.get("sites", "").split(",")) if s]
         reset = task.metadata.get("require_reset") == "true"
-        login = task.metadata.get("require_login") == "true"
-        states = {n: self.sites().state(placeholder_of(n)) for n in names} if (reset or login or names) else {}
+        logins = login_sites(task, names)
+        states = {n: self.sites().state(placeholder_of(n)) for n in names}
         if reset:
             self._need(task, names, states, "reset", lambda s: s.resettable, "reset_url or reset_command",
                        "SITE_RESET_NOT_CONFIGURED")
-        if login:
-            self._need(task, names, states, "login", lambda s: bool(s.storage_state), "storage_state",
+        if logins:
+            self._need(task, logins, states, "login", lambda s: bool(s.storage_state), "storage_state",
                        "SITE_LOGIN_NOT_CONFIGURED")
         turns: list[tuple[SiteTurns, bool]] = []
         held = Held(turns, [])
@@ -120,8 +133,7 @@ class SiteStates:
             if reset:
                 for name in names:
                     await self._reset(states[name], task)  # type: ignore[arg-type]
-            if login:
-                held.storage = [await self._storage(states[n], task) for n in names]  # type: ignore[arg-type]
+            held.storage = [await self._storage(states[n], task) for n in logins]  # type: ignore[arg-type]
         except BaseException:
             await held.release()
             raise
