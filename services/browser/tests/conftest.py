@@ -132,6 +132,16 @@ document.getElementById('c').textContent = 'cookie=' + document.cookie;</script>
            f'onclick="this.textContent=\'added\'">Add</button></li>' for i in range(100)]
         + ["</ul></body></html>"]
     ),
+    # ~8,000 elements: a menu, a search box, a 1,500-row orders table, then the answer a task asks for
+    "big": "".join(
+        ["<!doctype html><html><head><title>Orders</title></head><body><nav>"]
+        + [f'<a href="#m{i}">Menu {i}</a> ' for i in range(40)]
+        + ['</nav><h1>Orders</h1><input type="search" aria-label="Find an order"><table><tr><th>Order</th>'
+           "<th>Status</th><th></th></tr>"]
+        + [f'<tr><td><a href="#o{i}">Order {10000 + i}</a></td><td>shipped on day {i % 28 + 1}</td>'
+           f"<td><button>Track {i}</button></td></tr>" for i in range(1500)]
+        + ['</table><h2>Your question</h2><p id="answer">Order 4417 ships on 12 March.</p></body></html>']
+    ),
 }
 
 
@@ -229,6 +239,11 @@ class PageServer:
 
     def url(self, name: str, host: str = "pages.web.test") -> str:
         return f"http://{host}/pages/{name}"
+
+    @property
+    def names(self) -> list[str]:
+        """The hand-made pages it serves (`PAGES`)."""
+        return list(PAGES)
 
 
 @pytest.fixture(scope="session")

@@ -104,6 +104,10 @@ def validate_action(action: common_pb2.Action, max_wait_ms: int) -> str:
     return kind
 
 
+#: The smallest AXTREE budget (ObservationSpec.budget_chars): room for the page's first lines and the note of what was cut.
+MIN_BUDGET_CHARS = 500
+
+
 def validate_observation_spec(spec: common_pb2.ObservationSpec, field: str) -> None:
     """Reject specs that name no real format or ask for impossible sizes (INVALID_ARGUMENT BAD_OBSERVATION_SPEC).
 
@@ -113,6 +117,9 @@ def validate_observation_spec(spec: common_pb2.ObservationSpec, field: str) -> N
             raise errors.InvalidArgument(f"{field}.formats: {f} is not a valid observation format",
                                          reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.formats"})
     validate_screenshot_spec(spec.screenshot, f"{field}.screenshot")
+    if spec.budget_chars and not MIN_BUDGET_CHARS <= spec.budget_chars:
+        raise errors.InvalidArgument(f"{field}.budget_chars: must be 0 (no budget) or at least {MIN_BUDGET_CHARS}",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.budget_chars"})
     if spec.max_text_chars < 0:
         raise errors.InvalidArgument(f"{field}.max_text_chars: must be >= 0", reason="BAD_OBSERVATION_SPEC",
                                      metadata={"field": f"{field}.max_text_chars"})

@@ -54,6 +54,7 @@ from typing import Any, Generic, Protocol, TypeVar
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 from webenv import errors
+from webenv.budget import apply_budget
 from webenv.client.channel import make_channel
 from webenv.envcontract import (
     is_retry,
@@ -107,6 +108,7 @@ class EnvSession:
     last_response: environment_pb2.StepResponse | None = None  # the last step answered, for its retry
     last_action: common_pb2.Action | None = None  # of last_response: a retry must carry the same action
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    observation_spec: common_pb2.ObservationSpec | None = None  # the spec of the open, for steps that name none
 
     def __post_init__(self) -> None:
         if not self.lease_deadline:
@@ -134,6 +136,7 @@ class EnvSession:
 
 S = TypeVar("S", bound=EnvSession)
 T = TypeVar("T")
+M = TypeVar("M", environment_pb2.OpenSessionRequest, environment_pb2.StepRequest)
 
 
 class SessionTable(Generic[S]):
@@ -401,6 +404,31 @@ class TaskCatalog:
         return resp.task
 
 
+def _copy(request: M) -> M:
+    out = type(request)()
+    out.CopyFrom(request)
+    return out
+
+
+#: The cap on the tree a budget prunes from (the environment's own cap, 200,000 characters on the farm, would cut an
+#: 8,000-element page before its pruning sees the end of it).
+BUDGET_SOURCE_CHARS = 2_000_000
+
+
+def _with_elements(spec: common_pb2.ObservationSpec) -> common_pb2.ObservationSpec:
+    """The spec a budget observes with: ELEMENTS added (what it reads visibility from), the whole tree."""
+    out = common_pb2.ObservationSpec()
+    out.CopyFrom(spec)
+    out.max_text_chars = max(out.max_text_chars, BUDGET_SOURCE_CHARS)
+    if common_pb2.OBSERVATION_FORMAT_ELEMENTS not in out.formats:
+        out.formats.append(common_pb2.OBSERVATION_FORMAT_ELEMENTS)
+    return out
+
+
+def _elements_added(spec: common_pb2.ObservationSpec | None, budget: int) -> bool:
+    return bool(budget) and spec is not None and common_pb2.OBSERVATION_FORMAT_ELEMENTS not in spec.formats
+
+
 def _remaining(context: grpc.aio.ServicerContext | None) -> float | None:
     """Seconds left before the caller's deadline, less the margin its answer needs (None: no deadline)."""
     t = context.time_remaining() if context is not None else None
@@ -444,8 +472,16 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
         again = self.table.reopened(request.request_id)
         if again is not None:
             return await self.backend.reopen(again)
+        budget = request.observation_spec.budget_chars
+        asked = request.observation_spec
+        if budget:  # the elements tell the budget what is in view
+            request = _copy(request)
+            request.observation_spec.CopyFrom(_with_elements(asked))
         resp = await self.backend.open(request)
         sid = resp.session.session_id
+        if sid in self.table.sessions:
+            self.table.sessions[sid].observation_spec = asked
+        apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
         self.table.open_requests.put(request.request_id, sid)
         if context is None:
             return resp
@@ -496,6 +532,11 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
             if is_retry(request, s.step_count, last_index, s.last_action):
                 return s.last_response  # type: ignore[return-value]  # a retried step: from cache, not acted twice
             s.renew()
+            asked = request.observation_spec if request.HasField("observation_spec") else s.observation_spec
+            budget = asked.budget_chars if asked is not None else 0
+            if budget:  # the elements tell the budget what is in view
+                request = _copy(request)
+                request.observation_spec.CopyFrom(_with_elements(asked))
             timeout = request.timeout_seconds or b.step_timeout_seconds
             if deadline is not None:
                 timeout = min(timeout, max(MIN_STEP_SECONDS, deadline)) if timeout else max(MIN_STEP_SECONDS, deadline)
@@ -506,6 +547,8 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
                     resp = await asyncio.wait_for(b.step(s, request, kind), timeout)
                 except TimeoutError as exc:
                     raise await self._timed_out(s, kind, timeout) from exc
+            if budget:
+                apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
             s.step_count += 1
             s.last_response, s.last_action = resp, request.action
             s.renew()

@@ -1,0 +1,203 @@
+"""Observation budgets: an accessibility tree cut to a number of characters the way agent harnesses cut it, and a
+report of what was cut. One rule for every environment (`webenv.envservice` applies it to the farm's and the world
+model's observations when ``ObservationSpec.budget_chars`` is set).
+
+The tree is the farm's AXTREE text, one node a line (``[id] role "name" states``), indented one tab per depth. While it
+is over the budget:
+
+1. **Long repeated lists collapse with counts**: a run of more than ``KEEP_ITEMS`` * 2 consecutive siblings of one
+   role (rows, list items, links, options) keeps its first ``KEEP_ITEMS`` (with their subtrees) and one line in place
+   of the rest, ``... 37 more row cut ([120]..[408])``, naming the first and last ids cut.
+2. **Lines by priority**: interactive nodes in the viewport (and headings) first, then the page's text, then
+   interactive nodes out of view, each class in document order; a kept line keeps its ancestors (the structure it
+   sits in). Each gap of cut lines is one line, ``... 12 lines cut``. Visibility comes from the observation's elements
+   (``Element.visible``); without them every interactive node counts as in view.
+
+The last line says what was cut and how to get it (a larger budget, ``budget_chars`` 0 for the whole tree, or
+scrolling: a node out of view comes in when the page scrolls to it). Observation.budget carries the same as numbers.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+
+from webenv.v1 import common_pb2
+
+__all__ = ["KEEP_ITEMS", "apply_budget", "prune_axtree"]
+
+#: Items of a long repeated list kept before the rest collapse into one line.
+KEEP_ITEMS = 5
+#: Roles an agent acts on (what it needs first).
+INTERACTIVE = frozenset({
+    "link", "button", "textbox", "searchbox", "combobox", "checkbox", "radio", "option", "menuitem", "menuitemcheckbox",
+    "menuitemradio", "tab", "slider", "spinbutton", "switch", "clickable", "listbox", "Date", "InputTime", "DateTime",
+})
+_LINE = re.compile(r"^\[([^\]]*)\]\s+(\S+)|^(\S+)")
+HOW = "budget_chars=0 for the whole tree, a larger budget, or scroll to bring out-of-view nodes in"
+
+
+@dataclass
+class _Node:
+    index: int
+    line: str
+    depth: int
+    role: str
+    element_id: str
+    parent: _Node | None = None
+    children: list[_Node] = field(default_factory=list)
+
+
+@dataclass
+class Report:
+    """What a budget cut (Observation.budget)."""
+
+    full_chars: int = 0
+    kept_chars: int = 0
+    items_collapsed: int = 0
+    lines_cut: int = 0
+
+
+def _parse(text: str) -> list[_Node]:
+    nodes: list[_Node] = []
+    stack: list[_Node] = []
+    for i, line in enumerate(text.split("\n")):
+        depth = len(line) - len(line.lstrip("\t"))
+        m = _LINE.match(line.strip())
+        eid, role = (m.group(1) or "", m.group(2) or m.group(3) or "") if m else ("", "")
+        node = _Node(i, line, depth, role, eid)
+        while stack and stack[-1].depth >= depth:
+            stack.pop()
+        if stack:
+            node.parent = stack[-1]
+            stack[-1].children.append(node)
+        stack.append(node)
+        nodes.append(node)
+    return nodes
+
+
+def _subtree(node: _Node) -> Iterable[_Node]:
+    yield node
+    for c in node.children:
+        yield from _subtree(c)
+
+
+def _collapse(nodes: list[_Node], report: Report) -> list[tuple[_Node | None, str]]:
+    """The lines after collapsing long runs of same-role siblings: (node or None for a summary line, text)."""
+    cut: dict[int, str] = {}  # index of the first node cut in a run -> its summary line
+    hidden: set[int] = set()
+    roots = [n for n in nodes if n.parent is None]
+    for siblings in [roots] + [n.children for n in nodes]:
+        i = 0
+        while i < len(siblings):
+            j = i
+            while j < len(siblings) and siblings[j].role == siblings[i].role:
+                j += 1
+            run = siblings[i:j]
+            if len(run) > KEEP_ITEMS * 2 and run[0].role not in ("StaticText", ""):
+                rest = run[KEEP_ITEMS:]
+                ids = [n.element_id for n in rest if n.element_id]
+                span = f" ([{ids[0]}]..[{ids[-1]}])" if ids else ""
+                cut[rest[0].index] = "\t" * rest[0].depth + f"... {len(rest)} more {run[0].role} cut{span}"
+                for n in rest:
+                    hidden.update(d.index for d in _subtree(n))
+                report.items_collapsed += len(rest)
+            i = j
+    out: list[tuple[_Node | None, str]] = []
+    for n in nodes:
+        if n.index in cut:
+            out.append((None, cut[n.index]))
+        if n.index not in hidden:
+            out.append((n, n.line))
+    return out
+
+
+def _render(lines: list[tuple[_Node | None, str]], keep: set[int]) -> tuple[str, int]:
+    """The kept lines in document order, each gap of cut ones as one line; and how many lines were cut."""
+    out: list[str] = []
+    gap, gap_depth, cut = 0, 0, 0
+    for pos, (_, text) in enumerate(lines):
+        if pos in keep:
+            if gap:
+                out.append("\t" * gap_depth + f"... {gap} lines cut")
+                cut += gap
+                gap = 0
+            out.append(text)
+        else:
+            if not gap:
+                gap_depth = len(text) - len(text.lstrip("\t"))
+            gap += 1
+    if gap:
+        out.append("\t" * gap_depth + f"... {gap} lines cut")
+        cut += gap
+    return "\n".join(out), cut
+
+
+def prune_axtree(text: str, budget: int, visible_ids: set[str] | None = None) -> tuple[str, Report | None]:
+    """``text`` within ``budget`` characters (the footer included), and what was cut; (text, None) when it fits."""
+    if budget <= 0 or len(text) <= budget:
+        return text, None
+    report = Report(full_chars=len(text))
+    nodes = _parse(text)
+    lines = _collapse(nodes, report)
+
+    def footer(lines_cut: int) -> str:
+        return (f"\n[budget {budget} chars: {report.items_collapsed} list items collapsed, {lines_cut} lines cut "
+                f"of {len(nodes)}; for the rest: {HOW}]")
+
+    body = "\n".join(t for _, t in lines)
+    if len(body) + len(footer(0)) <= budget:
+        out = body + footer(0)
+        report.kept_chars = len(out)
+        return out, report
+
+    def rank(pos: int) -> tuple[int, int]:
+        node, _ = lines[pos]
+        if node is None:
+            return (1, pos)  # a collapsed list's count: with the text
+        interactive = node.role in INTERACTIVE or node.role == "heading"
+        in_view = visible_ids is None or node.element_id in visible_ids or node.role == "heading"
+        return ((0 if in_view else 2) if interactive else 1, pos)
+
+    position = {id(node): pos for pos, (node, _) in enumerate(lines) if node is not None}
+    keep: set[int] = set()
+    size = 0
+    room = budget - len(footer(len(nodes))) - 40
+    for pos in sorted(range(len(lines)), key=rank):
+        node, line = lines[pos]
+        add = [pos]
+        anc = node.parent if node is not None else None
+        while anc is not None and position.get(id(anc)) is not None and position[id(anc)] not in keep:
+            add.append(position[id(anc)])
+            anc = anc.parent
+        cost = sum(len(lines[p][1]) + 1 for p in add) + 24  # a gap line may follow
+        if size + cost > room:
+            continue
+        keep.update(add)
+        size += cost
+    out, cut = _render(lines, keep)
+    out += footer(cut)
+    if len(out) > budget:  # never beyond the budget, whatever the lines' lengths
+        out = out[:budget]
+    report.lines_cut = cut
+    report.kept_chars = len(out)
+    return out, report
+
+
+def apply_budget(obs: common_pb2.Observation, budget: int, *, drop_elements: bool = False) -> None:
+    """Prune ``obs.axtree`` to ``budget`` characters in place and fill ``obs.budget`` when something was cut; the
+    elements (asked for only to know what is in view) are cleared with ``drop_elements``."""
+    if budget > 0 and obs.axtree:
+        visible = {e.element_id for e in obs.elements if e.visible} if obs.elements else None
+        text, report = prune_axtree(obs.axtree, budget, visible)
+        if report is not None:
+            obs.axtree = text
+            obs.budget.CopyFrom(common_pb2.ObservationBudget(
+                budget_chars=budget, full_chars=report.full_chars, kept_chars=report.kept_chars,
+                items_collapsed=report.items_collapsed, lines_cut=report.lines_cut, how_to_get_more=HOW))
+    if drop_elements:
+        del obs.elements[:]
+        formats = [f for f in obs.formats if f != common_pb2.OBSERVATION_FORMAT_ELEMENTS]
+        del obs.formats[:]
+        obs.formats.extend(formats)
