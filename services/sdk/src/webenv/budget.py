@@ -8,7 +8,7 @@ is over the budget:
 1. **Long repeated lists collapse with counts**: a run of more than ``KEEP_ITEMS`` * 2 consecutive siblings of one
    role (rows, list items, links, options) keeps its first ``KEEP_ITEMS`` (with their subtrees) and one line in place
    of the rest, ``... 37 more row cut ([120]..[408])``, naming the first and last ids cut.
-2. **Lines by priority**: interactive nodes in the viewport (and headings) first, then the page's text, then
+2. **Lines by priority**: interactive nodes in the viewport first, then the page's text and structure, then
    interactive nodes out of view, each class in document order; a kept line keeps its ancestors (the structure it
    sits in). Each gap of cut lines is one line, ``... 12 lines cut``. Visibility comes from the observation's elements
    (``Element.visible``); without them every interactive node counts as in view.
@@ -156,9 +156,8 @@ def prune_axtree(text: str, budget: int, visible_ids: set[str] | None = None) ->
         node, _ = lines[pos]
         if node is None:
             return (1, pos)  # a collapsed list's count: with the text
-        interactive = node.role in INTERACTIVE or node.role == "heading"
-        in_view = visible_ids is None or node.element_id in visible_ids or node.role == "heading"
-        return ((0 if in_view else 2) if interactive else 1, pos)
+        in_view = visible_ids is None or node.element_id in visible_ids
+        return ((0 if in_view else 2) if node.role in INTERACTIVE else 1, pos)
 
     position = {id(node): pos for pos, (node, _) in enumerate(lines) if node is not None}
     keep: set[int] = set()
