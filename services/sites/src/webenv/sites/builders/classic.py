@@ -20,8 +20,9 @@ from webenv.sites.builders.base import (
     click,
     css_str,
     fill,
+    fill_native,
+    native_control,
     pages_of,
-    select,
 )
 from webenv.sites.catalog import Site
 from webenv.sites.families.base import FieldSpec, Item
@@ -173,16 +174,7 @@ class Classic(Builder):
     def submit_record(self, site: Site, item: Item, values: dict[str, object]) -> list[pb.Action]:
         spec = site.family.action
         assert spec is not None
-        acts: list[pb.Action] = []
-        for f in spec.fields:
-            v = values[f.name]
-            if f.kind == "select":
-                acts.append(select(f'select[name="{f.name}"]', str(v)))
-            elif f.kind == "checkbox":
-                if v:
-                    acts.append(click(f'input[name="{f.name}"]'))
-            else:
-                acts.append(fill(f'[name="{f.name}"]', str(v)))
+        acts = fill_native(spec.fields, values, '[name="{name}"]')
         return acts + [click(f"form[action={css_str(self.url(site, 'act', id=item.id))}] input[type=\"submit\"]")]
 
     def add_to_cart(self, site: Site, item: Item, qty: int) -> list[pb.Action]:
@@ -197,16 +189,9 @@ class Classic(Builder):
 
 def _field(f: FieldSpec, value: str, error: str | None) -> str:
     err = f' <font color="red">{escape(error)}</font>' if error else ""
-    if f.kind == "textarea":
-        ctl = f'<textarea name="{f.name}" rows="6" cols="50">{escape(value)}</textarea>'
-    elif f.kind == "select":
-        ctl = f'<select name="{f.name}"><option value="">--</option>' + "".join(
-            f'<option{" selected" if o == value else ""}>{escape(o)}</option>' for o in f.options) + "</select>"
-    elif f.kind == "checkbox":
-        ctl = f'<input name="{f.name}" type="checkbox" value="on"{" checked" if value == "on" else ""}>'
-    else:
-        ctl = f'<input name="{f.name}" value="{escape(value)}" size="{4 if f.kind == "number" else 30}">'
-    return f'<tr><td valign="top">{escape(f.label.lower())}:</td><td>{ctl}{err}</td></tr>'
+    size = {"textarea": 'rows="6" cols="50"', "number": 'size="4"', "text": 'size="30"', "email": 'size="30"'}
+    ctl = native_control(f, value, f"cl-{f.name}", "--", size.get(f.kind, ""))
+    return f'<tr><td valign="top"><label for="cl-{f.name}">{escape(f.label.lower())}</label>:</td><td>{ctl}{err}</td></tr>'
 
 
 @lru_cache(maxsize=8192)

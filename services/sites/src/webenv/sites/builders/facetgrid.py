@@ -21,6 +21,8 @@ from webenv.sites.builders.base import (
     click,
     css_str,
     fill,
+    fill_native,
+    native_control,
     pages_of,
     select,
 )
@@ -242,16 +244,7 @@ class FacetGrid(Builder):
     def submit_record(self, site: Site, item: Item, values: dict[str, object]) -> list[pb.Action]:
         spec = site.family.action
         assert spec is not None
-        acts: list[pb.Action] = []
-        for f in spec.fields:
-            v = values[f.name]
-            if f.kind == "select":
-                acts.append(select(f"#fg-f-{f.name}", str(v)))
-            elif f.kind == "checkbox":
-                if v:
-                    acts.append(click(f"label[for=fg-f-{f.name}]"))
-            else:
-                acts.append(fill(f"#fg-f-{f.name}", str(v)))
+        acts = fill_native(spec.fields, values, "#fg-f-{name}")
         return acts + [click(".fg-action-form button[type=submit]")]
 
     def add_to_cart(self, site: Site, item: Item, qty: int) -> list[pb.Action]:
@@ -275,22 +268,16 @@ def _control(f: FieldSpec, value: str, error: str | None) -> str:
     fb = f'<div class="fg-invalid-feedback">{escape(error)}</div>' if error else ""
     ident = f"fg-f-{f.name}"
     if f.kind == "checkbox":
-        return (f'<div class="fg-form-check fg-form-switch fg-mb-3"><input class="fg-form-check-input{bad}" type="checkbox" '
-                f'role="switch" id="{ident}" name="{f.name}" value="on"{" checked" if value == "on" else ""}><label '
-                f'class="fg-form-check-label" for="{ident}">{escape(f.label)}</label>{fb}</div>')
+        ctl = native_control(f, value, ident, attrs=f'class="fg-form-check-input{bad}" role="switch"')
+        return (f'<div class="fg-form-check fg-form-switch fg-mb-3">{ctl}<label class="fg-form-check-label" '
+                f'for="{ident}">{escape(f.label)}</label>{fb}</div>')
     label = f'<label class="fg-form-label" for="{ident}">{escape(f.label)}</label>'
-    if f.kind == "select":
-        opts = "".join(f'<option{" selected" if o == value else ""}>{escape(o)}</option>' for o in f.options)
-        ctl = (f'<select class="fg-form-select{bad}" id="{ident}" name="{f.name}"><option value="">Choose...</option>'
-               f"{opts}</select>")
-    elif f.kind == "number":
+    if f.kind == "number":
         lo = f.min if f.min is not None else 0
         ctl = _qty(f.name, ident, value or str(lo), lo, f.max if f.max is not None else 99)
-    elif f.kind == "textarea":
-        ctl = f'<textarea class="fg-form-control{bad}" id="{ident}" name="{f.name}" rows="4">{escape(value)}</textarea>'
     else:
-        typ = "email" if f.kind == "email" else "text"
-        ctl = f'<input class="fg-form-control{bad}" type="{typ}" id="{ident}" name="{f.name}" value="{escape(value)}">'
+        cls = "fg-form-select" if f.kind == "select" else "fg-form-control"
+        ctl = native_control(f, value, ident, "Choose...", f'class="{cls}{bad}"' + (' rows="4"' if f.kind == "textarea" else ""))
     return f'<div class="fg-mb-3">{label}{ctl}{fb}</div>'
 
 
