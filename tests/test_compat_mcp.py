@@ -109,7 +109,9 @@ def test_mcp_tools_over_streamable_http_on_a_synthetic_site(stack: Stack) -> Non
             except Exception:
                 assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read().decode()[-2000:]
                 await asyncio.sleep(0.5)
-        async with Client(url) as client:
+        async with Client(url) as client:  # a new MCP session: its own farm session, at the start URL
+            snap = text(await client.call_tool("snapshot", {}))
+            assert "Page URL: http://shop-0000.web.test/\n" in snap, snap[:500]
             snap = text(await client.call_tool("type", {"ref": ref(snap, "searchbox"), "text": "mug", "submit": True}))
             assert "Page URL: http://shop-0000.web.test/products?q=mug" in snap, snap[:500]
             snap = text(await client.call_tool("tabs", {"action": "new", "url": "http://shop-0000.web.test/help"}))
@@ -134,6 +136,79 @@ def test_mcp_tools_over_streamable_http_on_a_synthetic_site(stack: Stack) -> Non
     finally:
         proc.terminate()
         proc.wait(20)
+
+
+def test_two_mcp_clients_over_http_never_see_each_others_pages(stack: Stack) -> None:
+    """Issue 50 (Playwright MCP showed one client another's page): two clients of one streamable-HTTP server, each its
+    own MCP session, navigate at the same time to different pages; each sees only its own, on its own farm session,
+    and a client's farm session is closed when its MCP session ends while the other's goes on."""
+    import threading
+
+    import uvicorn
+    from webenv import errors
+    from webenv.client import EnvironmentClient
+    from webenv.compat.mcp import FarmSession, build_server
+    from webenv.v1 import environment_pb2
+
+    opened: list[FarmSession] = []
+
+    def new_session() -> FarmSession:
+        opened.append(FarmSession(stack.address("browser"), start_url="http://shop-0000.web.test/"))
+        return opened[-1]
+
+    port = free_port()
+    server = uvicorn.Server(uvicorn.Config(build_server(new_session).streamable_http_app(host="127.0.0.1"),
+                                           host="127.0.0.1", port=port, log_level="warning"))
+    thread = threading.Thread(target=server.run, daemon=True)
+    thread.start()
+
+    async def alive(client: EnvironmentClient, session_id: str) -> bool:
+        try:
+            return (await client.get(session_id)).state == environment_pb2.SESSION_STATE_OPEN
+        except errors.NotFound:
+            return False
+
+    async def main() -> None:
+        url = f"http://127.0.0.1:{port}/mcp"
+        deadline = time.monotonic() + 30
+        while not server.started:
+            assert thread.is_alive() and time.monotonic() < deadline
+            await asyncio.sleep(0.1)
+        farm = EnvironmentClient(stack.address("browser"))
+        async with Client(url) as a:
+            async with Client(url) as b:
+                pages = [(a, "http://shop-0000.web.test/help"), (b, "http://shop-0001.web.test/")]
+                for _ in range(2):  # concurrent navigations
+                    snaps = await asyncio.gather(*(c.call_tool("navigate", {"url": u}) for c, u in pages))
+                    for snap, (_, want) in zip(snaps, pages, strict=True):
+                        assert f"Page URL: {want}\n" in text(snap), text(snap)[:300]
+                    for (c, want), (_, other) in zip(pages, pages[::-1], strict=True):
+                        snap = text(await c.call_tool("snapshot", {}))
+                        assert f"Page URL: {want}\n" in snap and snap.count("  [") == 1, snap[:300]
+                        assert other not in snap, snap[:300]
+                    pages = [(a, "http://shop-0000.web.test/cart"), (b, "http://shop-0001.web.test/help")]
+                assert len(opened) == 2 and opened[0].session_id != opened[1].session_id
+                ids = [s.session_id for s in opened]
+                assert all([await alive(farm, i) for i in ids])
+            # b's MCP session ended (the client's DELETE): its farm session is closed, a's goes on
+            deadline = time.monotonic() + 20
+            while await alive(farm, ids[1]):
+                assert time.monotonic() < deadline, "the ended MCP session's farm session is still open"
+                await asyncio.sleep(0.2)
+            assert await alive(farm, ids[0])
+            snap = text(await a.call_tool("snapshot", {}))
+            assert "Page URL: http://shop-0000.web.test/cart\n" in snap, snap[:300]
+        deadline = time.monotonic() + 20
+        while await alive(farm, ids[0]):
+            assert time.monotonic() < deadline
+            await asyncio.sleep(0.2)
+        await farm.aclose()
+
+    try:
+        asyncio.run(main())
+    finally:
+        server.should_exit = True
+        thread.join(20)
 
 
 def test_readme_mcp_example_runs_as_written(stack: Stack, tmp_path) -> None:

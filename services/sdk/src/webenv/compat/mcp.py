@@ -1,5 +1,5 @@
-"""MCP tools over one browser farm session, on the official `mcp` SDK's server (`MCPServer`), stdio or streamable
-HTTP:
+"""MCP tools over a browser farm session per MCP client, on the official `mcp` SDK's server (`MCPServer`), stdio or
+streamable HTTP:
 
     python -m webenv.compat.mcp --start-url http://shop-0001.web.test/
     python -m webenv.compat.mcp --task-id miniwob/click-test --browser localhost:50051 --sites localhost:50055
@@ -24,22 +24,29 @@ answered with a failed verdict: ``answer`` is the error ``<STATUS> EPISODE_INTER
 Errors follow MCP's convention for tools: a failed call is a result with ``isError: true`` and a message for the
 model (``ToolError``): an action that failed on the page (the farm's ``last_action_error``, then the snapshot), a
 malformed one the farm refused (``INVALID_ARGUMENT BAD_ACTION: ...``), the farm's own errors (``RESOURCE_EXHAUSTED
-FARM_FULL: ...``). Arguments that fail the tool's schema are refused by the SDK the same way. The session opens at
-the first call and closes when the server stops; everything goes through the farm's EnvironmentService, so its
-limits and URL and network guard hold as on the gRPC path.
+FARM_FULL: ...``). Arguments that fail the tool's schema are refused by the SDK the same way. Everything goes through
+the farm's EnvironmentService, so its limits and URL and network guard hold as on the gRPC path.
+
+Clients never share a page: each MCP client gets its own farm session (:class:`FarmSession`), opened at its first tool
+call and closed when its MCP session ends. Over stdio the process serves one client; over streamable HTTP each MCP
+session (``Mcp-Session-Id``, the ``initialize`` handshake) is a client, and its farm session closes when the client
+ends the session (``DELETE``), the server's idle timeout ends it, or the server stops. MCP's 2026 session-less era
+has no client to key a browser by: the server does not offer it (``server/discover`` is refused, so the SDK's
+clients fall back to the handshake) and refuses a tool call without a session (``FAILED_PRECONDITION NO_MCP_SESSION``).
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import typer
-from mcp.server.mcpserver import Image, MCPServer
+from mcp.server.mcpserver import Context, Image, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp_types import CallToolResult, TextContent
+from mcp.shared.exceptions import MCPError
+from mcp_types import METHOD_NOT_FOUND, CallToolResult, TextContent
 from typing_extensions import TypedDict  # pydantic builds the output schema from it (typing's: Python 3.12+)
 from webenv import errors
 from webenv.client import EnvironmentClient, make_channel, observation_spec, open_tabs
@@ -76,7 +83,7 @@ def _tool_error(exc: errors.WebenvError) -> ToolError:
 
 
 class FarmSession:
-    """One farm session for the MCP tools, opened at the first call (on the server's event loop)."""
+    """One MCP client's farm session, opened at its first tool call (on the server's event loop)."""
 
     def __init__(self, browser: str, *, sites: str = "", task_id: str = "", start_url: str = "", judge: str = "",
                  timeout: float = 60.0) -> None:
@@ -110,7 +117,7 @@ class FarmSession:
 
     async def ensure(self) -> EnvironmentClient:
         if self.ended:
-            raise ToolError(f"FAILED_PRECONDITION EPISODE_ENDED: {self.ended}; start the server again for another")
+            raise ToolError(f"FAILED_PRECONDITION EPISODE_ENDED: {self.ended}; open a new MCP session for another")
         if self.client is None:
             try:
                 await self._open()
@@ -199,78 +206,135 @@ def _target(ref: str) -> pb.ElementTarget:
     return pb.ElementTarget(element_id=ref)
 
 
-def build_server(session: FarmSession) -> MCPServer:
-    """The MCP server with the browser tools over ``session``."""
+_STATE_KEY = "webenv.farm_session"
+
+
+def build_server(new_session: Callable[[], FarmSession]) -> MCPServer:
+    """The MCP server with the browser tools, each MCP client on its own farm session from ``new_session()``: the
+    stdio process's one client, or each streamable-HTTP MCP session, closed when that session ends."""
+    live: set[FarmSession] = set()  # every client's open session, closed at the latest when the server stops
+    stdio: list[FarmSession] = []  # the stdio process's one client
 
     @asynccontextmanager
     async def lifespan(_: MCPServer) -> AsyncIterator[None]:
         try:
             yield None
         finally:
-            await session.close()
+            for s in list(live):
+                await s.close()
+            live.clear()
 
     server = MCPServer("webenv-browser", instructions="A real Chromium page of webenv's browser farm. Call snapshot "
                        "first; refs are the [id] numbers of its accessibility tree.", lifespan=lifespan)
 
+    lowlevel = server._lowlevel_server  # (server/discover is the low-level server's handler)
+    discover = lowlevel.get_request_handler("server/discover")
+    assert discover is not None
+
+    async def http_discover_refused(ctx: Any, params: Any) -> Any:
+        # MCP's session-less era gives an HTTP server no client to key a browser by; refusing discovery makes the
+        # SDK's clients (mode "auto") fall back to the initialize handshake, whose HTTP session is the client.
+        # stdio is one client in either era.
+        if ctx.request is None:
+            return await discover.handler(ctx, params)
+        raise MCPError(METHOD_NOT_FOUND, "this server keeps a browser per MCP session: connect with initialize")
+
+    lowlevel.add_request_handler("server/discover", discover.params_type, http_discover_refused)
+
+    def client_session(ctx: Context) -> FarmSession:
+        if ctx.headers is None:  # stdio: the process serves one client
+            if not stdio:
+                stdio.append(new_session())
+                live.add(stdio[0])
+            return stdio[0]
+        # the connection of this MCP session (the SDK keeps it on the request's ServerSession, not on the tool's
+        # Context): its state lasts the session, its exit stack unwinds when the session ends
+        connection = ctx.request_context.session._connection
+        if connection.session_id is None:
+            raise ToolError("FAILED_PRECONDITION NO_MCP_SESSION: this server keeps a browser per MCP session; "
+                            "connect with the initialize handshake (the mcp SDK's Client does by default)")
+        session = connection.state.get(_STATE_KEY)
+        if session is None:
+            session = connection.state[_STATE_KEY] = new_session()
+            live.add(session)
+
+            async def end() -> None:
+                live.discard(session)
+                await session.close()
+
+            connection.exit_stack.push_async_callback(end)
+        return session
+
     @server.tool()
-    async def snapshot() -> str:
+    async def snapshot(ctx: Context) -> str:
         """The current page: URL, title, tabs, the task's instruction, the accessibility tree ([ref] role "name")."""
+        session = client_session(ctx)
         await session.ensure()
         return session.snapshot()
 
     @server.tool()
-    async def navigate(url: str) -> str:
+    async def navigate(ctx: Context, url: str) -> str:
         """Load a URL in the active tab."""
+        session = client_session(ctx)
         return await session.act(pb.Action(navigate=pb.NavigateAction(url=url)))
 
     @server.tool()
-    async def click(ref: str) -> str:
+    async def click(ctx: Context, ref: str) -> str:
         """Click the element with this ref."""
+        session = client_session(ctx)
         return await session.act(pb.Action(click=pb.ClickAction(target=_target(ref))))
 
     @server.tool()
-    async def type(ref: str, text: str, submit: bool = False) -> str:
+    async def type(ctx: Context, ref: str, text: str, submit: bool = False) -> str:
         """Replace the text of the field with this ref; submit=True presses Enter after."""
+        session = client_session(ctx)
         out = await session.act(pb.Action(fill=pb.FillAction(target=_target(ref), text=text)))
         if submit:
             out = await session.act(pb.Action(press=pb.PressAction(target=_target(ref), key="Enter")))
         return out
 
     @server.tool()
-    async def select(ref: str, values: list[str]) -> str:
+    async def select(ctx: Context, ref: str, values: list[str]) -> str:
         """Choose these options (by value or label) in the <select> with this ref."""
+        session = client_session(ctx)
         return await session.act(pb.Action(select=pb.SelectAction(target=_target(ref), options=values)))
 
     @server.tool()
-    async def press_key(key: str) -> str:
+    async def press_key(ctx: Context, key: str) -> str:
         """Press a key or combination on the focused element (Enter, Tab, Control+a...)."""
+        session = client_session(ctx)
         return await session.act(pb.Action(press=pb.PressAction(key=key)))
 
     @server.tool()
-    async def scroll(dy: float, dx: float = 0.0) -> str:
+    async def scroll(ctx: Context, dy: float, dx: float = 0.0) -> str:
         """Scroll the page by dy (down) and dx (right) pixels."""
+        session = client_session(ctx)
         return await session.act(pb.Action(scroll=pb.ScrollAction(dx=dx, dy=dy)))
 
     @server.tool()
-    async def go_back() -> str:
+    async def go_back(ctx: Context) -> str:
         """Go back in the active tab's history."""
+        session = client_session(ctx)
         return await session.act(pb.Action(go_back=pb.GoBackAction()))
 
     @server.tool()
-    async def screenshot() -> Image:
+    async def screenshot(ctx: Context) -> Image:
         """A PNG screenshot of the active tab's viewport."""
+        session = client_session(ctx)
         return Image(data=await session.screenshot(), format="png")
 
     @server.tool()
-    async def answer(text: str = "") -> Annotated[CallToolResult, Verdict]:
+    async def answer(ctx: Context, text: str = "") -> Annotated[CallToolResult, Verdict]:
         """Give the final answer and end the task (the answer for tasks that ask a question; empty otherwise);
         answers with the judge's verdict when the server grades."""
+        session = client_session(ctx)
         return await session.answer(text)
 
     @server.tool()
-    async def tabs(action: Literal["list", "new", "select", "close"] = "list", index: int | None = None,
-                   url: str = "") -> str:
+    async def tabs(ctx: Context, action: Literal["list", "new", "select", "close"] = "list",
+                   index: int | None = None, url: str = "") -> str:
         """List the tabs, open a new one (at url), or select / close the tab at index (default: the active one)."""
+        session = client_session(ctx)
         if action == "list":
             await session.ensure()
             return session.snapshot()
@@ -290,7 +354,7 @@ def build_server(session: FarmSession) -> MCPServer:
     return server
 
 
-app = typer.Typer(add_completion=False, help="MCP browser tools over one webenv farm session (stdio or HTTP).")
+app = typer.Typer(add_completion=False, help="MCP browser tools, a webenv farm session per client (stdio or HTTP).")
 
 
 @app.command()
@@ -310,11 +374,14 @@ def main(
         raise typer.BadParameter("stdio or streamable-http", param_hint="--transport")
     browser = address("browser", browser)  # a flag, WEBENV_*_ADDR, the running `webenv up`, the default port
     sites = address("sites", sites) if task_id else sites
+    def new_session() -> FarmSession:  # each MCP client's
+        return FarmSession(browser, sites=sites, task_id=task_id, start_url=start_url, judge=judge)
+
     try:
-        session = FarmSession(browser, sites=sites, task_id=task_id, start_url=start_url, judge=judge)
+        new_session()  # the arguments are checked now, not at a client's first call
     except ValueError as exc:
         raise typer.BadParameter(str(exc)) from None
-    server = build_server(session)
+    server = build_server(new_session)
     if transport == "stdio":
         server.run("stdio")
         return
