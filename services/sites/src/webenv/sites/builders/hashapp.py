@@ -55,6 +55,11 @@ function field(f,val,err){var id="ha-f-"+f.name,kids;
   var box=h("input",{id:id,role:"combobox","aria-expanded":"false","aria-controls":"ha-lb-"+f.name,"aria-autocomplete":"none",readonly:true,value:val||"",placeholder:"Choose…",onclick:function(){var open=lb.hidden;lb.hidden=!open;box.setAttribute("aria-expanded",open?"true":"false");}});
   f.options.forEach(function(o,i){lb.appendChild(h("li",{role:"option",id:"ha-opt-"+f.name+"-"+i,"aria-selected":o===val?"true":"false",text:o,onclick:function(){
    hid.value=o;box.value=o;lb.hidden=true;box.setAttribute("aria-expanded","false");lb.querySelectorAll("[role=option]").forEach(function(x){x.setAttribute("aria-selected",x===this?"true":"false");},this);}}));});
+  var act=-1;function mark(i){var os=lb.querySelectorAll("[role=option]");act=i;os.forEach(function(x,j){x.classList.toggle("ha-active",j===i);});box.setAttribute("aria-activedescendant",os[i].id);}
+  box.addEventListener("keydown",function(e){var n=f.options.length,down=e.key==="ArrowDown";
+   if(down||e.key==="ArrowUp"){e.preventDefault();lb.hidden=false;box.setAttribute("aria-expanded","true");mark(act<0?(down?0:n-1):(act+(down?1:n-1))%n);}
+   else if(e.key==="Enter"&&!lb.hidden&&act>=0){e.preventDefault();lb.querySelectorAll("[role=option]")[act].click();}
+   else if(e.key==="Escape"){lb.hidden=true;box.setAttribute("aria-expanded","false");}});
   kids=[h("label",{"for":id,text:f.label}),box,hid,lb];}
  else if(f.kind==="checkbox"){kids=[h("label",{},[h("input",{type:"checkbox",id:id,name:f.name,checked:val==="on"}),h("span",{text:" "+f.label})])];}
  else if(f.kind==="textarea"){var ta=h("textarea",{id:id,name:f.name,rows:"4",required:f.required});ta.value=val||"";kids=[h("label",{"for":id,text:f.label}),ta];}
@@ -317,7 +322,7 @@ def _style(site: Site) -> str:
             f"display:inline-block;text-decoration:none}}.ha-err{{color:#c62828}}.ha-field{{margin:10px 0;position:relative}}"
             f".ha-field label{{display:block}}[role=listbox]{{list-style:none;margin:0;padding:4px;background:#fff;"
             f"border:1px solid #999;position:absolute;z-index:10}}[role=option]{{padding:4px 10px;cursor:pointer}}"
-            f"[role=option][aria-selected=true]{{background:{accent};color:#fff}}[role=tab][aria-selected=true]{{"
+            f"[role=option][aria-selected=true]{{background:{accent};color:#fff}}.ha-active{{outline:2px solid {accent}}}[role=tab][aria-selected=true]{{"
             f"border-bottom:3px solid {accent}}}#ha-toasts{{position:fixed;right:16px;bottom:16px;display:flex;"
             f"flex-direction:column;gap:8px;z-index:50}}.ha-toast{{background:#222;color:#fff;padding:10px 14px;"
             f"border-radius:8px}}.ha-toast button{{margin-left:10px}}.ha-inline{{display:inline}}.ha-foot{{padding:20px;"
