@@ -5,11 +5,12 @@ Gymnasium environment over it (``WebEnv`` is imported lazily, so plain clients d
 from typing import Any
 
 from webenv.client.channel import SERVICE_CONFIG, channel_settings, make_channel, make_sync_channel
-from webenv.client.environment import EnvironmentClient, StepStream, observation_spec, open_tabs
+from webenv.client.environment import EnvironmentClient, StepStream, observation_spec, open_tabs, tabs_text
 from webenv.client.watch import follow, to_end
 
 __all__ = ["SERVICE_CONFIG", "EnvironmentClient", "StepStream", "WebEnv", "channel_settings", "follow", "make_channel",
-           "make_sync_channel", "observation_spec", "open_tabs", "to_end"]
+           "make_sync_channel", "observation_spec", "open_tabs", "tabs_text",
+           "to_end"]
 
 
 def __getattr__(name: str) -> Any:

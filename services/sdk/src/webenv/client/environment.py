@@ -31,7 +31,7 @@ from webenv.client.channel import make_channel
 from webenv.streams import Multiplexer
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc
 
-__all__ = ["EnvironmentClient", "StepStream", "observation_spec", "open_tabs"]
+__all__ = ["EnvironmentClient", "StepStream", "observation_spec", "open_tabs", "tabs_text"]
 
 _FORMATS = {
     "axtree": common_pb2.OBSERVATION_FORMAT_AXTREE, "html": common_pb2.OBSERVATION_FORMAT_HTML,
@@ -67,6 +67,12 @@ def open_tabs(obs: common_pb2.Observation) -> list[dict[str, Any]]:
         return [{"title": obs.title, "url": obs.url, "active": True}]
     return [{"title": t.title, "url": t.url, "active": t.active or (bool(t.tab_id) and t.tab_id == obs.active_tab_id)}
             for t in obs.tabs]
+
+
+def tabs_text(tabs: Iterable[Mapping[str, Any]]) -> str:
+    """The open tabs (`open_tabs`) as the text adapters show a model, one a line: ``  [1] URL (active) "title"``."""
+    return "\n".join(f"  [{i}] {t['url']}{' (active)' if t['active'] else ''} \"{t['title']}\""
+                     for i, t in enumerate(tabs))
 
 
 def _action(action: str | common_pb2.Action) -> common_pb2.Action:

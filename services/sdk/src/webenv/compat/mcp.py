@@ -49,7 +49,7 @@ from mcp.shared.exceptions import MCPError
 from mcp_types import METHOD_NOT_FOUND, CallToolResult, TextContent
 from typing_extensions import TypedDict  # pydantic builds the output schema from it (typing's: Python 3.12+)
 from webenv import errors
-from webenv.client import EnvironmentClient, make_channel, observation_spec, open_tabs
+from webenv.client import EnvironmentClient, make_channel, observation_spec, open_tabs, tabs_text
 from webenv.client.episode import Episode
 from webenv.client.stack import address
 from webenv.v1 import common_pb2 as pb
@@ -142,8 +142,7 @@ class FarmSession:
 
     def snapshot(self) -> str:
         o = self.observation
-        tabs = "\n".join(f"  [{i}] {t['url']}{' (active)' if t['active'] else ''} \"{t['title']}\""
-                         for i, t in enumerate(open_tabs(o)))
+        tabs = tabs_text(open_tabs(o))
         task = f"Task: {self.instruction}\n" if self.instruction else ""
         return f"{task}Page URL: {o.url}\nPage title: {o.title}\nTabs:\n{tabs}\n\nAccessibility tree:\n{o.axtree}"
 

@@ -12,7 +12,8 @@ TRL's contract (trl.GRPOTrainer, ``environment_factory``): one instance per roll
 JSON schema comes from its type hints and docstring (``transformers.utils.get_json_schema``); ``get_reward()`` scores
 the finished rollout. Here ``reset(task_id=..., seed=...)`` opens a farm session for the catalog task and returns its
 instruction and first page; the tools ``click``, ``fill``, ``select``, ``scroll``, ``go_back``, ``goto`` and
-``answer`` each act once and return the page after it (or the error, as text the model reads); ``get_reward`` is the
+``answer`` each act once and return the page after it (its URL, the open tabs, the accessibility tree; or the error,
+as text the model reads); ``get_reward`` is the
 judge's verdict (1.0 passed, else 0.0) of the episode, ended by ``answer`` or, when the model stopped without
 answering, by an empty answer then. An infrastructure failure is never a reward of 0.0: when the farm, the catalog or
 the judge fails mid-episode (anything but the farm refusing a malformed action, which the model reads as text), the
@@ -46,7 +47,7 @@ from typing import Any
 import grpc
 from webenv import errors
 from webenv.actions import format_action, is_element_id
-from webenv.client import make_channel
+from webenv.client import make_channel, tabs_text
 from webenv.client.gym import WebEnv
 from webenv.client.stack import address
 from webenv.compat.hf import environment_of
@@ -102,7 +103,7 @@ class WebTaskEnv:
 
     def _page(self, obs: dict) -> str:
         error = f"Last action failed: {obs['last_action_error']}\n" if obs["last_action_error"] else ""
-        return f"{error}URL: {obs['url']}\n{obs['axtree']}"
+        return f"{error}URL: {obs['url']}\nTabs:\n{tabs_text(obs['tabs'])}\n{obs['axtree']}"
 
     def _act(self, action: pb.Action) -> str:
         if self._env is None or self._reward is not None or self.error is not None:
