@@ -15,7 +15,7 @@ import json
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from functools import cached_property
+from functools import cached_property, lru_cache
 from html import escape
 from typing import TYPE_CHECKING, Any, ClassVar
 from urllib.parse import parse_qsl, quote, urlencode, urlsplit
@@ -94,6 +94,9 @@ class Meaning:
 
 
 _PLACEHOLDER = re.compile(r"\{(\w+)\}")
+#: URLs built so far, by (scheme, site, kind, parameters): a page links to the same few dozen URLs on every request.
+_URLS: dict[tuple[object, ...], str] = {}
+URL_CACHE_SIZE = 500_000
 
 
 @dataclass(frozen=True)
@@ -131,6 +134,15 @@ class Scheme:
 
     # building URLs -------------------------------------------------------------------------------------------
     def build(self, site: Site, kind: str, **params: str) -> str:
+        key = (id(self), site.host, site.seed, kind, *sorted(params.items()))
+        url = _URLS.get(key)
+        if url is None:  # pages link to the same URLs over and over: build each once
+            url = _URLS[key] = self._build(site, kind, **params)
+            if len(_URLS) > URL_CACHE_SIZE:
+                _URLS.clear()
+        return url
+
+    def _build(self, site: Site, kind: str, **params: str) -> str:
         tpl = self.routes[kind]
         values = {"base": self.base_of(site), **params}
         names = _PLACEHOLDER.findall(tpl)
@@ -144,6 +156,15 @@ class Scheme:
         return ("/#" + path) if self.hash else path
 
     def listing(self, site: Site, q: str = "", category: str = "", sort: str = "relevance", page: int = 1) -> str:
+        key = (id(self), site.host, site.seed, "listing", q, category, sort, page)
+        url = _URLS.get(key)
+        if url is None:
+            url = _URLS[key] = self._listing(site, q, category, sort, page)
+            if len(_URLS) > URL_CACHE_SIZE:
+                _URLS.clear()
+        return url
+
+    def _listing(self, site: Site, q: str, category: str, sort: str, page: int) -> str:
         path = self.routes["listing"]
         query: list[tuple[str, str]] = []
         if category and self.category_path:
@@ -305,6 +326,12 @@ def site_slugs(site: Site, slugify: Callable[[str], str] = c.slugify) -> tuple[d
     return got
 
 
+@lru_cache(maxsize=262144)
+def _pick(builder: str, host: str, key: str, n: int) -> int:
+    """Which of n word variants a builder uses on a site (a stable hash: the same on every run)."""
+    return c.stable_int(builder, host, key) % n
+
+
 # --- one request -----------------------------------------------------------------------------------------------
 
 
@@ -442,7 +469,7 @@ class Builder:
         bank = self.words.get(key)
         if not bank:
             return site.words[key]
-        return bank[c.stable_int(self.name, site.host, key) % len(bank)]
+        return bank[_pick(self.name, site.host, key, len(bank))]
 
     # --- routing: one call per request ---------------------------------------------------------------------------
     def route(self, ctx: Ctx) -> Response:
