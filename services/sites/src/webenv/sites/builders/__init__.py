@@ -46,7 +46,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "platform": (Platform(), pb.SPLIT_TRAIN),
     "ledger": (Ledger(), pb.SPLIT_TRAIN),
     "storefront": (Storefront(), pb.SPLIT_TRAIN),
-    "forumware": (Forumware(), pb.SPLIT_TEST),
+    "forumware": (Forumware(), pb.SPLIT_TRAIN),
     "wikiwiki": (WikiWiki(), pb.SPLIT_TRAIN),
     "boardroom": (Boardroom(), pb.SPLIT_VALIDATION),
     "hashapp": (HashApp(), pb.SPLIT_TEST),
