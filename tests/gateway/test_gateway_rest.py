@@ -262,6 +262,14 @@ def test_episodes_verdicts_and_blobs(platform):
         assert c.get("/v1/blobs/" + "0" * 64 + ".png").status_code == 404
         assert c.get("/v1/blobs/../../etc/passwd").status_code in (400, 404)
         assert status_of(c.get("/v1/blobs/not-a-key"))[1] == "BAD_BLOB_KEY"
+        # the same image through the collector's GetScreenshot, transcoded; unknown NOT_FOUND, malformed INVALID_ARGUMENT
+        shot = c.get(f"/v1/screenshots/{key}")
+        assert shot.status_code == 200 and shot.json()["screenshotKey"] == key
+        assert base64.b64decode(shot.json()["data"]) == blob.content and shot.json()["codec"] == "IMAGE_CODEC_JPEG"
+        missing = c.get("/v1/screenshots/" + "0" * 64 + ".png")
+        assert missing.status_code == 404 and status_of(missing)[1] == "SCREENSHOT_NOT_FOUND"
+        bad = c.get("/v1/screenshots/not-a-key")
+        assert bad.status_code == 400 and status_of(bad)[1] == "BAD_SCREENSHOT_KEY"
         # The judge over REST grades the stored trajectory the same way the collector's call did.
         task = _episodes(c, platform.runs["oracle"], episode_ids=ep["episodeId"], read_mask="task")[0]["task"]
         verdict = c.post("/v1/verdicts", json={"task": task, "trajectory": ep["trajectory"]}).json()["verdict"]
@@ -410,6 +418,57 @@ def test_live_session_steps_frames_and_slow_viewers(platform):
             assert _frames(ws, "end")[-1]["state"] == "SESSION_STATE_CLOSED"
             assert stalled.protocol.state.name == "OPEN"  # never read, never waited for
     assert stepping < 60
+
+
+def test_two_clients_never_see_each_others_sessions_or_pages(platform):
+    """Issue 50: the gateway has one principal (the platform token), so isolation between its clients is by session
+    id, an unguessable capability: a session is stepped only by calls that name it, an id a client was not given is
+    NOT_FOUND, a session's live stream carries only its own steps, and each session is on its own page."""
+    auth = {"Authorization": f"Bearer {platform.token}"}
+    with platform.client() as a, platform.client() as b:
+        def open_session(c, url: str, who: str) -> str:
+            r = c.post("/v1/sessions", json={"startUrl": url, "labels": {"client": who}})
+            assert r.status_code == 200, r.text
+            return r.json()["session"]["sessionId"]
+
+        sa = open_session(a, "http://shop-0000.web.test/", "a")
+        sb = open_session(b, "http://shop-0001.web.test/", "b")
+        assert sa != sb and len(sa) >= 32 and len(sb) >= 32  # uuid4 hex: not guessable from one's own
+        with connect(f"{platform.ws_url}/v1/sessions/{sb}/live", additional_headers=auth) as ws:
+            _frames(ws, "progress")  # b's viewer is on
+            for i, url in enumerate(["http://shop-0000.web.test/help", "http://shop-0000.web.test/about"]):
+                r = a.post(f"/v1/sessions/{sa}:step", json={"action": {"navigate": {"url": url}}, "stepIndex": i})
+                assert r.status_code == 200 and r.json()["observation"]["url"] == url, r.text
+            r = b.post(f"/v1/sessions/{sb}:step", json={"action": {"scroll": {"dy": 200}}, "stepIndex": 0})
+            assert r.status_code == 200 and r.json()["observation"]["url"] == "http://shop-0001.web.test/", r.text
+            seen = _frames(ws, "step")
+            while not any(f["type"] == "progress" and f["session"].get("stepCount") == 1 for f in seen):
+                seen.append(json.loads(ws.recv(timeout=30)))
+        # b's stream: b's one step on b's page, nothing of a's session or pages
+        steps = [f for f in seen if f["type"] == "step"]
+        assert [(f["sessionId"], f["stepIndex"]) for f in steps] == [(sb, 0)], steps
+        assert steps[0]["observation"]["url"] == "http://shop-0001.web.test/"
+        assert sa not in json.dumps(seen) and "shop-0000" not in json.dumps(seen)
+        # each session was stepped only by its own client's calls, and is on its own page
+        got_a = a.get(f"/v1/sessions/{sa}").json()["session"]
+        got_b = b.get(f"/v1/sessions/{sb}").json()["session"]
+        assert got_a["stepCount"] == 2 and got_b["stepCount"] == 1
+        assert [t["url"] for t in got_a["tabs"]] == ["http://shop-0000.web.test/about"]
+        assert [t["url"] for t in got_b["tabs"]] == ["http://shop-0001.web.test/"]
+        # the list is the farm's (the operators' view, with the same token): b's entry is b's page alone
+        listed = {x["sessionId"]: x for x in b.get("/v1/sessions", params={"page_size": 1000}).json()["sessions"]}
+        assert listed[sb]["labels"] == {"client": "b"} and "shop-0000" not in json.dumps(listed[sb])
+        # an id b was not given: NOT_FOUND on every route, and its stream is a NOT_FOUND error frame
+        guess = sa[:-4] + ("0000" if not sa.endswith("0000") else "ffff")
+        for r in (b.get(f"/v1/sessions/{guess}"), b.post(f"/v1/sessions/{guess}:step", json={"action": {"noop": {}}}),
+                  b.post(f"/v1/sessions/{guess}:close", json={})):
+            assert r.status_code == 404 and status_of(r)[:2] == (5, "SESSION_NOT_FOUND"), r.text
+        with connect(f"{platform.ws_url}/v1/sessions/{guess}/live", additional_headers=auth) as ws:
+            err = _frames(ws, "error")[-1]["error"]
+            assert err["code"] == 5, err
+        assert a.get(f"/v1/sessions/{sa}").json()["session"]["state"] == "SESSION_STATE_OPEN"  # untouched
+        for c, sid in ((a, sa), (b, sb)):
+            assert c.post(f"/v1/sessions/{sid}:close", json={}).status_code == 200
 
 
 # -- coverage: every route answered ----------------------------------------------------------------------------------
