@@ -30,6 +30,7 @@ from webenv.sites.builders.base import Builder
 from webenv.sites.builders.boardroom import Boardroom
 from webenv.sites.builders.dashboard import Dashboard
 from webenv.sites.builders.classic import Classic
+from webenv.sites.builders.docsite import DocSite
 from webenv.sites.builders.facetgrid import FacetGrid
 from webenv.sites.builders.forumware import Forumware
 from webenv.sites.builders.govform import GovForm
@@ -55,6 +56,7 @@ REGISTRY: dict[str, tuple[Builder, int]] = {
     "facetgrid": (FacetGrid(), pb.SPLIT_TRAIN),
     "classic": (Classic(), pb.SPLIT_TRAIN),
     "dashboard": (Dashboard(), pb.SPLIT_TRAIN),
+    "docsite": (DocSite(), pb.SPLIT_VALIDATION),
 }
 
 
