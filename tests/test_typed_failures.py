@@ -20,8 +20,8 @@ from webenv.compat.mcp import FarmSession
 from webenv.compat.trl import WebTaskEnv
 from webenv.openenv.client import WebEnvClient
 from webenv.openenv.env import WebAction
-from webenv.testing import load_test_module
-from webenv.v1 import common_pb2, judge_pb2_grpc, task_pb2, task_pb2_grpc
+from webenv.testing import free_port, load_test_module
+from webenv.v1 import common_pb2, environment_pb2, judge_pb2_grpc, task_pb2, task_pb2_grpc
 
 pytestmark = pytest.mark.timeout(300)
 serve_openenv = load_test_module(Path(__file__).with_name("test_openenv.py"), "_test_openenv").serve_openenv
@@ -92,3 +92,44 @@ def test_a_farm_that_dies_mid_episode_is_an_error_never_a_reward_of_zero(stack: 
     loop.close()
     trl._close()
     del stack.procs["browser-doomed"]
+
+
+def test_site_state_that_cannot_be_read_at_the_close_is_an_interrupted_episode_not_a_failed_one(stack: Stack) -> None:
+    """The farm reads a synthetic task's site state from the sites service when the episode closes; with that service
+    gone, the close fails typed (UNAVAILABLE SITES_UNAVAILABLE) and grading raises EPISODE_INTERRUPTED, never a failed
+    verdict of an empty state. A sites service and a farm node of their own, so the stack's stay up."""
+    sites_key, node_key = "sites-doomed", "browser-sites-doomed"
+    http = f"127.0.0.1:{free_port()}"
+    stack.ports[sites_key] = (free_port(), free_port())
+    stack._launch(sites_key, "sites", stack.env_for("sites") | {
+        "WEBENV_GRPC_PORT": str(stack.ports[sites_key][0]), "WEBENV_METRICS_PORT": str(stack.ports[sites_key][1]),
+        "WEBENV_HTTP_PORT": http.rsplit(":", 1)[1]}, 120)
+    stack.ports[node_key] = (free_port(), free_port())
+    stack._launch(node_key, "browser", stack.env_for("browser") | {
+        "WEBENV_GRPC_PORT": str(stack.ports[node_key][0]), "WEBENV_METRICS_PORT": str(stack.ports[node_key][1]),
+        "WEBENV_NODE_NAME": "sites-doomed", "WEBENV_SITES_ADDR": stack.address(sites_key),
+        "WEBENV_FARM_SITES_HTTP_ADDR": http}, 120)
+    node, sites = stack.address(node_key), stack.address(sites_key)
+
+    async def main() -> None:
+        async with make_channel(sites) as ch:
+            listed = await task_pb2_grpc.TaskServiceStub(ch).ListTasks(task_pb2.ListTasksRequest(
+                filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]), page_size=1))
+        [task] = listed.tasks
+        client = EnvironmentClient(node)
+        episode = await Episode.open(client, task)
+        await episode.step(common_pb2.Action(noop=common_pb2.NoopAction()))
+        stack.procs[sites_key].send_signal(signal.SIGKILL)  # the sites service dies before the close
+        stack.procs[sites_key].wait(30)
+        async with make_channel(stack.address("judge")) as ch:
+            with pytest.raises(errors.Unavailable) as caught:
+                await episode.grade(judge_pb2_grpc.JudgeServiceStub(ch))
+        assert caught.value.reason == INTERRUPTED and caught.value.metadata["cause"] == "SITES_UNAVAILABLE"
+        assert episode.evidence == ""  # no state was made up for the judge
+        session = await client.get(episode.session_id)  # closed without the evidence, not left to its lease
+        assert session.state == environment_pb2.SESSION_STATE_CLOSED
+        await client.aclose()
+
+    asyncio.run(main())
+    stack.procs.pop(node_key).terminate()
+    del stack.procs[sites_key]

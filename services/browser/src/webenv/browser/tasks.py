@@ -183,11 +183,20 @@ class SyntheticAdapter(TaskAdapter):
         return await super().setup(session, seed, nav_timeout_ms)
 
     async def evidence(self, session: BrowserSession) -> str:
+        """The session's site state from TaskService. Reading it failing is the infrastructure's failure, never the
+        agent's: a typed error (UNAVAILABLE ``SITES_UNAVAILABLE``, INTERNAL ``SITE_STATE_GONE`` when the sites
+        service lost it), so CloseSession fails and the episode is interrupted, never graded on a missing state."""
         try:
             res = await self._stub().GetSiteState(task_pb2.GetSiteStateRequest(
                 site_session=self.site_session, site=self.site))
         except grpc.aio.AioRpcError as exc:
-            return json.dumps({"error": f"GetSiteState failed: {exc.code().name}: {exc.details()}"})
+            if exc.code() == grpc.StatusCode.NOT_FOUND:
+                raise errors.Internal(f"the site state of this session ({self.site_session}) is gone from "
+                                      f"TaskService at {self.sites_addr}: {exc.details()}", reason="SITE_STATE_GONE",
+                                      metadata={"site_session": self.site_session}) from exc
+            raise errors.Unavailable(f"TaskService at {self.sites_addr} could not read the site state: "
+                                     f"{exc.code().name}: {exc.details()}", reason="SITES_UNAVAILABLE",
+                                     metadata={"sites_addr": self.sites_addr}) from exc
         return res.state_json
 
     async def fork(self, site_session: str, request_id: str) -> TaskAdapter:

@@ -8,13 +8,15 @@ services/openenv).
 
 An infrastructure failure is never a failed verdict: once a step failed for any reason but a malformed action
 (INVALID_ARGUMENT, the agent's error), or the session's evidence cannot be read at the end (the farm died, the session
-expired), `grade` raises the typed error with reason ``EPISODE_INTERRUPTED`` (the cause's status code, its reason in
+expired, the sites service could not give the site state: the farm's CloseSession fails, and the session is then
+closed without evidence), `grade` raises the typed error with reason ``EPISODE_INTERRUPTED`` (the cause's status code, its reason in
 the metadata) instead of asking the judge about a trajectory that was cut short: the errored episode is told from a
 failed one, as the collector stores it (``error``) and the trainer leaves it out.
 """
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 
 import grpc
@@ -111,6 +113,8 @@ class Episode:
             closed = await self.client.close(self.session_id, capture_evidence=True)
         except errors.WebenvError as exc:
             self.error = exc
+            with contextlib.suppress(Exception):  # the evidence could not be read: close without it, best effort
+                await self.client.close(self.session_id)
             raise interrupted(exc, self.session_id) from exc
         self.evidence = closed.site_state_json
         self.network_events = list(closed.network_events)
