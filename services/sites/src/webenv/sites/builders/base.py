@@ -679,17 +679,31 @@ class Builder:
         return f"<h1>Not found</h1><p>{escape(what)}</p>"
 
     # --- the oracle: abstract steps as actions on this builder's pages ---------------------------------------------
+    # The selectors of the common steps: with them set, dismiss, log_in, open_record and open_listed need no code.
+    #: The pop-up's close control and the cookie notice's accept control.
+    popup_close: ClassVar[str] = ""
+    cookie_accept: ClassVar[str] = ""
+    #: The link to the login form, then its username field, password field and submit button.
+    login_steps: ClassVar[tuple[str, str, str, str]] = ("", "", "", "")
+    #: The search box and its submit button.
+    search_box: ClassVar[tuple[str, str]] = ("", "")
+    #: What holds a listing's links to records (open_listed clicks the record's link inside it).
+    results: ClassVar[str] = "main"
+
     def dismiss(self, site: Site) -> list[pb.Action]:
         """Close what covers the first page (pop-up, cookie banner), as a user would before anything else."""
-        raise NotImplementedError
+        return ([click(self.popup_close)] if site.look["popup"] else []) + \
+            ([click(self.cookie_accept)] if site.look["cookie_banner"] else [])
 
     def log_in(self, site: Site, username: str, password: str) -> list[pb.Action]:
         """From any page, signed out: reach the login form, sign in, come back."""
-        raise NotImplementedError
+        link, user, password_field, submit = self.login_steps
+        return [click(link), fill(user, username), fill(password_field, password), click(submit)]
 
     def open_record(self, site: Site, item: Item) -> list[pb.Action]:
         """From any page: find the item (search) and open its page."""
-        raise NotImplementedError
+        box, go = self.search_box
+        return [fill(box, item.title), click(go)] + self.open_listed(site, item)
 
     def browse(self, site: Site, *, category: str = "", sort: str = "relevance", page: int = 1) -> list[pb.Action]:
         """From any page: the listing filtered to a category, sorted, at page N."""
@@ -697,7 +711,7 @@ class Builder:
 
     def open_listed(self, site: Site, item: Item) -> list[pb.Action]:
         """On a listing that shows the item: open its page."""
-        return [click(f"main a[href={css_str(self.url_record(site, item))}]")]
+        return [click(f"{self.results} a[href={css_str(self.url_record(site, item))}]")]
 
     def submit_record(self, site: Site, item: Item, values: dict[str, object]) -> list[pb.Action]:
         """On the item's page: fill the family's form with the values (field name -> value) and submit it."""

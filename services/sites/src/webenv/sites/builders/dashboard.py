@@ -180,19 +180,9 @@ class Dashboard(Builder):
                 f'{escape(self.word(ctx.site, "place"))}</button></form></section>')
 
     # --- oracle -----------------------------------------------------------------------------------------------
-    def dismiss(self, site: Site) -> list[pb.Action]:
-        return ([click(".db-whatsnew .db-dismiss")] if site.look["popup"] else []) + \
-            ([click(".db-privacy .db-accept")] if site.look["cookie_banner"] else [])
-
-    def log_in(self, site: Site, username: str, password: str) -> list[pb.Action]:
-        return [click(".db-signin"), fill('.db-auth input[name="username"]', username),
-                fill('.db-auth input[name="password"]', password), click(".db-auth .db-primary")]
-
-    def open_record(self, site: Site, item: Item) -> list[pb.Action]:
-        return [fill(".db-search input", item.title), click(".db-search button")] + self.open_listed(site, item)
-
-    def open_listed(self, site: Site, item: Item) -> list[pb.Action]:
-        return [click(f".db-grid a[href={css_str(self.url_record(site, item))}]")]
+    popup_close, cookie_accept = ".db-whatsnew .db-dismiss", ".db-privacy .db-accept"
+    login_steps = (".db-signin", '.db-auth input[name="username"]', '.db-auth input[name="password"]', ".db-auth .db-primary")
+    search_box, results = (".db-search input", ".db-search button"), ".db-grid"
 
     def browse(self, site: Site, *, category: str = "", sort: str = "relevance", page: int = 1) -> list[pb.Action]:
         acts = [click(f".db-nav a[href={css_str(self.url_listing(site))}]")]

@@ -154,20 +154,14 @@ class Forumware(Builder):
                 f'{fields}<button class="fw-btn" type="submit">{escape(self.word(ctx.site, "place"))}</button></form>')
 
     # --- oracle -----------------------------------------------------------------------------------------------
+    login_steps = (".fw-login-btn", '.fw-login-modal input[name="username"]', '.fw-login-modal input[name="password"]',
+                   ".fw-login-modal .fw-btn")
+    search_box, results = (".fw-finder input", ".fw-finder button"), ".fw-topic-list"
+
     def dismiss(self, site: Site) -> list[pb.Action]:
         # the consent dialog sits over everything, the sign-up bar only over the bottom of the page
         return ([click(".fw-consent .fw-agree")] if site.look["cookie_banner"] else []) + \
             ([click(".fw-signup-bar .fw-dismiss")] if site.look["popup"] else [])
-
-    def log_in(self, site: Site, username: str, password: str) -> list[pb.Action]:
-        return [click(".fw-login-btn"), fill('.fw-login-modal input[name="username"]', username),
-                fill('.fw-login-modal input[name="password"]', password), click(".fw-login-modal .fw-btn")]
-
-    def open_record(self, site: Site, item: Item) -> list[pb.Action]:
-        return [fill(".fw-finder input", item.title), click(".fw-finder button")] + self.open_listed(site, item)
-
-    def open_listed(self, site: Site, item: Item) -> list[pb.Action]:
-        return [click(f".fw-topic-list a[href={css_str(self.url_record(site, item))}]")]
 
     def browse(self, site: Site, *, category: str = "", sort: str = "relevance", page: int = 1) -> list[pb.Action]:
         acts = [click(f".fw-nav a[href={css_str(self.url_listing(site, '', category))}]")]

@@ -192,15 +192,9 @@ class Ledger(Builder):
                 f'value="{escape(self.word(ctx.site, "place"))}"></fieldset></form>')
 
     # --- oracle -----------------------------------------------------------------------------------------------
-    def dismiss(self, site: Site) -> list[pb.Action]:
-        return ([click("#lg-news-no")] if site.look["popup"] else []) + \
-            ([click("#lg-consent-ok")] if site.look["cookie_banner"] else [])
-
-    def log_in(self, site: Site, username: str, password: str) -> list[pb.Action]:
-        return [click("#lg-login"), fill("#lg-user", username), fill("#lg-pass", password), click("#lg-login-go")]
-
-    def open_record(self, site: Site, item: Item) -> list[pb.Action]:
-        return [fill('input[name="search"]', item.title), click("#lg-search-go")] + self.open_listed(site, item)
+    popup_close, cookie_accept = "#lg-news-no", "#lg-consent-ok"
+    login_steps = ("#lg-login", "#lg-user", "#lg-pass", "#lg-login-go")
+    search_box = ('input[name="search"]', "#lg-search-go")
 
     def browse(self, site: Site, *, category: str = "", sort: str = "relevance", page: int = 1) -> list[pb.Action]:
         acts = [click(f".lg-cats a[href={css_str(self.url_listing(site, '', category))}]")] if category else \

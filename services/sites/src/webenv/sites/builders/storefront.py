@@ -196,19 +196,9 @@ class Storefront(Builder):
                 f'{escape(self.word(site, "place"))}</button></fieldset></form>')
 
     # --- oracle -----------------------------------------------------------------------------------------------
-    def dismiss(self, site: Site) -> list[pb.Action]:
-        return ([click(".sf-modal button[aria-label=Close]")] if site.look["popup"] else []) + \
-            ([click(".sf-toast-consent button")] if site.look["cookie_banner"] else [])
-
-    def log_in(self, site: Site, username: str, password: str) -> list[pb.Action]:
-        return [click(".sf-signin"), fill('main input[name="username"]', username),
-                fill('main input[name="password"]', password), click("main button.sf-primary")]
-
-    def open_record(self, site: Site, item: Item) -> list[pb.Action]:
-        return [fill(".sf-search input", item.title), click(".sf-search button")] + self.open_listed(site, item)
-
-    def open_listed(self, site: Site, item: Item) -> list[pb.Action]:
-        return [click(f".sf-grid a[href={css_str(self.url_record(site, item))}]")]
+    popup_close, cookie_accept = ".sf-modal button[aria-label=Close]", ".sf-toast-consent button"
+    login_steps = (".sf-signin", 'main input[name="username"]', 'main input[name="password"]', "main button.sf-primary")
+    search_box, results = (".sf-search input", ".sf-search button"), ".sf-grid"
 
     def browse(self, site: Site, *, category: str = "", sort: str = "relevance", page: int = 1) -> list[pb.Action]:
         acts = [click(f".sf-nav a[href={css_str(self.url_listing(site))}]")]
