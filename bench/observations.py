@@ -1,11 +1,12 @@
 """Observations sized for language-model agents (issue 52): exported bytes per episode with screenshots, inline vs by
-reference, and the codecs side by side.
+reference, the codecs side by side, and AXTREE characters per step whole vs within a budget.
 
 One stack (`webenv.cli.stack.Stack`: sites, the browser farm on Chromium, policy, judge, collector) runs the oracle
 on easy synthetic tasks with AXTREE and SCREENSHOT observed and kept, then exports the run as JSONL twice: with each
 step's screenshot inline (``inline_screenshots``, base64 beside the key) and by reference (the key only;
 ``CollectorService.GetScreenshot`` / ``GET /v1/screenshots/{key}`` fetch it). Each codec (PNG, JPEG, WebP at
-quality 75) gets a run of its own, so the per-episode figures compare the same tasks.
+quality 75) gets a run of its own, so the per-episode figures compare the same tasks. Then the farm observes a few
+synthetic start pages whole and with ``ObservationSpec.budget_chars``.
 
     .venv/bin/python -m bench.observations            # writes bench/results/observations.md and .json
 """
@@ -13,6 +14,7 @@ quality 75) gets a run of its own, so the per-episode figures compare the same t
 from __future__ import annotations
 
 import argparse
+import asyncio
 import json
 import sys
 import tempfile
@@ -21,8 +23,8 @@ from pathlib import Path
 
 import grpc
 from webenv.cli.stack import Stack
-from webenv.client import make_sync_channel
-from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2
+from webenv.client import EnvironmentClient, make_sync_channel
+from webenv.v1 import collector_pb2, collector_pb2_grpc, common_pb2, task_pb2, task_pb2_grpc
 
 RESULTS = Path(__file__).resolve().parent / "results"
 CODECS = {"png": common_pb2.IMAGE_CODEC_PNG, "jpeg": common_pb2.IMAGE_CODEC_JPEG, "webp": common_pb2.IMAGE_CODEC_WEBP}
@@ -63,7 +65,24 @@ def run_and_export(stub: collector_pb2_grpc.CollectorServiceStub, codec: str, ep
     return row
 
 
-def report(rows: list[dict]) -> str:
+async def budgeted(browser: str, urls: list[str], budget: int) -> list[dict]:
+    """AXTREE characters of each page observed whole and within ``budget`` (ObservationSpec.budget_chars)."""
+    out = []
+    async with EnvironmentClient(browser, timeout=120) as env:
+        for url in urls:
+            sizes = {}
+            for name, b in (("full", 0), ("budgeted", budget)):
+                o = await env.open(start_url=url, spec=common_pb2.ObservationSpec(
+                    formats=[common_pb2.OBSERVATION_FORMAT_AXTREE], budget_chars=b))
+                sizes[name] = len(o.observation.axtree)
+                if b:
+                    sizes["full_chars"] = o.observation.budget.full_chars or sizes["full"]
+                await env.close(o.session.session_id)
+            out.append({"url": url, **sizes})
+    return out
+
+
+def report(rows: list[dict], budget_rows: list[dict], budget: int) -> str:
     lines = ["# Observations for language-model agents: screenshots by reference", "",
              "`python -m bench.observations`: one stack on this machine, the oracle on easy synthetic train tasks, "
              "AXTREE and SCREENSHOT (1280x720 viewport) observed and kept; the run exported as JSONL with each step's "
@@ -79,7 +98,14 @@ def report(rows: list[dict]) -> str:
                      f"{r['ratio']:.1f}x | {mean:,.0f} |")
     lines += ["", "Goal (issue 52): exported bytes per episode >= 5x fewer by reference than inline. The by-reference "
               "export still names every image; fetching them costs the bytes once per distinct image, not once per "
-              "step or export.", ""]
+              "step or export.", "",
+              f"## Budgeted observations (`budget_chars={budget}`)", "",
+              "The AXTREE of synthetic start pages on the same farm, whole and within the budget "
+              "(`webenv.budget`: long lists collapsed with counts, interactive nodes in view first).", "",
+              "| page | full chars | budgeted chars | full / budgeted |", "|---|---:|---:|---:|"]
+    for r in budget_rows:
+        lines.append(f"| {r['url']} | {r['full_chars']:,} | {r['budgeted']:,} | {r['full_chars'] / r['budgeted']:.1f}x |")
+    lines.append("")
     return "\n".join(lines)
 
 
@@ -88,6 +114,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--episodes", type=int, default=6)
     ap.add_argument("--codecs", default="png,jpeg,webp")
     ap.add_argument("--data-dir", type=Path, default=None)
+    ap.add_argument("--budget", type=int, default=1000)
     args = ap.parse_args(argv)
     tmp = Path(tempfile.mkdtemp(prefix="webenv-bench-observations-"))
     stack = Stack(args.data_dir or tmp / "stack", free_ports=True, sites_count=8)
@@ -102,12 +129,19 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{codec}: {exc.code().name}: {exc.details()}", file=sys.stderr)
                 return 1
             print(json.dumps(rows[-1]), flush=True)
+        tasks = task_pb2_grpc.TaskServiceStub(make_sync_channel(stack.address("sites"))).ListTasks(
+            task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_SYNTHETIC]),
+                                      page_size=200), timeout=60).tasks
+        urls = list(dict.fromkeys(t.start_url for t in tasks))[:6]
+        budget_rows = asyncio.run(budgeted(stack.address("browser"), urls, args.budget))
     finally:
         stack.stop()
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "observations.json").write_text(json.dumps(rows, indent=1) + "\n", encoding="utf-8")
-    (RESULTS / "observations.md").write_text(report(rows), encoding="utf-8")
-    print(report(rows))
+    (RESULTS / "observations.json").write_text(json.dumps({"screenshots": rows, "budget": budget_rows}, indent=1) + "\n",
+                                               encoding="utf-8")
+    text = report(rows, budget_rows, args.budget)
+    (RESULTS / "observations.md").write_text(text, encoding="utf-8")
+    print(text)
     return 0
 
 
