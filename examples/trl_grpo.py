@@ -7,7 +7,14 @@ farm, and the judge's verdict of each rollout is its reward.
     python examples/trl_grpo.py --model Qwen/Qwen3-1.7B --use-vllm --tasks miniwob/click-test,miniwob/click-button \
         --num-generations 8 --batch-size 8 --max-steps 200 --max-completion-length 512 --learning-rate 1e-6
 
-The train dataset is the task catalog (`webenv.compat.hf.catalog_dataset`, one row per task, repeated); TRL makes
+    # several task sources in one run: MiniWoB from the catalog beside a benchmark's own task file
+    python examples/trl_grpo.py --tiny --tasks miniwob/click-test --task-file webarena/config_files/test.raw.json
+
+The train dataset is the task catalog (`webenv.compat.hf.catalog_dataset`, one row per task, repeated), with the
+tasks of each ``--task-file`` (any format `webenv tasks --task-file` reads: WebArena, WebArena-Verified, WebVoyager,
+...; placeholders mapped as docs/benchmarks/README.md says). When the rows come from several task sources or
+benchmarks (their ``environment`` column), TRL gets a dict ``environment_factory``, a named factory per source
+(`webenv.compat.trl.environment_factories`), and routes each row to its own; TRL makes
 one `WebTaskEnv` per rollout (``environment_factory``), calls ``reset(**row)`` (a farm session for the row's task;
 its instruction and first page are appended to the prompt), runs the model's tool calls (``click``, ``fill``, ...,
 ``answer``) against the farm, and scores each rollout with ``get_reward`` (the judge's verdict, 1.0 or 0.0).
@@ -31,15 +38,15 @@ from functools import partial
 from pathlib import Path
 
 
-def build_tiny(out: Path, factory, task_ids: list[str]) -> Path:
-    """A tiny random model with TRL's Qwen3 tool-calling template, its tokenizer trained on the tasks' prompts."""
+def build_tiny(out: Path, factory, rows: list[dict]) -> Path:
+    """A tiny random model with TRL's Qwen3 tool-calling template, its tokenizer trained on the rows' prompts."""
     from transformers.utils.chat_template_utils import render_jinja_template
     from trl.chat_template_utils import qwen3_chat_template
     from webenv.compat.hf import PROMPT
     from webenv.llm.tinymodel import build_tiny_model
 
     env = factory()
-    pages = [env.reset(task_id=t) for t in task_ids]
+    pages = [env.reset(task_id=r["task_id"], task_pb=r["task_pb"]) for r in rows]
     env._close()
     # the tools as GRPOTrainer lists them (the class's public functions, by name), so the prompts render the same
     tools = [getattr(env, n) for n, _ in inspect.getmembers(type(env), inspect.isfunction)
@@ -59,6 +66,8 @@ def main(argv: list[str] | None = None) -> dict:
     model.add_argument("--model", help="A tool-calling chat model: a Hugging Face id or a folder (Qwen/Qwen3-1.7B).")
     model.add_argument("--tiny", action="store_true", help="Build and train a tiny local model (CPU demo).")
     p.add_argument("--tasks", default="miniwob/click-test", help="Catalog task ids, comma-separated.")
+    p.add_argument("--task-file", action="append", default=[], help="A task file whose tasks join the catalog's "
+                   "(a benchmark's own: WebArena, WebArena-Verified, WebVoyager, ...); repeatable.")
     p.add_argument("--max-steps", type=int, default=2, help="Optimizer steps.")
     p.add_argument("--num-generations", type=int, default=2, help="Rollouts per prompt (GRPO's group).")
     p.add_argument("--batch-size", type=int, default=2, help="Rollouts per device per step.")
@@ -77,15 +86,24 @@ def main(argv: list[str] | None = None) -> dict:
     from trl import GRPOConfig, GRPOTrainer
     from webenv.client.stack import address
     from webenv.compat.hf import catalog_dataset
-    from webenv.compat.trl import WebTaskEnv
+    from webenv.compat.trl import WebTaskEnv, environment_factories
+    from webenv.taskfiles import load
     from webenv.v1 import task_pb2
 
     task_ids = [t for t in args.tasks.split(",") if t]
     browser, sites, judge = (address(service, getattr(args, service)) for service in ("browser", "sites", "judge"))
-    factory = partial(WebTaskEnv, browser=browser, sites=sites, judge=judge)
+    parts = [catalog_dataset(sites, task_pb2.TaskFilter(task_ids=task_ids))] if task_ids else []
+    parts += [catalog_dataset(load(f)) for f in args.task_file]
+    if not parts:
+        p.error("no tasks: give --tasks or --task-file")
+    tasks = concatenate_datasets(parts)
+    addresses = {"browser": browser, "sites": sites, "judge": judge}
+    names = sorted(set(tasks["environment"]))
+    # one source: one factory; several: TRL's dict factory, each row routed by its environment column
+    factory = environment_factories(names, **addresses) if len(names) > 1 else partial(WebTaskEnv, **addresses)
     out = Path(args.output_dir)
-    model_path = str(build_tiny(out / "tiny-model", factory, task_ids)) if args.tiny else args.model
-    tasks = catalog_dataset(sites, task_pb2.TaskFilter(task_ids=task_ids))
+    model_path = str(build_tiny(out / "tiny-model", partial(WebTaskEnv, **addresses), list(tasks))) if args.tiny \
+        else args.model
     rows = args.max_steps * args.batch_size // args.num_generations + 1
     dataset = concatenate_datasets([tasks] * (rows // len(tasks) + 1))
     config = GRPOConfig(

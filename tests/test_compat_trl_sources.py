@@ -8,6 +8,7 @@ instances pooled and reused between steps. The catalog-as-dataset export covers 
 from __future__ import annotations
 
 import json
+from functools import partial
 from pathlib import Path
 
 import datasets
@@ -75,10 +76,10 @@ def test_grpo_routes_rows_to_named_factories_and_reuses_instances(stack: Stack, 
     grpo = load_test_module(ROOT / "examples" / "trl_grpo.py", "_trl_grpo_for_sources")
     addrs = {k: stack.address(k) for k in ("browser", "sites", "judge")}
     factories = environment_factories({"miniwob": {"max_steps": 3}, "webarena": {"max_steps": 3}}, **addrs)
-    model = grpo.build_tiny(tmp_path / "tiny", factories["miniwob"], ["miniwob/click-test"])
     webarena = next(t for t in tasks if t.task_id == "webarena/1")  # from its file, not the catalog
     rows = concatenate_datasets([catalog_dataset(addrs["sites"], task_pb2.TaskFilter(task_ids=["miniwob/click-test"])),
                                  catalog_dataset([webarena])])
+    model = grpo.build_tiny(tmp_path / "tiny", partial(WebTaskEnv, **addrs), list(rows))
     config = GRPOConfig(
         output_dir=str(tmp_path / "out"), max_steps=2, per_device_train_batch_size=4, num_generations=2,
         max_completion_length=16, max_tool_calling_iterations=1, learning_rate=1e-5, beta=0.0, logging_steps=1,
