@@ -36,7 +36,10 @@ async def test_a_big_page_within_budget_keeps_the_answer_and_says_what_was_cut(e
     assert not full.observation.HasField("budget")
     whole = len(full.observation.axtree)
     await env.close(full.session.session_id)
-    o = await env.open(start_url=page_server.url("big"), spec=spec(4000))
+    o = await env.open(start_url=page_server.url("big"), spec=spec(4000), request_id="big-budget")
+    again = await env.open(start_url=page_server.url("big"), spec=spec(4000), request_id="big-budget")
+    assert again.session.session_id == o.session.session_id  # the same open: its page within the same budget
+    assert len(again.observation.axtree) <= 4000 and not again.observation.elements
     obs = o.observation
     tree = obs.axtree
     assert whole > 100_000 and len(tree) <= 4000  # the whole tree: cut at the farm's cap, 200,000

@@ -469,11 +469,13 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
         request = await self._resolve_task(request)
         self.backend.check_open(request)
         validate_lease(request.lease_seconds, self.backend.max_lease_seconds)
-        again = self.table.reopened(request.request_id)
-        if again is not None:
-            return await self.backend.reopen(again)
         budget = request.observation_spec.budget_chars
         asked = request.observation_spec
+        again = self.table.reopened(request.request_id)
+        if again is not None:  # the same open again: its observation within the same budget
+            resp = await self.backend.reopen(again)
+            apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
+            return resp
         if budget:  # the elements tell the budget what is in view
             request = _copy(request)
             request.observation_spec.CopyFrom(_with_elements(asked))
