@@ -37,6 +37,7 @@ clients fall back to the handshake) and refuses a tool call without a session (`
 
 from __future__ import annotations
 
+import asyncio
 import os
 from collections.abc import AsyncIterator, Callable
 from contextlib import asynccontextmanager
@@ -212,6 +213,7 @@ def build_server(new_session: Callable[[], FarmSession]) -> MCPServer:
     """The MCP server with the browser tools, each MCP client on its own farm session from ``new_session()``: the
     stdio process's one client, or each streamable-HTTP MCP session, closed when that session ends."""
     live: set[FarmSession] = set()  # every client's open session, closed at the latest when the server stops
+    closing: set[asyncio.Task[None]] = set()  # ended clients' sessions being closed
     stdio: list[FarmSession] = []  # the stdio process's one client
 
     @asynccontextmanager
@@ -219,6 +221,7 @@ def build_server(new_session: Callable[[], FarmSession]) -> MCPServer:
         try:
             yield None
         finally:
+            await asyncio.gather(*closing, return_exceptions=True)
             for s in list(live):
                 await s.close()
             live.clear()
@@ -258,8 +261,14 @@ def build_server(new_session: Callable[[], FarmSession]) -> MCPServer:
             live.add(session)
 
             async def end() -> None:
-                live.discard(session)
-                await session.close()
+                # a task of its own: the SDK bounds a connection's cleanup to a few seconds, a farm close may take longer
+                async def close() -> None:
+                    await session.close()
+                    live.discard(session)
+
+                task = asyncio.create_task(close())
+                closing.add(task)
+                task.add_done_callback(closing.discard)
 
             connection.exit_stack.push_async_callback(end)
         return session
