@@ -202,6 +202,11 @@ def test_two_mcp_clients_over_http_never_see_each_others_pages(stack: Stack) -> 
         while await alive(farm, ids[0]):
             assert time.monotonic() < deadline
             await asyncio.sleep(0.2)
+        # MCP's session-less era has no client to key a browser by: refused, no farm session opened
+        async with Client(url, mode="2026-07-28") as stateless:
+            bad = await stateless.call_tool("snapshot", {})
+            assert bad.is_error and "FAILED_PRECONDITION NO_MCP_SESSION" in text(bad), text(bad)
+        assert len(opened) == 2
         await farm.aclose()
 
     try:
