@@ -30,9 +30,10 @@ the farm's EnvironmentService, so its limits and URL and network guard hold as o
 Clients never share a page: each MCP client gets its own farm session (:class:`FarmSession`), opened at its first tool
 call and closed when its MCP session ends. Over stdio the process serves one client; over streamable HTTP each MCP
 session (``Mcp-Session-Id``, the ``initialize`` handshake) is a client, and its farm session closes when the client
-ends the session (``DELETE``), the server's idle timeout ends it, or the server stops. MCP's 2026 session-less era
-has no client to key a browser by: the server does not offer it (``server/discover`` is refused, so the SDK's
-clients fall back to the handshake) and refuses a tool call without a session (``FAILED_PRECONDITION NO_MCP_SESSION``).
+ends the session (``DELETE``), the server's idle timeout ends it, or the server stops. Over HTTP, MCP's 2026
+session-less era has no client to key a browser by: the server does not offer it (``server/discover`` is refused, so
+the SDK's clients fall back to the handshake) and refuses a tool call without a session (``FAILED_PRECONDITION
+NO_MCP_SESSION``); over stdio either era is the process's one client.
 """
 
 from __future__ import annotations
