@@ -9,6 +9,7 @@ import json
 import uuid
 
 from playwright.async_api import Browser, Page
+from playwright.async_api import TimeoutError as PlaywrightTimeoutError
 from webenv.sites import builders
 from webenv.sites.families import FAMILIES
 from webenv.v1 import common_pb2 as pb
@@ -105,7 +106,12 @@ async def _do(page: Page, act: pb.Action) -> str:
     elif kind == "fill":
         await page.fill(act.fill.target.selector, act.fill.text)
     elif kind == "select":
+        before = page.url
         await page.select_option(act.select.target.selector, list(act.select.options))
+        try:  # a select that submits its form on change navigates a moment later: wait for it (as the farm settles)
+            await page.wait_for_url(lambda url: url != before, timeout=1500)
+        except PlaywrightTimeoutError:
+            pass
     elif kind == "answer":
         return act.answer.text
     else:
