@@ -205,3 +205,33 @@ def test_the_authors_normalisations() -> None:
     assert not url_matches("http://a.test/f/books/1/?sort=old", "http://a.test/f/books/1?sort=new")
     assert assistantbench_accuracy("100", 100) == 1.0 and 0 < assistantbench_accuracy("120", "100") < 1
     assert assistantbench_accuracy("the Eiffel tower", "Eiffel Tower") == 1.0
+
+
+def _pages(*pages: tuple[str, str], answer: str = "") -> C.Trajectory:
+    """An episode over (url, html) pages; the last is the final observation."""
+    t = C.Trajectory(episode_id="e", final_answer=answer, env_kind=C.ENV_KIND_BROWSER)
+    for i, (u, h) in enumerate(pages[:-1]):
+        t.steps.add(step_index=i, observation=C.Observation(url=u, html=h), url_after=pages[i + 1][0])
+    t.final_observation.CopyFrom(C.Observation(url=pages[-1][0], html=pages[-1][1]))
+    return t
+
+
+async def test_visualwebarena_exact_urls_and_must_exclude(stub, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Upstream VWA tasks (services/sdk/tests/benchmarks): url_note "EXACT", get_query_text (textContent) and a
+    program_html must_exclude, graded as VWA's harness grades them."""
+    monkeypatch.setenv("VWA_CLASSIFIEDS", "http://127.0.0.1:9980")
+    vwa = {t.task_id: t for t in load(ROOT / "services" / "sdk" / "tests" / "benchmarks" / "visualwebarena_test.raw.json")}
+    home, item = ("http://127.0.0.1:9980", "<html></html>"), "http://127.0.0.1:9980/index.php?page=item&id=4799"
+    assert (await grade(stub, vwa["visualwebarena/0"], _pages(home, (item + "/", "<p>kayak</p>")))).passed
+    longer = await grade(stub, vwa["visualwebarena/0"], _pages(home, (item + "&x=1", "<p>kayak</p>")))
+    assert not longer.passed  # "GOLD in PRED" would take it; "EXACT" does not
+    car = "http://127.0.0.1:9980/index.php?page=item&id=84144"
+
+    def listing(desc: str) -> tuple[str, str]:
+        return car, f'<div class="price"> 25000.00 </div><div class="desc"><p>{desc}</p></div>'
+
+    v = await grade(stub, vwa["visualwebarena/4"], _pages(home, listing("White car, now $25,000.")))
+    assert v.passed, [(r.fact_id, r.reason) for r in v.results]
+    stale = await grade(stub, vwa["visualwebarena/4"], _pages(home, listing("White car, now $25,000 (was 30,000).")))
+    assert outcomes(stale) == {"program_html.0": HOLDS, "program_html.1": HOLDS, "program_html.2": FAILS}
+    assert "'30,000' is in the selection" in stale.results[2].reason

@@ -1,6 +1,7 @@
 """Published benchmarks' task files, in their authors' formats (webenv.taskfiles.webarena / openweb): upstream tasks
-copied verbatim (tests/benchmarks/README.md: source and license) and the examples written for the project's own
-sites (docs/benchmarks/examples/), read by the same `load` that `webenv run --task-file` and `webenv tasks` use;
+(WebArena, WebArena-Verified, VisualWebArena, WebVoyager, Online-Mind2Web) and result files copied verbatim
+(tests/benchmarks/README.md: source and license) and the examples written for the project's own sites
+(docs/benchmarks/examples/), read by the same `load` that `webenv run --task-file` and `webenv tasks` use;
 placeholders without a base URL and func: helpers outside the registry are refused before anything runs."""
 
 from __future__ import annotations
@@ -72,6 +73,68 @@ def test_webvoyager_jsonl_loads() -> None:
     assert [t.task_id for t in tasks] == ["webvoyager/Allrecipes--0", "webvoyager/Allrecipes--1", "webvoyager/Allrecipes--2"]
     assert tasks[0].start_url == "https://www.allrecipes.com/" and tasks[0].metadata["web_name"] == "Allrecipes"
     assert all(_facts(t)["webvoyager.judge"].HasField("llm") for t in tasks)
+
+
+def test_visualwebarena_config_tasks_load_as_upstream_writes_them(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("VWA_CLASSIFIEDS", "http://127.0.0.1:9980")  # BrowserGym's name for VWA's placeholder
+    tasks = {t.metadata["benchmark_task_id"]: t for t in load(UPSTREAM / "visualwebarena_test.raw.json")}
+    assert list(tasks) == ["0", "4", "6", "9"] and all(t.task_id.startswith("visualwebarena/") for t in tasks.values())
+    t0 = tasks["0"]  # url_match with VWA's "EXACT" rule, kept as such (not WebArena's "GOLD in PRED")
+    assert (t0.start_url, t0.instruction) == ("http://127.0.0.1:9980", "Find me the cheapest blue kayak on this site.")
+    assert t0.kind == pb.TASK_KIND_NAVIGATION and t0.metadata["storage_state"] == "./.auth/classifieds_state.json"
+    assert json.loads(_facts(t0)["url_match"].benchmark.config_json) == {
+        "reference_url": "http://127.0.0.1:9980/index.php?page=item&id=4799", "url_note": "EXACT"}
+    t4 = tasks["4"]  # three program_html targets: VWA's get_query_text helper, and a must_exclude
+    assert t4.kind == pb.TASK_KIND_TRANSACTION and t4.metadata["require_reset"] == "true"
+    targets = [json.loads(_facts(t4)[f"program_html.{i}"].benchmark.config_json)["program_html"][0] for i in range(3)]
+    assert [t["locator"] for t in targets] == ["func:get_query_text(__page__, '.price')",
+                                               "func:get_query_text(__page__, '.desc')",
+                                               "func:get_query_text(__page__, '.desc')"]
+    assert targets[0]["url"] == "http://127.0.0.1:9980/index.php?page=item&id=84144"
+    assert targets[2]["required_contents"] == {"must_exclude": ["30000", "30,000"]}
+    must = json.loads(_facts(tasks["6"])["string_match"].benchmark.config_json)["reference_answers"]["must_include"]
+    assert must[0] == "http://127.0.0.1:9980/index.php?page=item&id=4208" and tasks["6"].kind == pb.TASK_KIND_INFORMATION
+    t9 = tasks["9"]  # an input image, program_html on the last page, and an image query for the LLM judge
+    assert t9.metadata["image"].endswith("input_images/classifieds/task_9/input_0.png")
+    assert json.loads(_facts(t9)["program_html.0"].benchmark.config_json)["program_html"][0]["url"] == "last"
+    query = _facts(t9)["page_image_query.0"]
+    assert query.HasField("llm") and "http://127.0.0.1:9980/oc-content/uploads/42906/42906.png" in query.llm.guidance
+    assert "__CLASSIFIEDS__" not in json.dumps([dict(t.metadata) for t in tasks.values()])
+
+
+def test_online_mind2web_tasks_load() -> None:
+    tasks = load(UPSTREAM / "Online_Mind2Web.jsonl")
+    assert [t.metadata["benchmark_task_id"] for t in tasks] == [
+        "005be9dd91c95669d6ddde9ae667125c", "608c595eec271fa5dc03506923519994", "824eb7bb0ef1ce40bfd49c12182d9428"]
+    fedex = tasks[1]
+    assert fedex.task_id == "online-mind2web/608c595eec271fa5dc03506923519994"
+    assert (fedex.start_url, fedex.site) == ("https://www.fedex.com/en-us/home.html", "www.fedex.com")
+    assert fedex.instruction.startswith("Calculate a FedEx Ground shipping rate") and fedex.metadata["reference_length"] == "9"
+    assert [t.difficulty for t in tasks] == [pb.DIFFICULTY_EASY, pb.DIFFICULTY_MEDIUM, pb.DIFFICULTY_HARD]
+    assert all(_facts(t)["online-mind2web.judge"].HasField("llm") for t in tasks)
+
+
+def test_our_online_mind2web_result_json_has_the_v2_schema_keys() -> None:
+    """``webenv rescore --out``'s result.json against the authors' v2 submission schema (an upstream example): the
+    same top-level keys and step keys; browser-use's published results use an older shape (docs/benchmarks/
+    online-mind2web.md lists the differences)."""
+    rescore = pytest.importorskip("webenv.cli.commands.rescore")
+    from webenv.v1 import collector_pb2
+
+    task = load(UPSTREAM / "Online_Mind2Web.jsonl")[0]
+    ep = collector_pb2.StoredEpisode(task=task)
+    ep.trajectory.final_answer = "23 kg"
+    ep.trajectory.steps.add(step_index=0, observation=pb.Observation(url=task.start_url), action_text="click('12')",
+                            raw_output="Open the baggage page.")
+    ours = rescore.mind2web_result(ep)
+    upstream = json.loads((UPSTREAM / "online_mind2web_result_v2.json").read_text())
+    assert list(ours) == list(upstream)
+    assert set(ours["action_history"][0]) == set(upstream["action_history"][0])
+    assert (ours["schema_version"], ours["task_id"], ours["reference_length"]) == (
+        "online-mind2web-v2", "005be9dd91c95669d6ddde9ae667125c", 4)
+    assert ours["agent_final_answer"] == "23 kg" and ours["action_history"][0]["screenshot"] is None
+    browser_use = json.loads((UPSTREAM / "online_mind2web_result_browser_use.json").read_text())
+    assert set(browser_use) == {"task_id", "task", "final_result_response", "judge"}
 
 
 def test_every_format_written_for_our_own_sites_loads(monkeypatch: pytest.MonkeyPatch) -> None:

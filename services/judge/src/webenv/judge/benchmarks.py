@@ -5,12 +5,13 @@
   matched against the answer's tokens), VisualWebArena's must_exclude; ``fuzzy_match: "N/A"`` holds on the answer
   "N/A" (upstream then asks an LLM whether the stated reason matches: undecidable here).
 - ``webarena.url_match``: URLEvaluator's "GOLD in PRED": some reference's host+path (trailing ``/`` dropped) equals
-  the final URL's, and every reference query parameter has one of its values in the final URL's.
+  the final URL's, and every reference query parameter has one of its values in the final URL's; VisualWebArena's
+  "EXACT": the final URL (``localhost`` read as ``127.0.0.1``, trailing ``/`` dropped) is one of the references.
 - ``webarena.program_html``: HTMLContentEvaluator over the pages the episode saw: ``url`` "last" is the final page,
   a URL the newest observation of it, ``func:reddit_get_post_url('__last_url__')`` computed; the locator
   (:mod:`webenv.taskfiles.locators`, parsed by the sdk) is interpreted on that page's HTML (live values from the
-  ELEMENTS format when kept); the selection is unescaped and checked with exact_match or must_include
-  (`` |OR| `` alternatives).
+  ELEMENTS format when kept); the selection is unescaped and checked with exact_match, must_include
+  (`` |OR| `` alternatives) or VisualWebArena's must_exclude.
 - ``webarena_verified.agent_response``: AgentResponseEvaluator on the final answer as JSON (a fenced code block is
   unwrapped): task_type and status compared case-folded, retrieved_data (retrieve tasks only) normalised (strings
   case-folded and stripped, ``^...$`` strings as regexes, numbers as floats) and compared as a multiset unless
@@ -147,18 +148,28 @@ def url_matches(pred: str, reference: str) -> bool:
     return all(any(v in pred_query.get(k, []) for v in values) for k, values in ref_queries.items())
 
 
+def url_exact(pred: str, reference: str) -> bool:
+    """VisualWebArena's URLExactEvaluator, "EXACT"."""
+    def clean(u: str) -> str:
+        u = u.replace("localhost", "127.0.0.1")
+        return u[:-1] if u.endswith("/") else u
+    return clean(pred) in [clean(u) for u in reference.split(" |OR| ")]
+
+
 def _url_match(cfg: dict[str, Any]) -> Checker:
     ref = cfg.get("reference_url")
     if not isinstance(ref, str) or not ref.strip():
         raise CriterionProblem("config_json.reference_url", "url_match needs a reference_url")
-    if cfg.get("url_note", "GOLD in PRED") != "GOLD in PRED":
+    rule = cfg.get("url_note", "GOLD in PRED")
+    if rule not in ("GOLD in PRED", "EXACT"):
         raise CriterionProblem("config_json.url_note", f"unknown matching rule {cfg.get('url_note')!r}")
+    matches = url_exact if rule == "EXACT" else url_matches
 
     def check(ctx: EvalContext) -> Check:
         pred = ctx.final_url()
         if not pred:
             return Check(UNDECIDABLE, "trajectory has no final URL", -1)
-        ok = url_matches(pred, ref)
+        ok = matches(pred, ref)
         return Check(HOLDS if ok else FAILS, f"final url {'matches' if ok else 'does not match'} {ref[:120]!r}", -1,
                      excerpt=excerpt(pred))
 
@@ -299,9 +310,10 @@ def _program_html(cfg: dict[str, Any]) -> Checker:
         if not isinstance(t, dict) or not isinstance(t.get("url"), str) or not isinstance(t.get("locator"), str):
             raise CriterionProblem(field, "a target needs url and locator strings")
         rc = t.get("required_contents")
-        keys = [k for k in ("exact_match", "must_include") if isinstance(rc, dict) and k in rc]
+        keys = [k for k in ("exact_match", "must_include", "must_exclude") if isinstance(rc, dict) and k in rc]
         if len(keys) != 1:
-            raise CriterionProblem(f"{field}.required_contents", "needs exactly one of exact_match, must_include")
+            raise CriterionProblem(f"{field}.required_contents", "needs exactly one of exact_match, must_include, "
+                                   "must_exclude")
         try:
             url_func = parse_func(t["url"], "url") if t["url"].startswith("func:") else None
         except LocatorError as exc:
@@ -335,9 +347,9 @@ def _program_html(cfg: dict[str, Any]) -> Checker:
                                  step)
                 if loc.name == "gitlab_get_project_memeber_role":
                     selected = gitlab_get_project_memeber_role(ctx, pos, loc.args[1])
-                else:  # get_query_text(_lowercase): the value of the element the selector names
+                else:  # VWA's get_query_text(_lowercase): the textContent of the first element the selector names
                     node = ctx.tree(pos).css_first(loc.args[1])  # type: ignore[union-attr]
-                    selected = str(_element_value(ctx, pos, node, "value")) if node is not None else ""
+                    selected = node.text(deep=True) if node is not None else ""
                     selected = selected.lower() if loc.name.endswith("_lowercase") else selected
             else:
                 selected = evaluate_locator(ctx, pos, loc)
@@ -346,6 +358,12 @@ def _program_html(cfg: dict[str, Any]) -> Checker:
                 if not exact_match(str(want), selected):
                     return Check(FAILS, f"{url[:80]}: {selected[:80]!r} is not {str(want)[:80]!r}", step, FMT_HTML,
                                  excerpt=excerpt(selected))
+            elif how == "must_exclude":  # VWA: one-word references against the selection's tokens
+                for content in want:
+                    ref, pred = clean_answer(str(content)), clean_answer(selected)
+                    if ref in (_tokens(pred) if len(_tokens(ref)) == 1 else pred):
+                        return Check(FAILS, f"{url[:80]}: {str(content)[:80]!r} is in the selection", step, FMT_HTML,
+                                     excerpt=excerpt(selected, str(content)))
             else:
                 for content in want:
                     if not any(must_include(c, selected) for c in str(content).split(" |OR| ")):

@@ -5,9 +5,10 @@ WebArena / VisualWebArena config JSON (``config_files/test.raw.json``: a list, o
 ``storage_state``, ``require_login``, ``require_reset``, ``geolocation``, ``viewport_size``, ``intent``,
 ``intent_template_id``, and ``eval``: ``eval_types`` (string_match, url_match, program_html, and VWA's
 page_image_query), ``reference_answers`` (exact_match, must_include, VWA's must_exclude, fuzzy_match),
-``reference_url`` (`` |OR| `` alternatives) with ``url_note``, ``program_html`` (``url``: a URL, ``"last"`` or
-``func:...``; ``locator``: JavaScript, ``""`` or ``func:...``; ``required_contents``: exact_match or must_include),
-``string_note``.
+``reference_url`` (`` |OR| `` alternatives) with ``url_note`` ("GOLD in PRED", WebArena's default, or VWA's
+"EXACT", VWA's default), ``program_html`` (``url``: a URL, ``"last"`` or ``func:...``; ``locator``: JavaScript,
+``""`` or ``func:...``; ``required_contents``: exact_match, must_include or VWA's must_exclude), ``string_note``;
+VWA's ``image`` (a URL, a placeholder URL or a list of them: the task's input images, kept in metadata).
 
 WebArena-Verified (``assets/dataset/webarena-verified.json``): ``start_urls``, ``eval`` a list of
 ``AgentResponseEvaluator`` (``results_schema``, ``expected``: task_type, status, retrieved_data; ``ordered``) and
@@ -36,6 +37,9 @@ from webenv.v1 import common_pb2 as pb
 
 EVAL_TYPES = ("string_match", "url_match", "program_html", "page_image_query")
 ANSWER_KEYS = ("exact_match", "must_include", "must_exclude", "fuzzy_match")
+HTML_CONTENT_KEYS = ("exact_match", "must_include", "must_exclude")  # VWA adds must_exclude
+URL_NOTES = ("GOLD in PRED", "EXACT")
+DEFAULT_URL_NOTE = {"webarena": "GOLD in PRED", "visualwebarena": "EXACT"}  # each harness's default
 VERIFIED_EVALUATORS = {"AgentResponseEvaluator": "webarena_verified.agent_response",
                        "NetworkEventEvaluator": "webarena_verified.network_event"}
 
@@ -134,9 +138,9 @@ def check_program_html(targets: list[dict[str, Any]], where: str) -> None:
         except LocatorError as exc:
             which = "url" if t["url"].startswith("func:") and "url" in str(exc) else "locator"
             raise BenchmarkError(f"{where}: {field}.{which}: {exc}") from None
-        keys = [k for k in ("exact_match", "must_include") if k in t["required_contents"]]
+        keys = [k for k in HTML_CONTENT_KEYS if k in t["required_contents"]]
         if len(keys) != 1:
-            raise BenchmarkError(f"{where}: {field}.required_contents: needs exactly one of exact_match, must_include")
+            raise BenchmarkError(f"{where}: {field}.required_contents: needs exactly one of {', '.join(HTML_CONTENT_KEYS)}")
 
 
 def _convert_webarena(t: WebArenaTask, raw: dict[str, Any], where: str, path: Path, sites: SiteMap,
@@ -147,6 +151,7 @@ def _convert_webarena(t: WebArenaTask, raw: dict[str, Any], where: str, path: Pa
     try:
         start_urls = [u.strip() for u in sites.substitute(t.start_url, f"{task_where}: start_url").split(" |AND| ")]
         ev = sites.substitute(ev, f"{task_where}: eval")
+        image = sites.substitute(t.image, f"{task_where}: image") if t.image else None
     except UnmappedPlaceholder as exc:
         raise BenchmarkError(str(exc)) from None
     start, more = _start(start_urls, task_where, "start_url")
@@ -180,9 +185,10 @@ def _convert_webarena(t: WebArenaTask, raw: dict[str, Any], where: str, path: Pa
             kind = pb.TASK_KIND_NAVIGATION if kind == pb.TASK_KIND_INFORMATION else kind
             if not ev.get("reference_url"):
                 raise BenchmarkError(f"{task_where}: eval.reference_url: required for url_match")
-            note = ev.get("url_note") or "GOLD in PRED"
-            if note != "GOLD in PRED":
-                raise BenchmarkError(f"{task_where}: eval.url_note: {note!r} is not a matching rule WebArena has ('GOLD in PRED')")
+            note = ev.get("url_note") or DEFAULT_URL_NOTE[bench]
+            if note not in URL_NOTES:
+                raise BenchmarkError(f"{task_where}: eval.url_note: {note!r} is not a matching rule WebArena or VWA has "
+                                     f"({', '.join(map(repr, URL_NOTES))})")
             _benchmark_fact(group, "url_match", f"The final URL matches {ev['reference_url'][:300]}", "webarena.url_match",
                             {"reference_url": ev["reference_url"], "url_note": note})
         elif etype == "program_html":
@@ -207,7 +213,7 @@ def _convert_webarena(t: WebArenaTask, raw: dict[str, Any], where: str, path: Pa
     meta = {"benchmark": bench, "benchmark_file": str(path), "benchmark_task_id": tid, "sites": ",".join(t.sites),
             "require_login": str(t.require_login).lower(), "require_reset": str(t.require_reset).lower()}
     for key, value in (("storage_state", t.storage_state), ("geolocation", t.geolocation),
-                       ("viewport_size", t.viewport_size), ("image", t.image)):
+                       ("viewport_size", t.viewport_size), ("image", image)):
         if value:
             meta[key] = value if isinstance(value, str) else json.dumps(value)
     if more:
