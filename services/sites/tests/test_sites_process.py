@@ -35,7 +35,7 @@ async def test_module_serves_and_stops_on_sigterm(tmp_path) -> None:
             resp = await task_pb2_grpc.TaskServiceStub(ch).ListTasks(task_pb2.ListTasksRequest(page_size=5), timeout=10)
             assert resp.total_size > 16 * 20 and len(resp.tasks) == 5
         async with httpx.AsyncClient() as c:
-            r = await c.get(f"http://127.0.0.1:{http_port}/wiki", headers={"host": "wiki-0001.web.test"})
+            r = await c.get(f"http://127.0.0.1:{http_port}/wiki", headers={"host": "wiki-0000.web.test"})  # platform
             assert r.status_code == 200 and 'id="results"' in r.text
             r = await c.get(f"http://127.0.0.1:{http_port}/", headers={"host": "nowhere.web.test"})
             assert r.status_code == 404
