@@ -28,8 +28,8 @@ from __future__ import annotations
 
 from webenv.sites.builders.base import Builder
 from webenv.sites.builders.boardroom import Boardroom
-from webenv.sites.builders.dashboard import Dashboard
 from webenv.sites.builders.classic import Classic
+from webenv.sites.builders.dashboard import Dashboard
 from webenv.sites.builders.docsite import DocSite
 from webenv.sites.builders.facetgrid import FacetGrid
 from webenv.sites.builders.forumware import Forumware
