@@ -177,6 +177,8 @@ async def peer_call(peer: str, call: Callable[[], Awaitable[T]]) -> T:
 def _env_error(what: str, exc: BaseException) -> EnvFailure:
     if isinstance(exc, grpc.aio.AioRpcError):
         return EnvFailure(f"{what}: {exc.code().name}: {exc.details()}")
+    if isinstance(exc, errors.WebenvError):  # the sdk client's typed error: its status code named as a raw one is
+        return EnvFailure(f"{what}: {exc.code.name}: {exc.message}")
     return EnvFailure(f"{what}: {exc}")
 
 
