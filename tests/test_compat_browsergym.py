@@ -27,6 +27,7 @@ from webenv.actions import format_action
 from webenv.cli.stack import Stack
 from webenv.client.gym import WebEnv
 from webenv.compat import browsergym as bg
+from webenv.testing import ONE_FACT, one_fact_shop_task
 from webenv.v1 import task_pb2, task_pb2_grpc
 
 pytestmark = pytest.mark.timeout(600)
@@ -194,9 +195,10 @@ def bid(axtree: str, role: str, name: str = "") -> str:
 
 def shop_task(stack: Stack):
     with grpc.insecure_channel(stack.address("sites")) as ch:
-        tasks = task_pb2_grpc.TaskServiceStub(ch).ListTasks(task_pb2.ListTasksRequest(page_size=100)).tasks
-    info = next(t for t in tasks if "/shop-" in t.task_id and "/info-" in t.task_id)
+        tasks = task_pb2_grpc.TaskServiceStub(ch).ListTasks(task_pb2.ListTasksRequest(page_size=500)).tasks
+    info = next(t for t in tasks if one_fact_shop_task(t))
     return get_task(stack, info.task_id)
+
 
 
 def test_browsergym_examples_run_on_the_farm(stack: Stack) -> None:
@@ -352,7 +354,7 @@ class ShopAgent:
 
 def test_a_browsergym_agent_solves_a_synthetic_task_graded_by_the_judge(stack: Stack) -> None:
     task = shop_task(stack)
-    m = re.search(r'check the (\w+) of "([^"]+)"', task.instruction)
+    m = ONE_FACT.search(task.instruction)
     assert m, task.instruction
     env = WebEnv(stack.address("browser"), task=task, api="browsergym", judge=stack.address("judge"), max_steps=8)
     check_env(env, skip_render_check=True)

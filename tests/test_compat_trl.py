@@ -22,6 +22,7 @@ from transformers.utils import get_json_schema
 from webenv import errors
 from webenv.cli.stack import Stack
 from webenv.compat.trl import WebTaskEnv
+from webenv.testing import ONE_FACT, one_fact_shop_task
 from webenv.v1 import common_pb2, task_pb2, task_pb2_grpc
 
 pytestmark = pytest.mark.timeout(600)
@@ -75,11 +76,11 @@ def test_a_rollout_on_miniwob_is_rewarded_by_the_judge(stack: Stack) -> None:
 def test_a_rollout_on_a_synthetic_task_with_the_tools(stack: Stack) -> None:
     with grpc.insecure_channel(stack.address("sites")) as ch:
         stub = task_pb2_grpc.TaskServiceStub(ch)
-        info = next(t for t in stub.ListTasks(task_pb2.ListTasksRequest(page_size=100)).tasks
-                    if "/shop-" in t.task_id and "/info-" in t.task_id)
+        info = next(t for t in stub.ListTasks(task_pb2.ListTasksRequest(page_size=500)).tasks
+                    if one_fact_shop_task(t))
     env = factory(stack)()
     page = env.reset(task_id=info.task_id)
-    field, product = re.search(r'check the (\w+) of "([^"]+)"', page).groups()
+    field, product = ONE_FACT.search(page).groups()
     page = env.fill(re.search(r"\[(\w+)\] searchbox", page).group(1), product)
     page = env.click(re.search(r'\[(\w+)\] button "Look up"', page).group(1))
     page = env.click(re.search(rf'\[(\w+)\] link "{re.escape(product)}"', page).group(1))

@@ -7,6 +7,7 @@ and a helper that scrapes a real /metrics endpoint over HTTP.
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import socket
 import subprocess
@@ -124,3 +125,15 @@ def assert_grounded(pairs: list[tuple[str, str]]) -> int:
         assert target.WhichOneof("ref") == "element_id", f"{text} names a selector, not an element id"
         assert f"[{target.element_id}] " in observation, f"{text}: no [{target.element_id}] in\n{observation[:2000]}"
     return checked
+
+
+# A one-fact information task's field and product, however the task is worded ("check the warranty of "X"", "find out
+# the warranty of "X"", ...): the adapters' scripted agents read them from the instruction.
+ONE_FACT = re.compile(r'\bthe (\w+) of "([^"]+)"')
+
+
+def one_fact_shop_task(task) -> bool:
+    """A shop information task of one fact on a site the platform builder renders (whose markup the scripted agents
+    of the adapter tests read), worded so that ONE_FACT finds its field and product."""
+    return ("/shop-" in task.task_id and "/info-" in task.task_id and task.builder == "platform"
+            and task.metadata.get("facts") == "1" and ONE_FACT.search(task.instruction) is not None)
