@@ -177,7 +177,7 @@ async def test_step_stream_many_sessions_completion_order(env, farm, page_server
         while (item := await queue.get()) is not None:
             yield item
 
-    def req(tag: str, sid: str, action: common_pb2.Action, index: int = -1) -> environment_pb2.StepStreamRequest:
+    def req(tag: str, sid: str, action: common_pb2.Action, index: int | None = None) -> environment_pb2.StepStreamRequest:
         return environment_pb2.StepStreamRequest(tag=tag, step=environment_pb2.StepRequest(
             session_id=sid, action=action, step_index=index))
 

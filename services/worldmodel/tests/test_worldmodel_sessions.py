@@ -54,7 +54,7 @@ async def _open(s: Served, **kw: object) -> str:
     return (await s.stub.OpenSession(environment_pb2.OpenSessionRequest(task=TASK, **kw))).session.session_id
 
 
-def _step(sid: str, action: str, index: int = -1) -> environment_pb2.StepRequest:
+def _step(sid: str, action: str, index: int | None = None) -> environment_pb2.StepRequest:
     return environment_pb2.StepRequest(session_id=sid, action=parse_action(action), step_index=index)
 
 
