@@ -107,11 +107,18 @@ async def _do(page: Page, act: pb.Action) -> str:
         await page.fill(act.fill.target.selector, act.fill.text)
     elif kind == "select":
         before = page.url
+        # a sort select (outside a POST form) may navigate a moment after the change (facetgrid submits its GET form,
+        # hashapp moves the hash): wait for it, as the farm settles; a select of a POST form, or of a form with a
+        # submit button, never navigates by itself
+        navigates = await page.eval_on_selector(act.select.target.selector,
+                                                "el => !el.form || (el.form.method.toLowerCase() !== 'post'"
+                                                " && !el.form.querySelector('button:not([type=button]), [type=submit]'))")
         await page.select_option(act.select.target.selector, list(act.select.options))
-        try:  # a select that submits its form on change navigates a moment later: wait for it (as the farm settles)
-            await page.wait_for_url(lambda url: url != before, timeout=1500)
-        except PlaywrightTimeoutError:
-            pass
+        if navigates:
+            try:
+                await page.wait_for_url(lambda url: url != before, timeout=5000)
+            except PlaywrightTimeoutError:
+                pass
     elif kind == "answer":
         return act.answer.text
     else:
