@@ -169,7 +169,8 @@ class Stack:
                     "WEBENV_BLOB_DIR": str((self.data_dir / "blobs").resolve()),
                     "WEBENV_TRAINER_ADDR": self.address("trainer")}
         elif name == "worldmodel":
-            env |= {"WEBENV_WORLDMODEL_MODEL_PATH": str(Path(self.worldmodel).resolve())}
+            env |= {"WEBENV_WORLDMODEL_MODEL_PATH": str(Path(self.worldmodel).resolve()),
+                    "WEBENV_WORLDMODEL_SITES_ADDR": self.address("sites")}  # OpenSession by task id, as the farm
         env |= self.extra_env
         return env
 
