@@ -17,7 +17,7 @@ PROTOS = Path(__file__).resolve().parents[3] / "protos"
 
 
 async def ensure_node_modules() -> None:
-    if (NODE_DIR / "node_modules" / "@grpc" / "grpc-js").is_dir():
+    if all((NODE_DIR / "node_modules" / pkg).is_dir() for pkg in ("@grpc/grpc-js", "@grpc/proto-loader", "protobufjs")):
         return
     npm = shutil.which("npm")
     assert npm, "npm is not installed: run `make install` (Debian packages nodejs, npm)"
@@ -25,10 +25,8 @@ async def ensure_node_modules() -> None:
                                                 stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.STDOUT)
     out, _ = await proc.communicate()
     if proc.returncode != 0:
-        text = out.decode(errors="replace")
-        if any(s in text for s in ("ENOTFOUND", "EAI_AGAIN", "ECONNREFUSED", "ETIMEDOUT", "network")):
-            pytest.skip(f"npm cannot reach the registry: {text[-300:]}")
-        pytest.fail(f"npm install failed:\n{text[-2000:]}")
+        # never a skip: the registry is reachable wherever the project installs (as test_contract's Node client)
+        pytest.fail(f"npm install failed:\n{out.decode(errors='replace')[-2000:]}")
 
 
 async def test_node_client_opens_and_steps(farm, page_server):
