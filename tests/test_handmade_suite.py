@@ -22,7 +22,8 @@ def stack(tmp_path_factory):
 
 
 def loop_of(stack: Stack, tmp_path, **kw) -> Loop:
-    cfg = LoopConfig(miniwob_tasks=0, validation_episodes=0, baselines=(), holdout_family="", out_dir=str(tmp_path), **kw)
+    cfg = LoopConfig(miniwob_tasks=0, validation_episodes=0, baselines=(), holdout_family="", heldout_builders=(),
+                     out_dir=str(tmp_path), **kw)
     return Loop(cfg, collector=stack.address("collector"), trainer="127.0.0.1:1", policy=stack.address("policy"),
                 sites=stack.address("sites"), say=lambda s: None)
 

@@ -40,6 +40,7 @@ WHERE = {
 #: Options whose command-line form differs from the config's: (CLI type, to the config, from the config).
 FORMS = {
     "baselines": (str, lambda v: tuple(b for b in v.split(",") if b), ",".join),
+    "heldout_builders": (str, lambda v: tuple(b for b in v.split(",") if b), ",".join),
     "out_dir": (Path, str, Path),
 }
 

@@ -123,7 +123,7 @@ class Loop(Runs, Suites, Training, Starts, Dyna):
         out = {}
         for e in self.evals:
             key = e.split.partition(":")[0]
-            out[e.split] = SUITES[key] + (f": {e.split.partition(':')[2]}" if key in ("family", "handmade") and
+            out[e.split] = SUITES[key] + (f": {e.split.partition(':')[2]}" if key in ("family", "builders", "handmade") and
                                           ":" in e.split else "")
         return out
 

@@ -15,6 +15,8 @@ SUITES = {
     "validation": "websites never trained on, of trained families; every choice (checkpoint) is made here",
     "test": "new instances of known task templates on websites never trained on (reported, never tuned on)",
     "family": "a site family never trained on (leave-one-family-out)",
+    "builders": "websites built by site builders never trained on (own markup, URL scheme, navigation, widgets and "
+                "words), of trained families",
     "miniwob": "MiniWoB++ tasks, zero-shot (no MiniWoB episode is ever trained on)",
     "handmade": "websites written by hand, unlike the generator's templates (facts in prose, lists, tables), zero-shot",
 }
@@ -29,12 +31,13 @@ DIFFS = {common_pb2.DIFFICULTY_EASY: "easy", common_pb2.DIFFICULTY_MEDIUM: "medi
 @dataclass
 class Evaluation:
     version: str
-    split: str  # the suite: train, validation, test, family:<name>, miniwob
+    split: str  # the suite: train, validation, test, family:<name>, builders:<names>, miniwob
     run_id: str
     episodes: int
     passed: int
     by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [passed, total]
     by_difficulty: dict[str, list[int]] = field(default_factory=dict)
+    by_builder: dict[str, list[int]] = field(default_factory=dict)  # "builder/kind" -> [passed, total] (synthetic)
     truncated: int = 0  # episodes cut at their step cap
     errored: int = 0  # episodes the environment or a peer failed (counted as failures)
     tasks: str = ""  # digest of the task ids run: equal digests = the same tasks

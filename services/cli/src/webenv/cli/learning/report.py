@@ -66,6 +66,7 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
                     p, n = table.get(k, [0, 0])
                     cells.append(f"{p}/{n}" + (f" ({p / n:.0%})" if n else ""))
             lines.append(f"| {e['version']} | " + " | ".join(cells) + " |")
+    lines += builder_tables(evals)
     iters = result.get("iterations") or []
     if iters:
         mode = ("overlapped: version k is evaluated while iteration k+1 collects with it" if cfg.get("overlap")
@@ -104,6 +105,33 @@ def write_report(result: dict, out_dir: Path, command: str) -> list[Path]:
     except ImportError:  # matplotlib is a dependency of webenv-cli; a stripped install still gets the tables
         pass
     return paths
+
+
+def by_builder(e: dict) -> dict[str, list[int]]:
+    """An evaluation's synthetic episodes by site builder: {builder: [passed, episodes]} (its "builder/kind" cells
+    summed over kinds)."""
+    out: dict[str, list[int]] = defaultdict(lambda: [0, 0])
+    for key, (p, n) in (e.get("by_builder") or {}).items():
+        cell = out[key.partition("/")[0]]
+        cell[0], cell[1] = cell[0] + p, cell[1] + n
+    return dict(out)
+
+
+def builder_tables(evals: list[dict]) -> list[str]:
+    """Per suite whose websites have builders: each policy's success by site builder (the oracle row: the ceiling)."""
+    lines: list[str] = []
+    for suite in dict.fromkeys(e["split"] for e in evals):
+        rows = [(e["version"], by_builder(e)) for e in evals if e["split"] == suite and e.get("by_builder")]
+        builders = sorted({b for _, cells in rows for b in cells})
+        if not builders:
+            continue
+        lines += ["", f"By site builder ({suite}; the oracle row is the ceiling):", "",
+                  "| policy | " + " | ".join(builders) + " |", "| --- |" + " --- |" * len(builders)]
+        for version, cells in rows:
+            shown = [cells.get(b, [0, 0]) for b in builders]
+            lines.append(f"| {version} | " + " | ".join(f"{p}/{n}" + (f" ({p / n:.0%})" if n else "") for p, n in shown)
+                         + " |")
+    return lines
 
 
 def plot(result: dict, path: Path) -> Path:

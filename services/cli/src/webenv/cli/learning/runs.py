@@ -47,7 +47,7 @@ class Runs:
 
     def run(self, label: str, *, policy: str, split: int, episodes: int, seed: int, temperature: float = 0.0,
             kinds: tuple[int, ...] = (), env_address: str = "", sites: tuple[str, ...] = (),
-            families: tuple[str, ...] | None = None, task_ids: tuple[str, ...] = (),
+            families: tuple[str, ...] | None = None, builders: tuple[str, ...] = (), task_ids: tuple[str, ...] = (),
             source: int = common_pb2.TASK_SOURCE_MINIWOB, concurrency: int = 0, arm: bool = False,
             history: tuple[str, ...] = (), starts: Sequence[collector_pb2.EpisodeStart] = ()) -> collector_pb2.Run:
         """A run on synthetic tasks of ``split`` (of the trained families unless ``families`` names others), or on
@@ -75,6 +75,7 @@ class Runs:
             spec.tasks.split = split
             spec.tasks.sources.append(common_pb2.TASK_SOURCE_SYNTHETIC)
             spec.tasks.families.extend(self.train_families if families is None else families)
+            spec.tasks.builders.extend(builders)
         if not starts:
             spec.tasks.kinds.extend(kinds)
             spec.tasks.sites.extend(sites)
@@ -144,7 +145,8 @@ class Runs:
     def score(self, run_id: str, version: str, split: str, reasons: Counter | None = None) -> Evaluation:
         """Success of a run, from the stored episodes (errored episodes count as failures); ``reasons``, when given,
         counts each failed episode's first failing fact by its reason (values and numbers masked, see ``reason_key``)."""
-        ev = Evaluation(version, split, run_id, 0, 0, defaultdict(lambda: [0, 0]), defaultdict(lambda: [0, 0]))
+        ev = Evaluation(version, split, run_id, 0, 0, defaultdict(lambda: [0, 0]), defaultdict(lambda: [0, 0]),
+                        by_builder=defaultdict(lambda: [0, 0]))
         req = collector_pb2.ReadEpisodesRequest(run_ids=[run_id], filter=collector_pb2.ExportFilter(include_errored=True))
         ids = []
         for resp in self.collector.ReadEpisodes(req, timeout=600):
@@ -158,10 +160,11 @@ class Runs:
                 reasons[reason_key(ep)] += 1
             seen = ev.outcomes.setdefault(ep.task.task_id, [0, 0])
             seen[0], seen[1] = seen[0] + int(ep.passed), seen[1] + 1
-            for table, key in ((ev.by_kind, KINDS.get(ep.task.kind, "other")),
-                               (ev.by_difficulty, DIFFS.get(ep.task.difficulty, "other"))):
+            kind = KINDS.get(ep.task.kind, "other")
+            for table, key in ((ev.by_kind, kind), (ev.by_difficulty, DIFFS.get(ep.task.difficulty, "other")),
+                               *(((ev.by_builder, f"{ep.task.builder}/{kind}"),) if ep.task.builder else ())):
                 table[key][0] += int(ep.passed)
                 table[key][1] += 1
-        ev.by_kind, ev.by_difficulty = dict(ev.by_kind), dict(ev.by_difficulty)
+        ev.by_kind, ev.by_difficulty, ev.by_builder = dict(ev.by_kind), dict(ev.by_difficulty), dict(ev.by_builder)
         ev.tasks = hashlib.sha256("\n".join(sorted(ids)).encode()).hexdigest()[:12]
         return ev

@@ -33,6 +33,13 @@ class Suites:
                               dict(split=common_pb2.SPLIT_UNSPECIFIED, episodes=self.cfg.family_episodes, seed=seed,
                                    families=(self.cfg.holdout_family,), concurrency=self.loop_concurrency(shared)))
 
+    def evaluate_builders(self, version: str, label: str, shared: bool = False) -> Evaluation:
+        """``version`` on test-split websites of the held-out builders (never trained on), of the trained families."""
+        seed = self.cfg.seed * 7919 + 7
+        return self._evaluate(version, "builders:" + ",".join(self.cfg.heldout_builders), label,
+                              dict(split=common_pb2.SPLIT_TEST, episodes=self.cfg.builder_episodes, seed=seed,
+                                   builders=self.cfg.heldout_builders, concurrency=self.loop_concurrency(shared)))
+
     def evaluate_miniwob(self, version: str, label: str) -> Evaluation:
         """``version`` zero-shot on the MiniWoB++ suite, one episode per task."""
         return self._evaluate(version, "miniwob", label, dict(split=common_pb2.SPLIT_UNSPECIFIED,
@@ -72,6 +79,8 @@ class Suites:
             self.evaluate(version, common_pb2.SPLIT_TEST, cfg.eval_episodes, f"eval-{it}-test", shared)
             if cfg.holdout_family:
                 self.evaluate_family(version, f"eval-{it}-family", shared)
+            if cfg.heldout_builders:
+                self.evaluate_builders(version, f"eval-{it}-builders", shared)
             if self.miniwob_ids:
                 self.evaluate_miniwob(version, f"eval-{it}-miniwob")
             if self.handmade_ids:
@@ -94,7 +103,17 @@ class Suites:
                                  f"it has {', '.join(sorted(families))}")
             self.train_families = tuple(sorted(families - {cfg.holdout_family}))
             self.say(f"held-out family {cfg.holdout_family}: training on {', '.join(self.train_families)}")
-        if cfg.miniwob_tasks:
+        if cfg.heldout_builders:
+            self.check_heldout_builders()
+        if cfg.miniwob_tasks and cfg.miniwob_suite == "served":
+            req = task_pb2.ListTasksRequest(filter=task_pb2.TaskFilter(sources=[common_pb2.TASK_SOURCE_MINIWOB]),
+                                            page_size=1000)
+            self.miniwob_ids = tuple(sorted(t.task_id for t in paging.iterate(
+                lambda r: self.sites.ListTasks(r, timeout=60), req, "tasks")))
+            if not self.miniwob_ids:
+                raise ValueError("miniwob_suite: the catalog serves no MiniWoB++ task")
+            self.say(f"MiniWoB++ suite: every task the catalog serves ({len(self.miniwob_ids)})")
+        elif cfg.miniwob_tasks:
             listed = self.policy.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=30).policies
             oracle = next((p for p in listed if p.name == "oracle"), None)
             solved = sorted(t for t in (oracle.solved_task_ids if oracle else ()) if t.startswith("miniwob/"))
@@ -103,6 +122,20 @@ class Suites:
                                  f"fewer than {cfg.miniwob_tasks}")
             rng = random.Random(cfg.seed)
             self.miniwob_ids = tuple(sorted(rng.sample(solved, cfg.miniwob_tasks)))
+
+    def check_heldout_builders(self) -> None:
+        """The held-out builders exist in the catalog (an unknown name is the catalog's INVALID_ARGUMENT naming
+        filter.builders) and have no website a run could train on: none of their tasks is train or validation split."""
+        if self.sites is None:
+            raise RuntimeError("held-out builders need the task catalog's address (sites)")
+        names = list(self.cfg.heldout_builders)
+        for split in (common_pb2.SPLIT_TRAIN, common_pb2.SPLIT_VALIDATION):
+            found = self.sites.ListTasks(task_pb2.ListTasksRequest(
+                filter=task_pb2.TaskFilter(builders=names, split=split), page_size=1), timeout=60).tasks
+            if found:
+                raise ValueError(f"heldout_builders: {found[0].builder!r} has {SPLIT_NAMES[split]}-split websites "
+                                 f"(e.g. {found[0].site}): a held-out builder's websites must all be test split")
+        self.say(f"held-out builders {', '.join(names)}: evaluated on their test-split websites, never trained on")
 
     @property
     def handmade_suite_name(self) -> str:
@@ -168,12 +201,16 @@ class Suites:
                                                     "eval-oracle-test").run_id)
             if cfg.holdout_family:
                 self.evaluate_family("oracle", "eval-oracle-family")
+            if cfg.heldout_builders:
+                self.evaluate_builders("oracle", "eval-oracle-builders")
             if self.miniwob_ids:
                 self.evaluate_miniwob("oracle", "eval-oracle-miniwob")
             if self.handmade_ids:
                 self.answer_reach(self.handmade_suite_name, self.evaluate_handmade("oracle", "eval-oracle-handmade").run_id)
         if cfg.holdout_family and "random" in cfg.baselines:
             self.evaluate_family("random", "eval-random-family")
+        if cfg.heldout_builders and "random" in cfg.baselines:
+            self.evaluate_builders("random", "eval-random-builders")
         if self.miniwob_ids:
             self.evaluate_miniwob("random", "eval-random-miniwob")
         if self.handmade_ids and "random" in cfg.baselines:
