@@ -106,6 +106,8 @@ def validate_action(action: common_pb2.Action, max_wait_ms: int) -> str:
 
 #: The smallest AXTREE budget (ObservationSpec.budget_chars): room for the page's first lines and the note of what was cut.
 MIN_BUDGET_CHARS = 500
+#: The most steps between whole incremental observations (ObservationSpec.full_every).
+MAX_FULL_EVERY = 10000
 
 
 def validate_observation_spec(spec: common_pb2.ObservationSpec, field: str) -> None:
@@ -123,6 +125,9 @@ def validate_observation_spec(spec: common_pb2.ObservationSpec, field: str) -> N
     if spec.max_text_chars < 0:
         raise errors.InvalidArgument(f"{field}.max_text_chars: must be >= 0", reason="BAD_OBSERVATION_SPEC",
                                      metadata={"field": f"{field}.max_text_chars"})
+    if not 0 <= spec.full_every <= MAX_FULL_EVERY:
+        raise errors.InvalidArgument(f"{field}.full_every: must be within 0..{MAX_FULL_EVERY} (0 = every 20 steps)",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.full_every"})
 
 
 def validate_screenshot_spec(s: common_pb2.ScreenshotSpec, field: str) -> None:

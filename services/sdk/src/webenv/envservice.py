@@ -53,7 +53,7 @@ from typing import Any, Generic, Protocol, TypeVar
 
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
-from webenv import errors
+from webenv import delta, errors
 from webenv.budget import apply_budget
 from webenv.client.channel import make_channel
 from webenv.envcontract import (
@@ -109,6 +109,7 @@ class EnvSession:
     last_action: common_pb2.Action | None = None  # of last_response: a retry must carry the same action
     lock: asyncio.Lock = field(default_factory=asyncio.Lock)
     observation_spec: common_pb2.ObservationSpec | None = None  # the spec of the open, for steps that name none
+    obs_base: delta.Base | None = None  # the last observation sent, which incremental ones are edits to (webenv.delta)
 
     def __post_init__(self) -> None:
         if not self.lease_deadline:
@@ -475,15 +476,17 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
         if again is not None:  # the same open again: its observation within the same budget
             resp = await self.backend.reopen(again)
             apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
+            again.obs_base = None  # the client's base may be this answer or a later one: the next step is whole
             return resp
         if budget:  # the elements tell the budget what is in view
             request = _copy(request)
             request.observation_spec.CopyFrom(_with_elements(asked))
         resp = await self.backend.open(request)
         sid = resp.session.session_id
+        apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
         if sid in self.table.sessions:
             self.table.sessions[sid].observation_spec = asked
-        apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
+            self.table.sessions[sid].obs_base = delta.encode(resp.observation, asked, -1, None)
         self.table.open_requests.put(request.request_id, sid)
         if context is None:
             return resp
@@ -551,6 +554,7 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
                     raise await self._timed_out(s, kind, timeout) from exc
             if budget:
                 apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
+            s.obs_base = delta.encode(resp.observation, asked, s.step_count, s.obs_base)
             s.step_count += 1
             s.last_response, s.last_action = resp, request.action
             s.renew()
@@ -605,6 +609,9 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
         if ids is not None:
             copies = [self.table.live(sid) for sid in ids]
             if all(c is not None for c in copies):
+                for c in copies:
+                    if c is not None:
+                        c.obs_base = None  # as a repeated open's: the next step is whole
                 return environment_pb2.ForkSessionResponse(
                     sessions=[await self.backend.reopen(c) for c in copies if c is not None])
         async with self.table.admission(request.count):
@@ -613,6 +620,10 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
                 snapshot = await self.backend.fork_capture(parent, request)
             answers = await self.backend.fork_copies(snapshot, request)
         self.table.fork_requests.put(request.request_id, [a.session.session_id for a in answers])
+        for a in answers:
+            copy = self.table.sessions.get(a.session.session_id)
+            if copy is not None:
+                copy.obs_base = delta.encode(a.observation, copy.observation_spec, -1, None)
         return environment_pb2.ForkSessionResponse(sessions=answers, fork_seconds=time.perf_counter() - t0)
 
     async def GetSession(self, request: environment_pb2.GetSessionRequest,

@@ -17,6 +17,12 @@ moves it too, because the environment counted it (`webenv.envservice`'s one rule
 the action may have run, nothing is cached for it, a retry of that index would be STEP_INDEX_MISMATCH) — the error is raised
 and the session's next step takes the next index. Any other error leaves the index where it was: the step did
 not count, and the same index may be sent again.
+
+Incremental observations (``ObservationSpec.incremental``): the client keeps each session's last whole AXTREE and
+MARKDOWN and fills them back into every answer whose observation is edits (``Observation.delta``, kept for an agent
+that reads the changes), so callers and every adapter see whole observations (`webenv.delta`). An answer whose base
+it does not hold raises `webenv.delta.DeltaBaseLost` (the step counted), and the session's next step asks for a
+whole observation.
 """
 
 from __future__ import annotations
@@ -25,7 +31,7 @@ from collections.abc import Awaitable, Callable, Iterable, Mapping
 from typing import Any
 
 import grpc
-from webenv import errors
+from webenv import delta, errors
 from webenv.actions import parse_action
 from webenv.client.channel import make_channel
 from webenv.streams import Multiplexer
@@ -87,6 +93,9 @@ class EnvironmentClient:
         self.channel = make_channel(target, timeout=timeout) if isinstance(target, str) else target
         self.stub = environment_pb2_grpc.EnvironmentServiceStub(self.channel)
         self._next_index: dict[str, int] = {}
+        self._specs: dict[str, common_pb2.ObservationSpec] = {}  # each session's open spec (to ask for a whole one)
+        self._rebuilder = delta.Rebuilder()
+        self._resync: set[str] = set()  # sessions whose next step asks for a whole observation
 
     async def __aenter__(self) -> EnvironmentClient:
         return self
@@ -132,7 +141,11 @@ class EnvironmentClient:
         if viewport:
             req.viewport.CopyFrom(common_pb2.Viewport(width=viewport[0], height=viewport[1]))
         resp = await self._call(self.stub.OpenSession, req)
-        self._next_index[resp.session.session_id] = 0
+        sid = resp.session.session_id
+        self._next_index[sid] = 0
+        self._specs[sid] = req.observation_spec
+        self._resync.discard(sid)
+        self._rebuilder.rebuild(sid, resp.observation, -1)
         return resp
 
     def step_request(self, session_id: str, action: str | common_pb2.Action,
@@ -145,6 +158,10 @@ class EnvironmentClient:
                                           timeout_seconds=timeout_seconds)
         if spec is not None:
             req.observation_spec.CopyFrom(spec)
+        whole = self._specs.get(session_id) if spec is None else spec
+        if session_id in self._resync and whole is not None and whole.incremental:
+            req.observation_spec.CopyFrom(whole)
+            req.observation_spec.incremental = False  # the base is lost: this step's observation comes whole
         return req
 
     def _advance(self, session_id: str, index: int) -> None:
@@ -160,6 +177,12 @@ class EnvironmentClient:
             self._advance(req.session_id, req.step_index)  # the environment counted the timed-out step
             raise
         self._advance(req.session_id, resp.step_index)
+        try:
+            self._rebuilder.rebuild(req.session_id, resp.observation, resp.step_index)
+        except delta.DeltaBaseLost:
+            self._resync.add(req.session_id)
+            raise
+        self._resync.discard(req.session_id)
         return resp
 
     async def step(self, session_id: str, action: str | common_pb2.Action, *,
@@ -172,6 +195,9 @@ class EnvironmentClient:
     async def close(self, session_id: str, *, capture_evidence: bool = False) -> environment_pb2.CloseSessionResponse:
         """Close a session (optionally capturing site-state evidence first)."""
         self._next_index.pop(session_id, None)
+        self._specs.pop(session_id, None)
+        self._resync.discard(session_id)
+        self._rebuilder.forget(session_id)
         return await self._call(self.stub.CloseSession, environment_pb2.CloseSessionRequest(
             session_id=session_id, capture_evidence=capture_evidence))
 
@@ -183,6 +209,7 @@ class EnvironmentClient:
             request_id=request_id))
         for r in resp.sessions:
             self._next_index.setdefault(r.session.session_id, 0)
+            self._rebuilder.rebuild(r.session.session_id, r.observation, -1)
         return resp
 
     async def get(self, session_id: str) -> environment_pb2.Session:
