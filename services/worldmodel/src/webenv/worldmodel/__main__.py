@@ -59,7 +59,7 @@ def dataset(
         raise typer.BadParameter(str(exc), param_hint="--export") from None
     write_transitions(records, out)
     split = Counter(r.split for r in records)
-    typer.echo(json.dumps({"transitions": len(records), "train": split["train"], "test": split["test"],
+    typer.echo(json.dumps({"transitions": len(records), "train": split["train"], "validation": split["validation"], "test": split["test"],
                            "sites": len({r.site for r in records}), "out": str(out)}))
 
 
@@ -116,6 +116,8 @@ def evaluate(
     compare_lm: bool = typer.Option(
         False, "--compare-lm", help="Also score the language model alone, reasoning off and on (on --lm-limit transitions)."),
     lm_limit: int = typer.Option(300),
+    split: Literal["test", "validation"] = typer.Option("test", help="Which websites are scored: the held-out (test) "
+                                                                    "ones, or the validation builders' (validation)."),
     out: Path = typer.Option(None, help="Write JSON here (and .md and a rollout plot .png next to it)."),
     threads: int = typer.Option(1, help="Torch threads (1 is fastest for tiny models on shared CPUs)."),
 ) -> None:
@@ -136,7 +138,7 @@ def evaluate(
                                            retrieval_context=retrieval_context) if model else None
         try:
             return await score(records, predictor, limit, rollout_episodes, rollout_steps, compare_lm, lm_limit,
-                               hold_out_family)
+                               hold_out_family, split)
         finally:
             if predictor is not None and predictor.llm is not None:
                 await predictor.llm.close()

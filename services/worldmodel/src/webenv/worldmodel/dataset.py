@@ -52,7 +52,11 @@ class TransitionRecord(BaseModel):
     episode_id: str
     step_index: int
     site: str
-    split: Literal["train", "test"] = "train"
+    split: Literal["train", "validation", "test"] = "train"
+    #: the site builder of its website (`Task.builder`; "handmade", "miniwob" for the outside suites), "" unknown
+    builder: str = ""
+    #: the evaluation suite its website belongs to (train, validation, held_out_builders, handmade, miniwob), "" none
+    suite: str = ""
     format: Literal["axtree"] = "axtree"
     instruction: str = ""
     url: str
@@ -104,8 +108,9 @@ def join_exports(axtree: list[Path | str], markdown: list[Path | str], sites: di
                  level: str = "") -> list[TransitionRecord]:
     """Transitions of the a11y-tree exports with link targets from the Markdown exports of the same runs.
 
-    `sites` maps host -> {"split": "train"|"test", ...} as the task catalog splits them; a transition on a site
-    it does not list is an error (its split would be a guess)."""
+    `sites` maps host -> {"split": "train"|"validation"|"test", "builder"?, "suite"?, ...} as the build splits them
+    (the task catalog's split, or the build's split by builder); a transition on a site it does not list is an error
+    (its split would be a guess)."""
     links: dict[tuple[str, int], tuple[dict[str, str], dict[str, str]]] = {}
     for path in markdown:
         for r in jsonl_rows(path):
@@ -124,7 +129,8 @@ def join_exports(axtree: list[Path | str], markdown: list[Path | str], sites: di
             if got is None:
                 raise ValueError(f"{path}: episode {r['episode_id']} step {r['step_index']} has no Markdown export")
             out.append(TransitionRecord.model_validate(
-                {**r, "split": sites[host]["split"], "level": r.get("level") or level, "links": got[0], "next_links": got[1]}))
+                {**r, "split": sites[host]["split"], "builder": sites[host].get("builder", ""),
+                 "suite": sites[host].get("suite", ""), "level": r.get("level") or level, "links": got[0], "next_links": got[1]}))
     return out
 
 

@@ -205,6 +205,9 @@ async def single_step(test_eps: dict[str, list[TransitionRecord]], models: dict[
     compare = any(n.startswith("lm_only") for n in models)
     total = {s: Scores() for s in systems}
     by_kind: dict[str, dict[str, Scores]] = defaultdict(lambda: {s: Scores() for s in systems})
+    # per site builder and per suite (held-out builders, hand-made websites, MiniWoB++), when the data records them
+    by_builder: dict[str, dict[str, Scores]] = defaultdict(lambda: {s: Scores() for s in systems})
+    by_suite: dict[str, dict[str, Scores]] = defaultdict(lambda: {s: Scores() for s in systems})
     by_source: dict[str, Scores] = defaultdict(Scores)
     by_decider: dict[str, Scores] = defaultdict(Scores)
     lm_scores = {s: Scores() for s in systems}  # every system on the language-model variants' steps
@@ -224,16 +227,19 @@ async def single_step(test_eps: dict[str, list[TransitionRecord]], models: dict[
             q = _query(r, r.page, history, memory)
             changes[kind].append(r.next_state != r.state)
             looked = lookup(q)
+            groups = [by_kind[kind]] + ([by_builder[r.builder]] if r.builder else []) + ([by_suite[r.suite]] if r.suite else [])
             for name, (state, url) in (("copy_state", (r.state, r.url)), ("lookup", (looked.state, looked.url))):
                 total[name].add(state, url, r)
-                by_kind[kind][name].add(state, url, r)
+                for g in groups:
+                    g[name].add(state, url, r)
             with_lm = not lm_limit or count <= lm_limit
             for name, predictor in models.items():
                 if name.startswith("lm_only") and not with_lm:
                     continue
                 p = await predictor.predict(_query(r, r.page, history, memory))
                 total[name].add(p.next_state, p.next_url, r)
-                by_kind[kind][name].add(p.next_state, p.next_url, r)
+                for g in groups:
+                    g[name].add(p.next_state, p.next_url, r)
                 if name == "model":
                     by_source[p.source].add(p.next_state, p.next_url, r)
                     by_decider[p.decided_by].add(p.next_state, p.next_url, r)
@@ -253,6 +259,10 @@ async def single_step(test_eps: dict[str, list[TransitionRecord]], models: dict[
         "by_kind": {k: {"changes": round(statistics.fmean(changes[k]), 4), **{s: v.summary() for s, v in d.items()}}
                     for k, d in sorted(by_kind.items(), key=lambda kv: -len(kv[1]["copy_state"].f1))},
     }
+    for key, groups_ in (("by_builder", by_builder), ("by_suite", by_suite)):
+        if groups_:
+            out[key] = {k: {s: v.summary(intervals=key == "by_suite") for s, v in d.items() if v.f1}
+                        for k, d in sorted(groups_.items())}
     if compare:
         out["language_model_comparison"] = {k: v.summary() for k, v in lm_scores.items() if v.f1}
     if models:
@@ -331,16 +341,20 @@ def hold_out_family(records: list[TransitionRecord], predictor: Predictor | None
 
 
 async def evaluate(records: list[TransitionRecord], predictor: Predictor | None, limit: int = 0, rollout_episodes: int = 32,
-             rollout_steps: int = 30, compare_lm: bool = False, lm_limit: int = 300, held_out_family: str = "") -> dict:
-    """All scores as a JSON-able dict; `held_out_family` scores leave-one-family-out (hold_out_family)."""
+             rollout_steps: int = 30, compare_lm: bool = False, lm_limit: int = 300, held_out_family: str = "",
+             split: str = "test") -> dict:
+    """All scores as a JSON-able dict; `held_out_family` scores leave-one-family-out (hold_out_family); `split`
+    "validation" scores the validation websites (the validation builders') instead of the held-out ones."""
     if held_out_family:
         records, predictor = hold_out_family(records, predictor, held_out_family)
         compare_lm = False
-    test_eps = episodes(r for r in records if r.split == "test")
+    test_eps = episodes(r for r in records if r.split == split)
     train = [r for r in records if r.split == "train"]
     models = variants(predictor, compare_lm) if predictor is not None else {}
     res: dict = {
-        "held_out_family": held_out_family,
+        "held_out_family": held_out_family, "split": split,
+        "builders": {"train": sorted({r.builder for r in train if r.builder}),
+                     "scored": sorted({r.builder for ep in test_eps.values() for r in ep if r.builder})},
         "test_sites": len({r.site for ep in test_eps.values() for r in ep}), "train_sites": len({r.site for r in train}),
         "train_transitions": len(train), "test_transitions": sum(len(ep) for ep in test_eps.values()),
         # families of held-out websites no training website shares (MiniWoB++ pages: bench/worldmodel_miniwob.py)
@@ -364,6 +378,9 @@ def to_markdown(res: dict) -> str:
     scope = (f"Leave-one-family-out ({fam}): {ss['transitions']} transitions of {res['test_sites']} websites of the "
              f"{fam} family, none indexed; retrieval from {res['train_sites']} websites of the other families "
              f"({res['train_transitions']} transitions), no language model." if fam else
+             f"Validation websites only (the validation builders'): {ss['transitions']} transitions of {res['test_sites']} "
+             f"websites never trained on ({res['train_transitions']} training transitions on {res['train_sites']} websites)."
+             if res.get("split") == "validation" else
              f"Held-out websites only: {ss['transitions']} transitions of {res['test_sites']} websites never seen in "
              f"training ({res['train_transitions']} training transitions on {res['train_sites']} websites; {families}).")
 
@@ -381,6 +398,18 @@ def to_markdown(res: dict) -> str:
         lines.append(f"| {name} | {ci(s, 'line_f1')} | {ci(s, 'diff_f1')} | {ci(s, 'diff_f1_changed')} | "
                      f"{ci(s, 'exact_match')} | {s['url_accuracy']:.3f} |")
     systems = list(ss["overall"])
+    for key, title in (("by_suite", "By suite (the split by site builder: held-out builders, and the outside suites)"),
+                       ("by_builder", "By site builder")):
+        if key not in ss:
+            continue
+        lines += ["", f"{title}: line F1 / diff F1 on changed steps / exact match / URL accuracy (n steps, n changed):", "",
+                  "| " + key[3:] + " | n | changed | " + " | ".join(systems) + " |",
+                  "| --- | --- | --- | " + " | ".join("---" for _ in systems) + " |"]
+        for group, d in ss[key].items():
+            first = next(iter(d.values()))
+            cells = [f"{d[s]['line_f1']:.3f} / {d[s]['diff_f1_changed']:.3f} / {d[s]['exact_match']:.3f} / "
+                     f"{d[s]['url_accuracy']:.3f}" if s in d else "-" for s in systems]
+            lines.append(f"| {group} | {first['n']} | {first['n_changed']} | " + " | ".join(cells) + " |")
     lines += ["", "By action kind (line F1 / exact match; `changes` = share of steps whose page changed):", "",
               "| kind | n | changes | " + " | ".join(systems) + " |", "| --- | --- | --- | " + " | ".join("---" for _ in systems) + " |"]
     for kind, d in ss["by_kind"].items():
