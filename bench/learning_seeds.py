@@ -40,8 +40,8 @@ from pathlib import Path
 
 from webenv.cli.learning.options import changed
 
-#: Suites in report order; the family suite is matched by prefix.
-ORDER = ("test", "validation", "family", "miniwob", "handmade")
+#: Suites in report order; the family and builders suites are matched by prefix.
+ORDER = ("test", "validation", "family", "builders", "miniwob", "handmade")
 #: Student t quantiles (two-sided 95%) by degrees of freedom, for the interval over seeds.
 T95 = {1: 12.706, 2: 4.303, 3: 3.182, 4: 2.776, 5: 2.571, 6: 2.447, 7: 2.365, 8: 2.306, 9: 2.262}
 GOAL = 0.15  # issue 22: the RL policy >= 15 points above its own BC warm start on test-split websites
@@ -110,6 +110,7 @@ def seed_rows(result: dict) -> dict:
         role = "bc" if e["version"] == bc else "rl" if e["version"] == sel else e["version"]
         row[role] = {"rate": e["rate"], "passed": e["passed"], "episodes": e["episodes"], "ci95": e["ci95"],
                      "by_kind": e.get("by_kind", {}), "by_difficulty": e.get("by_difficulty", {}),
+                     "by_builder": e.get("by_builder", {}),
                      "outcomes": e.get("outcomes", {})}
     for row in out["suites"].values():
         if sel == bc and "bc" in row:  # validation kept the warm start: RL is BC, a gain of 0 by definition
@@ -194,9 +195,57 @@ def report(seeds: list[dict], commands: list[str]) -> tuple[str, dict]:
         t = [sum(k["by_kind"].get("transaction", [0, 0])[i] for k in kinds) for i in (0, 1)]
         h = [sum(k["by_difficulty"].get("hard", [0, 0])[i] for k in kinds) for i in (0, 1)]
         lines.append(f"| {role} | {t[0]}/{t[1]} | {h[0]}/{h[1]} |")
+    builders = next((sp for sp in summary["suites"] if suite_key(sp) == "builders"), "")
+    if builders:
+        got = summary["suites"][builders]
+        met = got["gain"] >= GOAL and got["ci95"][0] > 0 and len(gains) >= 3
+        lines += ["", f"Goal (issue 48: >= {GOAL * 100:.0f} points on the held-out builders' websites over 3 seeds): "
+                      + ("met." if met else f"not met: pooled gain {pts(got['gain'])} points "
+                                            f"[{pts(got['ci95'][0])}, {pts(got['ci95'][1])}] over {len(gains)} seed(s).")]
+        summary["builders_goal_met"] = met
+    lines += by_builder_and_kind(seeds, summary)
     lines += by_task_kind(seeds, summary)
     lines += ["", "## Commands", ""] + [f"- `{c}`" for c in commands]
     return "\n".join(lines) + "\n", summary
+
+
+#: The roles of the builder table's columns, in order.
+BUILDER_ROLES = ("bc", "rl", "oracle", "random")
+
+
+def by_builder_and_kind(seeds: list[dict], summary: dict) -> list[str]:
+    """Success by site builder and kind of task (information, navigation, transaction), pooled over the seeds and the
+    suites whose websites have builders (validation, test, the held-out family and builders): BC, RL (the selected
+    checkpoint), the oracle (the ceiling; its validity) and random (the floor) on the same tasks."""
+    table: dict[tuple[str, str], dict[str, list[int]]] = {}
+    suites: dict[str, set[str]] = {}
+    for r in seeds:
+        for split, row in r["suites"].items():
+            if suite_key(split) in ("train", "miniwob", "handmade"):
+                continue
+            for role in BUILDER_ROLES:
+                for key, (passed, n) in row.get(role, {}).get("by_builder", {}).items():
+                    builder, _, kind = key.partition("/")
+                    got = table.setdefault((builder, kind), {}).setdefault(role, [0, 0])
+                    got[0], got[1] = got[0] + passed, got[1] + n
+                    suites.setdefault(builder, set()).add(suite_key(split))
+    if not table:
+        return []
+    lines = ["", "## By site builder and kind of task (all seeds)", "",
+             "Episodes of the validation, test, held-out family and held-out builders suites, pooled over seeds, by "
+             "the builder of the task's website; the oracle is the ceiling (every task it runs is valid when it is "
+             "100%), random the floor. The suites each builder's rows come from say what is unseen about it.", "",
+             "| builder | suites | kind | BC | RL | oracle | random |", "|---|---|---|---|---|---|---|"]
+
+    def cell(got: list[int] | None) -> str:
+        return f"{got[0]}/{got[1]} ({got[0] / got[1]:.0%})" if got and got[1] else "-"
+
+    for builder, kind in sorted(table):
+        row = table[(builder, kind)]
+        lines.append(f"| {builder} | {', '.join(sorted(suites[builder]))} | {kind} | "
+                     + " | ".join(cell(row.get(role)) for role in BUILDER_ROLES) + " |")
+    summary["by_builder_and_kind"] = {f"{b}/{k}": v for (b, k), v in table.items()}
+    return lines
 
 
 def task_kind(task_id: str) -> str:

@@ -227,6 +227,32 @@ def test_the_seeds_report_pairs_rl_with_its_own_warm_start_on_the_same_tasks(tmp
 
 
 
+def test_the_seeds_report_has_the_held_out_builders_goal_and_a_table_by_builder_and_kind(tmp_path):
+    seeds = learning_seeds()
+    evals = []
+    for version, split, k in (("agent@1", "test", 2), ("agent@2", "test", 5), ("agent@1", "builders:govform,hashapp", 1),
+                              ("agent@2", "builders:govform,hashapp", 4), ("oracle", "builders:govform,hashapp", 6),
+                              ("agent@1", "validation", 1), ("agent@2", "validation", 3)):
+        e = ev(version, split, k)
+        e.episodes = 6
+        e.outcomes = {f"{split}-t{i}": [int(i < k), 1] for i in range(6)}
+        if split.startswith("builders"):  # 3 govform information tasks, 3 hashapp transactions
+            e.by_builder = {"govform/information": [min(k, 3), 3], "hashapp/transaction": [max(0, k - 3), 3]}
+        evals.append(e)
+    loop = loop_with(evals, ["agent@1", "agent@2"])
+    loop.checkpoints[0]["label"], loop.checkpoints[1]["label"] = "bc", "rl-1"
+    (tmp_path / "s1").mkdir()
+    (tmp_path / "s1" / "learning.json").write_text(json.dumps(loop.result(time.monotonic()) | {"config": {"seed": 1}}))
+    assert seeds.main([str(tmp_path / "s1"), "--out", str(tmp_path / "README.md")]) == 0
+    summary = json.loads((tmp_path / "README.json").read_text())
+    got = summary["suites"]["builders:govform,hashapp"]
+    assert abs(got["gain"] - 0.5) < 1e-9 and summary["builders_goal_met"] is False  # one seed, not three
+    text = (tmp_path / "README.md").read_text()
+    assert "Goal (issue 48: >= 15 points on the held-out builders' websites over 3 seeds): not met" in text
+    assert "| govform | builders | information | 1/3 (33%) | 3/3 (100%) | 3/3 (100%) | - |" in text
+    assert "| hashapp | builders | transaction | 0/3 (0%) | 1/3 (33%) | 3/3 (100%) | - |" in text
+
+
 def test_versus_pairs_two_runs_of_the_same_seed_version_by_version(tmp_path):
     seeds = learning_seeds()
 
@@ -267,8 +293,8 @@ class RecordingPolicy:
 
 
 def test_eval_mode_selected_runs_the_reported_suites_only_on_bc_and_the_checkpoint_chosen_on_validation():
-    """`--eval-mode selected`: every RL checkpoint runs validation; test, the held-out family, MiniWoB++ and the
-    hand-made websites run on the BC warm start and, after the loop, on the one chosen on validation (no test figure of any other exists)."""
+    """`--eval-mode selected`: every RL checkpoint runs validation; test, the held-out family and builders, MiniWoB++
+    and the hand-made websites run on the BC warm start and, after the loop, on the one chosen on validation (no test figure of any other exists)."""
     from types import SimpleNamespace
 
     loop = loop_with([], [])
@@ -294,13 +320,13 @@ def test_eval_mode_selected_runs_the_reported_suites_only_on_bc_and_the_checkpoi
     loop.run = lambda *a, **k: SimpleNamespace(run_id="run-demos")
     result = loop.run_loop()
     ran = {(e.version, e.split) for e in loop.evals}
-    reported = {"test", "family:shop", "miniwob", "handmade"}
+    reported = {"test", "family:shop", "builders:govform,hashapp", "miniwob", "handmade"}
     assert {v for v, s in ran if s == "validation"} == {"agent@1", "agent@2", "agent@3", "agent@4"}
     assert {v for v, s in ran if s in reported} == {"agent@1", "agent@2"}  # BC and the selected only
     assert {s for v, s in ran if v == "agent@2"} == reported | {"validation"}
     assert result["selected"]["ref"] == "agent@2" and loop.policy.loaded == ["agent@2"]
-    assert [e.split for e in loop.evals if e.version == "agent@2"] == ["validation", "test", "family:shop", "miniwob",
-                                                                        "handmade"]
+    assert [e.split for e in loop.evals if e.version == "agent@2"] == ["validation", "test", "family:shop",
+                                                                        "builders:govform,hashapp", "miniwob", "handmade"]
 
 
 def test_the_kl_term_holds_each_rl_job_to_the_warm_start_or_to_its_parent():

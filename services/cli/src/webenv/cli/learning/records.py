@@ -37,11 +37,11 @@ class Evaluation:
     passed: int
     by_kind: dict[str, list[int]] = field(default_factory=dict)  # kind -> [passed, total]
     by_difficulty: dict[str, list[int]] = field(default_factory=dict)
-    by_builder: dict[str, list[int]] = field(default_factory=dict)  # "builder/kind" -> [passed, total] (synthetic)
     truncated: int = 0  # episodes cut at their step cap
     errored: int = 0  # episodes the environment or a peer failed (counted as failures)
     tasks: str = ""  # digest of the task ids run: equal digests = the same tasks
     outcomes: dict[str, list[int]] = field(default_factory=dict)  # task id -> [passed, episodes]: paired comparisons
+    by_builder: dict[str, list[int]] = field(default_factory=dict)  # "builder/kind" -> [passed, total] (synthetic)
 
     @property
     def rate(self) -> float:
