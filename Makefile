@@ -3,14 +3,16 @@ SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
 PIP := $(VENV)/bin/pip
-SERVICES := $(sort $(dir $(wildcard services/*/pyproject.toml)))
+# Every distribution, installed editable: the services (services/<name>) and the libraries they share (libs/<name>:
+# webenv-llm, webenv-agent, webenv-compat, webenv-testing; services/sdk is the contract, runtime and client).
+PACKAGES := $(sort $(dir $(wildcard libs/*/pyproject.toml services/*/pyproject.toml)))
 PROTOS := $(wildcard protos/webenv/v1/*.proto)
 PROTO_DEPS := $(PROTOS) $(wildcard protos/google/api/*.proto)
 GEN_DIR := services/sdk/src
 STAMP := $(VENV)/.installed
-# Optional extras the tests need (services/<name>/pyproject.toml), installed with the editable service.
+# Optional extras the tests need (<dir>/pyproject.toml), installed with the editable distribution of that folder.
 EXTRAS_judge := [transformers]
-EXTRAS_sdk := [compat,mcp,trl]
+EXTRAS_compat := [browsergym,mcp,trl]
 EXTRAS_trainer := [lm]
 # Installed without their dependencies: browsergym-core pins playwright==1.44 (the farm runs a newer one; the tests
 # need only its action definitions, tests/test_compat_browsergym.py); openenv-core requires gradio, whose pillow
@@ -19,16 +21,16 @@ NO_DEPS := browsergym-core==0.14.3 openenv-core==0.3.0
 
 .PHONY: install install-vllm install-browsergym apt venv protos lock lint test test-vllm bench learn up demo worldmodel base-image images test-containers clean
 
-install: apt $(STAMP) protos  ## Debian packages, the venv with every service editable, generated stubs
+install: apt $(STAMP) protos  ## Debian packages, the venv with every service and library editable, generated stubs
 
 # Debian packages the services and tests need, listed per service in services/*/apt-packages.txt.
 apt:
 	@bash deploy/scripts/apt-install.sh $(wildcard services/*/apt-packages.txt deploy/apt-packages.txt)
 
-$(STAMP): $(wildcard services/*/pyproject.toml) requirements-dev.txt requirements.lock
+$(STAMP): $(wildcard libs/*/pyproject.toml services/*/pyproject.toml) requirements-dev.txt requirements.lock
 	@test -x $(PY) || python3 -m venv $(VENV)
 	$(PIP) install -q --upgrade pip
-	$(PIP) install -q -c requirements.lock -r requirements-dev.txt $(foreach s,$(SERVICES),-e '$(s:/=)$(EXTRAS_$(notdir $(s:/=)))')
+	$(PIP) install -q -c requirements.lock -r requirements-dev.txt $(foreach s,$(PACKAGES),-e '$(s:/=)$(EXTRAS_$(notdir $(s:/=)))')
 	$(PIP) install -q --no-deps $(NO_DEPS)
 	@touch $(STAMP)
 
@@ -51,7 +53,7 @@ lock:
 	  $(PIP) freeze --exclude-editable --all | grep -vxE '(pip|setuptools|wheel)==.*' | LC_ALL=C sort -f; } > requirements.lock
 
 lint: protos
-	$(VENV)/bin/ruff check services tests bench deploy
+	$(VENV)/bin/ruff check libs services tests bench deploy
 	cd protos && ../$(VENV)/bin/buf lint
 	@tag=$$(git tag --list 'v*' --sort=-v:refname | head -1); \
 	if [ -n "$$tag" ]; then cd protos && ../$(VENV)/bin/buf breaking --against "../.git#tag=$$tag,subdir=protos"; \

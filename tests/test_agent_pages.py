@@ -1,6 +1,6 @@
 """The agent's fact reading on hand-made websites through the real browser farm.
 
-The pages of services/sdk/tests/pages/ (facts in prose, in bullet lists, in tables with headers; nothing like
+The pages of libs/agent/tests/pages/ (facts in prose, in bullet lists, in tables with headers; nothing like
 the synthetic web's templates) are served on loopback by a plain HTTP server, opened in real Chromium by the
 browser service, and the live AXTREE must yield the facts and answer candidates the sdk's fixtures expect
 (the fixtures' AXTREE files are this farm's output, so the sdk's unit tests read what the farm shows).
@@ -20,7 +20,7 @@ from webenv.cli.stack import Stack
 from webenv.client import make_channel
 from webenv.client.environment import EnvironmentClient
 
-PAGES = Path(__file__).resolve().parents[1] / "services" / "sdk" / "tests" / "pages"
+PAGES = Path(__file__).resolve().parents[1] / "libs" / "agent" / "tests" / "pages"
 EXPECTED = json.loads((PAGES / "expected.json").read_text())
 
 pytestmark = pytest.mark.timeout(300)

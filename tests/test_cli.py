@@ -38,7 +38,7 @@ def command_paths(command: object, path: tuple[str, ...] = ()) -> Iterator[tuple
 
 def test_no_installed_package_imports_argparse() -> None:
     offenders = []
-    for path in sorted(SERVICES.glob("*/src/webenv/**/*.py")):
+    for path in sorted([*SERVICES.glob("*/src/webenv/**/*.py"), *(ROOT / "libs").glob("*/src/webenv/**/*.py")]):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []

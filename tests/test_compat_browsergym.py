@@ -25,8 +25,8 @@ from gymnasium.utils.env_checker import check_env
 from webenv import errors
 from webenv.actions import format_action
 from webenv.cli.stack import Stack
-from webenv.client.gym import WebEnv
 from webenv.compat import browsergym as bg
+from webenv.compat.gym import WebEnv
 from webenv.testing import ONE_FACT, one_fact_shop_task
 from webenv.v1 import task_pb2, task_pb2_grpc
 

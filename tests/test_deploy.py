@@ -610,10 +610,10 @@ def test_judge_image_has_torch_only_when_asked():
     assert re.search(r'case "\$EXTRAS" in \*transformers\*\) pip install', text)
     deps = tomllib.loads((ROOT / "services/judge/pyproject.toml").read_text())["project"]
     assert not [d for d in deps["dependencies"] if d.startswith(("torch", "transformers"))]
-    # the extra is the LLM layer's transformers backend, whose sdk extra pins torch's CPU build
-    assert deps["optional-dependencies"]["transformers"] == ["webenv-sdk[transformers]"]
-    sdk = tomllib.loads((ROOT / "services/sdk/pyproject.toml").read_text())["project"]
-    assert any(d.startswith("torch==") for d in sdk["optional-dependencies"]["transformers"])
+    # the extra is the LLM layer's transformers backend, whose own extra pins torch's CPU build
+    assert deps["optional-dependencies"]["transformers"] == ["webenv-llm[transformers]"]
+    llm = tomllib.loads((ROOT / "libs/llm/pyproject.toml").read_text())["project"]
+    assert any(d.startswith("torch==") for d in llm["optional-dependencies"]["transformers"])
     assert "EXTRAS_judge := [transformers]" in (ROOT / "Makefile").read_text(), "make install: the judge's tests need it"
 
 

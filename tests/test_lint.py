@@ -10,6 +10,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def test_ruff_is_clean():
     ruff = ROOT / ".venv" / "bin" / "ruff"
-    proc = subprocess.run([str(ruff), "check", "--output-format", "concise", "services", "tests", "bench", "deploy"],
+    proc = subprocess.run([str(ruff), "check", "--output-format", "concise", "libs", "services", "tests", "bench",
+                           "deploy"],
                           cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]

@@ -1,5 +1,5 @@
 """requirements.lock (the versions `make install` installs, `make lock` writes it) agrees with what the project
-declares: every dependency of every service's pyproject.toml and of requirements-dev.txt is pinned there, at a
+declares: every dependency of every pyproject.toml under services/ and libs/ and of requirements-dev.txt is pinned there, at a
 version its specifier allows. A dependency added or re-pinned without `make lock` fails here, not on a fresh
 machine's install."""
 
@@ -35,7 +35,7 @@ def declared() -> list[tuple[str, Requirement]]:
         line = line.split("#", 1)[0].strip()
         if line:
             out.append(("requirements-dev.txt", Requirement(line)))
-    for path in sorted((ROOT / "services").glob("*/pyproject.toml")):
+    for path in sorted([*(ROOT / "services").glob("*/pyproject.toml"), *(ROOT / "libs").glob("*/pyproject.toml")]):
         project = tomllib.loads(path.read_text())["project"]
         out += [(str(path.relative_to(ROOT)), Requirement(r)) for r in project.get("dependencies", [])]
     return out

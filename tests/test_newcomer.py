@@ -151,7 +151,7 @@ def test_llm_facts_are_graded_in_runs(stack, tmp_path):
 def test_gym_env_passes_check_env_and_the_judge_rewards_it(stack):
     from gymnasium.utils.env_checker import check_env
     from webenv.actions import format_action
-    from webenv.client.gym import WebEnv
+    from webenv.compat.gym import WebEnv
 
     addr = stack["addresses"]
     with grpc.insecure_channel(addr["sites"]) as ch:

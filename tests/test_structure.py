@@ -1,16 +1,21 @@
-"""The house's one structural rule: services meet only through the sdk and the generated stubs.
+"""The house's structural rules: services meet only through the sdk, the shared libraries and the generated stubs;
+each distribution has one audience and depends on what it uses.
 
 A service package (`webenv.browser`, `webenv.collector`, ...) imports no other service's package, the client
-(`webenv.cli`, services/cli: the `webenv` command and its workflows) imports none and none imports it, and the sdk
-imports none: what two services share lives in the sdk, and what they say to each other goes over the contract
-(`protos/webenv/v1`). The imports are read from the code by `tools/imports.py` (ast only: nothing is imported),
-which also prints the whole graph: `python tools/imports.py`.
+(`webenv.cli`, services/cli: the `webenv` command and its workflows) imports none and none imports it: what two
+services share lives in the sdk or a library of libs/, and what they say to each other goes over the contract
+(`protos/webenv/v1`). The sdk (services/sdk: the contract, the service runtime and the client library) imports no
+library and no service; a library (libs/llm, libs/agent, libs/compat, libs/testing) imports no service. Every import
+of another distribution's package is one the importer's pyproject.toml depends on. The imports are read from the
+code by `tools/imports.py` (ast only: nothing is imported), which also prints the whole graph: `python
+tools/imports.py`.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import sys
+import tomllib
 from pathlib import Path
 
 _TOOL = Path(__file__).resolve().parents[1] / "tools" / "imports.py"
@@ -70,3 +75,41 @@ def test_the_client_is_its_own_distribution() -> None:
         assert f"webenv.cli.{name}" in mods and f"webenv.collector.{name}" not in mods, name
     assert "webenv.runtime.stack" not in mods and "webenv.collector.cli" not in mods
     assert {"webenv.collector.servicer", "webenv.collector.app"} <= set(mods)  # CollectorService stays
+
+
+def test_the_sdk_imports_no_library_and_a_library_no_service() -> None:
+    mods = imports.modules()
+    where, services, libraries = imports.rooms(mods), imports.service_packages(), imports.library_packages()
+    edges = imports.package_graph(mods)
+    assert {(a, b) for (a, b) in edges if where[a] == "services/sdk" and where[b] != "services/sdk"} == set()
+    assert {(a, b) for (a, b) in edges if a in libraries and b in services} == set()
+
+
+def test_every_import_of_another_distribution_is_a_declared_dependency() -> None:
+    """Services depend on what they use: an import of webenv.agent needs webenv-agent in the pyproject.toml."""
+    assert imports.undeclared_imports(imports.modules()) == set()
+
+
+def test_each_audience_has_its_own_distribution() -> None:
+    """The sdk keeps the contract, the runtime and the client; the agent models (policy, trainer, judge, collector,
+    client), the LLM layer (policy, judge, world model, trainer), the ecosystem adapters (over the client) and the
+    test support are libraries of their own, and a service installs only those it uses."""
+    mods = imports.modules()
+    where = imports.rooms(mods)
+    expected = {"webenv.agent": "libs/agent", "webenv.llm": "libs/llm", "webenv.compat": "libs/compat",
+                "webenv.testing": "libs/testing", "webenv.fuzz": "libs/testing"}
+    for pkg, folder in expected.items():
+        assert where[pkg] == folder, pkg
+    for pkg in ("webenv.v1", "webenv.errors", "webenv.actions", "webenv.envcontract", "webenv.runtime",
+                "webenv.envservice", "webenv.streams", "webenv.client"):
+        assert where[pkg] == "services/sdk", pkg
+    assert "webenv.compat.gym" in mods and "webenv.client.gym" not in mods  # Gymnasium is an ecosystem too
+    deps = {folder: d for folder, (_, d) in imports.distributions().items()}
+    assert deps["services/browser"] == deps["services/sites"] == deps["services/gateway"] == {"webenv-sdk"}
+    assert deps["services/sdk"] == set()
+    root = imports.ROOT
+    sdk = tomllib.loads((root / "services/sdk/pyproject.toml").read_text())["project"]
+    assert not {"gymnasium", "numpy", "torch"} & {r.split(">")[0].split("=")[0] for r in sdk["dependencies"]}
+    testing = tomllib.loads((root / "libs/testing/pyproject.toml").read_text())["project"]
+    assert testing["entry-points"]["pytest11"] == {"webenv": "webenv.testing"}  # the plugin is the testing lib's
+    assert "entry-points" not in sdk

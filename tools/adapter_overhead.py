@@ -31,7 +31,7 @@ import time
 
 from webenv.cli.stack import Stack, wait_serving
 from webenv.client import EnvironmentClient, make_sync_channel, observation_spec
-from webenv.client.gym import WebEnv
+from webenv.compat.gym import WebEnv
 from webenv.runtime.ports import free_port
 from webenv.v1 import task_pb2, task_pb2_grpc
 

@@ -1,27 +1,35 @@
 """The import structure of webenv, read from the code (Python's ast; nothing is imported or run).
 
-    python tools/imports.py              # packages and the imports between them, then loops of files
+    python tools/imports.py              # packages, their audiences and the imports between them, then loops of files
     python tools/imports.py --files PKG  # the imports between the files of one package (e.g. webenv.browser)
 
-A package is a service's `webenv.<name>`, the client's `webenv.cli` (services/cli: the `webenv` command and the
-workflows it drives across the services), or one top-level module or package of the sdk (`webenv.errors`,
-`webenv.runtime`, ...); tests, benchmarks and the generated `webenv.v1` stubs are left out (the stubs are
-counted as `webenv.v1` where imported). Imports inside functions and under TYPE_CHECKING count: a loop that
-only a type annotation closes is still a loop a reader has to follow. `tests/test_structure.py` holds the
-rule this drawing shows: services (and the client) meet only through the sdk and the generated stubs.
+Every distribution is a room with one audience: a service's `webenv.<name>` (services/<name>), the client's
+`webenv.cli` (services/cli: the `webenv` command and the workflows it drives across the services), the sdk
+(services/sdk: the contract, the service runtime and the client library, one package a top-level module or package
+of it: `webenv.errors`, `webenv.runtime`, `webenv.client`, ...) and the libraries of libs/ (`webenv.llm` the LLM
+layer, `webenv.agent` the agent models, `webenv.compat` the ecosystem adapters over the client, `webenv.testing` and
+`webenv.fuzz` the test support). Tests, benchmarks and the generated `webenv.v1` stubs are left out (the stubs are
+counted as `webenv.v1`, the sdk's, where imported). Imports inside functions and under TYPE_CHECKING count: a loop
+that only a type annotation closes is still a loop a reader has to follow. `tests/test_structure.py` holds the rules
+this drawing shows: services (and the client) meet only through the sdk, the libraries and the generated stubs; the
+sdk imports no library, a library no service; and every import of another distribution's package is one its
+pyproject.toml depends on.
 """
 
 from __future__ import annotations
 
 import argparse
 import ast
+import re
 import sys
+import tomllib
 from collections import defaultdict
 from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 SERVICES = ROOT / "services"
+LIBS = ROOT / "libs"
 SDK = "sdk"
 CLIENT = "cli"  # the folder of the platform's client, webenv.cli: it talks to the services over the contract
 
@@ -30,9 +38,19 @@ CLIENT = "cli"  # the folder of the platform's client, webenv.cli: it talks to t
 class Module:
     name: str  # webenv.browser.farm
     path: Path
-    service: str  # the folder under services/
+    service: str  # the folder under services/ or libs/ (browser, sdk, agent, ...)
     lines: int
     imports: set[str] = field(default_factory=set)  # module names of this tree it imports
+
+    @property
+    def room(self) -> str:
+        """The distribution's folder: services/browser, services/sdk, libs/agent."""
+        return self.path.relative_to(ROOT).parts[0] + "/" + self.service
+
+
+def _sources() -> list[Path]:
+    """Every distribution's src/webenv: services/*/src/webenv and libs/*/src/webenv."""
+    return sorted([*SERVICES.glob("*/src/webenv"), *LIBS.glob("*/src/webenv")])
 
 
 def service_packages() -> dict[str, str]:
@@ -48,12 +66,36 @@ def service_packages() -> dict[str, str]:
     return out
 
 
+def library_packages() -> dict[str, str]:
+    """Every top-level package or module of a library under libs/ (`webenv.agent`, `webenv.fuzz`) -> its folder."""
+    out = {}
+    for src in sorted(LIBS.glob("*/src/webenv")):
+        for item in src.iterdir():
+            if (item.is_dir() and any(item.glob("*.py"))) or item.suffix == ".py":
+                out[f"webenv.{item.stem}"] = src.parents[1].name
+    return out
+
+
+def distributions() -> dict[str, tuple[str, set[str]]]:
+    """Folder (services/browser, libs/agent) -> (its distribution's name, the webenv-* distributions it depends on,
+    extras included: an import of a package another distribution holds must be one of these)."""
+    out = {}
+    for pyproject in sorted([*SERVICES.glob("*/pyproject.toml"), *LIBS.glob("*/pyproject.toml")]):
+        project = tomllib.loads(pyproject.read_text())["project"]
+        reqs = [*project.get("dependencies", []),
+                *(r for extra in project.get("optional-dependencies", {}).values() for r in extra)]
+        deps = {m.group(0) for r in reqs if (m := re.match(r"webenv-[a-z]+", r))} - {project["name"]}
+        out[pyproject.parent.relative_to(ROOT).as_posix()] = (project["name"], deps)
+    return out
+
+
 def modules() -> dict[str, Module]:
-    """Every source module under services/*/src (the generated stubs left out), with the imports it makes."""
+    """Every source module under services/*/src and libs/*/src (the generated stubs left out), with the imports it
+    makes."""
     found: dict[str, Module] = {}
-    for path in sorted(SERVICES.glob("*/src/webenv/**/*.py")):
-        service = path.relative_to(SERVICES).parts[0]
-        parts = list(path.relative_to(SERVICES / service / "src").with_suffix("").parts)
+    for path in sorted(p for src in _sources() for p in src.glob("**/*.py")):
+        service = next(p for p in path.parents if p.parent in (SERVICES, LIBS)).name
+        parts = list(path.relative_to(next(p for p in path.parents if p.name == "src")).with_suffix("").parts)
         if parts[:2] == ["webenv", "v1"]:
             continue
         if parts[-1] == "__init__":
@@ -112,6 +154,21 @@ def package_graph(mods: dict[str, Module] | None = None) -> dict[tuple[str, str]
             if a != b:
                 edges[(a, b)].add(mod.name)
     return edges
+
+
+def rooms(mods: dict[str, Module]) -> dict[str, str]:
+    """Package -> the folder of the distribution that holds it (services/browser, services/sdk, libs/agent)."""
+    out = {package_of(m.name): m.room for m in mods.values()}
+    out["webenv.v1"] = f"services/{SDK}"  # generated into the sdk
+    return out
+
+
+def undeclared_imports(mods: dict[str, Module]) -> set[tuple[str, str]]:
+    """(importing package, imported package) of another distribution that the importer's pyproject.toml does not
+    depend on (directly: a dependency's own dependencies do not count)."""
+    where, dists = rooms(mods), distributions()
+    return {(a, b) for (a, b) in package_graph(mods)
+            if where[a] != where[b] and dists[where[b]][0] not in dists[where[a]][1]}
 
 
 def file_loops(mods: dict[str, Module]) -> list[list[str]]:
@@ -174,22 +231,32 @@ def main(argv: list[str] | None = None) -> int:
     for mod in mods.values():
         sizes[package_of(mod.name)] += mod.lines
     edges = package_graph(mods)
-    print("PACKAGES (lines; service, cli (the client) or sdk) and what each imports from the others "
+    where = rooms(mods)
+    libraries = library_packages()
+    print("PACKAGES (lines; the folder of their distribution: a service, services/cli the client, services/sdk the "
+          "contract, runtime and client library, libs/<name> a shared library) and what each imports from the others "
           "(number of files importing):")
-    for pkg in sorted(sizes, key=lambda p: (p not in services, services.get(p) == CLIENT, p)):
-        where = services.get(pkg, SDK)
+    for pkg in sorted(sizes, key=lambda p: (p not in services, services.get(p) == CLIENT, p in libraries,
+                                            where[p], p)):
         uses = sorted((b, len(files)) for (a, b), files in edges.items() if a == pkg)
-        print(f"  {pkg:22} {sizes[pkg]:6}  {where:10} -> {', '.join(f'{b} ({n})' for b, n in uses) or '-'}")
-    client = {p for p, where in services.items() if where == CLIENT}
+        print(f"  {pkg:22} {sizes[pkg]:6}  {where[pkg]:19} -> {', '.join(f'{b} ({n})' for b, n in uses) or '-'}")
+    print("DISTRIBUTIONS (folder: name, lines) and the webenv distributions each depends on (pyproject.toml):")
+    for folder, (name, deps) in sorted(distributions().items(), key=lambda kv: (kv[0].startswith("services"), kv[0])):
+        lines = sum(m.lines for m in mods.values() if m.room == folder)
+        print(f"  {folder:19} {name:18} {lines:6}  -> {', '.join(sorted(deps)) or '-'}")
+    client = {p for p, w in services.items() if w == CLIENT}
 
     def listed(pairs) -> str:
         return ", ".join(f"{a} -> {b}" for a, b in sorted(pairs)) or "none"
 
+    sdk = {p for p in where if where[p] == f"services/{SDK}"}
     print("SERVICE -> SERVICE imports:", listed((a, b) for (a, b) in edges if a in services and b in services
                                                  and not {a, b} & client))
     print("CLIENT -> SERVICE imports:", listed((a, b) for (a, b) in edges if a in client and b in services))
     print("SERVICE -> CLIENT imports:", listed((a, b) for (a, b) in edges if a in services and b in client))
-    print("SDK -> SERVICE or CLIENT imports:", listed((a, b) for (a, b) in edges if a not in services and b in services))
+    print("SDK -> LIBRARY, SERVICE or CLIENT imports:", listed((a, b) for (a, b) in edges if a in sdk and b not in sdk))
+    print("LIBRARY -> SERVICE or CLIENT imports:", listed((a, b) for (a, b) in edges if a in libraries and b in services))
+    print("IMPORTS THE IMPORTER'S pyproject.toml DOES NOT DEPEND ON:", listed(undeclared_imports(mods)))
     loops = file_loops(mods)
     print(f"LOOPS OF FILES ({len(loops)}):")
     for group in loops:

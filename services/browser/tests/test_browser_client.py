@@ -7,7 +7,7 @@ import asyncio
 import pytest
 from webenv import errors
 from webenv.client.environment import EnvironmentClient, observation_spec
-from webenv.client.gym import WebEnv
+from webenv.compat.gym import WebEnv
 from webenv.v1 import common_pb2
 
 

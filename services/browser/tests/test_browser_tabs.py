@@ -10,8 +10,8 @@ import re
 import pytest
 from webenv.client import EnvironmentClient, open_tabs
 from webenv.client.episode import Episode
-from webenv.client.gym import WebEnv
 from webenv.compat import browsergym as bgym
+from webenv.compat.gym import WebEnv
 from webenv.compat.mcp import FarmSession
 from webenv.openenv.config import Settings
 from webenv.openenv.env import Backend, WebEnvironment

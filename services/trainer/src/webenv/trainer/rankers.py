@@ -1,7 +1,7 @@
 """The candidate rankers the trainer trains, by model kind, in one registry with one named interface.
 
 A ranker's library is what train_scorer's loop and a job need of it (:class:`Ranker`): batching steps, scoring
-candidates, its optimisers, the parameters to clip, saving and loading a model. The sdk's `webenv.agent.scorer`
+candidates, its optimisers, the parameters to clip, saving and loading a model. webenv-agent's `webenv.agent.scorer`
 (the hashed scorer, MODEL_KIND_SCORER) and `webenv.agent.encoder` (the fine-tuned encoder, MODEL_KIND_ENCODER) are
 such libraries as they are. A registry entry (:class:`RankerKind`) adds how a job makes a new model and the acting
 wrapper whose `example` turns a step into a training example; the library is imported when a job first needs it

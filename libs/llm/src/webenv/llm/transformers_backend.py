@@ -98,7 +98,7 @@ class TransformersBackend:
             from transformers.utils import logging as hf_logging
         except ImportError as exc:
             raise LLMError("the transformers backend needs torch and transformers (pip install "
-                           "'webenv-sdk[transformers]', or the service's extra: 'webenv-judge[transformers]')") from exc
+                           "'webenv-llm[transformers]', or the service's extra: 'webenv-judge[transformers]')") from exc
         hf_logging.disable_progress_bar()
         if self.threads:
             torch.set_num_threads(self.threads)
@@ -155,7 +155,7 @@ class TransformersBackend:
         try:
             from peft import PeftConfig, PeftModel
         except ImportError as exc:
-            raise LLMError("LoRA adapters need peft (pip install 'webenv-sdk[lora]')") from exc
+            raise LLMError("LoRA adapters need peft (pip install 'webenv-llm[lora]')") from exc
         try:
             config = PeftConfig.from_pretrained(path)
         except Exception as exc:

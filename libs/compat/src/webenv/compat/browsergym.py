@@ -382,7 +382,7 @@ def screenshot_array(shot: pb.Screenshot) -> np.ndarray:
     """The screenshot as BrowserGym gives it: an HxWx3 uint8 RGB array (0x0x3 when none was taken)."""
     if not shot.data:
         return np.zeros((0, 0, 3), dtype=np.uint8)
-    from PIL import Image  # webenv-sdk[compat]
+    from PIL import Image  # webenv-compat[browsergym]
 
     with Image.open(io.BytesIO(shot.data)) as img:
         img.load()

@@ -19,7 +19,7 @@ answering, by an empty answer then. An infrastructure failure is never a reward 
 the judge fails mid-episode (anything but the farm refusing a malformed action, which the model reads as text), the
 tool answers ``The episode was interrupted: <STATUS> <REASON>: ...``, ``error`` holds the typed
 `webenv.errors.WebenvError`, and ``get_reward`` returns ``None``: TRL's "no reward" for a rollout, which GRPOTrainer
-leaves out of its group's baseline and gives no advantage (an unscorable row), so the failed rollout teaches nothing. Each instance drives `webenv.client.gym.WebEnv` (its own event-loop thread and
+leaves out of its group's baseline and gives no advantage (an unscorable row), so the failed rollout teaches nothing. Each instance drives `webenv.compat.gym.WebEnv` (its own event-loop thread and
 channels), so the farm's limits and network guard hold as on the gRPC path. An instance left open is closed at
 interpreter exit by a ``weakref.finalize`` (an atexit hook, run while the loop thread still runs): closing it from
 ``__del__`` during finalization waited out the loop call's whole timeout (90 s measured) on a frozen daemon thread.
@@ -48,8 +48,8 @@ import grpc
 from webenv import errors
 from webenv.actions import format_action, is_element_id
 from webenv.client import make_channel, tabs_text
-from webenv.client.gym import WebEnv
 from webenv.client.stack import address
+from webenv.compat.gym import WebEnv
 from webenv.compat.hf import environment_of
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import task_pb2, task_pb2_grpc
