@@ -99,12 +99,12 @@ class Base:
 
 
 def encode(obs: common_pb2.Observation, spec: common_pb2.ObservationSpec | None, step: int,
-           base: Base | None) -> Base | None:
+           base: Base | None, keep: bool = False) -> Base | None:
     """Turn the whole observation ``obs`` (answering ``step``; -1 for the first) into edits against ``base`` when the
     spec asks for increments and no whole one is due; returns the session's new base (the whole text; None when the
-    spec asks for no increments)."""
+    spec asks for no increments, unless ``keep``: a session opened incremental that asked for one whole step)."""
     if spec is None or not spec.incremental:
-        return None
+        return Base.of(obs, step) if keep else None
     new = Base.of(obs, step)
     if base is None or full_due(spec, step):
         return new

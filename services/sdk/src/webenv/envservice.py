@@ -554,7 +554,8 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
                     raise await self._timed_out(s, kind, timeout) from exc
             if budget:
                 apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
-            s.obs_base = delta.encode(resp.observation, asked, s.step_count, s.obs_base)
+            s.obs_base = delta.encode(resp.observation, asked, s.step_count, s.obs_base,
+                                      keep=s.observation_spec is not None and s.observation_spec.incremental)
             s.step_count += 1
             s.last_response, s.last_action = resp, request.action
             s.renew()

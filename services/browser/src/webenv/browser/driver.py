@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from playwright.async_api import Error as PlaywrightError
-from webenv import errors
+from webenv import delta, errors
 from webenv.actions import ACTION_KINDS
 from webenv.browser import metrics
 from webenv.browser.actions import ActionOutcome, perform
@@ -73,13 +73,14 @@ class PageDriver:
         self.capturing = 0
 
     async def observe(self, s: BrowserSession, spec: common_pb2.ObservationSpec, settle: bool = True,
-                      frame_wait: bool = False, quiet_since_action: bool = False
+                      frame_wait: bool = False, quiet_since_action: bool = False, fresh: bool = True
                       ) -> tuple[common_pb2.Observation, dict[str, Any]]:
-        """One observation pass of the active tab (without the tabs' titles: `fill_tabs`)."""
+        """One observation pass of the active tab (without the tabs' titles: `fill_tabs`); with an incremental
+        spec and not `fresh`, a walk of what changed since the last pass."""
         cdp = await s.cdp() if common_pb2.OBSERVATION_FORMAT_SCREENSHOT in spec.formats else None
         return await observe(s.page, cdp, spec, self.obs_cfg, settle=settle,
                              miniwob=bool(s.adapter and s.adapter.miniwob), frame_wait=frame_wait,
-                             quiet_since_action=quiet_since_action)
+                             quiet_since_action=quiet_since_action, fresh=fresh)
 
     async def fill_tabs(self, s: BrowserSession, obs: common_pb2.Observation) -> None:
         """Tabs with titles: the active one from the observation, others asked for (only when there are some)."""
@@ -145,11 +146,12 @@ class PageDriver:
             s.pending_error = ""
         if error:
             metrics.ACTION_ERRORS.labels(kind).inc()
+        fresh = delta.full_due(spec, s.step_count)  # a whole observation is due: the page walked whole
         async with self.queues.observe.slot() as waited_obs:
             to = time.perf_counter()
             seen = await observe_settled(
                 self.settler, s, lambda same_doc: self.observe(s, spec, frame_wait=what.next_frame,
-                                                               quiet_since_action=same_doc),
+                                                               quiet_since_action=same_doc, fresh=fresh),
                 navigates=what.navigates, acted_tab=tab_acted, loads_before=loads_before)
             timings.settle += seen.settle_seconds
             timings.observe = time.perf_counter() - to

@@ -193,6 +193,18 @@ async (opts) => {
   let axLen = 0, htmlLen = 0, mdLen = 0;
   const needIds = want.axtree || want.html || want.markdown || want.dom || want.elements;
 
+  // Incremental passes (opts.incremental, ObservationSpec.incremental): a MutationObserver kept on the document
+  // (window.__webenvInc) records what changed since the last incremental pass; an element whose subtree saw no
+  // change reuses its AXTREE and MARKDOWN lines from that pass instead of being walked again. What changes without
+  // a mutation is walked every time (VOLATILE: form fields' values and checked states, frames, shadow and slot
+  // content, names taken from elsewhere), and so are the focused element and the innermost hovered ones, before and
+  // now (the innermost two: a hover menu's item and its list), and elements given a click listener since (settle/watchers.py CLICK_WATCH_JS). A style sheet change, too
+  // many records or opts.fresh make the pass a whole walk (it fills the cache again).
+  const VOLATILE = new Set(['INPUT', 'SELECT', 'TEXTAREA', 'OPTION', 'OPTGROUP', 'IFRAME', 'SLOT', 'PROGRESS', 'METER']);
+  const MAX_RECORDS = 20000;
+  let inc = null;
+  let volatiles = 0, noReuse = 0;
+
   const isInteractive = (el, role) => INTERACTIVE_ROLES.has(role) || el.hasAttribute('onclick') ||
     el.isContentEditable || (el.tabIndex >= 0 && el.hasAttribute('tabindex') && el.tagName !== 'BODY');
 
@@ -245,125 +257,221 @@ async (opts) => {
         if (want.dom) domNodes.push({p: parentDom, t: '#text', x: clip(t, 1000)});
         continue;
       }
-      if (node.nodeType !== 1) continue;
-      const el = node;
-      const doc = el.ownerDocument;
-      if (SKIP.has(el.tagName)) continue;
-      if (el.tagName !== 'OPTION' && el.tagName !== 'OPTGROUP' && hidden(el, win)) continue;  // options of a closed select still count
-      const role = roleOf(el);
-      const id = needIds ? idOf(el) : '';
-      let visible = true;
-      let rect = null;
-      const interactive = isInteractive(el, role);
-      if (visibleOnly || (want.elements && interactive)) {
-        const r = el.getBoundingClientRect();
-        rect = {x: r.x + offX, y: r.y + offY, width: r.width, height: r.height};
-        visible = r.width > 0 && r.height > 0 && rect.x + r.width > 0 && rect.y + r.height > 0 && rect.x < vw && rect.y < vh;
-      }
-      const shown = !visibleOnly || visible;
-      let name = '';
-      const describe = role && role !== 'generic' && role !== 'none' && role !== 'presentation';
-      if (describe && (want.axtree || want.markdown || (want.elements && interactive))) name = nameOf(el, role);
-
-      let childDepth = depth;
-      let lined = false;
-      const childNamed = inNamed || (describe && NAME_FROM_CONTENT.has(role) && name !== '');
-      if (want.axtree && describe && shown && axLen < maxChars) {
-        const st = states(el, role, doc);
-        const line = '\t'.repeat(depth) + '[' + id + '] ' + role + ' ' + JSON.stringify(name) + (st.length ? ' ' + st.join(', ') : '');
-        axLines.push(line); axLen += line.length + 1;
-        childDepth = depth + 1;
-        lined = true;
-        const parts = el.tagName === 'INPUT' ? DATE_PARTS[el.type] : null;
-        if (parts) {
-          for (const part of parts) {
-            const sp = part.indexOf(' ');
-            const pl = '\t'.repeat(childDepth) + '[' + id + '] ' + part.slice(0, sp) + ' ' + JSON.stringify(part.slice(sp + 1));
-            axLines.push(pl); axLen += pl.length + 1;
-          }
-        }
-      }
-      if (want.elements && interactive && (!visibleOnly || visible)) {
-        elements.push({
-          element_id: id, tag: el.tagName.toLowerCase(), role, name,
-          text: clip(norm(el.innerText || ''), 100), bbox: rect, visible,
-          clickable: true, focused: el.getRootNode().activeElement === el,
-          value: (el.value !== undefined && el.type !== 'password' && el.tagName !== 'BUTTON' && el.tagName !== 'LI') ? String(el.value) : '',
-          checked: !!el.checked, disabled: !!el.disabled, href: el.tagName === 'A' ? (el.href || '') : '', frame,
-        });
-      }
-      let domIndex = -1;
-      if (want.dom) {
-        const attrs = {};
-        for (const a of el.attributes) if (KEEP_ATTRS.has(a.name) || a.name.startsWith('aria-')) attrs[a.name] = clip(a.value, 300);
-        domIndex = domNodes.length;
-        domNodes.push({p: parentDom, t: el.tagName.toLowerCase(), a: attrs, i: id});
-      }
-      let closeTag = '';
-      if (want.html && htmlLen < maxChars) {
-        let s = '<' + el.tagName.toLowerCase() + ' bid="' + id + '"';
-        for (const a of el.attributes) {
-          if ((KEEP_ATTRS.has(a.name) || a.name.startsWith('aria-')) && !(a.name === 'src' && a.value.startsWith('data:'))) {
-            s += ' ' + a.name + '="' + escAttr(clip(a.value, 300)) + '"';
-          }
-        }
-        if ((el.tagName === 'INPUT' || el.tagName === 'TEXTAREA') && el.value && !el.hasAttribute('value') && el.type !== 'password') {
-          s += ' value="' + escAttr(clip(el.value, 300)) + '"';
-        }
-        s += '>';
-        htmlParts.push(s); htmlLen += s.length;
-        closeTag = '</' + el.tagName.toLowerCase() + '>';
-      }
-      let mdClose = '';
-      let mdNamed = false;
-      if (want.markdown && shown && mdLen < maxChars && !inNamed) {
-        const tag = el.tagName;
-        let s = '';
-        if (role === 'heading') { s = '\n' + '#'.repeat(Number(tag.slice(1)) || 2) + ' [' + id + '] ' + name + '\n'; mdNamed = true; }
-        else if (role === 'link') { s = '[' + id + ':' + name + '](' + (el.getAttribute('href') || '') + ') '; mdNamed = true; }
-        else if (role === 'button') { s = '[' + id + ':button ' + name + '] '; mdNamed = true; }
-        else if (tag === 'IMG') { s = '![' + name + ']'; }
-        else if (INTERACTIVE_ROLES.has(role)) {
-          const st = states(el, role, doc).filter((x) => x !== 'focused');
-          s = '[' + id + ':' + role + (name ? ' ' + name : '') + (st.length ? ' ' + st.join(' ') : '') + '] ';
-          mdNamed = role === 'option' || role === 'checkbox' || role === 'radio' || role === 'clickable';
-        } else if (tag === 'LI') { s = '\n- '; }
-        else if (tag === 'TR') { s = '\n|'; }
-        else if (tag === 'TD' || tag === 'TH') { s = ' '; mdClose = ' |'; }
-        else if (['P', 'DIV', 'SECTION', 'ARTICLE', 'UL', 'OL', 'TABLE', 'FORM', 'BR', 'HEADER', 'FOOTER', 'NAV', 'MAIN'].includes(tag)) { s = '\n'; mdClose = '\n'; }
-        if (s) { mdParts.push(s); mdLen += s.length; }
-      }
-      if (el.tagName === 'IFRAME') {
-        let sub = null;
-        try { sub = el.contentDocument; } catch (e) { sub = null; }
-        if (sub && sub.body) {
-          const r = el.getBoundingClientRect();
-          const idx = Array.prototype.indexOf.call(doc.querySelectorAll('iframe'), el);
-          const subFrame = frame === '' ? String(idx) : frame + '.' + idx;
-          walk(kids(sub.body), subFrame, childDepth, offX + r.x + el.clientLeft, offY + r.y + el.clientTop,
-            sub.defaultView || win, domIndex, childNamed, mdPrefix, '');
-        }
-      } else if (role !== 'img' || el.tagName === 'IMG') {
-        walk(kids(el), frame, childDepth, offX, offY, win, domIndex, childNamed || mdNamed, mdPrefix, lined ? '' : id);
-      }
-      if (closeTag && htmlLen < maxChars) { htmlParts.push(closeTag); htmlLen += closeTag.length; }
-      if (mdClose && mdLen < maxChars) { mdParts.push(mdClose); mdLen += mdClose.length; }
+      if (node.nodeType === 1) element(node, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix);
     }
   };
 
+  // One element and its subtree; with incremental reuse (inc), a clean subtree's lines from the last pass.
+  const element = (el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix) => {
+    if (!inc) { elementWalk(el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix); return; }
+    const key = depth + (inNamed ? 'n' : '') + frame;
+    const deep = inc.deep.has(el);
+    if (!deep && !noReuse && !inc.path.has(el)) {
+      const c = inc.cache.get(el);
+      if (c && c.key === key && !c.vol && axLen + c.axLen < maxChars && mdLen + c.mdLen < maxChars) {
+        for (let i = c.a0; i < c.a1; i++) axLines.push(c.ax[i]);
+        for (let i = c.m0; i < c.m1; i++) mdParts.push(c.md[i]);
+        axLen += c.axLen; mdLen += c.mdLen;
+        inc.cache.set(el, {key, ax: axLines, a0: axLines.length - (c.a1 - c.a0), a1: axLines.length, md: mdParts,
+          m0: mdParts.length - (c.m1 - c.m0), m1: mdParts.length, axLen: c.axLen, mdLen: c.mdLen, vol: false});
+        inc.reused++;
+        return;
+      }
+    }
+    const a0 = axLines.length, m0 = mdParts.length, al0 = axLen, ml0 = mdLen, v0 = volatiles;
+    if (deep) noReuse++;
+    if (VOLATILE.has(el.tagName) || el.shadowRoot || el.hasAttribute('aria-labelledby')) volatiles++;
+    elementWalk(el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix);
+    if (deep) noReuse--;
+    inc.walked++;
+    if (axLen < maxChars && mdLen < maxChars) {
+      inc.cache.set(el, {key, ax: axLines, a0, a1: axLines.length, md: mdParts, m0, m1: mdParts.length,
+        axLen: axLen - al0, mdLen: mdLen - ml0, vol: volatiles > v0});
+    }
+  };
+
+  const elementWalk = (el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix) => {
+    const doc = el.ownerDocument;
+    if (SKIP.has(el.tagName)) return;
+    if (el.tagName !== 'OPTION' && el.tagName !== 'OPTGROUP' && hidden(el, win)) return;  // options of a closed select still count
+    const role = roleOf(el);
+    const id = needIds ? idOf(el) : '';
+    let visible = true;
+    let rect = null;
+    const interactive = isInteractive(el, role);
+    if (visibleOnly || (want.elements && interactive)) {
+      const r = el.getBoundingClientRect();
+      rect = {x: r.x + offX, y: r.y + offY, width: r.width, height: r.height};
+      visible = r.width > 0 && r.height > 0 && rect.x + r.width > 0 && rect.y + r.height > 0 && rect.x < vw && rect.y < vh;
+    }
+    const shown = !visibleOnly || visible;
+    let name = '';
+    const describe = role && role !== 'generic' && role !== 'none' && role !== 'presentation';
+    if (describe && (want.axtree || want.markdown || (want.elements && interactive))) name = nameOf(el, role);
+
+    let childDepth = depth;
+    let lined = false;
+    const childNamed = inNamed || (describe && NAME_FROM_CONTENT.has(role) && name !== '');
+    if (want.axtree && describe && shown && axLen < maxChars) {
+      const st = states(el, role, doc);
+      const line = '\t'.repeat(depth) + '[' + id + '] ' + role + ' ' + JSON.stringify(name) + (st.length ? ' ' + st.join(', ') : '');
+      axLines.push(line); axLen += line.length + 1;
+      childDepth = depth + 1;
+      lined = true;
+      const parts = el.tagName === 'INPUT' ? DATE_PARTS[el.type] : null;
+      if (parts) {
+        for (const part of parts) {
+          const sp = part.indexOf(' ');
+          const pl = '\t'.repeat(childDepth) + '[' + id + '] ' + part.slice(0, sp) + ' ' + JSON.stringify(part.slice(sp + 1));
+          axLines.push(pl); axLen += pl.length + 1;
+        }
+      }
+    }
+    if (want.elements && interactive && (!visibleOnly || visible)) {
+      elements.push({
+        element_id: id, tag: el.tagName.toLowerCase(), role, name,
+        text: clip(norm(el.innerText || ''), 100), bbox: rect, visible,
+        clickable: true, focused: el.getRootNode().activeElement === el,
+        value: (el.value !== undefined && el.type !== 'password' && el.tagName !== 'BUTTON' && el.tagName !== 'LI') ? String(el.value) : '',
+        checked: !!el.checked, disabled: !!el.disabled, href: el.tagName === 'A' ? (el.href || '') : '', frame,
+      });
+    }
+    let domIndex = -1;
+    if (want.dom) {
+      const attrs = {};
+      for (const a of el.attributes) if (KEEP_ATTRS.has(a.name) || a.name.startsWith('aria-')) attrs[a.name] = clip(a.value, 300);
+      domIndex = domNodes.length;
+      domNodes.push({p: parentDom, t: el.tagName.toLowerCase(), a: attrs, i: id});
+    }
+    let closeTag = '';
+    if (want.html && htmlLen < maxChars) {
+      let s = '<' + el.tagName.toLowerCase() + ' bid="' + id + '"';
+      for (const a of el.attributes) {
+        if ((KEEP_ATTRS.has(a.name) || a.name.startsWith('aria-')) && !(a.name === 'src' && a.value.startsWith('data:'))) {
+          s += ' ' + a.name + '="' + escAttr(clip(a.value, 300)) + '"';
+        }
+      }
+      if ((el.tagName === 'INPUT' || el.tagName === 'TEXTAREA') && el.value && !el.hasAttribute('value') && el.type !== 'password') {
+        s += ' value="' + escAttr(clip(el.value, 300)) + '"';
+      }
+      s += '>';
+      htmlParts.push(s); htmlLen += s.length;
+      closeTag = '</' + el.tagName.toLowerCase() + '>';
+    }
+    let mdClose = '';
+    let mdNamed = false;
+    if (want.markdown && shown && mdLen < maxChars && !inNamed) {
+      const tag = el.tagName;
+      let s = '';
+      if (role === 'heading') { s = '\n' + '#'.repeat(Number(tag.slice(1)) || 2) + ' [' + id + '] ' + name + '\n'; mdNamed = true; }
+      else if (role === 'link') { s = '[' + id + ':' + name + '](' + (el.getAttribute('href') || '') + ') '; mdNamed = true; }
+      else if (role === 'button') { s = '[' + id + ':button ' + name + '] '; mdNamed = true; }
+      else if (tag === 'IMG') { s = '![' + name + ']'; }
+      else if (INTERACTIVE_ROLES.has(role)) {
+        const st = states(el, role, doc).filter((x) => x !== 'focused');
+        s = '[' + id + ':' + role + (name ? ' ' + name : '') + (st.length ? ' ' + st.join(' ') : '') + '] ';
+        mdNamed = role === 'option' || role === 'checkbox' || role === 'radio' || role === 'clickable';
+      } else if (tag === 'LI') { s = '\n- '; }
+      else if (tag === 'TR') { s = '\n|'; }
+      else if (tag === 'TD' || tag === 'TH') { s = ' '; mdClose = ' |'; }
+      else if (['P', 'DIV', 'SECTION', 'ARTICLE', 'UL', 'OL', 'TABLE', 'FORM', 'BR', 'HEADER', 'FOOTER', 'NAV', 'MAIN'].includes(tag)) { s = '\n'; mdClose = '\n'; }
+      if (s) { mdParts.push(s); mdLen += s.length; }
+    }
+    if (el.tagName === 'IFRAME') {
+      let sub = null;
+      try { sub = el.contentDocument; } catch (e) { sub = null; }
+      if (sub && sub.body) {
+        const r = el.getBoundingClientRect();
+        const idx = Array.prototype.indexOf.call(doc.querySelectorAll('iframe'), el);
+        const subFrame = frame === '' ? String(idx) : frame + '.' + idx;
+        walk(kids(sub.body), subFrame, childDepth, offX + r.x + el.clientLeft, offY + r.y + el.clientTop,
+          sub.defaultView || win, domIndex, childNamed, mdPrefix, '');
+      }
+    } else if (role !== 'img' || el.tagName === 'IMG') {
+      walk(kids(el), frame, childDepth, offX, offY, win, domIndex, childNamed || mdNamed, mdPrefix, lined ? '' : id);
+    }
+    if (closeTag && htmlLen < maxChars) { htmlParts.push(closeTag); htmlLen += closeTag.length; }
+    if (mdClose && mdLen < maxChars) { mdParts.push(mdClose); mdLen += mdClose.length; }
+  };
+
+  const deepActive = () => {
+    let a = document.activeElement;
+    try {
+      for (;;) {
+        if (a && a.tagName === 'IFRAME' && a.contentDocument) a = a.contentDocument.activeElement;
+        else if (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
+        else break;
+      }
+    } catch (e) { /* cross-origin frame focused */ }
+    return a;
+  };
+
+  const incStart = () => {
+    let st = window.__webenvInc;
+    let full = !!opts.fresh;
+    if (!st) {
+      st = {records: [], overflow: false, cache: new WeakMap(), sig: '', hover: [], active: null, listened: []};
+      st.mo = new MutationObserver((recs) => {
+        if (st.overflow) return;
+        if (st.records.length + recs.length > MAX_RECORDS) { st.overflow = true; st.records = []; return; }
+        for (const r of recs) st.records.push(r);
+      });
+      st.mo.observe(document, {subtree: true, childList: true, attributes: true, characterData: true});
+      Object.defineProperty(window, '__webenvInc', {value: st, configurable: true});
+      full = true;
+    }
+    const recs = st.records.concat(st.mo.takeRecords());
+    const sig = (want.axtree ? 'a' : '') + (want.markdown ? 'm' : '') + maxChars;
+    if (st.overflow || st.sig !== sig || (window.__webenvListenAdded || []).length > MAX_RECORDS) full = true;
+    if (st.sig !== sig) st.cache = new WeakMap();
+    const path = new Set(), deep = new Set();
+    const mark = (n) => { while (n && !path.has(n)) { path.add(n); n = n.parentNode || n.host; } };
+    const head = document.head;
+    for (const r of recs) {
+      if (full) break;
+      const t = r.target;
+      if (head && (t === head || head.contains(t))) { full = true; break; }
+      if (r.type === 'attributes') {
+        if (r.attributeName === ATTR) continue;  // ids this pass or the last gave
+        deep.add(t); mark(t);
+      } else if (r.type === 'characterData') {
+        if (t.parentNode && t.parentNode.nodeName === 'STYLE') { full = true; break; }
+        mark(t.parentNode);
+      } else {
+        mark(t);
+        if (t.nodeName === 'STYLE') { full = true; break; }
+        for (const n of [...r.addedNodes, ...r.removedNodes]) if (n.nodeName === 'STYLE' || n.nodeName === 'LINK') full = true;
+        for (const n of [r.previousSibling, r.nextSibling]) if (n && n.nodeType === 1) { deep.add(n); mark(n); }
+      }
+    }
+    const hover = Array.from(document.querySelectorAll(':hover')).slice(-2);
+    const active = deepActive();
+    for (const n of [...hover, ...st.hover, active, st.active, ...(window.__webenvListenAdded || [])]) {
+      if (n && n.nodeType === 1) { deep.add(n); mark(n); }
+    }
+    inc = {st, cache: st.cache, path, deep, reused: 0, walked: 0, full, sig, hover, active};
+    if (full) noReuse = 1;  // walked whole; the cache is filled again
+  };
+
+  const incEnd = () => {
+    const st = inc.st;
+    st.mo.takeRecords();  // this pass's own id attributes (the walk runs no page script)
+    st.records = []; st.overflow = false; st.sig = inc.sig; st.hover = inc.hover; st.active = inc.active;
+    window.__webenvListenAdded = [];
+  };
+
   const body = document.body || document.documentElement;
+  if (opts.incremental && body && (want.axtree || want.markdown) && !want.html && !want.dom && !want.elements && !visibleOnly) {
+    incStart();
+  }
   if (body && needIds) walk(kids(body), '', 0, 0, 0, window, -1, false, '', '');
+  if (inc) incEnd();
 
   let focused = '';
-  try {
-    let a = document.activeElement;
-    for (;;) {
-      if (a && a.tagName === 'IFRAME' && a.contentDocument) a = a.contentDocument.activeElement;
-      else if (a && a.shadowRoot && a.shadowRoot.activeElement) a = a.shadowRoot.activeElement;
-      else break;
-    }
-    if (a && a !== document.body && a.getAttribute) focused = a.getAttribute(ATTR) || '';
-  } catch (e) { /* cross-origin frame focused */ }
+  const a = deepActive();
+  if (a && a !== document.body && a.getAttribute) {
+    try { focused = a.getAttribute(ATTR) || ''; } catch (e) { /* cross-origin frame focused */ }
+  }
 
   const se = document.scrollingElement || document.documentElement;
   const out = {
@@ -376,6 +484,7 @@ async (opts) => {
   if (want.markdown) out.markdown = clip(mdParts.join('').replace(/[ \t]+\n/g, '\n').replace(/\n{3,}/g, '\n\n').trim(), maxChars);
   if (want.dom) out.dom = domNodes;
   if (want.elements) out.elements = elements;
+  if (inc) out.incremental = {full: inc.full, reused: inc.reused, walked: inc.walked};
   out.popups = topWin.__webenvPopups || 0;  // new tabs this page tried to open since the last pass
   topWin.__webenvPopups = 0;
   out.navPending = window.__webenvNavPending || 0;  // a navigation this page started (settle/watchers.py)

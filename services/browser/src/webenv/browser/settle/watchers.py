@@ -112,7 +112,11 @@ CLICK_WATCH_JS = """
   const marked = new WeakSet();
   Object.defineProperty(window, '__webenvClickable', {value: (el) => marked.has(el), configurable: true});
   EventTarget.prototype.addEventListener = function (type, ...rest) {
-    if (CLICKS.has(type) && this && this.nodeType === 1) marked.add(this);
+    if (CLICKS.has(type) && this && this.nodeType === 1 && !marked.has(this)) {
+      marked.add(this);
+      const since = window.__webenvListenAdded;  // observe.js: an incremental pass walks this element again
+      if (since && since.length <= 20000) since.push(this);
+    }
     return add.call(this, type, ...rest);
   };
 })();
