@@ -11,7 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 from webenv import errors
-from webenv.judge.benchmarks import assistantbench_accuracy, clean_answer, must_include, url_matches
+from webenv.judge.benchmarks.assistantbench import assistantbench_accuracy
+from webenv.judge.benchmarks.webarena import clean_answer, must_include, url_matches
 from webenv.taskfiles import load
 from webenv.v1 import common_pb2 as C
 from webenv.v1 import judge_pb2
