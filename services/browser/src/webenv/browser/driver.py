@@ -80,7 +80,7 @@ class PageDriver:
         cdp = await s.cdp() if common_pb2.OBSERVATION_FORMAT_SCREENSHOT in spec.formats else None
         return await observe(s.page, cdp, spec, self.obs_cfg, settle=settle,
                              miniwob=bool(s.adapter and s.adapter.miniwob), frame_wait=frame_wait,
-                             quiet_since_action=quiet_since_action, fresh=fresh)
+                             quiet_since_action=quiet_since_action, fresh=fresh, text=s.tab.text)
 
     async def fill_tabs(self, s: BrowserSession, obs: common_pb2.Observation) -> None:
         """Tabs with titles: the active one from the observation, others asked for (only when there are some)."""

@@ -410,7 +410,8 @@ async (opts) => {
     let st = window.__webenvInc;
     let full = !!opts.fresh;
     if (!st) {
-      st = {records: [], overflow: false, cache: new WeakMap(), sig: '', hover: [], active: null, listened: []};
+      st = {records: [], overflow: false, cache: new WeakMap(), sig: '', hover: [], active: null, token: '',
+        doc: Math.random().toString(36).slice(2), gen: 0, ax: null, md: null};
       st.mo = new MutationObserver((recs) => {
         if (st.overflow) return;
         if (st.records.length + recs.length > MAX_RECORDS) { st.overflow = true; st.records = []; return; }
@@ -453,6 +454,31 @@ async (opts) => {
     if (full) noReuse = 1;  // walked whole; the cache is filled again
   };
 
+  // Line edits [start, deleted, lines] turning a into b: the common head and tail trimmed, then each line of b's
+  // middle matched to the next equal line of a's within 64 lines (exact whatever it matches).
+  const diffLines = (a, b) => {
+    let h = 0;
+    while (h < a.length && h < b.length && a[h] === b[h]) h++;
+    let t = 0;
+    while (t < a.length - h && t < b.length - h && a[a.length - 1 - t] === b[b.length - 1 - t]) t++;
+    const aEnd = a.length - t, bEnd = b.length - t;
+    const pos = new Map();
+    for (let i = aEnd - 1; i >= h; i--) { const p = pos.get(a[i]); if (p) p.push(i); else pos.set(a[i], [i]); }
+    const edits = [];
+    let i = h, from = h, lines = [];
+    for (let j = h; j < bEnd; j++) {
+      const p = pos.get(b[j]);
+      while (p && p.length && p[p.length - 1] < i) p.pop();  // positions kept in descending order: next is last
+      const k = p && p.length ? p[p.length - 1] : -1;
+      if (k >= 0 && k - i <= 64) {
+        if (k > from || lines.length) edits.push([from, k - from, lines]);
+        p.pop(); i = k + 1; from = i; lines = [];
+      } else lines.push(b[j]);
+    }
+    if (aEnd > from || lines.length) edits.push([from, aEnd - from, lines]);
+    return edits;
+  };
+
   const incEnd = () => {
     const st = inc.st;
     st.mo.takeRecords();  // this pass's own id attributes (the walk runs no page script)
@@ -484,7 +510,18 @@ async (opts) => {
   if (want.markdown) out.markdown = clip(mdParts.join('').replace(/[ \t]+\n/g, '\n').replace(/\n{3,}/g, '\n\n').trim(), maxChars);
   if (want.dom) out.dom = domNodes;
   if (want.elements) out.elements = elements;
-  if (inc) out.incremental = {full: inc.full, reused: inc.reused, walked: inc.walked};
+  if (inc) {
+    // The text goes back as line edits to this page's last incremental pass when the caller holds that pass's
+    // text (opts.baseToken): a click on the ~8,000-element page moves ~1 kB instead of ~300 kB.
+    const st = inc.st;
+    const ax = want.axtree ? out.axtree.split('\n') : null, md = want.markdown ? out.markdown.split('\n') : null;
+    if (opts.baseToken && opts.baseToken === st.token && (!ax || st.ax) && (!md || st.md)) {
+      out.edits = {axtree: ax ? diffLines(st.ax, ax) : null, markdown: md ? diffLines(st.md, md) : null};
+      delete out.axtree; delete out.markdown;
+    }
+    st.token = st.doc + '.' + (++st.gen); st.ax = ax; st.md = md;
+    out.incremental = {full: inc.full, reused: inc.reused, walked: inc.walked, token: st.token};
+  }
   out.popups = topWin.__webenvPopups || 0;  // new tabs this page tried to open since the last pass
   topWin.__webenvPopups = 0;
   out.navPending = window.__webenvNavPending || 0;  // a navigation this page started (settle/watchers.py)

@@ -7,9 +7,11 @@ attribute that survives across steps, and returns only the formats asked for as 
 
 Incremental passes (``ObservationSpec.incremental``): the pass keeps a MutationObserver on the document and reuses
 the AXTREE and MARKDOWN lines of every subtree that saw no change since its last pass, walking only the changed
-subtrees (observe.js says what is always walked again and what makes a pass whole). Measured on an 8,000-element page
-(bench/results/observations.md): a click's pass walks a few dozen elements instead of 8,000. The text it returns is
-always the whole text; `webenv.delta` turns it into edits for the wire.
+subtrees (observe.js says what is always walked again and what makes a pass whole), and sends the text back as line
+edits to its last pass when the tab holds that pass's text (`PageText`). Measured on the ~8,000-element page: a
+click's pass walked 9 elements and reused 1,507 subtrees (walk 2-13 ms against 170-520 ms whole), and the ~300 kB
+of text a whole pass moves out of the page was most of its round trip (bench/results/observations.md). `observe`
+returns the whole text always; `webenv.delta` makes the wire's edits from it.
 """
 
 from __future__ import annotations
@@ -24,7 +26,7 @@ from typing import Any
 
 from playwright.async_api import CDPSession, Page
 from playwright.async_api import Error as PlaywrightError
-from webenv import screenshots
+from webenv import delta, screenshots
 from webenv.browser import metrics
 from webenv.browser.settle import retry
 from webenv.v1 import common_pb2
@@ -41,6 +43,29 @@ F = common_pb2.ObservationFormat
 TEXT_KEYS = {F.OBSERVATION_FORMAT_AXTREE: "axtree", F.OBSERVATION_FORMAT_HTML: "html",
              F.OBSERVATION_FORMAT_MARKDOWN: "markdown", F.OBSERVATION_FORMAT_DOM: "dom",
              F.OBSERVATION_FORMAT_ELEMENTS: "elements"}
+
+
+@dataclass
+class PageText:
+    """A tab's text of its page's last incremental pass, which the next pass's line edits apply to (its token names
+    the pass; a new document, or a pass this side never read, has another, and the page then sends the whole text)."""
+
+    token: str = ""
+    axtree: list[str] | None = None
+    markdown: list[str] | None = None
+
+    def rebuild(self, data: dict[str, Any]) -> None:
+        """Fill ``data``'s text from its edits (when it has them), then keep its text as the next base."""
+        edits = data.pop("edits", None)
+        if edits is not None:
+            for key in ("axtree", "markdown"):
+                if edits.get(key) is not None:
+                    data[key] = "\n".join(delta.apply(getattr(self, key) or [], (
+                        common_pb2.TextEdit(start=a, deleted=n, lines=lines) for a, n, lines in edits[key])))
+        inc = data.get("incremental") or {}
+        self.token = inc.get("token", "")
+        self.axtree = data["axtree"].split("\n") if "axtree" in data else None
+        self.markdown = data["markdown"].split("\n") if "markdown" in data else None
 
 
 @dataclass
@@ -77,14 +102,15 @@ async def observe(
     frame_wait: bool = False,
     quiet_since_action: bool = False,
     fresh: bool = True,
+    text: PageText | None = None,
 ) -> tuple[common_pb2.Observation, dict[str, Any]]:
     """Build an Observation of `page` in the formats of `spec`; returns it with the raw JS result.
 
     `quiet_since_action`: the DOM-quiet window counts from the page's last mutation or input event
     (watchers.QUIET_WATCH_JS) rather than from the pass's start: right after an action on the same document
     (a first observation of a document waits the whole window from the pass's start).
-    `fresh` (with ``spec.incremental``): walk the whole page rather than only what changed since the last pass
-    (a whole observation is due: `webenv.delta.full_due`)."""
+    With ``spec.incremental``: `fresh` walks the whole page rather than only what changed since the last pass (a whole
+    observation is due: `webenv.delta.full_due`), and `text` (the tab's) receives the text as edits to its own."""
     formats = wanted_formats(spec)
     shot = F.OBSERVATION_FORMAT_SCREENSHOT in formats
     marks = shot and spec.screenshot.set_of_marks
@@ -103,9 +129,12 @@ async def observe(
         "quietSinceAction": quiet_since_action,
         "incremental": spec.incremental,
         "fresh": fresh,
+        "baseToken": text.token if text is not None and spec.incremental else "",
     }
     t0 = time.perf_counter()
     data = await page_data(page, opts, cfg.nav_timeout_ms)
+    if text is not None and "incremental" in data:
+        text.rebuild(data)
     metrics.OBSERVE_SECONDS.labels("text").observe(time.perf_counter() - t0)
     obs = common_pb2.Observation(url=data.get("url", page.url), title=data.get("title", ""),
                                  focused_element_id=data.get("focused", ""))

@@ -9,6 +9,7 @@ from typing import Any, Protocol
 from playwright.async_api import CDPSession, Page
 from webenv.browser.guard import UrlGuard
 from webenv.browser.nettrace import NetworkTrace
+from webenv.browser.observe import PageText
 from webenv.browser.pool import Slot
 from webenv.envservice import EnvSession
 from webenv.v1 import common_pb2, environment_pb2
@@ -41,6 +42,7 @@ class Tab:
     page: Page
     cdp: CDPSession | None = None
     loads: int = 0  # DOMContentLoaded events of the tab's documents (the settle rule waits for a new one)
+    text: PageText = field(default_factory=PageText)  # its page's last incremental pass (observe.py)
 
 
 @dataclass
