@@ -11,12 +11,13 @@ import pytest
 from webenv import errors
 from webenv.actions import format_action
 from webenv.browser.observe import ObserveSettings, observe
+from webenv.client import observation_spec
 from webenv.v1 import common_pb2 as pb
 
 pytestmark = pytest.mark.timeout(900)
 
 F = pb.ObservationFormat
-INC = pb.ObservationSpec(formats=[F.OBSERVATION_FORMAT_AXTREE, F.OBSERVATION_FORMAT_MARKDOWN], incremental=True)
+INC = observation_spec(("axtree", "markdown"), incremental=True)
 #: What the check pass observes: the whole text, and the elements and DOM the oracle's scripts read.
 CHECK = pb.ObservationSpec(formats=[F.OBSERVATION_FORMAT_AXTREE, F.OBSERVATION_FORMAT_MARKDOWN,
                                     F.OBSERVATION_FORMAT_ELEMENTS, F.OBSERVATION_FORMAT_DOM])
@@ -72,9 +73,7 @@ async def test_rebuilt_equals_whole_after_every_miniwob_oracle_step(env, farm):
 
 
 async def test_rebuilt_equals_whole_through_the_hand_made_pages(env, farm, page_server):
-    spec = pb.ObservationSpec()
-    spec.CopyFrom(INC)
-    spec.full_every = 3
+    spec = observation_spec(("axtree", "markdown"), incremental=True, full_every=3)
     for name in page_server.names:
         if name == "loop":  # its button hangs the renderer (the step-timeout tests' page)
             continue
