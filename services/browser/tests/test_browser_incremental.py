@@ -6,6 +6,7 @@ same after every step of every scripted MiniWoB++ oracle episode (the oracle is 
 
 from __future__ import annotations
 
+import asyncio
 import re
 
 import pytest
@@ -86,3 +87,26 @@ async def test_a_client_that_lost_its_base_is_told_and_resyncs(env, farm, page_s
         await env.step(sid, "noop()", spec=pb.ObservationSpec(incremental=True, full_every=-1))
     assert "observation_spec.full_every" in str(bad.value)
     await env.close(sid)
+
+
+async def test_an_adapter_shows_the_whole_view(farm, page_server):
+    """The Gymnasium adapter (webenv.compat.gym, on the sdk's EnvironmentClient) asked for increments: each step's
+    observation shows the whole tree, every product with its button, as a whole observation would."""
+    from webenv.compat.gym import WebEnv
+
+    def run() -> list[str]:
+        env = WebEnv(farm.address, start_url=page_server.url("products"), formats=["axtree"], incremental=True)
+        try:
+            first, _ = env.reset()
+            trees = [first["axtree"]]
+            for i in (1, 50, 99):
+                obs, *_ = env.step(f'click("#b{i}")')
+                trees.append(obs["axtree"])
+            return trees
+        finally:
+            env.close()
+
+    trees = await asyncio.to_thread(run)
+    for n, tree in enumerate(trees):
+        assert tree.count('button "Add"') + tree.count('button "added"') == 100, n
+        assert tree.count('button "added"') == n and 'link "Product 99"' in tree
