@@ -113,3 +113,23 @@ def test_each_audience_has_its_own_distribution() -> None:
     testing = tomllib.loads((root / "libs/testing/pyproject.toml").read_text())["project"]
     assert testing["entry-points"]["pytest11"] == {"webenv": "webenv.testing"}  # the plugin is the testing lib's
     assert "entry-points" not in sdk
+
+
+def test_no_services_tests_import_another_service() -> None:
+    """A service's tests (services/<name>/tests) import no other service's package, nor the client's: a test that
+    needs two services is a cross-service test of tests/ (as tests/test_openenv_tabs.py is, the OpenEnv part of the
+    farm's test of open tabs). The client's tests may drive services as the client does: over the contract."""
+    import ast
+
+    services = imports.service_packages()
+    crossing = []
+    for path in sorted(imports.SERVICES.glob("*/tests/**/*.py")):
+        home = path.relative_to(imports.SERVICES).parts[0]
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for name in names:
+                pkg = ".".join(name.split(".")[:2])
+                if pkg in services and services[pkg] != home:
+                    crossing.append(f"{path.relative_to(imports.ROOT)}: {name}")
+    assert crossing == [], crossing

@@ -1,6 +1,7 @@
 """Open tabs in every observation and in every adapter's (issue 52): a page whose link opens a second tab shows both
-tabs (title, URL, which is active) in the farm's Observation, BrowserGym's dict, the Gymnasium client's, the OpenEnv
-observation and the MCP tools' text, each over the real farm on Chromium."""
+tabs (title, URL, which is active) in the farm's Observation, BrowserGym's dict, the Gymnasium client's and the MCP
+tools' text (the adapters of libs/compat), each over the real farm on Chromium. The OpenEnv observation's (a service:
+services/openenv) is tests/test_openenv_tabs.py's, since a service's tests import no other service."""
 
 from __future__ import annotations
 
@@ -13,8 +14,6 @@ from webenv.client.episode import Episode
 from webenv.compat import browsergym as bgym
 from webenv.compat.gym import WebEnv
 from webenv.compat.mcp import FarmSession
-from webenv.openenv.config import Settings
-from webenv.openenv.env import Backend, WebEnvironment
 from webenv.v1 import common_pb2 as pb
 
 pytestmark = pytest.mark.timeout(180)
@@ -45,11 +44,6 @@ async def test_a_page_that_opens_a_second_tab_shows_both_everywhere(farm, page_s
             assert d["open_pages_urls"] == (page_server.url("basic"), page_server.url("second"))
             assert d["open_pages_titles"] == ("Basic page", "Second")
             assert d["active_page_index"].tolist() == [1]
-            # the OpenEnv observation (its episode opened on the farm at a URL instead of a catalog task)
-            openenv = WebEnvironment(Backend(Settings(browser_addr=farm.address, sites_addr=farm.address,
-                                                      judge_addr=farm.address)))
-            openenv.episode = episode
-            assert [t.model_dump() for t in openenv._observation(obs, step_index=0).tabs] == expected
         finally:
             await episode.close()
 
