@@ -117,6 +117,28 @@ async def test_simulated_episode_on_a_held_out_site(wm_channel: grpc.aio.Channel
     assert closed.session.state == environment_pb2.SESSION_STATE_CLOSED and '"simulated": true' in closed.site_state_json
 
 
+async def test_incremental_observations_of_a_simulated_episode(wm_channel: grpc.aio.Channel,
+                                                              transitions_file: Path) -> None:
+    """ObservationSpec.incremental holds for the world model as for the farm (the sdk's EnvironmentService encodes,
+    its EnvironmentClient rebuilds): each step's rebuilt tree is the model's prediction, sent as edits."""
+    from webenv.client import EnvironmentClient, observation_spec
+
+    ep = [r for r in read_transitions([transitions_file]) if r.episode_id == "shop-0001.web.test-search"]
+    async with EnvironmentClient(wm_channel) as env:
+        opened = await env.open(start_url=ep[0].url, spec=observation_spec(("axtree",), incremental=True))
+        sid = opened.session.session_id
+        assert opened.observation.axtree == ep[0].state and not opened.observation.HasField("delta")
+        deltas = 0
+        for i, r in enumerate(ep[:4]):
+            step = await env.step(sid, r.action_text)
+            assert (step.observation.url, step.observation.axtree) == (r.next_url, r.next_state), r.action_text
+            if step.observation.HasField("delta"):
+                assert step.observation.delta.base_step == i - 1
+                deltas += 1
+        await env.close(sid)
+    assert deltas >= 1  # typing into the search box changes a line or two of the page
+
+
 async def test_fork_copies_a_simulated_session(wm_channel: grpc.aio.Channel, transitions_file: Path) -> None:
     """A fork predicts exactly as its parent would (page, memory and action history copied), steps on its own from
     step 0 and is truncated where the parent would be."""
