@@ -13,6 +13,7 @@ import pytest
 from webenv import errors
 from webenv.browser.observe import ObserveSettings, observe
 from webenv.client import observation_spec
+from webenv.testing import scrape
 from webenv.v1 import common_pb2 as pb
 
 pytestmark = pytest.mark.timeout(900)
@@ -67,10 +68,20 @@ async def test_rebuilt_equals_whole_through_the_hand_made_pages(env, farm, page_
             await env.close(sid)
 
 
+def elements(farm) -> dict[str, float]:
+    """The farm's webenv_browser_observe_elements_total, by `how`."""
+    return {how: float(n) for how, n in re.findall(r'webenv_browser_observe_elements_total\{how="(\w+)"\} (\S+)',
+                                                   scrape(farm.metrics_port))}
+
+
 async def test_a_client_that_lost_its_base_is_told_and_resyncs(env, farm, page_server):
     opened = await env.open(start_url=page_server.url("products"), spec=INC)
     sid = opened.session.session_id
+    before = elements(farm)
     first = await env.step(sid, 'click("#b1")')
+    after = elements(farm)  # the page work shrinks: the click's pass reused the other 99 products' subtrees
+    walked, reused = (after[h] - before.get(h, 0) for h in ("walked", "reused"))
+    assert reused >= 95 and walked < 20, (walked, reused)
     assert first.observation.HasField("delta") and first.observation.delta.base_step == -1
     assert len(first.observation.delta.axtree) <= 3 and '"added"' in first.observation.axtree
     env._rebuilder.forget(sid)  # the client loses its base (as after an answer it never received)

@@ -40,3 +40,9 @@ EGRESS_CONNECTIONS = Counter(
 SESSIONS_CLOSED = Counter("webenv_browser_sessions_closed_total", "Sessions ended, by final state.", ("state",))
 STEP_TIMEOUTS = Counter("webenv_browser_step_timeouts_total", "Steps past their deadline (page reset).")
 CAPTURES = Counter("webenv_browser_captures_total", "CaptureScreenshot previews, by result (ok, busy, failed).", ("result",))
+OBSERVE_ELEMENTS = Counter("webenv_browser_observe_elements_total",
+                           "Elements of incremental observation passes, by what the pass did with each: walked, or "
+                           "reused with its subtree (the subtree's lines from the last pass).", ("how",))
+OBSERVE_WHOLE_PASSES = Counter("webenv_browser_observe_whole_passes_total",
+                               "Incremental observation passes that walked the whole page, by why (due, page).",
+                               ("why",))

@@ -133,8 +133,14 @@ async def observe(
     }
     t0 = time.perf_counter()
     data = await page_data(page, opts, cfg.nav_timeout_ms)
-    if text is not None and "incremental" in data:
-        text.rebuild(data)
+    inc = data.get("incremental")
+    if inc is not None:
+        metrics.OBSERVE_ELEMENTS.labels("walked").inc(inc["walked"])
+        metrics.OBSERVE_ELEMENTS.labels("reused").inc(inc["reused"])
+        if inc["full"]:  # due (webenv.delta.full_due), or the page's own reason (a new document, a style change...)
+            metrics.OBSERVE_WHOLE_PASSES.labels("due" if fresh else "page").inc()
+        if text is not None:
+            text.rebuild(data)
     metrics.OBSERVE_SECONDS.labels("text").observe(time.perf_counter() - t0)
     obs = common_pb2.Observation(url=data.get("url", page.url), title=data.get("title", ""),
                                  focused_element_id=data.get("focused", ""))
