@@ -209,3 +209,32 @@ async def test_fork_mid_task_forks_the_site_state(sites_service, farm) -> None:
         closed = await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=other, capture_evidence=True),
                                          timeout=60)
         assert json.loads(closed.site_state_json) == at_fork, other
+
+
+async def test_the_oracle_answers_only_what_its_pages_showed(sites_service, farm) -> None:
+    """Every builder's oracle, on a one-record information task, answers only values the pages it went through showed
+    (in the AXTREE, what an agent reads; a policy's memory carries facts from page to page): where a builder keeps a record's own attributes in a hidden
+    tab, the oracle opens that tab first (Builder.details_tab). A demonstration that answers what no page showed
+    teaches a policy answers it could never have read."""
+    from webenv.sites import builders
+
+    spec = pb.ObservationSpec(formats=[pb.OBSERVATION_FORMAT_AXTREE])
+    tasks = sites_service.world.tasks.tasks
+    for name in sites_service.world.sites.builders:
+        tab = builders.get(name).details_tab
+        one = [t for t in tasks if t.builder == name and t.kind == pb.TASK_KIND_INFORMATION and len(t.rubric.groups) == 1 and t.oracle
+               and t.oracle[-1].answer.text.count(";") >= 1]
+        # where the builder hides attributes, a task that needs them (its oracle opens the tab)
+        task = next((t for t in one if any(a.click.target.selector == tab for a in t.oracle)), None) if tab else None
+        assert task is not None or not tab, f"{name}: no information task asks for an attribute behind {tab}"
+        task = task or one[0]
+        opened = await farm.OpenSession(environment_pb2.OpenSessionRequest(task=task, observation_spec=spec), timeout=60)
+        sid, seen = opened.session.session_id, opened.observation.axtree
+        for act in task.oracle[:-1]:
+            resp = await farm.Step(environment_pb2.StepRequest(session_id=sid, action=act), timeout=60)
+            assert not resp.observation.last_action_error, (task.task_id, act, resp.observation.last_action_error)
+            seen += "\n" + resp.observation.axtree  # what the agent has read so far (its memory carries facts)
+        await farm.CloseSession(environment_pb2.CloseSessionRequest(session_id=sid), timeout=60)
+        want = [f.criterion.answer.expected for g in task.rubric.groups for f in g.facts if f.criterion.HasField("answer")]
+        missing = [w for w in want if w.lower() not in seen.lower()]
+        assert not missing, (name, task.task_id, task.instruction, missing)

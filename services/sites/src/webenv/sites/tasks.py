@@ -280,7 +280,7 @@ class TaskFactory:
                 g.facts.append((f"The answer gives the {label} of {item.title}: {value}", answer_contains(value)))
                 answers.append(f"{label}: {value}")
             groups.append(g)
-            oracle += self.open_item(item)
+            oracle += self.open_item(item) + self.builder.reveal(self.site, item, [label for label, _ in attrs])
         oracle.append(answer("; ".join(answers)))
         if n_items == 1:
             label_what = asks[0].rsplit(" of \"", 1)[0]

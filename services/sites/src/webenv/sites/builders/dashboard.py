@@ -183,6 +183,7 @@ class Dashboard(Builder):
     popup_close, cookie_accept = ".db-whatsnew .db-dismiss", ".db-privacy .db-accept"
     login_steps = (".db-signin", '.db-auth input[name="username"]', '.db-auth input[name="password"]', ".db-auth .db-primary")
     search_box, results = (".db-search input", ".db-search button"), ".db-grid"
+    details_tab = '.db-tabs [aria-controls="db-p-specs"]'
 
     def browse(self, site: Site, *, category: str = "", sort: str = "relevance", page: int = 1) -> list[pb.Action]:
         acts = [click(f".db-nav a[href={css_str(self.url_listing(site))}]")]

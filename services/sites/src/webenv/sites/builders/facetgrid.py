@@ -217,6 +217,8 @@ class FacetGrid(Builder):
                 f'type="submit">{escape(self.word(site, "place"))}</button></form></div></div>')
 
     # --- oracle -----------------------------------------------------------------------------------------------
+    details_tab = "#fg-tab-specs"
+
     def dismiss(self, site: Site) -> list[pb.Action]:
         return ([click(".fg-modal .fg-btn-close")] if site.look["popup"] else []) + \
             ([click(".fg-cookie .fg-btn-accept")] if site.look["cookie_banner"] else [])

@@ -226,6 +226,8 @@ class HashApp(Builder):
         return json.dumps({"kind": "checkout", "values": values, "errors": errors}, ensure_ascii=False)
 
     # --- oracle -----------------------------------------------------------------------------------------------
+    details_tab = "#ha-tab-1"  # the Details tab (the record view's second)
+
     def dismiss(self, site: Site) -> list[pb.Action]:
         return ([click("#ha-promo-close")] if site.look["popup"] else []) + \
             ([click("#ha-cookie-ok")] if site.look["cookie_banner"] else [])

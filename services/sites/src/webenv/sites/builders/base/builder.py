@@ -292,6 +292,9 @@ class Builder:
     search_box: ClassVar[tuple[str, str]] = ("", "")
     #: What holds a listing's links to records (open_listed clicks the record's link inside it).
     results: ClassVar[str] = "main"
+    #: The tab that shows a record's own attributes (Item.attrs) where they sit in a panel hidden until it is chosen
+    #: ("" where they are always shown): the oracle opens it before it answers with them (reveal).
+    details_tab: ClassVar[str] = ""
 
     def dismiss(self, site: Site) -> list[pb.Action]:
         """Close what covers the first page (pop-up, cookie banner), as a user would before anything else."""
@@ -307,6 +310,13 @@ class Builder:
         """From any page: find the item (search) and open its page."""
         box, go = self.search_box
         return [fill(box, item.title), click(go)] + self.open_listed(site, item)
+
+    def reveal(self, site: Site, item: Item, labels: list[str]) -> list[pb.Action]:
+        """On the item's page: show the facts asked for by their labels, as a user would before reading them (the
+        attributes tab, when any asked label is one of the item's own attributes and they sit in a hidden panel). An
+        oracle that answers what its pages never showed demonstrates answers no agent could have read."""
+        own = {k.lower() for k, _ in item.attrs}
+        return [click(self.details_tab)] if self.details_tab and own & {label.lower() for label in labels} else []
 
     def browse(self, site: Site, *, category: str = "", sort: str = "relevance", page: int = 1) -> list[pb.Action]:
         """From any page: the listing filtered to a category, sorted, at page N."""
