@@ -8,7 +8,8 @@ A change to the code every step goes through (the EnvironmentService lifecycle m
 sdk and stubs), on the farm bench's page (services/browser/bench.py). Per K, the unary Step loop and the StepStream
 loop each run before, after, after, before for seconds/2 at a time, so a drift of the machine's load hits both
 trees alike, and report totals with the farm process's own CPU per step: on a shared 2-core machine CPU per step
-is the steadier figure, steps/s the one a user sees. OpenSession latency is measured on both, alternately.
+is the steadier figure, steps/s the one a user sees. OpenSession latency is measured on both, alternately. A tree
+of the earlier step-index rule (before 92f325b: an unset index was 0, -1 no check) gets its unchecked steps as -1.
 
 The collector's half (``--collector-levels``, default 100,1000; empty to skip): the orchestrator bench
 (bench/orchestrator.py, this tree's script: zero-cost environment and policy, the real judge, the collector with its
@@ -44,11 +45,48 @@ from webenv.v1 import environment_pb2, environment_pb2_grpc  # noqa: E402
 
 
 def tree_path(tree: Path) -> str:
-    """PYTHONPATH that makes a process import ``tree``'s distributions before the installed ones."""
-    srcs = sorted((tree / "services").glob("*/src"))
+    """PYTHONPATH that makes a process import ``tree``'s distributions (services/*/src and, where the tree has them,
+    the libraries' libs/*/src) before the installed ones."""
+    srcs = sorted([*(tree / "services").glob("*/src"), *(tree / "libs").glob("*/src")])
     if not srcs or not (tree / "services" / "sdk" / "src" / "webenv" / "v1").is_dir():
         raise SystemExit(f"{tree}: no services/*/src with generated stubs (services/sdk/src/webenv/v1: make protos)")
     return os.pathsep.join(str(p.resolve()) for p in srcs)
+
+
+def unset_means_no_check(tree: Path) -> bool:
+    """Whether the tree's contract has StepRequest.step_index optional (unset: no check; since 92f325b). Before,
+    an unset index was 0, a checked one, and -1 meant no check."""
+    proto = (tree / "protos" / "webenv" / "v1" / "environment.proto").read_text()
+    return "optional int32 step_index = 5;" in proto
+
+
+class NoCheckAsMinusOne:
+    """An EnvironmentService stub for a farm of the earlier step-index rule: a step sent without an index (the
+    bench's "no check") goes out as step_index=-1, which that farm reads as no check. Everything else passes."""
+
+    def __init__(self, stub: Any) -> None:
+        self._stub = stub
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._stub, name)
+
+    @staticmethod
+    def _legacy(req: Any) -> Any:
+        if not req.HasField("step_index"):
+            req.step_index = -1
+        return req
+
+    def Step(self, req: Any, **kw: Any) -> Any:
+        return self._stub.Step(self._legacy(req), **kw)
+
+    def StepStream(self, requests: Any, **kw: Any) -> Any:
+        async def mapped() -> Any:
+            async for r in requests:
+                if r.HasField("step"):
+                    self._legacy(r.step)
+                yield r
+
+        return self._stub.StepStream(mapped(), **kw)
 
 
 async def compare(sites_addr: str, trees: dict[str, Path], ks: list[int], seconds: float, opens: int) -> dict[str, Any]:
@@ -60,6 +98,7 @@ async def compare(sites_addr: str, trees: dict[str, Path], ks: list[int], second
             await f.ready()
         channels = {n: make_channel(f.address, timeout=120) for n, f in farms.items()}
         stubs = {n: environment_pb2_grpc.EnvironmentServiceStub(c) for n, c in channels.items()}
+        stubs = {n: s if unset_means_no_check(trees[n]) else NoCheckAsMinusOne(s) for n, s in stubs.items()}
         order = ("before", "after", "after", "before")
         opened: dict[str, list[dict[str, Any]]] = {n: [] for n in farms}
         for n in order:  # OpenSession latency, alternately (each after the warm pool refilled)
