@@ -265,7 +265,8 @@ async (opts) => {
   const element = (el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix) => {
     if (!inc) { elementWalk(el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix); return; }
     const key = depth + (inNamed ? 'n' : '') + frame;
-    const deep = inc.deep.has(el);
+    // a frame's document and a shadow root are outside the observer's reach: their content is walked every time
+    const deep = inc.deep.has(el) || el.tagName === 'IFRAME' || !!el.shadowRoot || el.tagName === 'SLOT';
     if (!deep && !noReuse && !inc.path.has(el)) {
       const c = inc.cache.get(el);
       if (c && c.key === key && !c.vol && axLen + c.axLen < maxChars && mdLen + c.mdLen < maxChars) {
@@ -280,7 +281,7 @@ async (opts) => {
     }
     const a0 = axLines.length, m0 = mdParts.length, al0 = axLen, ml0 = mdLen, v0 = volatiles;
     if (deep) noReuse++;
-    if (VOLATILE.has(el.tagName) || el.shadowRoot || el.hasAttribute('aria-labelledby')) volatiles++;
+    if (deep || VOLATILE.has(el.tagName) || el.hasAttribute('aria-labelledby')) volatiles++;
     elementWalk(el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix);
     if (deep) noReuse--;
     inc.walked++;
