@@ -34,11 +34,29 @@ the trainer recomputes it from stored steps.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from webenv.actions import format_action
 from webenv.v1 import common_pb2
+
+from .axtree import AxNode, parse_axtree, subtree
+from .facts import (
+    MAX_PASSAGE_CHARS,
+    MAX_PASSAGES,
+    SYNONYMS,
+    heading,
+    page_facts,
+    passage_keys,
+    passages,
+    relevant_passages,
+    top_results,
+    wanted_labels,
+)
+
+__all__ = ["MAX_PASSAGES", "MAX_PASSAGE_CHARS", "AxNode", "Candidate", "Context", "context", "fold_memory", "heading",
+           "instruction_values", "page_facts", "parse_axtree", "parse_memory", "passage_keys", "passages", "propose",
+           "relevant_passages", "words"]
 
 CLICK_ROLES = frozenset({"link", "button", "tab", "checkbox", "radio", "menuitem", "menuitemcheckbox",
                          "menuitemradio", "switch", "treeitem"})
@@ -49,255 +67,17 @@ MAX_VALUES = 24
 MAX_FACTS = 48
 #: At most this many remembered facts (the newest) are proposed as answers of their own.
 MAX_FACT_ANSWERS = 24
-#: At most this many passages of the page (sentences, table rows: `passages`), those sharing the most words with the
-#: instruction, are proposed as answers of their own, each at most this long.
-MAX_PASSAGES = 8
-MAX_PASSAGE_CHARS = 200
+#: At most this many *top* results (the first list item, and the first record of each kind: `facts.top_results`).
+MAX_TOPS = 3
 #: An action already taken this often in the visible history is not proposed again (a loop breaker: a
 #: BC policy that meets a state its demonstrations never showed, e.g. after a failed fill, otherwise
 #: repeats one click until the horizon).
 MAX_REPEATS = 2
 
-_LINE = re.compile(r'^(?P<indent>[\t ]*)(?:\[(?P<id>[^\]\s]+)\]\s+)?(?P<role>[\w-]+)(?:\s+"(?P<name>(?:[^"\\]|\\.)*)")?(?P<rest>.*)$')
-_VALUE = re.compile(r'value="((?:[^"\\]|\\.)*)"')
 _QUOTED = re.compile(r'"([^"]{1,120})"')
 _CAPS = re.compile(r"(?:\d+\s+)?[A-Z][\w'&.-]*(?:\s+(?:of\s+|de\s+)?[A-Z][\w'&.-]*){0,4}")
 _TOKEN = re.compile(r"[\w.@+-]*[\d@][\w.@+-]*|\w+-\w+")
 _WORD = re.compile(r"[a-z0-9]+")
-
-
-@dataclass(frozen=True, slots=True)
-class AxNode:
-    """One AXTREE line: `[id] role "name" attributes`, with its depth and position."""
-
-    index: int
-    depth: int
-    element_id: str
-    role: str
-    name: str
-    value: str
-    selected: bool
-    checked: bool
-    disabled: bool
-
-
-def parse_axtree(text: str) -> list[AxNode]:
-    """Every line of the farm's AXTREE text format as a node (lines that do not parse are skipped)."""
-    nodes: list[AxNode] = []
-    for line in text.splitlines():
-        m = _LINE.match(line)
-        if not m:
-            continue
-        rest = m["rest"] or ""
-        v = _VALUE.search(rest)
-        nodes.append(AxNode(
-            index=len(nodes), depth=m["indent"].count("\t") + m["indent"].count(" ") // 2, element_id=m["id"] or "", role=m["role"].lower(),
-            name=(m["name"] or "").replace('\\"', '"'), value=(v.group(1).replace('\\"', '"') if v else ""),
-            selected=" selected" in f" {rest}", checked=" checked" in f" {rest}", disabled="disabled" in rest,
-        ))
-    return nodes
-
-
-def _subtree(nodes: Sequence[AxNode], i: int) -> Iterable[AxNode]:
-    depth = nodes[i].depth
-    for n in nodes[i + 1:]:
-        if n.depth <= depth:
-            return
-        yield n
-
-
-def _text_of(nodes: Sequence[AxNode], i: int) -> str:
-    parts = [n.name for n in _subtree(nodes, i) if n.name and n.name != "·"]
-    return " ".join(parts).strip()
-
-
-#: Roles whose text is read as prose (sentences, `label: value` lines).
-_BLOCKS = frozenset({"paragraph", "listitem", "blockquote", "caption", "note", "figcaption"})
-#: Text under these roles is a fact of its own structure (or an action's label), never prose.
-_NOT_PROSE = frozenset({"term", "definition", "cell", "gridcell", "rowheader", "columnheader", "heading", "link",
-                        "button", "option", "combobox", "listbox", "textbox", "searchbox", "tab", "menuitem",
-                        "navigation", "banner", "contentinfo", "labeltext", "legend", "table"})
-_CELLS = frozenset({"cell", "gridcell", "rowheader", "columnheader"})
-#: A sentence opening with one of these verbs tells the user to work a page control ("Click on the link ...",
-#: "Enter the password ...", "Choose a course on the courses page."): an instruction the page gives, never a fact it
-#: states, so it is not a passage. Verbs of the page's controls only: "Call us on 0131 ..." is a fact.
-_UI_VERBS = frozenset("click select enter type choose press tap pick check uncheck tick expand collapse drag drop "
-                      "scroll fill submit focus copy paste highlight toggle".split())
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9$\u20ac\u00a3\"'(])")
-_LABEL = r"[A-Za-z][\w()/&'.-]*(?:\s+[\w()/&'.-]+){0,4}"
-_COLON_FACT = re.compile(rf"^\s*({_LABEL})\s*:\s+(\S.*)$")
-_DASH_FACT = re.compile(rf"^\s*({_LABEL})\s+[-\u2013\u2014]\s+(\S.*)$")
-_IS_FACT = re.compile(r"^(?:[Tt]he|[Ii]ts|[Tt]heir|[Oo]ur|[Yy]our)\s+([a-z][a-z-]*(?:\s+[a-z][a-z-]*){0,2})\s+"
-                      r"(?:is|are|was|were)\s+(?:only\s+|about\s+|just\s+)?(\S.*)$")
-_NUMBER = r"(?:[$\u20ac\u00a3]\s?)?\d[\d,.]*(?:\s?(?:%|[A-Za-z]+))?"
-_LEAD_FACT = re.compile(rf"^([A-Z][a-z]+(?:\s+[a-z]+){{0,3}})\s+({_NUMBER})")
-_BY_FACT = re.compile(r"\b([A-Za-z]+ed|[Ww]ritten|[Mm]ade|[Bb]uilt|[Ss]old|[Hh]eld|[Tt]aught|[Dd]rawn|[Gg]iven|[Kk]nown|"
-                      r"[Ss]hown|[Rr]un)\s+(by|in|on|from|at)\s+([A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*){0,3}|\d[\w,]*(?:\s\d{4})?)")
-_HAS_FACT = re.compile(r"\b(?:has|have|with|holds|contains)\s+(\d[\d,.]*)\s+([a-z]+)")
-_PRONOUNS = frozenset("It This That They We You He She There Here Each Every All Our Your".split())
-
-
-def _clean(value: str) -> str:
-    return value.strip().rstrip(".,;:!").strip()
-
-
-def _sentence_facts(sentence: str) -> list[tuple[str, str]]:
-    """Facts one sentence or line states."""
-    s = sentence.strip()
-    out: list[tuple[str, str]] = []
-    for pattern in (_COLON_FACT, _DASH_FACT):
-        m = pattern.match(s)
-        if m and not m.group(1).strip().isdigit():
-            return [(m.group(1).strip(), _clean(m.group(2)))]
-    m = _IS_FACT.match(s)
-    if m:
-        out.append((m.group(1), _clean(m.group(2))))
-    m = None if out else _LEAD_FACT.match(s)
-    if m and m.group(1).split()[0] not in _PRONOUNS:
-        out.append((m.group(1), _clean(m.group(2))))
-    for m in _BY_FACT.finditer(s):
-        out.append((f"{m.group(1).lower()} {m.group(2)}", _clean(m.group(3))))
-    for m in _HAS_FACT.finditer(s):
-        out.append((m.group(2), m.group(1)))
-    return [(k, v) for k, v in out if k and v]
-
-
-def _prose_text(nodes: Sequence[AxNode], i: int) -> str:
-    text = " ".join(p for p in (nodes[i].name, _text_of(nodes, i)) if p)
-    return re.sub(r"\s+([,.;:!?])", r"\1", text).strip()
-
-
-def _table_facts(nodes: Sequence[AxNode], i: int) -> list[tuple[str, str]]:
-    """Facts of one table: key/value rows, and data rows under a header row (`<row key> <header>: cell`)."""
-    table_depth = nodes[i].depth
-    rows: list[list[AxNode]] = []
-    for n in _subtree(nodes, i):
-        if n.role == "table":
-            break  # a nested table is read on its own
-        if n.role == "row":
-            rows.append([])
-        elif n.role in _CELLS and rows and n.depth > table_depth:
-            rows[-1].append(n)
-    rows = [r for r in rows if r]
-    facts: list[tuple[str, str]] = []
-    header: list[str] = []
-    if rows and len(rows[0]) > 1 and all(c.role == "columnheader" for c in rows[0]):
-        header = [c.name or _text_of(nodes, c.index) for c in rows[0]]
-        rows = rows[1:]
-    for row in rows:
-        texts = [c.name or _text_of(nodes, c.index) for c in row]
-        if header and len(texts) == len(header):
-            if len(rows) == 1:  # one record: the headers are its labels
-                facts += [(h, v) for h, v in zip(header, texts, strict=True) if h and v]
-            elif texts[0]:  # a row per record, keyed by its first cell
-                facts += [(f"{texts[0]} {h}", v) for h, v in zip(header[1:], texts[1:], strict=True) if h and v]
-        elif len(texts) == 2 and texts[0] and texts[1]:
-            facts.append((texts[0], texts[1]))
-    return facts
-
-
-def _walk(nodes: Sequence[AxNode]) -> Iterable[tuple[int, AxNode, set[str], bool, bool]]:
-    """Every node in document order with the roles above it, whether it is inside a table, and whether it is prose
-    (a text block outside tables, other blocks and controls): the one traversal `page_facts` and `passages` read."""
-    stack: list[tuple[int, str]] = []
-    in_table = -1
-    for i, n in enumerate(nodes):
-        while stack and stack[-1][0] >= n.depth:
-            stack.pop()
-        if in_table >= 0 and n.depth <= in_table:
-            in_table = -1
-        inside = {r for _, r in stack}
-        prose = in_table < 0 and not (inside & (_BLOCKS | _NOT_PROSE)) and (
-            n.role in _BLOCKS or (n.role == "statictext" and bool(n.name)))
-        yield i, n, inside, in_table >= 0, prose
-        if n.role == "table":
-            in_table = n.depth
-        stack.append((n.depth, n.role))
-
-
-def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
-    """(label, value) pairs a page shows, in document order: definition lists, tables, and prose."""
-    facts: list[tuple[str, str]] = []
-    for i, n, _, in_table, prose in _walk(nodes):
-        if n.role == "term" and n.name:
-            nxt = next((m for m in nodes[i + 1:i + 2] if m.role == "definition"), None)
-            if nxt is not None:
-                value = nxt.name or _text_of(nodes, nxt.index)
-                if value:
-                    facts.append((n.name, value))
-        elif n.role == "table":
-            facts += _table_facts(nodes, i)
-        elif n.role in ("columnheader", "rowheader") and n.name and not in_table:
-            nxt = nodes[i + 1] if i + 1 < len(nodes) else None
-            if nxt is not None and nxt.role == "cell" and nxt.depth == n.depth and nxt.name:
-                facts.append((n.name, nxt.name))
-        elif prose:
-            for sentence in _SENTENCE.split(_prose_text(nodes, i)):
-                facts += _sentence_facts(sentence)
-    out: list[tuple[str, str]] = []
-    for label, value in facts:
-        label, value = label.strip()[:60], value.strip()[:120]
-        if label and value and (label, value) not in out:
-            out.append((label, value))
-    return out
-
-
-def passages(nodes: Sequence[AxNode]) -> list[str]:
-    """Short texts of the page that state something, in document order: each sentence of its prose (paragraphs, list
-    items, ...) after the nearest heading above it (`Dr Priya Raman: Her office is room 2.07.`), each table row with
-    its cells joined (`27 Feb; Buried valleys; Dr Hamish Corrie; British Geological Survey`), each term with its
-    definition. What a person would quote to answer from a page whose facts no `label: value` pattern reads, or
-    whose answer joins values of one record (a row, a card). A sentence that tells the user to work a control
-    (`_UI_VERBS`) is the page's instruction, not a passage."""
-    out: list[str] = []
-    head = ""
-
-    def add(text: str) -> None:
-        text = re.sub(r"\s+", " ", text).strip()
-        if text and len(text) <= MAX_PASSAGE_CHARS and text not in out:
-            out.append(text)
-
-    for i, n, inside, _, prose in _walk(nodes):
-        if n.role == "heading" and n.name:
-            head = n.name
-        elif n.role == "row" and not inside & {"row"}:
-            cells = [c.name or _text_of(nodes, c.index) for c in _subtree(nodes, i) if c.role in _CELLS
-                     and c.depth == n.depth + 1]
-            if len([c for c in cells if c]) > 1:
-                add("; ".join(c for c in cells if c))
-        elif n.role == "term" and n.name:
-            nxt = next((m for m in nodes[i + 1:i + 2] if m.role == "definition"), None)
-            if nxt is not None:
-                add(f"{n.name}: {nxt.name or _text_of(nodes, nxt.index)}")
-        elif prose:
-            for sentence in _SENTENCE.split(_prose_text(nodes, i)):
-                sentence = sentence.strip()
-                words = sentence.split()
-                if len(words) < 2 or words[0].lower().strip("\"'(") in _UI_VERBS:
-                    continue
-                if head and head.lower() not in sentence.lower():
-                    sentence = f"{head}: {sentence}"
-                add(sentence)
-    return out
-
-
-def passage_keys(text: str) -> set[str]:
-    """What relevance between a passage and an instruction counts: 3-letter stems ("feb" of "February") and every
-    number ("27"), stop words left out."""
-    return {w if w.isdigit() else w[:3] for w in _WORD.findall(text.lower())
-            if w.isdigit() or (len(w) > 2 and w not in _STOP_WORDS)}
-
-
-def relevant_passages(instruction: str, nodes: Sequence[AxNode]) -> list[str]:
-    """The page's passages sharing the most word stems with the instruction (at least one), at most MAX_PASSAGES."""
-    want = passage_keys(instruction)
-    scored = [(len(passage_keys(p) & want), -i, p) for i, p in enumerate(passages(nodes))]
-    return [p for k, _, p in sorted(scored, reverse=True)[:MAX_PASSAGES] if k > 0]
-
-
-def heading(nodes: Sequence[AxNode]) -> str:
-    """The page's first level-1 heading (a detail page's item title)."""
-    return next((n.name for n in nodes if n.role == "heading" and n.name), "")
 
 
 def parse_memory(memory: str) -> list[tuple[str, str]]:
@@ -357,11 +137,12 @@ def mentioned(label: str, instruction: str) -> bool:
 
 
 def report_answer(instruction: str, facts: Sequence[tuple[str, str]]) -> str:
-    """`label: value` for every remembered fact whose label the instruction names."""
+    """`label: value` for every remembered fact whose label the instruction names (or a synonym of it:
+    `facts.wanted_labels`)."""
     parts: list[str] = []
     for label, value in facts:
         part = f"{label.lower()}: {value}"
-        if mentioned(label, instruction) and part not in parts:
+        if wanted_labels(label, instruction) and part not in parts:
             parts.append(part)
     return "; ".join(parts)
 
@@ -375,12 +156,18 @@ _STOP_WORDS = frozenset("the and for with from that this what which who how does
 
 
 def matched_answer(instruction: str, facts: Sequence[tuple[str, str]]) -> str:
-    """`value (label)` for every remembered fact whose label shares a word stem with the instruction."""
+    """`value (label)` for every remembered fact whose label's word stems the instruction names at least half of
+    (counting the stems of the `facts.SYNONYMS` of its words): "Price" for "what does it cost", "Pro Monthly price"
+    for "How much is the Pro plan per month?", but not every other row's "Basic Monthly price"."""
     want = _stems(instruction)
+    for group in SYNONYMS:
+        if any(mentioned(w, instruction) for w in group):
+            want |= set().union(*(_stems(w) for w in group))
     parts: list[str] = []
     for label, value in facts:
         part = f"{value} ({label})"
-        if _stems(label) & want and part not in parts:
+        have = _stems(label)
+        if have and 2 * len(have & want) >= len(have) and part not in parts:
             parts.append(part)
     return "; ".join(parts)
 
@@ -390,7 +177,7 @@ def top_result(nodes: Sequence[AxNode]) -> str:
     for i, n in enumerate(nodes):
         if n.role != "listitem":
             continue
-        sub = list(_subtree(nodes, i))
+        sub = list(subtree(nodes, i))
         link = next((m for m in sub if m.role == "link" and m.name), None)
         texts = [m.name for m in sub if m.role == "statictext" and m.name and m.name != "·"]
         if link is not None and texts:
@@ -430,7 +217,7 @@ def _target(element_id: str) -> common_pb2.ElementTarget:
 
 
 def _combobox_options(nodes: Sequence[AxNode], i: int) -> list[AxNode]:
-    return [m for m in _subtree(nodes, i) if m.role == "option" and m.name and not m.disabled]
+    return [m for m in subtree(nodes, i) if m.role == "option" and m.name and not m.disabled]
 
 
 def propose(ctx: Context) -> list[Candidate]:
@@ -480,9 +267,9 @@ def propose(ctx: Context) -> list[Candidate]:
     for text in relevant_passages(ctx.instruction, nodes):
         add(common_pb2.Action(answer=common_pb2.AnswerAction(text=text)), "answer", value=text, answer_type="passage",
             label=text)
-    top = top_result(nodes)
-    if top:
-        add(common_pb2.Action(answer=common_pb2.AnswerAction(text=top)), "answer", value=top, answer_type="top")
+    for top in [top_result(nodes), *top_results(nodes)][:MAX_TOPS]:
+        if top:
+            add(common_pb2.Action(answer=common_pb2.AnswerAction(text=top)), "answer", value=top, answer_type="top")
     return out
 
 
