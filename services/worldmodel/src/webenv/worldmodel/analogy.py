@@ -288,16 +288,27 @@ class PageActions:
         self.max_per_key = max_per_key
 
     def __len__(self) -> int:
-        return sum(len(v) for v in self.index.values())
+        return sum(len(v) for k, v in self.index.items() if k[0] != "*")
 
     def add(self, site: str, page: PageView, action_text: str, next_url: str, next_state: str) -> None:
         ctx = context(page, action_text)
-        bucket = self.index[(family_of(site), ctx.kind)]
-        if len(bucket) < self.max_per_key:
-            bucket.append((ctx.features, outcome_of(ctx, next_url, next_state)))
+        item = (ctx.features, outcome_of(ctx, next_url, next_state))
+        # by family, and every family's together ("*"): a website of a family never trained on (a hand-made
+        # website, a MiniWoB++ page) is matched against all of them, by what the action acts on
+        for key in ((family_of(site), ctx.kind), ("*", ctx.kind)):
+            bucket = self.index[key]
+            if len(bucket) < self.max_per_key:
+                bucket.append(item)
 
     def candidates(self, ctx: Context, top: int = 12) -> tuple[float, list[Outcome]]:
         bucket = self.index.get((family_of(ctx.page.url), ctx.kind)) or []
+        if not bucket and not ctx.href:
+            # a family never trained on: other families' actions say how the page itself changes (an edit, or
+            # nothing), never where a URL of theirs goes; a link's href says that (Predictor.link_default)
+            # and of an edit only the element's own line (its value, checked, focused): lines at offsets from it
+            # are their markup's
+            bucket = [(f, o if o.kind == "none" or not o.hunks else Outcome(o.kind, o.url_template, [], o.target_states, o.source))
+                      for f, o in self.index.get(("*", ctx.kind), []) if o.kind != "nav"]
         wild = {k for k in OPTIONAL if not ctx.features.get(k)}
         scored = [(sum(w for k, w in WEIGHTS.items() if k in wild or f.get(k) == ctx.features.get(k)), o)
                   for f, o in bucket]

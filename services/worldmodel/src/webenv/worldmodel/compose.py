@@ -22,6 +22,7 @@ import difflib
 import random
 from collections import defaultdict
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from webenv.worldmodel.page import (
     TEXT_FIELDS,
@@ -91,6 +92,23 @@ class PageMemory:
 
     def recall(self, url: str) -> PageView | None:
         return self.pages.get(url)
+
+    def sibling(self, url: str) -> PageView | None:
+        """The page of the same kind as `url` this session loaded last on the same website (another record page
+        for a record page, the listing for another query of it): the same site's own template for a page it has
+        not loaded, whatever builder made the site (page_kind, plus the kind of a hash route)."""
+        key = sibling_key(url)
+        host = urlsplit(url).netloc
+        for u in reversed(list(self.pages)):
+            if u != url and urlsplit(u).netloc == host and sibling_key(u) == key:
+                return self.pages[u]
+        return None
+
+
+def sibling_key(url: str) -> str:
+    """page_kind of a URL with its hash route's kind too (`/#/records/12` -> `/#/records/{id}`)."""
+    frag = urlsplit(url).fragment
+    return page_kind(url) + ("#" + page_kind(frag if frag.startswith("/") else "/" + frag) if frag else "")
 
 
 _FIELD_ROLES = frozenset({"searchbox", "textbox", "combobox", "spinbutton", "checkbox", "radio", "switch", "slider",
@@ -206,6 +224,11 @@ class Exemplars:
 
     def best(self, current: PageView, action_text: str, next_url: str) -> Exemplar | None:
         """The exemplar whose source page is most like the current page, at the most specific key that has one."""
+        return self.best_scored(current, action_text, next_url)[0]
+
+    def best_scored(self, current: PageView, action_text: str, next_url: str) -> tuple[Exemplar | None, float]:
+        """best() and how like the current page its source page is (0..1: the shapes of their lines aligned, the
+        familiarity of this page's markup: near 1 for a website of a builder trained on, low for unseen markup)."""
         cur = parse(current.state)
         t = _target(cur, action_text)
         kind = action_text.split("(", 1)[0]
@@ -218,11 +241,12 @@ class Exemplars:
                                page_kind(next_url)):
             bucket = self.index.get(key)
             if bucket:
-                def score(e: Exemplar) -> float:
-                    return difflib.SequenceMatcher(None, e.source_shapes, shapes, autojunk=False).ratio() + \
-                        (bonus if e.found else 0.0)
-                return max(bucket, key=score)
-        return None
+                def similarity(e: Exemplar) -> float:
+                    return difflib.SequenceMatcher(None, e.source_shapes, shapes, autojunk=False).ratio()
+
+                best = max(bucket, key=lambda e: similarity(e) + (bonus if e.found else 0.0))
+                return best, similarity(best)
+        return None, 0.0
 
 
 def _typed(nodes: list[Node]) -> set[str]:

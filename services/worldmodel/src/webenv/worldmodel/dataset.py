@@ -339,8 +339,10 @@ def build_examples(records: list[TransitionRecord], history_window: int = 3, max
 
 
 def split_examples(examples: list[Example]) -> tuple[list[Example], list[Example]]:
-    """(train, test) by the records' website split."""
-    return [e for e in examples if e.record.split == "train"], [e for e in examples if e.record.split == "test"]
+    """(train, held out) by the records' website split; held out is the validation websites when there are any
+    (the split by builder: the training's eval loss then never reads the held-out builders), else the test ones."""
+    held = [e for e in examples if e.record.split == "validation"] or [e for e in examples if e.record.split == "test"]
+    return [e for e in examples if e.record.split == "train"], held
 
 
 def iter_texts(examples: Iterable[Example]) -> Iterator[str]:

@@ -126,14 +126,18 @@ class Scores:
     def summary(self, intervals: bool = False) -> dict:
         n = max(len(self.f1), 1)
         changed = [d for d, c in zip(self.diff, self.changed, strict=True) if c]
+        f1_changed = [f for f, c in zip(self.f1, self.changed, strict=True) if c]
         out: dict = {"line_f1": round(sum(self.f1) / n, 4), "diff_f1": round(sum(self.diff) / n, 4),
                      "diff_f1_changed": round(sum(changed) / max(len(changed), 1), 4),
+                     "line_f1_changed": round(sum(f1_changed) / max(len(f1_changed), 1), 4),
                      "exact_match": round(sum(self.exact) / n, 4), "url_accuracy": round(sum(self.url) / n, 4),
                      "n": len(self.f1), "n_changed": len(changed)}
         if intervals and self.f1:
             for key, vals, eps in (("line_f1", self.f1, self.episode), ("diff_f1", self.diff, self.episode),
                                    ("exact_match", [float(x) for x in self.exact], self.episode),
                                    ("diff_f1_changed", changed,
+                                    [e for e, c in zip(self.episode, self.changed, strict=True) if c]),
+                                   ("line_f1_changed", f1_changed,
                                     [e for e, c in zip(self.episode, self.changed, strict=True) if c])):
                 if vals:
                     lo, hi = bootstrap_ci(vals, eps)
@@ -392,22 +396,24 @@ def to_markdown(res: dict) -> str:
 
     lines = [scope, "", "95% intervals: bootstrap over episodes. Diff F1 scores the change only (lines added or removed "
                         "relative to the current page); `changed` is its mean over the steps whose page changed.", "",
-             "| system | line F1 | diff F1 | diff F1, changed | exact match | URL accuracy |",
-             "| --- | --- | --- | --- | --- | --- |"]
+             "| system | line F1 | line F1, changed | diff F1 | diff F1, changed | exact match | URL accuracy |",
+             "| --- | --- | --- | --- | --- | --- | --- |"]
     for name, s in ss["overall"].items():
-        lines.append(f"| {name} | {ci(s, 'line_f1')} | {ci(s, 'diff_f1')} | {ci(s, 'diff_f1_changed')} | "
+        lines.append(f"| {name} | {ci(s, 'line_f1')} | {ci(s, 'line_f1_changed')} | {ci(s, 'diff_f1')} | {ci(s, 'diff_f1_changed')} | "
                      f"{ci(s, 'exact_match')} | {s['url_accuracy']:.3f} |")
     systems = list(ss["overall"])
     for key, title in (("by_suite", "By suite (the split by site builder: held-out builders, and the outside suites)"),
                        ("by_builder", "By site builder")):
         if key not in ss:
             continue
-        lines += ["", f"{title}: line F1 / diff F1 on changed steps / exact match / URL accuracy (n steps, n changed):", "",
+        lines += ["", f"{title}: line F1 / line F1 on changed steps / diff F1 on changed steps / exact match / URL "
+                      "accuracy (n steps, n changed):", "",
                   "| " + key[3:] + " | n | changed | " + " | ".join(systems) + " |",
                   "| --- | --- | --- | " + " | ".join("---" for _ in systems) + " |"]
         for group, d in ss[key].items():
             first = next(iter(d.values()))
-            cells = [f"{d[s]['line_f1']:.3f} / {d[s]['diff_f1_changed']:.3f} / {d[s]['exact_match']:.3f} / "
+            cells = [f"{d[s]['line_f1']:.3f} / {d[s].get('line_f1_changed', 0):.3f} / {d[s]['diff_f1_changed']:.3f} / "
+                     f"{d[s]['exact_match']:.3f} / "
                      f"{d[s]['url_accuracy']:.3f}" if s in d else "-" for s in systems]
             lines.append(f"| {group} | {first['n']} | {first['n_changed']} | " + " | ".join(cells) + " |")
     lines += ["", "By action kind (line F1 / exact match; `changes` = share of steps whose page changed):", "",

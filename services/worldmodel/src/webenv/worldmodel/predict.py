@@ -52,6 +52,10 @@ from webenv.worldmodel.dataset import (
 )
 from webenv.worldmodel.page import action_kind
 
+#: Least likeness (compose.Exemplars.best_scored) of a training exemplar's source page to the current page for the
+#: new document to be composed from it; chosen on the validation builders' websites (bench/results/worldmodel-builders.md)
+MIN_SIMILARITY = 0.5
+SIBLING_FIRST = False
 EXEMPLARS_FILE = "exemplars.jsonl"
 PAGE_ACTIONS_FILE = "page_actions.jsonl"
 START_STATES_FILE = "start_states.jsonl"
@@ -178,7 +182,8 @@ class Predictor:
 
     def __init__(self, llm: LLMBackend | None, info: ModelInfo, exemplars: Exemplars | None = None,
                  page_actions: PageActions | None = None, default_max_new_tokens: int = 256, repair: bool = True,
-                 reason: bool = False, mode: str = "analogy+lm", retrieval_context: bool = True) -> None:
+                 reason: bool = False, mode: str = "analogy+lm", retrieval_context: bool = True,
+                 siblings: bool = True, min_similarity: float = MIN_SIMILARITY) -> None:
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
         if llm is None and mode not in ("analogy", "rules"):
@@ -194,16 +199,31 @@ class Predictor:
         #: webworld mode: retrieval's prediction goes into the prompt as a reference.
         self.retrieval_context = retrieval_context
         self.default_max_new_tokens = default_max_new_tokens
+        #: a new document this session has not loaded takes the same website's last page of its kind (sibling)
+        self.siblings = siblings
+        self.sibling_first = SIBLING_FIRST
+        #: a page action no training action matches: a click on a link with an href loads it (before the LM)
+        self.link_default = True
+        #: composition from a training exemplar only when its source page is at least this like the current one
+        #: (markup the training builders share); below, the page is kept: copy by default on unseen markup
+        self.min_similarity = min_similarity
 
     def new_page(self, q: Query, url: str) -> tuple[PageView, str]:
         """The page of a new document at `url`: recalled, composed, or (nothing to go by) the current one."""
         seen = q.memory.recall(url) if q.memory is not None else (q.page if url == q.page.url else None)
         if seen is not None:
             return refresh_chrome(PageView(url, seen.state, seen.links), q.page), "recall"
-        ex = self.exemplars.best(q.page, q.action_text, url) if self.mode != "rules" else None
-        if ex is None:
+        if self.mode == "rules":
             return PageView(url, q.page.state, q.page.links), "keep"
-        return compose(q.page, q.action_text, url, ex), "compose"
+        sibling = q.memory.sibling(url) if q.memory is not None and self.siblings else None
+        if sibling is not None and self.sibling_first:
+            return refresh_chrome(PageView(url, sibling.state, sibling.links), q.page), "sibling"
+        ex, similarity = self.exemplars.best_scored(q.page, q.action_text, url)
+        if ex is not None and similarity >= self.min_similarity:
+            return compose(q.page, q.action_text, url, ex), "compose"
+        if sibling is not None:
+            return refresh_chrome(PageView(url, sibling.state, sibling.links), q.page), "sibling"
+        return PageView(url, q.page.state, q.page.links), "keep"
 
     async def predict_many(self, queries: list[Query]) -> list[Prediction]:
         """Predictions of `queries`, in order: rules and analogy on a worker thread (they parse whole pages), the
@@ -243,11 +263,23 @@ class Predictor:
             elif self.mode != "lm" and (p := self._analogy(q)) is not None:
                 p.latency_seconds = time.perf_counter() - t0
                 out[i] = p
+            elif self.mode != "lm" and self.link_default and (href := self._link_href(q)):
+                # no training action says otherwise: a click on a link whose href this page gives loads it
+                page, source = self.new_page(q, href)
+                out[i] = Prediction(page, source, navigated=True, decided_by="rule", latency_seconds=time.perf_counter() - t0)
             elif self.mode == "analogy":
                 out[i] = Prediction(q.page, "keep", decided_by="analogy", latency_seconds=time.perf_counter() - t0)
             else:
                 lm.append(i)
         return out, lm
+
+    @staticmethod
+    def _link_href(q: Query) -> str:
+        """The web URL a click on a link of this page loads ('' for another action, element or URL)."""
+        if action_kind(q.action_text) != "click":
+            return ""
+        href = navigation_target(q.page, q.action_text)
+        return href if href and not url_problem(href) and href != q.page.url else ""
 
     def _analogy(self, q: Query) -> Prediction | None:
         """The effect of a page action by analogy, or None when no training action matches (or it cannot be
