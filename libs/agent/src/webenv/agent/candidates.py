@@ -44,7 +44,6 @@ from .axtree import AxNode, parse_axtree, subtree
 from .facts import (
     MAX_PASSAGE_CHARS,
     MAX_PASSAGES,
-    SYNONYMS,
     heading,
     page_facts,
     passage_keys,
@@ -156,18 +155,15 @@ _STOP_WORDS = frozenset("the and for with from that this what which who how does
 
 
 def matched_answer(instruction: str, facts: Sequence[tuple[str, str]]) -> str:
-    """`value (label)` for every remembered fact whose label's word stems the instruction names at least half of
-    (counting the stems of the `facts.SYNONYMS` of its words): "Price" for "what does it cost", "Pro Monthly price"
-    for "How much is the Pro plan per month?", but not every other row's "Basic Monthly price"."""
+    """`value (label)` for every remembered fact whose label's word stems the instruction names at least half of, or
+    whose label is a synonym of a word it names (`facts.wanted_labels`): "Price" for "what is its price", "Pro
+    Monthly price" for "How much is the Pro plan per month?", but not every other row's "Basic Monthly price"."""
     want = _stems(instruction)
-    for group in SYNONYMS:
-        if any(mentioned(w, instruction) for w in group):
-            want |= set().union(*(_stems(w) for w in group))
     parts: list[str] = []
     for label, value in facts:
         part = f"{value} ({label})"
         have = _stems(label)
-        if have and 2 * len(have & want) >= len(have) and part not in parts:
+        if ((have and 2 * len(have & want) >= len(have)) or wanted_labels(label, instruction)) and part not in parts:
             parts.append(part)
     return "; ".join(parts)
 

@@ -46,7 +46,8 @@ _ASIDE = frozenset({"navigation", "banner", "contentinfo", "complementary", "sea
 #: states, so it is not a passage. Verbs of the page's controls only: "Call us on 0131 ..." is a fact.
 _UI_VERBS = frozenset("click select enter type choose press tap pick check uncheck tick expand collapse drag drop "
                       "scroll fill submit focus copy paste highlight toggle".split())
-_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9$\u20ac\u00a3\"'(])")
+#: A sentence ends at . ! or ? before a space, or right before a capitalised word (text run together: "out of 5.Omar").
+_SENTENCE = re.compile(r"(?<=[.!?])\s+(?=[A-Z0-9$\u20ac\u00a3\"'(])|(?<=[a-z0-9][.!?])(?=[A-Z][a-z])")
 #: Where a clause ends inside a sentence or line: a value never runs past it.
 _CLAUSE = re.compile(r";\s+|,\s+(?:and|but|while|whereas)\s+|\s+and\s+(?=(?:its|their|his|her)\s)|\s+[\u00b7\u2022|]\s+")
 _LABEL = r"[A-Za-z][\w()/&'.-]*(?:\s+[\w()/&'.-]+){0,4}"
@@ -71,12 +72,19 @@ _RATED = re.compile(r"\b(?:rated|rates?\s+(?:it|this|them)|rating\s+(?:of|is)|sc
 _UNDER = re.compile(r"\b(?:filed|listed|posted|shelved|sorted|kept|found)\s+under\s+(?:the\s+)?(\S.*)$")
 #: "in the Travel category", "from the Sales department".
 _IN_GROUP = re.compile(r"\b(?:in|under|from|of)\s+the\s+(\S+(?:\s+\S+){0,3}?)\s+(category|section|topic|department|genre)\b")
+#: "posted this in general", "filed in Reference": where a thing was put (its category, `SYNONYMS`).
+_PUT_IN = re.compile(r"\b(posted|filed|listed|published|shelved)\s+(?:this\s+|it\s+|them\s+)?in\s+(?:the\s+)?"
+                     r"([A-Za-z][\w&'-]*(?:\s+[a-z][\w&'-]*){0,2})(?=\s+(?:on|at|by)\s|[.,;]|$)")
+_DATE = r"(?:\d{1,2}\s[A-Z][a-z]{2,8}\.?,?\s\d{4}|[A-Z][a-z]{2,8}\.?\s\d{1,2},?\s\d{4}|\d{4}-\d{2}-\d{2})"
+#: "posted this in general on 07 Jan 2026", "updated on Aug 07, 2026": when it was done.
+_DONE_ON = re.compile(rf"\b(posted|published|updated|started|created|edited|received|sent|listed)\b(?:[^.;]*?)\s+on\s+({_DATE})")
 _PRONOUNS = frozenset("It This That They We You He She There Here Each Every All Our Your".split())
 
 #: Words English uses for the same attribute of a thing (a thesaurus's groups, no website's labels): an instruction
 #: asking for one word of a group wants a fact labelled with any other.
 SYNONYMS: tuple[frozenset[str], ...] = tuple(frozenset(g) for g in (
-    {"category", "section", "topic", "genre", "department", "filed under", "listed under"},
+    {"category", "section", "topic", "genre", "department", "filed under", "listed under", "posted in", "filed in",
+     "listed in", "published in"},
     {"author", "writer", "written by", "by", "posted by", "created by", "creator", "made by"},
     {"sender", "from", "sent by", "by"},
     {"chef", "cook", "by"},
@@ -84,6 +92,8 @@ SYNONYMS: tuple[frozenset[str], ...] = tuple(frozenset(g) for g in (
     {"price", "cost", "fare", "fee"},
     {"location", "city", "place"},
     {"company", "employer"},
+    {"date", "posted on", "published on", "updated on", "started on", "created on", "edited on", "received on",
+     "sent on"},
 ))
 
 
@@ -132,6 +142,8 @@ def _clause_facts(clause: str) -> list[tuple[str, str]]:
         out += [("by", _clean(m.group(1))) for m in _NOUN_BY.finditer(s)]
     for m in _HAS_FACT.finditer(s):
         out.append((m.group(2), m.group(1)))
+    out += [(f"{m.group(1).lower()} in", m.group(2)) for m in _PUT_IN.finditer(s)]
+    out += [(f"{m.group(1).lower()} on", m.group(2)) for m in _DONE_ON.finditer(s)]
     m = _UNDER.search(s)
     if m and len(m.group(1).split()) <= 4:
         out.append(("category", _clean(m.group(1))))
@@ -185,7 +197,7 @@ def _table_facts(nodes: Sequence[AxNode], i: int) -> list[tuple[str, str]]:
                 facts += [(h, v) for h, v in zip(header, texts, strict=True) if h and v]
             elif texts[0]:  # a row per record, keyed by its first cell
                 facts += [(f"{texts[0]} {h}", v) for h, v in zip(header[1:], texts[1:], strict=True) if h and v]
-        elif len(texts) == 2 and texts[0] and texts[1]:
+        elif len(texts) == 2 and texts[0] and texts[1] and len(texts[0]) < LONG_CELL:
             facts.append((texts[0], texts[1]))
     return facts
 
@@ -232,12 +244,37 @@ def _text_runs(nodes: Sequence[AxNode], prose: set[int]) -> dict[int, tuple[list
     return runs
 
 
+#: A table cell named this long is prose laid out in a table (a page laid out by tables: its whole text is the name).
+LONG_CELL = 80
+
+
 def _prose_units(nodes: Sequence[AxNode]) -> dict[int, str]:
-    """Each prose node's text by its index, sibling text runs that read as pairs joined into their first node's."""
+    """Each prose node's text by its index, sibling text runs that read as pairs joined into their first node's, and
+    each long cell's name (`LONG_CELL`)."""
     prose = {i for i, _, _, _, is_prose in walk(nodes) if is_prose}
     runs = _text_runs(nodes, prose)
     skip = {j for idx, _ in runs.values() for j in idx[1:]}
-    return {i: runs[i][1] if i in runs else _prose_text(nodes, i) for i in sorted(prose) if i not in skip}
+    units = {i: runs[i][1] if i in runs else _prose_text(nodes, i) for i in sorted(prose) if i not in skip}
+    units |= {n.index: _norm(n.name) for n in nodes if n.role in ("cell", "gridcell") and len(n.name) >= LONG_CELL}
+    return units
+
+
+#: A text that is a value alone ("211", "$226.95", "12h 26m"), which a caption below it may label.
+_LONE_VALUE = re.compile(r"^(?:[$\u20ac\u00a3]\s?)?\d[\d,.:]*(?:\s?(?:%|[A-Za-z]{1,5}))?(?:\s\d+[A-Za-z]{1,3})?$")
+#: A caption: one to three words, a capitalised one first.
+_CAPTION = re.compile(r"^[A-Z][a-z]+(?:\s[a-z]+){0,2}$")
+
+
+def _value_over_label(nodes: Sequence[AxNode], units: dict[int, str], i: int) -> tuple[str, str] | None:
+    """A lone value whose next sibling text opens with a caption (`211` over `Replies · General`, `$226.95` over
+    `Fare`): the caption's fact."""
+    if not _LONE_VALUE.match(units[i]):
+        return None
+    j = next((k for k in range(i + 1, len(nodes)) if nodes[k].depth <= nodes[i].depth), -1)
+    if j < 0 or j not in units or nodes[j].depth != nodes[i].depth:
+        return None
+    caption = _CLAUSE.split(units[j])[0].strip()
+    return (caption, units[i]) if _CAPTION.match(caption) else None
 
 
 def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
@@ -258,11 +295,14 @@ def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
             if nxt is not None and nxt.role == "cell" and nxt.depth == n.depth and nxt.name:
                 facts.append((n.name, nxt.name))
         elif i in units:
+            over = _value_over_label(nodes, units, i)
+            if over:
+                facts.append(over)
             for sentence in _SENTENCE.split(units[i]):
                 facts += sentence_facts(sentence)
     out: list[tuple[str, str]] = []
     for label, value in facts:
-        label, value = label.strip()[:60], value.strip()[:120]
+        label, value = label.strip().rstrip(":").strip()[:60], value.strip()[:120]  # "Category:" is Category
         if label and value and (label, value) not in out:
             out.append((label, value))
     return out
@@ -336,13 +376,17 @@ def _mentioned(label: str, instruction: str) -> bool:
     return bool(re.search(rf"\b{re.escape(label.lower())}\b", instruction.lower()))
 
 
+_FUNCTION_WORDS = frozenset("by in on of at from to for with as".split())
+
+
 def wanted_labels(label: str, instruction: str) -> bool:
     """Whether the instruction asks for facts labelled ``label``: it names the label, or a word of its `SYNONYMS`
     group (the label's whole text, or its last word: "Posted date" is a date)."""
     if _mentioned(label, instruction):
         return True
     low = " ".join(label.lower().split())
-    keys = {low, low.split()[-1]} if low else set()
+    last = low.split()[-1] if low else ""
+    keys = {low, last} if last not in _FUNCTION_WORDS else {low}
     return any(keys & group and any(_mentioned(w, instruction) for w in group) for group in SYNONYMS)
 
 
@@ -362,9 +406,9 @@ def records(nodes: Sequence[AxNode]) -> list[tuple[str, str, str]]:
                      and (link is None or m.name != link.name)]
             if link is not None and texts:
                 out.append((n.role, link.name, "; ".join(texts)))
-        elif n.role == "row" and not inside & {"row"}:
+        elif n.role == "row":  # a data row (a layout table's row, with a long cell, is none)
             cells = [c for c in subtree(nodes, i) if c.role in _CELLS and c.depth == n.depth + 1]
-            if len(cells) < 2 or any(c.role == "columnheader" for c in cells):
+            if len(cells) < 2 or any(c.role == "columnheader" or len(c.name) >= LONG_CELL for c in cells):
                 continue
             link = next((m for m in subtree(nodes, i) if m.role == "link" and m.name), None)
             texts = [c.name or text_of(nodes, c.index) for c in cells]
