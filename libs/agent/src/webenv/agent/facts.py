@@ -78,7 +78,7 @@ _PUT_IN = re.compile(r"\b(posted|filed|listed|published|shelved)\s+(?:this\s+|it
 _DATE = r"(?:\d{1,2}\s[A-Z][a-z]{2,8}\.?,?\s\d{4}|[A-Z][a-z]{2,8}\.?\s\d{1,2},?\s\d{4}|\d{4}-\d{2}-\d{2})"
 #: "posted this in general on 07 Jan 2026", "updated on Aug 07, 2026": when it was done.
 _DONE_ON = re.compile(rf"\b(posted|published|updated|started|created|edited|received|sent|listed)\b(?:[^.;]*?)\s+on\s+({_DATE})")
-_PRONOUNS = frozenset("It This That They We You He She There Here Each Every All Our Your".split())
+_PRONOUNS = frozenset("It This That They We You He She There Here Each Every All Our Your The A An".split())
 
 #: Words English uses for the same attribute of a thing (a thesaurus's groups, no website's labels): an instruction
 #: asking for one word of a group wants a fact labelled with any other.
@@ -417,6 +417,9 @@ def records(nodes: Sequence[AxNode]) -> list[tuple[str, str, str]]:
             if title and rest:
                 out.append(("row", title, "; ".join(rest)))
         elif n.role == "link" and n.name and not inside & {"listitem", "article", "row", "heading", "paragraph"}:
+            before = next((m for m in reversed(nodes[:i]) if m.depth <= n.depth), None)
+            if before is not None and before.depth == n.depth and before.role == "statictext":
+                continue  # a link inside a line of text, no card's title
             texts: list[str] = []
             for m in nodes[i + 1:]:
                 if m.depth < n.depth or (m.depth == n.depth and m.role == "link") or m.role == "heading":
