@@ -128,12 +128,14 @@ FRAMED = """<h1>T</h1><ul><li><a href=#>one</a></li><li><a href=#>two</a></li></
 fb</button>"></iframe><x-card></x-card><script>customElements.define('x-card', class extends HTMLElement {
 constructor() { super(); const r = this.attachShadow({mode: 'open'});
 r.innerHTML = '<p id=s>shadow text</p><button id=sb>sb</button>';
-r.getElementById('sb').onclick = () => { r.getElementById('s').textContent = 'shadow changed'; }; }});</script>"""
+r.getElementById('sb').onclick = () => { r.getElementById('s').textContent = 'shadow changed'; }; }});</script>
+<p><span id=w>word</span> <button id=arm onclick="document.getElementById('w').onclick = () => {}">arm</button></p>"""
 
 
 async def test_frames_and_shadow_roots_are_walked_every_time(chromium_path):
-    """What the page's MutationObserver cannot see (a frame's document, a shadow root) is never reused: a click in
-    each changes another element there, and the incremental pass still equals a whole one."""
+    """What the page's MutationObserver cannot see (a frame's document, a shadow root, a click handler given as a
+    property) is never reused: a click in each changes another element there, and the incremental pass still equals
+    a whole one."""
     from playwright.async_api import async_playwright
     from webenv.browser.observe import PageText
     from webenv.browser.settle.watchers import INIT_JS
@@ -142,16 +144,18 @@ async def test_frames_and_shadow_roots_are_walked_every_time(chromium_path):
         browser = await p.chromium.launch(executable_path=chromium_path)
         try:
             page = await (await browser.new_context()).new_page()
-            await page.add_init_script(INIT_JS)
-            await page.set_content(FRAMED)
+            await page.add_init_script(INIT_JS)  # the farm's watchers, as its contexts have them
+            await page.route("http://t.web.test/", lambda r: r.fulfill(body=FRAMED, content_type="text/html"))
+            await page.goto("http://t.web.test/")
             text, cfg = PageText(), ObserveSettings()
             await observe(page, None, INC, cfg, settle=False, text=text)
             await page.frame_locator("iframe").locator("button").click()
             await page.locator("x-card").locator("#sb").click()
+            await page.click("#arm")  # a click handler given as a property: no mutation, a new role
             got, raw = await observe(page, None, INC, cfg, settle=False, fresh=False, text=text)
             check, _ = await observe(page, None, CHECK, cfg, settle=False)
             assert not raw["incremental"]["full"] and raw["incremental"]["reused"] >= 2  # the list's items reused
             same(got, check, "frame and shadow clicks")
-            assert '"frame changed"' in got.axtree and '"shadow changed"' in got.axtree
+            assert '"frame changed"' in got.axtree and '"shadow changed"' in got.axtree and 'clickable "word"' in got.axtree
         finally:
             await browser.close()

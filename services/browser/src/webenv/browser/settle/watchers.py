@@ -111,14 +111,25 @@ CLICK_WATCH_JS = """
   const CLICKS = new Set(['click', 'mousedown', 'mouseup', 'pointerdown', 'pointerup', 'dblclick']);
   const marked = new WeakSet();
   Object.defineProperty(window, '__webenvClickable', {value: (el) => marked.has(el), configurable: true});
+  // observe.js: an incremental pass walks an element given a click handler since its last pass again
+  const changed = (el) => {
+    const since = window.__webenvListenAdded;
+    if (since && since.length <= 20000) since.push(el);
+  };
   EventTarget.prototype.addEventListener = function (type, ...rest) {
     if (CLICKS.has(type) && this && this.nodeType === 1 && !marked.has(this)) {
       marked.add(this);
-      const since = window.__webenvListenAdded;  // observe.js: an incremental pass walks this element again
-      if (since && since.length <= 20000) since.push(this);
+      changed(this);
     }
     return add.call(this, type, ...rest);
   };
+  const onclick = Object.getOwnPropertyDescriptor(HTMLElement.prototype, 'onclick');  // observe.js reads el.onclick
+  if (onclick && onclick.set) {
+    Object.defineProperty(HTMLElement.prototype, 'onclick', {...onclick, set(v) {
+      if (this && this.nodeType === 1) changed(this);
+      return onclick.set.call(this, v);
+    }});
+  }
 })();
 """
 #: Every context's init scripts (the pool installs them when it creates a context).
