@@ -78,6 +78,9 @@ _PUT_IN = re.compile(r"\b(posted|filed|listed|published|shelved)\s+(?:this\s+|it
 _DATE = r"(?:\d{1,2}\s[A-Z][a-z]{2,8}\.?,?\s\d{4}|[A-Z][a-z]{2,8}\.?\s\d{1,2},?\s\d{4}|\d{4}-\d{2}-\d{2})"
 #: "posted this in general on 07 Jan 2026", "updated on Aug 07, 2026": when it was done.
 _DONE_ON = re.compile(rf"\b(posted|published|updated|started|created|edited|received|sent|listed)\b(?:[^.;]*?)\s+on\s+({_DATE})")
+#: "Last editor Yusuf Haddad posted this", "Company Ridge Works posted this": a role, its holder's name, a verb.
+_ROLE_NAME = re.compile(r"(?:^|(?<=[a-z0-9\s]))([A-Z][a-z]+(?:\s[a-z]+){0,2})\s+([A-Z][\w'.-]*(?:\s+[A-Z][\w'.-]*){0,2})"
+                        r"\s+(?:posted|wrote|writes|said|added|edited|updated)\b")
 _PRONOUNS = frozenset("It This That They We You He She There Here Each Every All Our Your The A An".split())
 
 #: Words English uses for the same attribute of a thing (a thesaurus's groups, no website's labels): an instruction
@@ -142,6 +145,7 @@ def _clause_facts(clause: str) -> list[tuple[str, str]]:
         out += [("by", _clean(m.group(1))) for m in _NOUN_BY.finditer(s)]
     for m in _HAS_FACT.finditer(s):
         out.append((m.group(2), m.group(1)))
+    out += [(m.group(1), m.group(2)) for m in _ROLE_NAME.finditer(s) if m.group(1).split()[0] not in _PRONOUNS]
     out += [(f"{m.group(1).lower()} in", m.group(2)) for m in _PUT_IN.finditer(s)]
     out += [(f"{m.group(1).lower()} on", m.group(2)) for m in _DONE_ON.finditer(s)]
     m = _UNDER.search(s)
@@ -301,9 +305,11 @@ def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
             for sentence in _SENTENCE.split(units[i]):
                 facts += sentence_facts(sentence)
     out: list[tuple[str, str]] = []
+    seen: set[tuple[str, str]] = set()
     for label, value in facts:
         label, value = label.strip().rstrip(":").strip()[:60], value.strip()[:120]  # "Category:" is Category
-        if label and value and (label, value) not in out:
+        if label and value and (label.lower(), value) not in seen:
+            seen.add((label.lower(), value))
             out.append((label, value))
     return out
 
