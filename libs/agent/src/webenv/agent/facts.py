@@ -282,9 +282,11 @@ def _value_over_label(nodes: Sequence[AxNode], units: dict[int, str], i: int) ->
 
 
 def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
-    """(label, value) pairs a page shows, in document order: definition lists, tables, and prose."""
+    """(label, value) pairs a page shows, in document order: definition lists, tables, and prose (but for the prose
+    of a list's records: `_listed`)."""
     facts: list[tuple[str, str]] = []
     units = _prose_units(nodes)
+    listed = _listed(nodes)
     for i, n, _, in_table, _ in walk(nodes):
         if n.role == "term" and n.name:
             nxt = next((m for m in nodes[i + 1:i + 2] if m.role == "definition"), None)
@@ -298,7 +300,7 @@ def page_facts(nodes: Sequence[AxNode]) -> list[tuple[str, str]]:
             nxt = nodes[i + 1] if i + 1 < len(nodes) else None
             if nxt is not None and nxt.role == "cell" and nxt.depth == n.depth and nxt.name:
                 facts.append((n.name, nxt.name))
-        elif i in units:
+        elif i in units and i not in listed:
             over = _value_over_label(nodes, units, i)
             if over:
                 facts.append(over)
@@ -396,12 +398,13 @@ def wanted_labels(label: str, instruction: str) -> bool:
     return any(keys & group and any(_mentioned(w, instruction) for w in group) for group in SYNONYMS)
 
 
-def records(nodes: Sequence[AxNode]) -> list[tuple[str, str, str]]:
+def _records(nodes: Sequence[AxNode]) -> list[tuple[str, str, str, int, int]]:
     """The records of the page's result lists, in document order, outside its navigation and other asides: (kind,
     title, details) of each list item, article or table row holding a link (a row's title is its link or first cell,
     its details the other cells), and of each link followed by sibling texts before the next link at its depth (a
-    card without a container: `Seville to Taipei (BlueJet 731)` then `BlueJet · 26 Sep 2026`, `$1,162.49`)."""
-    out: list[tuple[str, str, str]] = []
+    card without a container: `Seville to Taipei (BlueJet 731)` then `BlueJet · 26 Sep 2026`, `$1,162.49`), with the
+    first and last index of its nodes."""
+    out: list[tuple[str, str, str, int, int]] = []
     for i, n, inside, _, _ in walk(nodes):
         if inside & _ASIDE:
             continue
@@ -410,8 +413,8 @@ def records(nodes: Sequence[AxNode]) -> list[tuple[str, str, str]]:
             link = next((m for m in sub if m.role == "link" and m.name), None)
             texts = [m.name for m in sub if m.name and m.role in ("statictext", "paragraph", "cell") and m.name != "·"
                      and (link is None or m.name != link.name)]
-            if link is not None and texts:
-                out.append((n.role, link.name, "; ".join(texts)))
+            if link is not None and texts and len("; ".join(texts)) <= MAX_PASSAGE_CHARS:  # a record, not a page
+                out.append((n.role, link.name, "; ".join(texts), i, sub[-1].index))
         elif n.role == "row":  # a data row (a layout table's row, with a long cell, is none)
             cells = [c for c in subtree(nodes, i) if c.role in _CELLS and c.depth == n.depth + 1]
             if len(cells) < 2 or any(c.role == "columnheader" or len(c.name) >= LONG_CELL for c in cells):
@@ -421,22 +424,43 @@ def records(nodes: Sequence[AxNode]) -> list[tuple[str, str, str]]:
             title = link.name if link is not None else texts[0]
             rest = [t for t in texts if t and t != title]
             if title and rest:
-                out.append(("row", title, "; ".join(rest)))
+                out.append(("row", title, "; ".join(rest), i, i))
         elif n.role == "link" and n.name and not inside & {"listitem", "article", "row", "heading", "paragraph"}:
             before = next((m for m in reversed(nodes[:i]) if m.depth <= n.depth), None)
             if before is not None and before.depth == n.depth and before.role == "statictext":
                 continue  # a link inside a line of text, no card's title
             texts: list[str] = []
+            last = i
             for m in nodes[i + 1:]:
                 if m.depth < n.depth or (m.depth == n.depth and m.role == "link") or m.role == "heading":
                     break
+                last = m.index
                 if m.depth == n.depth:
                     t = " ".join(p for p in (m.name, text_of(nodes, m.index)) if p and p != "·").strip()
                     if t:
                         texts.append(t)
-            if texts:
-                out.append(("card", n.name, "; ".join(texts)))
+            if texts and len("; ".join(texts)) <= MAX_PASSAGE_CHARS:
+                out.append(("card", n.name, "; ".join(texts), i, last))
     return out
+
+
+def records(nodes: Sequence[AxNode]) -> list[tuple[str, str, str]]:
+    """(kind, title, details) of each record of the page's result lists (`_records`)."""
+    return [(kind, title, details) for kind, title, details, _, _ in _records(nodes)]
+
+
+#: A page listing at least this many records of one kind (list items, articles, cards) is a list: what their texts
+#: state is each listed thing's, not the page's, and is read as records (`top_results`) and passages, not as facts.
+LIST_RECORDS = 3
+
+
+def _listed(nodes: Sequence[AxNode]) -> set[int]:
+    """Indices of the nodes inside records of a list (`LIST_RECORDS`; a table's rows stay facts of the table)."""
+    spans: dict[str, list[tuple[int, int]]] = {}
+    for kind, _, _, first, last in _records(nodes):
+        if kind != "row":
+            spans.setdefault(kind, []).append((first, last))
+    return {j for found in spans.values() if len(found) >= LIST_RECORDS for a, b in found for j in range(a, b + 1)}
 
 
 def top_results(nodes: Sequence[AxNode]) -> list[str]:
