@@ -300,9 +300,9 @@ class PageActions:
             if len(bucket) < self.max_per_key:
                 bucket.append(item)
 
-    def candidates(self, ctx: Context, top: int = 12) -> tuple[float, list[Outcome]]:
+    def candidates(self, ctx: Context, top: int = 12, any_family: bool = True) -> tuple[float, list[Outcome]]:
         bucket = self.index.get((family_of(ctx.page.url), ctx.kind)) or []
-        if not bucket and not ctx.href:
+        if not bucket and not ctx.href and any_family:
             # a family never trained on: other families' actions say how the page itself changes (an edit, or
             # nothing), never where a URL of theirs goes; a link's href says that (Predictor.link_default)
             # and of an edit only the element's own line (its value, checked, focused): lines at offsets from it
@@ -317,9 +317,9 @@ class PageActions:
         best = max(s for s, _ in scored)
         return best / sum(WEIGHTS.values()), [o for s, o in scored if s == best][:top * 4]
 
-    def predict(self, ctx: Context) -> tuple[Outcome | None, float, int]:
+    def predict(self, ctx: Context, any_family: bool = True) -> tuple[Outcome | None, float, int]:
         """(winning outcome, match score 0..1, its share of the vote in percent)."""
-        score, outs = self.candidates(ctx)
+        score, outs = self.candidates(ctx, any_family=any_family)
         if not outs:
             return None, 0.0, 0
         votes = Counter(o.signature for o in outs)

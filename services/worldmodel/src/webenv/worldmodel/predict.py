@@ -204,6 +204,8 @@ class Predictor:
         self.sibling_first = SIBLING_FIRST
         #: a page action no training action matches: a click on a link with an href loads it (before the LM)
         self.link_default = True
+        #: a family never trained on is matched against every family's page actions (edits of the element's line)
+        self.any_family = True
         #: composition from a training exemplar only when its source page is at least this like the current one
         #: (markup the training builders share); below, the page is kept: copy by default on unseen markup
         self.min_similarity = min_similarity
@@ -285,7 +287,7 @@ class Predictor:
         """The effect of a page action by analogy, or None when no training action matches (or it cannot be
         re-bound here: a URL variable this page lacks, an edit that does not fit)."""
         ctx = context(q.page, q.action_text)
-        o, _, _ = self.page_actions.predict(ctx)
+        o, _, _ = self.page_actions.predict(ctx, any_family=self.any_family)
         if o is None:
             return None
         if o.kind == "none":
