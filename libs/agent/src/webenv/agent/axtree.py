@@ -46,7 +46,8 @@ def parse_axtree(text: str) -> list[AxNode]:
 def subtree(nodes: Sequence[AxNode], i: int) -> Iterable[AxNode]:
     """The nodes under node ``i``, in document order."""
     depth = nodes[i].depth
-    for n in nodes[i + 1:]:
+    for j in range(i + 1, len(nodes)):  # by index: a slice would copy the rest of the page for every node
+        n = nodes[j]
         if n.depth <= depth:
             return
         yield n

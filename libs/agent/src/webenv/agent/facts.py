@@ -426,12 +426,13 @@ def _records(nodes: Sequence[AxNode]) -> list[tuple[str, str, str, int, int]]:
             if title and rest:
                 out.append(("row", title, "; ".join(rest), i, i))
         elif n.role == "link" and n.name and not inside & {"listitem", "article", "row", "heading", "paragraph"}:
-            before = next((m for m in reversed(nodes[:i]) if m.depth <= n.depth), None)
+            before = next((nodes[k] for k in range(i - 1, -1, -1) if nodes[k].depth <= n.depth), None)
             if before is not None and before.depth == n.depth and before.role == "statictext":
                 continue  # a link inside a line of text, no card's title
             texts: list[str] = []
             last = i
-            for m in nodes[i + 1:]:
+            for k in range(i + 1, len(nodes)):
+                m = nodes[k]
                 if m.depth < n.depth or (m.depth == n.depth and m.role == "link") or m.role == "heading":
                     break
                 last = m.index
