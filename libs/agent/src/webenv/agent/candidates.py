@@ -13,22 +13,25 @@ What is proposed, from the AXTREE text and the instruction:
 - select of every option of every combobox that lists options;
 - go_back;
 - answer: "done", a *report* of the facts the page (and pages seen earlier, kept in memory) shows for
-  the labels the instruction names (`label: value; ...`), each remembered *fact*'s value on its own, the
-  *matched* facts (`value (label); ...`, labels sharing a word stem with the instruction), the *top*
-  result of a result list with its value, and *passages* of the page (a sentence after its nearest heading, a
-  table row, a term with its definition: the 8 sharing most words with the instruction). A ranker chooses among
-  them, so a question worded unlike the page's label ("how much does it cost" for "Price") still has its answer
-  among the candidates. Passages are for pages no `label: value` rule reads: on hand-made websites the oracle's
-  answer page offered an accepted answer for 9 of 28 information tasks without them, 21 with them (designed on four
-  other hand-made sites, 10/17 -> 15/17; synthetic test 67/67 either way; bench/results/learning/notes.md).
+  the labels the instruction names or a synonym of them (`label: value; ...`; `facts.wanted_labels`), each
+  remembered *fact*'s value on its own, the *matched* facts (`value (label); ...`, labels whose word stems the
+  instruction names at least half of), the *top* results (the first list item, and the first record of each kind:
+  article, table row, link card, as `title (details)`), and *passages* of the page (a sentence after its nearest
+  heading, a table row, a term with its definition: the 8 sharing most words with the instruction). A ranker
+  chooses among them, so a question worded unlike the page's label ("how much does it cost" for "Price") still has
+  its answer among the candidates. Passages are for pages no `label: value` rule reads: on hand-made websites the
+  oracle's answer page offered an accepted answer for 9 of 28 information tasks without them, 21 with them
+  (designed on four other hand-made sites, 10/17 -> 15/17; synthetic test 67/67 either way;
+  bench/results/learning/notes.md).
 
-Facts (`page_facts`) are read from any page's structure and prose, not from one site generator's
-templates: definition lists (`term`/`definition`), tables (a header row over data rows, row headers
-beside cells, two-column key/value rows), `label: value` and `label - value` lines of list items and
-paragraphs, and sentences such as "The price is $12.99", "Ships in 3 days", "Written by Mara Ellison",
-"It has 312 pages". They are carried from step to step in HistoryEntry.memory as `label: value` lines, so
-an answer can report a page the agent has left. `fold_memory` is a pure function of the observations, so
-the trainer recomputes it from stored steps.
+Facts (`page_facts`, webenv.agent.facts) are read from any page's structure and prose, not from one site
+generator's templates: definition lists, tables and grids, `label: value` lines and runs of them, and sentences
+read clause by clause ("The price is $12.99", "Written by Mara Ellison", "readers rate it 2.6 out of 5"); the
+prose of a list's records is the records', not the page's. They are carried from step to step in
+HistoryEntry.memory as `label: value` lines, so an answer can report a page the agent has left. `fold_memory` is a
+pure function of the observations, so the trainer recomputes it from stored steps. On the oracle's answer pages
+of the validation builders an accepted answer was offered for 24 of 64 information tasks before the clause, pair,
+record and synonym rules, 64 with them (train builders, designed on: 40/72 -> 67/72; bench/results/answer-reach.md).
 """
 
 from __future__ import annotations
