@@ -8,6 +8,12 @@ the same auth check every service runs) with the same token."""
 from __future__ import annotations
 
 import asyncio
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
@@ -68,3 +74,78 @@ async def test_every_command_works_with_the_stacks_token_and_is_refused_without(
             assert "UNAUTHENTICATED: missing or invalid bearer token" in r.output, (args, r.output)
             assert f"{said}: set WEBENV_AUTH_TOKEN to the stack's token" in r.output, (args, r.output)
             assert "Traceback" not in r.output
+
+
+# -- the commands that start or drive a whole local stack, with WEBENV_AUTH_TOKEN set ------------------------------
+# `webenv up`, `webenv train`, `webenv demo` and `webenv worldmodel build` as processes, as a user runs them: every
+# service they start inherits the token (so each one asks for it) and every client they make sends it.
+
+
+def _env(tmp_path: Path, token: str | None = TOKEN) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WEBENV_")}
+    env |= {"WEBENV_LOG_JSON": "false", "WEBENV_STACK_FILE": str(tmp_path / "up" / "stack.json")}
+    return env | ({"WEBENV_AUTH_TOKEN": token} if token else {})
+
+
+def _webenv(tmp_path: Path, *args: str, token: str | None = TOKEN, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "webenv.cli", *args], env=_env(tmp_path, token), cwd=tmp_path,
+                          capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.mark.timeout(900)
+def test_up_serves_only_the_token(tmp_path: Path) -> None:
+    """`webenv up` with the token: `webenv tasks` with it answers; without it `tasks` and `train` are refused."""
+    up = subprocess.Popen([sys.executable, "-m", "webenv.cli", "up", "--data-dir", str(tmp_path / "up"),
+                           "--free-ports", "--sites-count", "8"], env=_env(tmp_path), cwd=tmp_path,
+                          stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    try:
+        lines, deadline = [], time.monotonic() + 300
+        while time.monotonic() < deadline:
+            line = up.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "Ctrl-C stops everything" in line:
+                break
+        assert any("Ctrl-C stops everything" in ln for ln in lines), "".join(lines)
+
+        r = _webenv(tmp_path, "tasks", "--split", "test")
+        assert r.returncode == 0 and "tasks match" in r.stdout, r.stdout + r.stderr
+        r = _webenv(tmp_path, "tasks", "--split", "test", token=None)
+        assert r.returncode == 1 and "UNAUTHENTICATED" in r.stdout and "WEBENV_AUTH_TOKEN is unset" in r.stdout, \
+            r.stdout + r.stderr
+
+        r = _webenv(tmp_path, "train", "--demos", "2", "--iterations", "0", "--out", str(tmp_path / "x"), token=None)
+        assert r.returncode == 1 and "WEBENV_AUTH_TOKEN is unset" in r.stdout, r.stdout[-3000:] + r.stderr[-3000:]
+    finally:
+        up.send_signal(signal.SIGTERM)
+        rest, _ = up.communicate(timeout=120)
+    assert up.returncode in (0, 130), "".join(lines) + rest
+
+
+@pytest.mark.timeout(600)
+def test_demo_runs_with_the_token(tmp_path: Path) -> None:
+    r = _webenv(tmp_path, "demo", "--episodes", "4", "--sites-count", "8", "--concurrency", "2",
+                "--data-dir", str(tmp_path / "demo"), timeout=540)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "episodes" in r.stdout and "Traceback" not in r.stdout + r.stderr, r.stdout[-3000:]
+
+
+@pytest.mark.timeout(600)
+def test_worldmodel_build_runs_with_the_token(tmp_path: Path) -> None:
+    r = _webenv(tmp_path, "worldmodel", "build", "--out", str(tmp_path / "wm"), "--preset", "smoke", timeout=540)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert "model ready" in r.stdout, r.stdout[-3000:]
+
+
+@pytest.mark.timeout(900)
+def test_train_runs_with_the_token(tmp_path: Path) -> None:
+    """The smallest `webenv train --stack` (2 demonstrations, one epoch of BC warm start, no RL iteration, 2 test
+    episodes, one episode of each other suite): its own stack asks for the token, the loop's clients send it."""
+    r = _webenv(tmp_path, "train", "--stack", "--sites-count", "48", "--data-dir", str(tmp_path / "data"),
+                "--demos", "2", "--iterations", "0", "--bc-epochs", "1", "--eval", "2", "--validation-eval", "0",
+                "--baseline-eval", "1", "--family-eval", "1", "--builder-eval", "1", "--miniwob-suite", "oracle",
+                "--miniwob-tasks", "0", "--handmade-tasks", "0", "--no-oracle-ceiling", "--out", str(tmp_path / "learn"),
+                timeout=840)
+    assert r.returncode == 0, r.stdout[-3000:] + r.stderr[-3000:]
+    assert (tmp_path / "learn" / "learning.json").exists(), r.stdout[-3000:]
