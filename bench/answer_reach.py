@@ -13,7 +13,8 @@ Two steps, so the proposer can be changed and measured again on exactly the same
     # 2. measure the stored episodes with the proposer of this checkout (no services), optionally saving pages
     python bench/answer_reach.py measure --out .webenv/reach [--pages DIR] [--misses] [--json FILE]
 
-``collect`` asks for information tasks only (TaskFilter.kinds) of the named builders (any split unless --split), or
+``collect`` refuses the held-out builders (the test-split ones) and the reported hand-made suite (handmade.json)
+unless --held-out is given, so a design loop cannot read them by accident. It asks for information tasks only (TaskFilter.kinds) of the named builders (any split unless --split), or
 for the information tasks of a hand-made task file (handmade_dev.json: the hand-made sites to design on). Episodes are
 stored under ``<out>/<suite>/`` where the suite is the builder or ``handmade:<file stem>``. ``measure`` reports
 one / each / tasks per suite and, with --misses, each missed task's instruction, expected values and the answer
@@ -39,9 +40,16 @@ SPLITS = {"any": common_pb2.SPLIT_UNSPECIFIED, "train": common_pb2.SPLIT_TRAIN,
 
 
 def collect(args: argparse.Namespace) -> None:
-    from webenv.cli.learning import Loop, LoopConfig
+    from webenv.cli.learning import HANDMADE_FILE, Loop, LoopConfig
     from webenv.cli.stack import Stack
+    from webenv.sites.builders import of_split
 
+    chosen = [b for b in args.builders.split(",") if b]
+    held_out = [b for b in chosen if b in of_split(common_pb2.SPLIT_TEST)]
+    if held_out and not args.held_out:
+        raise SystemExit(f"{', '.join(held_out)}: held-out builders are read once, at the end (--held-out)")
+    if args.handmade_file == HANDMADE_FILE and not args.held_out:
+        raise SystemExit(f"{HANDMADE_FILE} is the reported hand-made suite, read once, at the end (--held-out)")
     out = Path(args.out)
     data = Path(tempfile.mkdtemp(prefix="reach-stack-"))
     stack = Stack(data, free_ports=True, sites_count=args.sites)
@@ -64,7 +72,7 @@ def collect(args: argparse.Namespace) -> None:
             jobs.append((f"handmade:{Path(args.handmade_file).stem}",
                          dict(split=common_pb2.SPLIT_UNSPECIFIED, episodes=len(ids), task_ids=ids,
                               source=common_pb2.TASK_SOURCE_RUBRIC_JSON)))
-        for b in [b for b in args.builders.split(",") if b]:
+        for b in chosen:
             jobs.append((b, dict(split=SPLITS[args.split], episodes=args.episodes, builders=(b,), families=(),
                                  kinds=(common_pb2.TASK_KIND_INFORMATION,))))
         for suite, run_args in jobs:
@@ -159,6 +167,8 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--seed", type=int, default=11)
     c.add_argument("--sites", type=int, default=80, help="websites of the local stack's synthetic web")
     c.add_argument("--concurrency", type=int, default=2)
+    c.add_argument("--held-out", action="store_true",
+                   help="allow held-out builders (test split) and the reported hand-made suite: for the one final read")
     m = sub.add_parser("measure", help="answer reach of stored episodes with this checkout's proposer")
     m.add_argument("--out", required=True)
     m.add_argument("--only", default="", help="comma-separated suites (folders) to measure")
