@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import sys
 import tempfile
 from pathlib import Path
@@ -89,6 +90,7 @@ def collect(args: argparse.Namespace) -> None:
             print(f"{suite}: {n} passed episodes stored in {folder}")
     finally:
         stack.stop()
+        shutil.rmtree(data, ignore_errors=True)  # the stack's store: its passed episodes are under --out
 
 
 def reach_of(ep: collector_pb2.StoredEpisode) -> dict | None:
