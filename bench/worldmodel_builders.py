@@ -42,6 +42,46 @@ async def ablation(data: Path, model: Path) -> dict:
     return out
 
 
+async def paired(data: Path, model: Path) -> dict:
+    """Per suite, the served model's retrieval (mode analogy: on these steps it scores as the served model) minus
+    each baseline, step by step on the same steps: mean difference and 95% bootstrap interval over episodes, for line
+    F1 (all steps) and diff F1 (changed steps)."""
+    from webenv.worldmodel.compose import PageMemory
+    from webenv.worldmodel.evaluate import _query, _teacher_advance, bootstrap_ci, diff_f1, lookup
+    from webenv.worldmodel.formats import line_f1
+
+    records = read_transitions([data])
+    pred = await load_world_model("transformers", str(model), mode="analogy")
+    rows: dict[str, list[tuple]] = defaultdict(list)  # suite -> (episode, changed, {system: (line f1, diff f1)})
+    for split in ("validation", "test"):
+        for ep in episodes(r for r in records if r.split == split).values():
+            memory = PageMemory()
+            memory.navigated(ep[0].page)
+            for i, r in enumerate(ep):
+                history = [(p.url, p.action_text) for p in ep[max(0, i - 3):i]]
+                q = _query(r, r.page, history, memory)
+                looked = lookup(q)
+                m = await pred.predict(_query(r, r.page, history, memory))
+                got = {"copy_state": r.state, "lookup": looked.state, "model": m.next_state}
+                rows[r.suite].append((r.episode_id, r.next_state != r.state,
+                                      {k: (line_f1(v, r.next_state), diff_f1(r.state, v, r.next_state)) for k, v in got.items()}))
+                _teacher_advance(memory, r)
+    out: dict = {}
+    for suite, rs in rows.items():
+        out[suite] = {}
+        for base in ("copy_state", "lookup"):
+            d_line = [x[2]["model"][0] - x[2][base][0] for x in rs]
+            ch = [x for x in rs if x[1]]
+            d_diff = [x[2]["model"][1] - x[2][base][1] for x in ch]
+            lo, hi = bootstrap_ci(d_line, [x[0] for x in rs])
+            lo2, hi2 = bootstrap_ci(d_diff, [x[0] for x in ch]) if ch else (0.0, 0.0)
+            out[suite][f"model-{base}"] = {
+                "line_f1": [round(sum(d_line) / len(d_line), 4), round(lo, 4), round(hi, 4)],
+                "diff_f1_changed": [round(sum(d_diff) / max(len(d_diff), 1), 4), round(lo2, 4), round(hi2, 4)],
+                "n": len(rs), "n_changed": len(ch)}
+    return out
+
+
 def cell(s: dict, key: str) -> str:
     ci = s.get(f"{key}_ci95")
     return f"{s[key]:.3f} [{ci[0]:.3f}, {ci[1]:.3f}]" if ci else f"{s[key]:.3f}"
@@ -55,7 +95,7 @@ def suite_table(groups: dict, systems: list[str], intervals: bool) -> list[str]:
             if s not in d:
                 continue
             x = d[s]
-            f = (lambda k: cell(x, k)) if intervals else (lambda k: f"{x[k]:.3f}")
+            f = (lambda k, x=x: cell(x, k)) if intervals else (lambda k, x=x: f"{x[k]:.3f}")
             lines.append(f"| {g} | {s} | {x['n']} | {x['n_changed']} | {f('line_f1')} | {f('line_f1_changed')} | "
                          f"{f('diff_f1_changed')} | {f('exact_match')} | {x['url_accuracy']:.3f} |")
     return lines
@@ -77,6 +117,7 @@ def main() -> int:
     for host, s in sorted(sites.items()):
         split[s["split"]][s.get("builder", "")].append(host)
     abl = asyncio.run(ablation(build / "data" / "transitions.jsonl", model))
+    diffs = asyncio.run(paired(build / "data" / "transitions.jsonl", model))
     res = {"command": [args.command, f"python bench/worldmodel_builders.py --build {args.build}"],
            "split": {k: dict(v) for k, v in split.items()}, "timings": built.get("timings", {}),
            "collect": {k: {kk: r[kk] for kk in ("policy", "episodes", "steps", "errored", "seconds")}
@@ -87,7 +128,7 @@ def main() -> int:
                         "transitions": ev["single_step"]["transitions"], "train_transitions": ev["train_transitions"],
                         "train_sites": ev["train_sites"], "builders": ev.get("builders")},
            "validation": {"by_builder": val["single_step"]["by_builder"], "overall": val["single_step"]["overall"]},
-           "transfer_ablation": abl}
+           "transfer_ablation": abl, "paired_differences": diffs}
     out = Path(args.out)
     out.write_text(json.dumps(res, indent=1))
     systems = list(ev["single_step"]["overall"])
@@ -101,6 +142,12 @@ def main() -> int:
           *suite_table(ev["single_step"]["by_suite"], systems, True), "",
           "## By builder", "", *suite_table(ev["single_step"]["by_builder"], systems, False), "",
           "## Validation builders", "", *suite_table(val["single_step"]["by_builder"], systems, False), "",
+          "## Paired differences: the model minus each baseline on the same steps (mean [95% bootstrap over episodes]; "
+          "the model's retrieval, mode analogy, which scores as the served model on every step here)", "",
+          "| suite | comparison | n | line F1 | n changed | diff F1, changed |", "| --- | --- | --- | --- | --- | --- |",
+          *[f"| {sname} | {c} | {v['n']} | {v['line_f1'][0]:+.3f} [{v['line_f1'][1]:+.3f}, {v['line_f1'][2]:+.3f}] | "
+            f"{v['n_changed']} | {v['diff_f1_changed'][0]:+.3f} [{v['diff_f1_changed'][1]:+.3f}, {v['diff_f1_changed'][2]:+.3f}] |"
+            for sname, cs in sorted(diffs.items()) for c, v in cs.items()], "",
           "## Copy by default on unseen markup (retrieval alone, no language model): before and after", "",
           *suite_table({f"{sp}: {g}": d for sp, gs in abl.items() for g, d in gs.items()},
                        ["copy_state", "lookup", "retrieval_before", "retrieval"], False), ""]
