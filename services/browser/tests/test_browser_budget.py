@@ -1,11 +1,13 @@
-"""Observation budgets (issue 52): ObservationSpec.budget_chars is met on every hand-made page of the farm's tests and
-on an ~8,000-element page, by pruning as agent harnesses do (long lists collapsed with counts, interactive nodes in
-view first), with the answer a task asks for still readable and Observation.budget saying what was cut."""
+"""Observation budgets (issue 52): ObservationSpec.budget_chars, and budget_tokens in each built-in tokenizer, are met on
+every hand-made page of the farm's tests and on an ~8,000-element page, by pruning as agent harnesses do (long lists
+collapsed with counts, interactive nodes in view first), with the answer a task asks for still readable and
+Observation.budget saying what was cut; kept lines are the page's own lines, never invented or cut mid-line."""
 
 from __future__ import annotations
 
 import pytest
-from webenv import errors
+from webenv import errors, tokens
+from webenv.budget import HOW
 from webenv.v1 import common_pb2 as pb
 
 pytestmark = pytest.mark.timeout(300)
@@ -26,7 +28,7 @@ async def test_the_budget_holds_on_every_hand_made_page(env, page_server):
         assert not obs.elements and pb.OBSERVATION_FORMAT_ELEMENTS not in obs.formats  # only read for visibility
         if obs.HasField("budget"):
             assert obs.budget.budget_chars == 600 and obs.budget.kept_chars == len(obs.axtree) <= 600, name
-            assert obs.budget.full_chars > 600 and "budget_chars=0" in obs.axtree and obs.budget.how_to_get_more
+            assert obs.budget.full_chars > 600 and HOW in obs.axtree and obs.budget.how_to_get_more
     await env.close(sid)
 
 
@@ -54,4 +56,59 @@ async def test_a_big_page_within_budget_keeps_the_answer_and_says_what_was_cut(e
     with pytest.raises(errors.InvalidArgument) as exc:
         await env.step(o.session.session_id, "noop()", spec=spec(50))
     assert "observation_spec.budget_chars" in str(exc.value)
+    await env.close(o.session.session_id)
+
+
+def token_spec(budget: int, tokenizer: str) -> pb.ObservationSpec:
+    return pb.ObservationSpec(formats=[pb.OBSERVATION_FORMAT_AXTREE], budget_tokens=budget, tokenizer=tokenizer)
+
+
+def kept_lines_are_the_pages(budgeted: str, whole: str) -> bool:
+    """Every line of a budgeted tree is a line of the whole one, a cut marker, or the footer."""
+    lines = set(whole.splitlines())
+    return all(ln in lines or ln.strip().startswith("... ") or ln.startswith("[budget ")
+               for ln in budgeted.splitlines())
+
+
+@pytest.mark.parametrize("tokenizer", [tokens.APPROXIMATE, tokens.MINILM])
+async def test_a_budget_in_tokens_holds_on_every_hand_made_page(env, page_server, tokenizer):
+    count = tokens.counter(tokenizer)
+    o = await env.open(start_url=page_server.url("basic"), spec=token_spec(150, tokenizer))
+    sid = o.session.session_id
+    assert count(o.observation.axtree) <= 150
+    whole_spec = pb.ObservationSpec(formats=[pb.OBSERVATION_FORMAT_AXTREE], max_text_chars=2_000_000)
+    cut = []
+    for name in page_server.names:
+        obs = (await env.step(sid, f'goto("{page_server.url(name)}")')).observation  # the session's budget
+        whole = (await env.step(sid, "noop()", spec=whole_spec)).observation.axtree
+        assert count(obs.axtree) <= 150 and not obs.elements, name
+        if obs.HasField("budget"):
+            cut.append(name)
+            b = obs.budget
+            assert (b.budget_tokens, b.tokenizer, b.budget_chars) == (150, tokenizer, 0), name
+            assert b.kept_tokens == count(obs.axtree) <= 150 < b.full_tokens and b.kept_chars == len(obs.axtree), name
+            assert obs.axtree.splitlines()[-1].startswith(f"[budget 150 tokens of {tokenizer}:") and HOW in obs.axtree
+            assert kept_lines_are_the_pages(obs.axtree, whole), name
+        elif "late" not in name and "navrace" not in name:  # pages that change by themselves aside
+            assert obs.axtree == whole, name  # within the budget: untouched
+    assert {"products", "big"} <= set(cut)  # the pages over 150 tokens in both tokenizers
+    await env.close(sid)
+
+
+@pytest.mark.parametrize("tokenizer", [tokens.APPROXIMATE, tokens.MINILM])
+async def test_a_big_page_within_a_token_budget_keeps_the_answer(env, page_server, tokenizer):
+    count = tokens.counter(tokenizer)
+    o = await env.open(start_url=page_server.url("big"), spec=token_spec(1000, tokenizer))
+    obs = o.observation
+    tree = obs.axtree
+    assert count(tree) == obs.budget.kept_tokens <= 1000 and obs.budget.items_collapsed >= 1490  # lists: counts
+    assert obs.budget.full_tokens >= 25 * obs.budget.kept_tokens and obs.budget.tokenizer == tokenizer
+    assert "Order 4417 ships on 12 March." in tree  # the answer, after 1,500 rows
+    assert 'searchbox "Find an order"' in tree and "more row cut ([" in tree
+    # per step: a budget in characters instead, then an unknown tokenizer refused naming the field
+    r = await env.step(o.session.session_id, "noop()", spec=spec(4000))
+    assert len(r.observation.axtree) <= 4000 and r.observation.budget.budget_tokens == 0
+    with pytest.raises(errors.InvalidArgument) as exc:
+        await env.step(o.session.session_id, "noop()", spec=token_spec(1000, "gpt-unknown"))
+    assert "observation_spec.tokenizer" in str(exc.value) and tokens.MINILM in str(exc.value)
     await env.close(o.session.session_id)

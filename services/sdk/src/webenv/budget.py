@@ -1,6 +1,6 @@
-"""Observation budgets: an accessibility tree cut to a number of characters the way agent harnesses cut it, and a
-report of what was cut. One rule for every environment (`webenv.envservice` applies it to the farm's and the world
-model's observations when ``ObservationSpec.budget_chars`` is set).
+"""Observation budgets: an accessibility tree cut to a number of characters, or of tokens of a named tokenizer, the
+way agent harnesses cut it, and a report of what was cut. One rule for every environment (`webenv.envservice` applies
+it to the farm's and the world model's observations when ``ObservationSpec.budget_chars`` or ``budget_tokens`` is set).
 
 The tree is the farm's AXTREE text, one node a line (``[id] role "name" states``), indented one tab per depth. While it
 is over the budget:
@@ -13,8 +13,13 @@ is over the budget:
    sits in). Each gap of cut lines is one line, ``... 12 lines cut``. Visibility comes from the observation's elements
    (``Element.visible``); without them every interactive node counts as in view.
 
-The last line says what was cut and how to get it (a larger budget, ``budget_chars`` 0 for the whole tree, or
-scrolling: a node out of view comes in when the page scrolls to it). Observation.budget carries the same as numbers.
+A budget in tokens (`prune_axtree_tokens`) counts with a `webenv.tokens` tokenizer: a tree within it is untouched;
+otherwise the same rule runs at the largest number of characters whose output (footer included) is within the tokens,
+found by bisection from the tree's own characters per token (about five prunings), and if even a short cut is over
+(a tokenizer far denser than four characters a token) the output is cut at its end until it fits.
+
+The last line says what was cut and how to get it (a larger budget, no budget for the whole tree, or scrolling: a node
+out of view comes in when the page scrolls to it). Observation.budget carries the same as numbers.
 """
 
 from __future__ import annotations
@@ -23,9 +28,10 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
+from webenv.tokens import counter as tokens_counter
 from webenv.v1 import common_pb2
 
-__all__ = ["KEEP_ITEMS", "apply_budget", "prune_axtree"]
+__all__ = ["KEEP_ITEMS", "apply_budget", "prune_axtree", "prune_axtree_tokens"]
 
 #: Items of a long repeated list kept before the rest collapse into one line.
 KEEP_ITEMS = 5
@@ -35,7 +41,7 @@ INTERACTIVE = frozenset({
     "menuitemradio", "tab", "slider", "spinbutton", "switch", "clickable", "listbox", "Date", "InputTime", "DateTime",
 })
 _LINE = re.compile(r"^\[([^\]]*)\]\s+(\S+)|^(\S+)")
-HOW = "budget_chars=0 for the whole tree, a larger budget, or scroll to bring out-of-view nodes in"
+HOW = "no budget (budget_chars and budget_tokens 0) for the whole tree, a larger budget, or scroll to bring out-of-view nodes in"
 
 
 @dataclass
@@ -57,6 +63,8 @@ class Report:
     kept_chars: int = 0
     items_collapsed: int = 0
     lines_cut: int = 0
+    full_tokens: int = 0
+    kept_tokens: int = 0
 
 
 def _parse(text: str) -> list[_Node]:
@@ -134,16 +142,19 @@ def _render(lines: list[tuple[_Node | None, str]], keep: set[int]) -> tuple[str,
     return "\n".join(out), cut
 
 
-def prune_axtree(text: str, budget: int, visible_ids: set[str] | None = None) -> tuple[str, Report | None]:
-    """``text`` within ``budget`` characters (the footer included), and what was cut; (text, None) when it fits."""
+def prune_axtree(text: str, budget: int, visible_ids: set[str] | None = None, *, label: str = ""
+                 ) -> tuple[str, Report | None]:
+    """``text`` within ``budget`` characters (the footer included), and what was cut; (text, None) when it fits. The
+    footer names the budget as ``label`` (default ``"<budget> chars"``)."""
     if budget <= 0 or len(text) <= budget:
         return text, None
+    label = label or f"{budget} chars"
     report = Report(full_chars=len(text))
     nodes = _parse(text)
     lines = _collapse(nodes, report)
 
     def footer(lines_cut: int) -> str:
-        return (f"\n[budget {budget} chars: {report.items_collapsed} list items collapsed, {lines_cut} lines cut "
+        return (f"\n[budget {label}: {report.items_collapsed} list items collapsed, {lines_cut} lines cut "
                 f"of {len(nodes)}; for the rest: {HOW}]")
 
     body = "\n".join(t for _, t in lines)
@@ -184,17 +195,76 @@ def prune_axtree(text: str, budget: int, visible_ids: set[str] | None = None) ->
     return out, report
 
 
-def apply_budget(obs: common_pb2.Observation, budget: int, *, drop_elements: bool = False) -> None:
-    """Prune ``obs.axtree`` to ``budget`` characters in place and fill ``obs.budget`` when something was cut; the
-    elements (asked for only to know what is in view) are cleared with ``drop_elements``."""
-    if budget > 0 and obs.axtree:
+#: Bisection steps at most in a budget in tokens, and the closeness (a fraction of the characters) that ends it.
+_MAX_PRUNINGS, _CLOSE = 8, 0.03
+
+
+def prune_axtree_tokens(text: str, tokens: int, tokenizer: str, visible_ids: set[str] | None = None
+                        ) -> tuple[str, Report | None]:
+    """``text`` within ``tokens`` tokens of the named tokenizer (`webenv.tokens`), footer included, and what was cut
+    (the report counts both characters and tokens); (text, None) when it fits."""
+    count = tokens_counter(tokenizer)
+    full = count(text) if tokens > 0 else 0
+    if tokens <= 0 or full <= tokens:
+        return text, None
+    label = f"{tokens} tokens of {tokenizer}"
+    best: tuple[str, Report] | None = None
+    lo, hi = 0, len(text) - 1  # characters: lo fits (0 = none known yet), hi is over
+    guess = max(64, min(hi, int(tokens * len(text) / full)))
+    for _ in range(_MAX_PRUNINGS):
+        out, report = prune_axtree(text, guess, visible_ids, label=label)
+        assert report is not None
+        report.kept_tokens = count(out)
+        if report.kept_tokens <= tokens:
+            lo, best = guess, (out, report)
+            if not report.lines_cut:  # the collapsed tree whole: more characters would not add a line
+                break
+        else:
+            hi = guess
+        if best is not None and hi - lo <= max(16, _CLOSE * lo):
+            break
+        if best is None:  # over from the start: scale down by how far over
+            guess = max(16, int(guess * tokens / report.kept_tokens * 0.9))
+        else:  # bisect, growing by at most a third while nothing above is known to be over
+            guess = (lo + hi) // 2 if hi < len(text) - 1 else min((lo + hi) // 2, lo * 4 // 3 + 16)
+        if best is None and guess <= 16:
+            break
+    if best is None:  # a tokenizer far denser than the footer allows: cut at the end until it fits
+        out, report = prune_axtree(text, max(16, guess), visible_ids, label=label)
+        assert report is not None
+        keep_lo, keep_hi = 0, len(out)
+        while keep_lo < keep_hi:
+            mid = (keep_lo + keep_hi + 1) // 2
+            if count(out[:mid]) <= tokens:
+                keep_lo = mid
+            else:
+                keep_hi = mid - 1
+        out = out[:keep_lo]
+        report.kept_chars, report.kept_tokens = len(out), count(out)
+        best = (out, report)
+    out, report = best
+    report.full_tokens = full
+    return out, report
+
+
+def apply_budget(obs: common_pb2.Observation, spec: common_pb2.ObservationSpec | None, *,
+                 drop_elements: bool = False) -> None:
+    """Prune ``obs.axtree`` in place to the spec's budget (``budget_chars``, or ``budget_tokens`` of ``tokenizer``)
+    and fill ``obs.budget`` when something was cut; the elements (asked for only to know what is in view) are cleared
+    with ``drop_elements``."""
+    if spec is not None and (spec.budget_chars > 0 or spec.budget_tokens > 0) and obs.axtree:
         visible = {e.element_id for e in obs.elements if e.visible} if obs.elements else None
-        text, report = prune_axtree(obs.axtree, budget, visible)
+        if spec.budget_tokens > 0:
+            text, report = prune_axtree_tokens(obs.axtree, spec.budget_tokens, spec.tokenizer, visible)
+        else:
+            text, report = prune_axtree(obs.axtree, spec.budget_chars, visible)
         if report is not None:
             obs.axtree = text
             obs.budget.CopyFrom(common_pb2.ObservationBudget(
-                budget_chars=budget, full_chars=report.full_chars, kept_chars=report.kept_chars,
-                items_collapsed=report.items_collapsed, lines_cut=report.lines_cut, how_to_get_more=HOW))
+                budget_chars=spec.budget_chars, full_chars=report.full_chars, kept_chars=report.kept_chars,
+                items_collapsed=report.items_collapsed, lines_cut=report.lines_cut, how_to_get_more=HOW,
+                budget_tokens=spec.budget_tokens, tokenizer=spec.tokenizer if spec.budget_tokens else "",
+                full_tokens=report.full_tokens, kept_tokens=report.kept_tokens))
     if drop_elements:
         del obs.elements[:]
         formats = [f for f in obs.formats if f != common_pb2.OBSERVATION_FORMAT_ELEMENTS]

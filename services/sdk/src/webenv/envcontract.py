@@ -13,7 +13,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
 from urllib.parse import urlsplit
 
-from webenv import errors
+from webenv import errors, tokens
 from webenv.actions import ACTION_KINDS
 from webenv.streams import serve_in_completion_order
 from webenv.v1 import common_pb2, environment_pb2
@@ -106,6 +106,8 @@ def validate_action(action: common_pb2.Action, max_wait_ms: int) -> str:
 
 #: The smallest AXTREE budget (ObservationSpec.budget_chars): room for the page's first lines and the note of what was cut.
 MIN_BUDGET_CHARS = 500
+#: The smallest AXTREE budget in tokens (ObservationSpec.budget_tokens): about MIN_BUDGET_CHARS at 3-4 characters a token.
+MIN_BUDGET_TOKENS = 150
 #: The most steps between whole incremental observations (ObservationSpec.full_every).
 MAX_FULL_EVERY = 10000
 
@@ -122,6 +124,17 @@ def validate_observation_spec(spec: common_pb2.ObservationSpec, field: str) -> N
     if spec.budget_chars and not MIN_BUDGET_CHARS <= spec.budget_chars:
         raise errors.InvalidArgument(f"{field}.budget_chars: must be 0 (no budget) or at least {MIN_BUDGET_CHARS}",
                                      reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.budget_chars"})
+    if spec.budget_tokens and not MIN_BUDGET_TOKENS <= spec.budget_tokens:
+        raise errors.InvalidArgument(f"{field}.budget_tokens: must be 0 (no budget) or at least {MIN_BUDGET_TOKENS}",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.budget_tokens"})
+    if spec.budget_tokens and spec.budget_chars:
+        raise errors.InvalidArgument(f"{field}.budget_tokens: set budget_chars or budget_tokens, not both",
+                                     reason="BAD_OBSERVATION_SPEC", metadata={"field": f"{field}.budget_tokens"})
+    if spec.budget_tokens or spec.tokenizer:
+        if not spec.budget_tokens:
+            raise errors.InvalidArgument(f"{field}.tokenizer: only with budget_tokens", reason="BAD_OBSERVATION_SPEC",
+                                         metadata={"field": f"{field}.tokenizer"})
+        tokens.check(spec.tokenizer, f"{field}.tokenizer")
     if spec.max_text_chars < 0:
         raise errors.InvalidArgument(f"{field}.max_text_chars: must be >= 0", reason="BAD_OBSERVATION_SPEC",
                                      metadata={"field": f"{field}.max_text_chars"})

@@ -426,8 +426,13 @@ def _with_elements(spec: common_pb2.ObservationSpec) -> common_pb2.ObservationSp
     return out
 
 
-def _elements_added(spec: common_pb2.ObservationSpec | None, budget: int) -> bool:
-    return bool(budget) and spec is not None and common_pb2.OBSERVATION_FORMAT_ELEMENTS not in spec.formats
+def _budgeted(spec: common_pb2.ObservationSpec | None) -> bool:
+    """Whether the spec asks for a budget (in characters or in tokens)."""
+    return spec is not None and bool(spec.budget_chars or spec.budget_tokens)
+
+
+def _elements_added(spec: common_pb2.ObservationSpec | None) -> bool:
+    return _budgeted(spec) and common_pb2.OBSERVATION_FORMAT_ELEMENTS not in spec.formats  # type: ignore[union-attr]
 
 
 def _remaining(context: grpc.aio.ServicerContext | None) -> float | None:
@@ -470,20 +475,19 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
         request = await self._resolve_task(request)
         self.backend.check_open(request)
         validate_lease(request.lease_seconds, self.backend.max_lease_seconds)
-        budget = request.observation_spec.budget_chars
         asked = request.observation_spec
         again = self.table.reopened(request.request_id)
         if again is not None:  # the same open again: its observation within the same budget
             resp = await self.backend.reopen(again)
-            apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
+            apply_budget(resp.observation, asked, drop_elements=_elements_added(asked))
             again.obs_base = None  # the client's base may be this answer or a later one: the next step is whole
             return resp
-        if budget:  # the elements tell the budget what is in view
+        if _budgeted(asked):  # the elements tell the budget what is in view
             request = _copy(request)
             request.observation_spec.CopyFrom(_with_elements(asked))
         resp = await self.backend.open(request)
         sid = resp.session.session_id
-        apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
+        apply_budget(resp.observation, asked, drop_elements=_elements_added(asked))
         if sid in self.table.sessions:
             self.table.sessions[sid].observation_spec = asked
             self.table.sessions[sid].obs_base = delta.encode(resp.observation, asked, -1, None)
@@ -538,7 +542,7 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
                 return s.last_response  # type: ignore[return-value]  # a retried step: from cache, not acted twice
             s.renew()
             asked = request.observation_spec if request.HasField("observation_spec") else s.observation_spec
-            budget = asked.budget_chars if asked is not None else 0
+            budget = _budgeted(asked)
             if budget:  # the elements tell the budget what is in view
                 request = _copy(request)
                 request.observation_spec.CopyFrom(_with_elements(asked))
@@ -553,7 +557,7 @@ class EnvironmentService(environment_pb2_grpc.EnvironmentServiceServicer, Generi
                 except TimeoutError as exc:
                     raise await self._timed_out(s, kind, timeout) from exc
             if budget:
-                apply_budget(resp.observation, budget, drop_elements=_elements_added(asked, budget))
+                apply_budget(resp.observation, asked, drop_elements=_elements_added(asked))
             s.obs_base = delta.encode(resp.observation, asked, s.step_count, s.obs_base,
                                       keep=s.observation_spec is not None and s.observation_spec.incremental)
             s.step_count += 1

@@ -49,7 +49,7 @@ _FORMATS = {
 def observation_spec(formats: Iterable[str | int] = ("axtree",), **screenshot: Any) -> common_pb2.ObservationSpec:
     """An ObservationSpec from format names ("axtree", "screenshot"...) or enum values; keyword arguments
     `width`, `height`, `codec`, `quality`, `set_of_marks` go to the screenshot, `max_text_chars`, `visible_only`,
-    `budget_chars`, `incremental` and `full_every` to the spec."""
+    `budget_chars`, `budget_tokens`, `tokenizer`, `incremental` and `full_every` to the spec."""
     values = []
     for f in formats:
         if isinstance(f, str):
@@ -62,6 +62,8 @@ def observation_spec(formats: Iterable[str | int] = ("axtree",), **screenshot: A
     spec.max_text_chars = int(screenshot.pop("max_text_chars", 0))
     spec.visible_only = bool(screenshot.pop("visible_only", False))
     spec.budget_chars = int(screenshot.pop("budget_chars", 0))
+    spec.budget_tokens = int(screenshot.pop("budget_tokens", 0))
+    spec.tokenizer = str(screenshot.pop("tokenizer", ""))
     spec.incremental = bool(screenshot.pop("incremental", False))
     spec.full_every = int(screenshot.pop("full_every", 0))
     if screenshot:
