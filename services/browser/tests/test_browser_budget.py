@@ -13,22 +13,30 @@ from webenv.v1 import common_pb2 as pb
 pytestmark = pytest.mark.timeout(300)
 
 
-def spec(budget: int) -> pb.ObservationSpec:
-    return pb.ObservationSpec(formats=[pb.OBSERVATION_FORMAT_AXTREE], budget_chars=budget)
+BOTH = [pb.OBSERVATION_FORMAT_AXTREE, pb.OBSERVATION_FORMAT_MARKDOWN]
+
+
+def spec(budget: int, formats: list[int] | None = None) -> pb.ObservationSpec:
+    return pb.ObservationSpec(formats=formats or [pb.OBSERVATION_FORMAT_AXTREE], budget_chars=budget)
 
 
 async def test_the_budget_holds_on_every_hand_made_page(env, page_server):
-    o = await env.open(start_url=page_server.url("basic"), spec=spec(600))
+    o = await env.open(start_url=page_server.url("basic"), spec=spec(600, BOTH))
     sid = o.session.session_id
-    assert len(o.observation.axtree) <= 600
+    assert len(o.observation.axtree) <= 600 and len(o.observation.markdown) <= 600
+    cut = []
     for name in page_server.names:
         r = await env.step(sid, f'goto("{page_server.url(name)}")')  # the session's spec: its budget
         obs = r.observation
-        assert len(obs.axtree) <= 600, name
+        assert len(obs.axtree) <= 600 and len(obs.markdown) <= 600, name
         assert not obs.elements and pb.OBSERVATION_FORMAT_ELEMENTS not in obs.formats  # only read for visibility
-        if obs.HasField("budget"):
-            assert obs.budget.budget_chars == 600 and obs.budget.kept_chars == len(obs.axtree) <= 600, name
-            assert obs.budget.full_chars > 600 and HOW in obs.axtree and obs.budget.how_to_get_more
+        for text, field in ((obs.axtree, "budget"), (obs.markdown, "markdown_budget")):
+            if obs.HasField(field):
+                b = getattr(obs, field)
+                cut.append(f"{name}.{field}")
+                assert b.budget_chars == 600 and b.kept_chars == len(text) <= 600 and b.budget_tokens == 0, name
+                assert b.full_chars > 600 and HOW in text and b.how_to_get_more
+    assert {"products.budget", "big.budget", "products.markdown_budget", "big.markdown_budget"} <= set(cut)
     await env.close(sid)
 
 
@@ -60,7 +68,7 @@ async def test_a_big_page_within_budget_keeps_the_answer_and_says_what_was_cut(e
 
 
 def token_spec(budget: int, tokenizer: str) -> pb.ObservationSpec:
-    return pb.ObservationSpec(formats=[pb.OBSERVATION_FORMAT_AXTREE], budget_tokens=budget, tokenizer=tokenizer)
+    return pb.ObservationSpec(formats=BOTH, budget_tokens=budget, tokenizer=tokenizer)
 
 
 def kept_lines_are_the_pages(budgeted: str, whole: str) -> bool:
@@ -75,23 +83,26 @@ async def test_a_budget_in_tokens_holds_on_every_hand_made_page(env, page_server
     count = tokens.counter(tokenizer)
     o = await env.open(start_url=page_server.url("basic"), spec=token_spec(150, tokenizer))
     sid = o.session.session_id
-    assert count(o.observation.axtree) <= 150
-    whole_spec = pb.ObservationSpec(formats=[pb.OBSERVATION_FORMAT_AXTREE], max_text_chars=2_000_000)
+    assert count(o.observation.axtree) <= 150 and count(o.observation.markdown) <= 150
+    whole_spec = pb.ObservationSpec(formats=BOTH, max_text_chars=2_000_000)
     cut = []
     for name in page_server.names:
         obs = (await env.step(sid, f'goto("{page_server.url(name)}")')).observation  # the session's budget
-        whole = (await env.step(sid, "noop()", spec=whole_spec)).observation.axtree
-        assert count(obs.axtree) <= 150 and not obs.elements, name
-        if obs.HasField("budget"):
-            cut.append(name)
-            b = obs.budget
-            assert (b.budget_tokens, b.tokenizer, b.budget_chars) == (150, tokenizer, 0), name
-            assert b.kept_tokens == count(obs.axtree) <= 150 < b.full_tokens and b.kept_chars == len(obs.axtree), name
-            assert obs.axtree.splitlines()[-1].startswith(f"[budget 150 tokens of {tokenizer}:") and HOW in obs.axtree
-            assert kept_lines_are_the_pages(obs.axtree, whole), name
-        elif "late" not in name and "navrace" not in name:  # pages that change by themselves aside
-            assert obs.axtree == whole, name  # within the budget: untouched
-    assert {"products", "big"} <= set(cut)  # the pages over 150 tokens in both tokenizers
+        whole = (await env.step(sid, "noop()", spec=whole_spec)).observation
+        assert not obs.elements, name
+        for fmt, field in (("axtree", "budget"), ("markdown", "markdown_budget")):
+            text, full = getattr(obs, fmt), getattr(whole, fmt)
+            assert count(text) <= 150, (name, fmt)
+            if obs.HasField(field):
+                cut.append(f"{name}.{fmt}")
+                b = getattr(obs, field)
+                assert (b.budget_tokens, b.tokenizer, b.budget_chars) == (150, tokenizer, 0), name
+                assert b.kept_tokens == count(text) <= 150 < b.full_tokens and b.kept_chars == len(text), name
+                assert text.splitlines()[-1].startswith(f"[budget 150 tokens of {tokenizer}:") and HOW in text
+                assert kept_lines_are_the_pages(text, full), (name, fmt)
+            elif name not in ("late", "navrace"):  # pages that change by themselves aside
+                assert text == full, (name, fmt)  # within the budget: untouched
+    assert {"products.axtree", "big.axtree", "products.markdown", "big.markdown"} <= set(cut)  # over 150 tokens
     await env.close(sid)
 
 
@@ -105,6 +116,9 @@ async def test_a_big_page_within_a_token_budget_keeps_the_answer(env, page_serve
     assert obs.budget.full_tokens >= 25 * obs.budget.kept_tokens and obs.budget.tokenizer == tokenizer
     assert "Order 4417 ships on 12 March." in tree  # the answer, after 1,500 rows
     assert 'searchbox "Find an order"' in tree and "more row cut ([" in tree
+    md, mb = obs.markdown, obs.markdown_budget  # MARKDOWN by the same rule: rows collapsed, the answer kept
+    assert count(md) == mb.kept_tokens <= 1000 < mb.full_tokens and mb.items_collapsed >= 1490
+    assert "Order 4417 ships on 12 March." in md and "Find an order" in md
     # per step: a budget in characters instead, then an unknown tokenizer refused naming the field
     r = await env.step(o.session.session_id, "noop()", spec=spec(4000))
     assert len(r.observation.axtree) <= 4000 and r.observation.budget.budget_tokens == 0

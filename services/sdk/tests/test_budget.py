@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from webenv import errors, tokens
-from webenv.budget import HOW, apply_budget, prune_axtree, prune_axtree_tokens
+from webenv.budget import HOW, apply_budget, prune_axtree, prune_tokens
 from webenv.envcontract import validate_observation_spec
 from webenv.v1 import common_pb2 as pb
 
@@ -49,12 +49,12 @@ def test_a_budget_in_tokens_holds_keeps_the_order_and_reports_tokens(tokenizer: 
     count = tokens.counter(tokenizer)
     visible = {"2", "11", "14"}
     for budget in (150, 400, 1500):
-        out, report = prune_axtree_tokens(tree, budget, tokenizer, visible)
+        out, report = prune_tokens(tree, budget, tokenizer, visible)
         assert report is not None and count(out) == report.kept_tokens <= budget, budget
         assert report.kept_tokens >= budget * 0.9  # the budget used, not just met
         assert report.full_tokens == count(tree) and report.kept_chars == len(out)
         assert 'searchbox "Find"' in out and f"budget {budget} tokens of {tokenizer}" in out.splitlines()[-1]
-    assert prune_axtree_tokens('[1] button "OK"', 150, tokenizer) == ('[1] button "OK"', None)
+    assert prune_tokens('[1] button "OK"', 150, tokenizer) == ('[1] button "OK"', None)
     obs = pb.Observation(axtree=tree)
     apply_budget(obs, pb.ObservationSpec(budget_tokens=300, tokenizer=tokenizer))
     b = obs.budget
@@ -74,7 +74,7 @@ def test_a_local_tokenizer_json_by_its_configured_name_and_a_denser_one_still_fi
     assert "per-char" in tokens.known()
     count = tokens.counter("per-char")
     assert count("ab c") == 4
-    out, report = prune_axtree_tokens(page(), 700, "per-char", {"2"})
+    out, report = prune_tokens(page(), 700, "per-char", {"2"})
     assert report is not None and count(out) <= 700 and 'searchbox "Find"' in out
 
 
@@ -90,3 +90,41 @@ def test_bad_token_budgets_are_invalid_argument_naming_the_field() -> None:
     refused("budget_tokens", budget_tokens=20, tokenizer=tokens.APPROXIMATE)
     refused("budget_tokens", budget_tokens=500, tokenizer=tokens.APPROXIMATE, budget_chars=2000)
     validate_observation_spec(pb.ObservationSpec(budget_tokens=500, tokenizer=tokens.MINILM), "observation_spec")
+
+
+def markdown_page(rows: int = 300) -> str:
+    """MARKDOWN as the farm writes it: headings, links [id:name](href), buttons, a long table, the answer after it."""
+    lines = ["# [1] Orders", "", "[2:searchbox Find an order] [3:button Go] ", ""]
+    lines += [f"| [{10 + i}:Order {10000 + i}](#o{i}) | shipped on day {i % 28 + 1} | [{5000 + i}:button Track {i}] |"
+              for i in range(rows)]
+    lines += ["", "## [9000] Your question", "", "Order 4417 ships on 12 March.",
+              *[f"[{9100 + i}:Footer link {i}](#f{i}) " for i in range(3)]]
+    return "\n".join(lines)
+
+
+@pytest.mark.parametrize("tokenizer", ["", tokens.APPROXIMATE, tokens.MINILM])
+def test_markdown_within_a_budget_collapses_rows_keeps_the_answer_and_reports_it(tokenizer: str) -> None:
+    md = markdown_page()
+    spec = (pb.ObservationSpec(budget_tokens=200, tokenizer=tokenizer) if tokenizer
+            else pb.ObservationSpec(budget_chars=800))
+    obs = pb.Observation(axtree='[1] button "OK"', markdown=md, elements=[pb.Element(element_id="2", visible=True)])
+    apply_budget(obs, spec, drop_elements=True)
+    out, b = obs.markdown, obs.markdown_budget
+    assert not obs.HasField("budget") and obs.axtree == '[1] button "OK"'  # the tree fits: untouched
+    assert b.full_chars == len(md) and b.kept_chars == len(out) and b.items_collapsed == 295
+    if tokenizer:
+        assert b.kept_tokens == tokens.counter(tokenizer)(out) <= 200 < b.full_tokens and b.tokenizer == tokenizer
+    else:
+        assert len(out) <= 800 and b.budget_chars == 800
+    assert "[2:searchbox Find an order]" in out and "Order 4417 ships on 12 March." in out
+    assert "... 295 more row cut ([15]..[309])" in out and out.splitlines()[-1].startswith("[budget ")
+    assert all(ln in md.splitlines() or ln.startswith(("... ", "[budget ")) for ln in out.splitlines())
+
+
+def test_the_client_helper_sets_either_budget() -> None:
+    from webenv.client.environment import observation_spec
+
+    s = observation_spec(["axtree", "markdown"], budget_tokens=800, tokenizer=tokens.MINILM)
+    assert (s.budget_tokens, s.tokenizer, s.budget_chars) == (800, tokens.MINILM, 0)
+    validate_observation_spec(s, "observation_spec")
+    assert observation_spec(budget_chars=2000).budget_chars == 2000

@@ -25,13 +25,13 @@ out of view comes in when the page scrolls to it). Observation.budget carries th
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
 from webenv.tokens import counter as tokens_counter
 from webenv.v1 import common_pb2
 
-__all__ = ["KEEP_ITEMS", "apply_budget", "prune_axtree", "prune_axtree_tokens"]
+__all__ = ["KEEP_ITEMS", "apply_budget", "prune_axtree", "prune_markdown", "prune_tokens"]
 
 #: Items of a long repeated list kept before the rest collapse into one line.
 KEEP_ITEMS = 5
@@ -41,7 +41,7 @@ INTERACTIVE = frozenset({
     "menuitemradio", "tab", "slider", "spinbutton", "switch", "clickable", "listbox", "Date", "InputTime", "DateTime",
 })
 _LINE = re.compile(r"^\[([^\]]*)\]\s+(\S+)|^(\S+)")
-HOW = "no budget (budget_chars and budget_tokens 0) for the whole tree, a larger budget, or scroll to bring out-of-view nodes in"
+HOW = "no budget (budget_chars and budget_tokens 0) for the whole text, a larger budget, or scroll to bring out-of-view nodes in"
 
 
 @dataclass
@@ -53,6 +53,7 @@ class _Node:
     element_id: str
     parent: _Node | None = None
     children: list[_Node] = field(default_factory=list)
+    refs: tuple[str, ...] = ()  # MARKDOWN: the elements a line names ([id:...]); it is interactive when it names one
 
 
 @dataclass
@@ -82,6 +83,21 @@ def _parse(text: str) -> list[_Node]:
             stack[-1].children.append(node)
         stack.append(node)
         nodes.append(node)
+    return nodes
+
+
+_MD_REF = re.compile(r"\[([0-9][^\]:\s]*):")
+_MD_KINDS = (("|", "row"), ("- ", "listitem"), ("#", "heading"))
+
+
+def _parse_markdown(text: str) -> list[_Node]:
+    """MARKDOWN lines as flat nodes: a table row, a list item or a heading by its kind (runs of one kind collapse),
+    any other line as text; a line naming elements (links, buttons, controls) carries their ids."""
+    nodes = []
+    for i, line in enumerate(text.split("\n")):
+        role = next((kind for lead, kind in _MD_KINDS if line.startswith(lead)), "")
+        refs = tuple(_MD_REF.findall(line))
+        nodes.append(_Node(i, line, 0, role, refs[0] if refs else "", refs=refs))
     return nodes
 
 
@@ -148,9 +164,23 @@ def prune_axtree(text: str, budget: int, visible_ids: set[str] | None = None, *,
     footer names the budget as ``label`` (default ``"<budget> chars"``)."""
     if budget <= 0 or len(text) <= budget:
         return text, None
+    return _prune(text, _parse(text), budget, visible_ids, label)
+
+
+def prune_markdown(text: str, budget: int, visible_ids: set[str] | None = None, *, label: str = ""
+                   ) -> tuple[str, Report | None]:
+    """The MARKDOWN ``text`` within ``budget`` characters by the same rule, a line a node: runs of table rows, list
+    items or headings collapse with counts, then lines naming an element in view come first, text next, lines naming
+    only elements out of view last."""
+    if budget <= 0 or len(text) <= budget:
+        return text, None
+    return _prune(text, _parse_markdown(text), budget, visible_ids, label)
+
+
+def _prune(text: str, nodes: list[_Node], budget: int, visible_ids: set[str] | None, label: str
+           ) -> tuple[str, Report]:
     label = label or f"{budget} chars"
     report = Report(full_chars=len(text))
-    nodes = _parse(text)
     lines = _collapse(nodes, report)
 
     def footer(lines_cut: int) -> str:
@@ -167,8 +197,8 @@ def prune_axtree(text: str, budget: int, visible_ids: set[str] | None = None, *,
         node, _ = lines[pos]
         if node is None:
             return (1, pos)  # a collapsed list's count: with the text
-        in_view = visible_ids is None or node.element_id in visible_ids
-        return ((0 if in_view else 2) if node.role in INTERACTIVE else 1, pos)
+        in_view = visible_ids is None or node.element_id in visible_ids or any(r in visible_ids for r in node.refs)
+        return ((0 if in_view else 2) if node.role in INTERACTIVE or node.refs else 1, pos)
 
     position = {id(node): pos for pos, (node, _) in enumerate(lines) if node is not None}
     keep: set[int] = set()
@@ -199,10 +229,14 @@ def prune_axtree(text: str, budget: int, visible_ids: set[str] | None = None, *,
 _MAX_PRUNINGS, _CLOSE = 8, 0.03
 
 
-def prune_axtree_tokens(text: str, tokens: int, tokenizer: str, visible_ids: set[str] | None = None
-                        ) -> tuple[str, Report | None]:
-    """``text`` within ``tokens`` tokens of the named tokenizer (`webenv.tokens`), footer included, and what was cut
-    (the report counts both characters and tokens); (text, None) when it fits."""
+Prune = Callable[..., tuple[str, Report | None]]
+
+
+def prune_tokens(text: str, tokens: int, tokenizer: str, visible_ids: set[str] | None = None, *,
+                 prune: Prune = prune_axtree) -> tuple[str, Report | None]:
+    """``text`` within ``tokens`` tokens of the named tokenizer (`webenv.tokens`), footer included, by ``prune``
+    (`prune_axtree` or `prune_markdown`) at the most characters that fit, and what was cut (the report counts both
+    characters and tokens); (text, None) when it fits."""
     count = tokens_counter(tokenizer)
     full = count(text) if tokens > 0 else 0
     if tokens <= 0 or full <= tokens:
@@ -212,7 +246,7 @@ def prune_axtree_tokens(text: str, tokens: int, tokenizer: str, visible_ids: set
     lo, hi = 0, len(text) - 1  # characters: lo fits (0 = none known yet), hi is over
     guess = max(64, min(hi, int(tokens * len(text) / full)))
     for _ in range(_MAX_PRUNINGS):
-        out, report = prune_axtree(text, guess, visible_ids, label=label)
+        out, report = prune(text, guess, visible_ids, label=label)
         assert report is not None
         report.kept_tokens = count(out)
         if report.kept_tokens <= tokens:
@@ -230,7 +264,7 @@ def prune_axtree_tokens(text: str, tokens: int, tokenizer: str, visible_ids: set
         if best is None and guess <= 16:
             break
     if best is None:  # a tokenizer far denser than the footer allows: cut at the end until it fits
-        out, report = prune_axtree(text, max(16, guess), visible_ids, label=label)
+        out, report = prune(text, max(16, guess), visible_ids, label=label)
         assert report is not None
         keep_lo, keep_hi = 0, len(out)
         while keep_lo < keep_hi:
@@ -249,22 +283,27 @@ def prune_axtree_tokens(text: str, tokens: int, tokenizer: str, visible_ids: set
 
 def apply_budget(obs: common_pb2.Observation, spec: common_pb2.ObservationSpec | None, *,
                  drop_elements: bool = False) -> None:
-    """Prune ``obs.axtree`` in place to the spec's budget (``budget_chars``, or ``budget_tokens`` of ``tokenizer``)
-    and fill ``obs.budget`` when something was cut; the elements (asked for only to know what is in view) are cleared
-    with ``drop_elements``."""
-    if spec is not None and (spec.budget_chars > 0 or spec.budget_tokens > 0) and obs.axtree:
+    """Prune ``obs.axtree`` and ``obs.markdown`` in place, each to the spec's budget (``budget_chars``, or
+    ``budget_tokens`` of ``tokenizer``), and fill ``obs.budget`` / ``obs.markdown_budget`` for the format something
+    was cut from; the elements (asked for only to know what is in view) are cleared with ``drop_elements``."""
+    if spec is not None and (spec.budget_chars > 0 or spec.budget_tokens > 0):
         visible = {e.element_id for e in obs.elements if e.visible} if obs.elements else None
-        if spec.budget_tokens > 0:
-            text, report = prune_axtree_tokens(obs.axtree, spec.budget_tokens, spec.tokenizer, visible)
-        else:
-            text, report = prune_axtree(obs.axtree, spec.budget_chars, visible)
-        if report is not None:
-            obs.axtree = text
-            obs.budget.CopyFrom(common_pb2.ObservationBudget(
-                budget_chars=spec.budget_chars, full_chars=report.full_chars, kept_chars=report.kept_chars,
-                items_collapsed=report.items_collapsed, lines_cut=report.lines_cut, how_to_get_more=HOW,
-                budget_tokens=spec.budget_tokens, tokenizer=spec.tokenizer if spec.budget_tokens else "",
-                full_tokens=report.full_tokens, kept_tokens=report.kept_tokens))
+        for name, prune, into in (("axtree", prune_axtree, obs.budget), ("markdown", prune_markdown,
+                                                                         obs.markdown_budget)):
+            text = getattr(obs, name)
+            if not text:
+                continue
+            if spec.budget_tokens > 0:
+                text, report = prune_tokens(text, spec.budget_tokens, spec.tokenizer, visible, prune=prune)
+            else:
+                text, report = prune(text, spec.budget_chars, visible)
+            if report is not None:
+                setattr(obs, name, text)
+                into.CopyFrom(common_pb2.ObservationBudget(
+                    budget_chars=spec.budget_chars, full_chars=report.full_chars, kept_chars=report.kept_chars,
+                    items_collapsed=report.items_collapsed, lines_cut=report.lines_cut, how_to_get_more=HOW,
+                    budget_tokens=spec.budget_tokens, tokenizer=spec.tokenizer if spec.budget_tokens else "",
+                    full_tokens=report.full_tokens, kept_tokens=report.kept_tokens))
     if drop_elements:
         del obs.elements[:]
         formats = [f for f in obs.formats if f != common_pb2.OBSERVATION_FORMAT_ELEMENTS]
