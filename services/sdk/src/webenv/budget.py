@@ -1,6 +1,7 @@
-"""Observation budgets: an accessibility tree cut to a number of characters, or of tokens of a named tokenizer, the
-way agent harnesses cut it, and a report of what was cut. One rule for every environment (`webenv.envservice` applies
-it to the farm's and the world model's observations when ``ObservationSpec.budget_chars`` or ``budget_tokens`` is set).
+"""Observation budgets: an accessibility tree (and the page's MARKDOWN) cut to a number of characters, or of tokens of
+a named tokenizer, the way agent harnesses cut it, and a report of what was cut. One rule for every environment
+(`webenv.envservice` applies it to the farm's and the world model's observations when ``ObservationSpec.budget_chars``
+or ``budget_tokens`` is set); each of AXTREE and MARKDOWN is held to the budget on its own.
 
 The tree is the farm's AXTREE text, one node a line (``[id] role "name" states``), indented one tab per depth. While it
 is over the budget:
@@ -13,13 +14,19 @@ is over the budget:
    sits in). Each gap of cut lines is one line, ``... 12 lines cut``. Visibility comes from the observation's elements
    (``Element.visible``); without them every interactive node counts as in view.
 
-A budget in tokens (`prune_axtree_tokens`) counts with a `webenv.tokens` tokenizer: a tree within it is untouched;
-otherwise the same rule runs at the largest number of characters whose output (footer included) is within the tokens,
-found by bisection from the tree's own characters per token (about five prunings), and if even a short cut is over
-(a tokenizer far denser than four characters a token) the output is cut at its end until it fits.
+MARKDOWN (`prune_markdown`) is flat, a line a node: table rows (``|``), list items (``- ``) and headings (``#``) are
+the roles whose runs collapse, a line naming an element (``[12:...]``: links, buttons, controls) is interactive and in
+view when one of those elements is, any other line is text.
 
-The last line says what was cut and how to get it (a larger budget, no budget for the whole tree, or scrolling: a node
-out of view comes in when the page scrolls to it). Observation.budget carries the same as numbers.
+A budget in tokens (`prune_tokens`) counts with a `webenv.tokens` tokenizer: a text within it is untouched; otherwise
+the same rule runs at the largest number of characters whose output (footer included) is within the tokens, found by
+bisection from the text's own characters per token (up to eight prunings; fewer when the collapsed text fits whole),
+and if even a short cut is over (a tokenizer far denser than four characters a token) the output is cut at its end
+until it fits.
+
+The last line says what was cut and how to get it (a larger budget, no budget for the whole text, or scrolling: a node
+out of view comes in when the page scrolls to it). Observation.budget (AXTREE) and Observation.markdown_budget carry
+the same as numbers.
 """
 
 from __future__ import annotations
