@@ -76,6 +76,8 @@ def test_a_local_tokenizer_json_by_its_configured_name_and_a_denser_one_still_fi
     assert count("ab c") == 4
     out, report = prune_tokens(page(), 700, "per-char", {"2"})
     assert report is not None and count(out) <= 700 and 'searchbox "Find"' in out
+    out, report = prune_tokens(page(), 150, "per-char", {"2"})  # under the footer's own length: cut at the end
+    assert report is not None and count(out) == report.kept_tokens <= 150 and report.kept_chars == len(out) > 0
 
 
 def test_bad_token_budgets_are_invalid_argument_naming_the_field() -> None:
