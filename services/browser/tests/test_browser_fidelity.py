@@ -71,3 +71,20 @@ async def test_miniwob_click_link_words_are_clicked_by_id(env, farm):
     step = await env.step(sid, f"click({word})")
     assert step.done and step.raw_reward == 1.0, (step.reward_reason, r.observation.axtree)
     await env.close(sid)
+
+
+async def test_markdown_writes_out_table_cells_and_labels_content(env, page_server):
+    """A cell, header, label or legend is named by its content in the tree; MARKDOWN prints no name for them, so it
+    writes that content out: the cells' text and links, the control inside a label (once empty rows, a lost input)."""
+    spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_MARKDOWN], max_text_chars=2_000_000)
+    o = await env.open(start_url=page_server.url("patterns"), spec=spec)
+    md = o.observation.markdown
+    assert "Contact Email [" in md and ":textbox Email]" in md  # the legend's words, the input inside the label
+    assert re.search(r"^\| Order\s+\| Total\s+\|$", md, re.M) and re.search(r"^\| #1001\s+\| \$20\s+\|$", md, re.M)
+    assert re.search(r"\[\d+:tab Reviews\]\n", md)  # named by its content and printed with it: not twice
+    await env.close(o.session.session_id)
+    o = await env.open(start_url=page_server.url("big"), spec=spec)
+    md = o.observation.markdown
+    assert re.search(r"^\| \[\d+:Order 10000\]\(#o0\)\s+\| shipped on day 1\s+\| \[\d+:button Track 0\]\s+\|$", md, re.M)
+    assert md.count("](#o") == 1500 and md.endswith("Order 4417 ships on 12 March.")
+    await env.close(o.session.session_id)

@@ -42,6 +42,10 @@ async (opts) => {
   const NAME_FROM_CONTENT = new Set(['link', 'button', 'heading', 'option', 'cell', 'gridcell', 'columnheader',
     'rowheader', 'tab', 'menuitem', 'menuitemcheckbox', 'menuitemradio', 'checkbox', 'radio', 'switch', 'treeitem',
     'LabelText', 'term', 'legend', 'tooltip', 'clickable']);
+  // Of those, the roles whose MARKDOWN does not print the name: their content is written out instead (a table
+  // cell's text and links, a label's words and the control inside it).
+  const MD_CONTENT_ROLES = new Set(['cell', 'gridcell', 'columnheader', 'rowheader', 'LabelText', 'term', 'legend',
+    'tooltip']);
   const INTERACTIVE_ROLES = new Set(['link', 'button', 'checkbox', 'radio', 'textbox', 'searchbox', 'combobox',
     'listbox', 'option', 'slider', 'spinbutton', 'switch', 'tab', 'menuitem', 'menuitemcheckbox',
     'menuitemradio', 'treeitem', 'Date', 'InputTime', 'DateTime', 'clickable']);
@@ -243,7 +247,8 @@ async (opts) => {
 
   // textId: the id of the element a text node sits in when that element has no line of its own, printed on
   // the text's line, so every text an agent reads can be clicked by id (MiniWoB click-link's words, svg labels).
-  const walk = (list, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix, textId) => {
+  // inNamed: inside an element whose AXTREE line carries its text; mdIn: inside one whose MARKDOWN carries it.
+  const walk = (list, frame, depth, offX, offY, win, parentDom, inNamed, mdIn, mdPrefix, textId) => {
     for (const node of list) {
       if (node.nodeType === 3) {
         const t = norm(node.nodeValue);
@@ -253,18 +258,18 @@ async (opts) => {
           axLines.push(line); axLen += line.length + 1;
         }
         if (want.html && htmlLen < maxChars) { const h = esc(t); htmlParts.push(h); htmlLen += h.length; }
-        if (want.markdown && !inNamed && mdLen < maxChars) { mdParts.push(t + ' '); mdLen += t.length + 1; }
+        if (want.markdown && !mdIn && mdLen < maxChars) { mdParts.push(t + ' '); mdLen += t.length + 1; }
         if (want.dom) domNodes.push({p: parentDom, t: '#text', x: clip(t, 1000)});
         continue;
       }
-      if (node.nodeType === 1) element(node, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix);
+      if (node.nodeType === 1) element(node, frame, depth, offX, offY, win, parentDom, inNamed, mdIn, mdPrefix);
     }
   };
 
   // One element and its subtree; with incremental reuse (inc), a clean subtree's lines from the last pass.
-  const element = (el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix) => {
-    if (!inc) { elementWalk(el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix); return; }
-    const key = depth + (inNamed ? 'n' : '') + frame;
+  const element = (el, frame, depth, offX, offY, win, parentDom, inNamed, mdIn, mdPrefix) => {
+    if (!inc) { elementWalk(el, frame, depth, offX, offY, win, parentDom, inNamed, mdIn, mdPrefix); return; }
+    const key = depth + (inNamed ? 'n' : '') + (mdIn ? 'm' : '') + frame;
     // a frame's document and a shadow root are outside the observer's reach: their content is walked every time
     const deep = inc.deep.has(el) || el.tagName === 'IFRAME' || !!el.shadowRoot || el.tagName === 'SLOT';
     if (!deep && !noReuse && !inc.path.has(el)) {
@@ -282,7 +287,7 @@ async (opts) => {
     const a0 = axLines.length, m0 = mdParts.length, al0 = axLen, ml0 = mdLen, v0 = volatiles;
     if (deep) noReuse++;
     if (deep || VOLATILE.has(el.tagName) || el.hasAttribute('aria-labelledby')) volatiles++;
-    elementWalk(el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix);
+    elementWalk(el, frame, depth, offX, offY, win, parentDom, inNamed, mdIn, mdPrefix);
     if (deep) noReuse--;
     inc.walked++;
     if (axLen < maxChars && mdLen < maxChars) {
@@ -291,7 +296,7 @@ async (opts) => {
     }
   };
 
-  const elementWalk = (el, frame, depth, offX, offY, win, parentDom, inNamed, mdPrefix) => {
+  const elementWalk = (el, frame, depth, offX, offY, win, parentDom, inNamed, mdIn, mdPrefix) => {
     const doc = el.ownerDocument;
     if (SKIP.has(el.tagName)) return;
     if (el.tagName !== 'OPTION' && el.tagName !== 'OPTGROUP' && hidden(el, win)) return;  // options of a closed select still count
@@ -361,7 +366,7 @@ async (opts) => {
     }
     let mdClose = '';
     let mdNamed = false;
-    if (want.markdown && shown && mdLen < maxChars && !inNamed) {
+    if (want.markdown && shown && mdLen < maxChars && !mdIn) {
       const tag = el.tagName;
       let s = '';
       if (role === 'heading') { s = '\n' + '#'.repeat(Number(tag.slice(1)) || 2) + ' [' + id + '] ' + name + '\n'; mdNamed = true; }
@@ -378,6 +383,7 @@ async (opts) => {
       else if (['P', 'DIV', 'SECTION', 'ARTICLE', 'UL', 'OL', 'TABLE', 'FORM', 'BR', 'HEADER', 'FOOTER', 'NAV', 'MAIN'].includes(tag)) { s = '\n'; mdClose = '\n'; }
       if (s) { mdParts.push(s); mdLen += s.length; }
     }
+    const mdChild = mdIn || mdNamed || (describe && NAME_FROM_CONTENT.has(role) && name !== '' && !MD_CONTENT_ROLES.has(role));
     if (el.tagName === 'IFRAME') {
       let sub = null;
       try { sub = el.contentDocument; } catch (e) { sub = null; }
@@ -386,10 +392,11 @@ async (opts) => {
         const idx = Array.prototype.indexOf.call(doc.querySelectorAll('iframe'), el);
         const subFrame = frame === '' ? String(idx) : frame + '.' + idx;
         walk(kids(sub.body), subFrame, childDepth, offX + r.x + el.clientLeft, offY + r.y + el.clientTop,
-          sub.defaultView || win, domIndex, childNamed, mdPrefix, '');
+          sub.defaultView || win, domIndex, childNamed, mdChild, mdPrefix, '');
       }
     } else if (role !== 'img' || el.tagName === 'IMG') {
-      walk(kids(el), frame, childDepth, offX, offY, win, domIndex, childNamed || mdNamed, mdPrefix, lined ? '' : id);
+      walk(kids(el), frame, childDepth, offX, offY, win, domIndex, childNamed || mdNamed, mdChild, mdPrefix,
+        lined ? '' : id);
     }
     if (closeTag && htmlLen < maxChars) { htmlParts.push(closeTag); htmlLen += closeTag.length; }
     if (mdClose && mdLen < maxChars) { mdParts.push(mdClose); mdLen += mdClose.length; }
@@ -491,7 +498,7 @@ async (opts) => {
   if (opts.incremental && body && (want.axtree || want.markdown) && !want.html && !want.dom && !want.elements && !visibleOnly) {
     incStart();
   }
-  if (body && needIds) walk(kids(body), '', 0, 0, 0, window, -1, false, '', '');
+  if (body && needIds) walk(kids(body), '', 0, 0, 0, window, -1, false, false, '', '');
   if (inc) incEnd();
 
   let focused = '';
