@@ -179,6 +179,11 @@ async def test_malformed_requests_are_invalid_argument_naming_the_field(env: Env
         (environment_pb2.OpenSessionRequest(), "BAD_START", "start"),
         (environment_pb2.OpenSessionRequest(start_url=START, observation_spec=common_pb2.ObservationSpec(formats=[99])),
          "BAD_OBSERVATION_SPEC", "observation_spec.formats"),
+        (environment_pb2.OpenSessionRequest(start_url=START, observation_spec=common_pb2.ObservationSpec(
+            budget_tokens=500, tokenizer="no-such-tokenizer")), "BAD_OBSERVATION_SPEC", "observation_spec.tokenizer"),
+        (environment_pb2.OpenSessionRequest(start_url=START, observation_spec=common_pb2.ObservationSpec(
+            budget_tokens=500, tokenizer="chars/4", budget_chars=2000)), "BAD_OBSERVATION_SPEC",
+         "observation_spec.budget_tokens"),
         (environment_pb2.OpenSessionRequest(start_url=START, lease_seconds=-1), "BAD_LEASE", "lease_seconds"),
         (environment_pb2.OpenSessionRequest(start_url=START, lease_seconds=LEASE_MAX + 1), "BAD_LEASE", "lease_seconds"),
     ]
