@@ -62,6 +62,13 @@ def test_a_budget_in_tokens_holds_keeps_the_order_and_reports_tokens(tokenizer: 
     assert b.kept_tokens == count(obs.axtree) <= 300 < b.full_tokens and b.full_chars == len(tree)
 
 
+def test_a_long_text_counted_in_chunks_is_counted_exactly_in_wordpiece() -> None:
+    tree = page(1500)  # ~214,000 characters: eleven chunks
+    assert len(tree) > 10 * tokens.CHUNK_CHARS
+    assert tokens.count_long(tokens.MINILM, tree) == tokens.counter(tokens.MINILM)(tree)
+    assert tokens.count_long(tokens.APPROXIMATE, tree) == tokens.counter(tokens.APPROXIMATE)(tree)
+
+
 def test_a_local_tokenizer_json_by_its_configured_name_and_a_denser_one_still_fits(tmp_path, monkeypatch) -> None:
     from tokenizers import Tokenizer, models, pre_tokenizers
 

@@ -35,7 +35,7 @@ import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
-from webenv.tokens import counter as tokens_counter
+from webenv import tokens as tokens_module
 from webenv.v1 import common_pb2
 
 __all__ = ["KEEP_ITEMS", "apply_budget", "prune_axtree", "prune_markdown", "prune_tokens"]
@@ -244,9 +244,13 @@ def prune_tokens(text: str, tokens: int, tokenizer: str, visible_ids: set[str] |
     """``text`` within ``tokens`` tokens of the named tokenizer (`webenv.tokens`), footer included, by ``prune``
     (`prune_axtree` or `prune_markdown`) at the most characters that fit, and what was cut (the report counts both
     characters and tokens); (text, None) when it fits."""
-    count = tokens_counter(tokenizer)
-    full = count(text) if tokens > 0 else 0
-    if tokens <= 0 or full <= tokens:
+    count = tokens_module.counter(tokenizer)
+    if tokens <= 0:
+        return text, None
+    full = tokens_module.count_long(tokenizer, text)
+    if full <= tokens and len(text) > tokens_module.CHUNK_CHARS:
+        full = count(text)  # the decision to send it whole: counted exactly
+    if full <= tokens:
         return text, None
     label = f"{tokens} tokens of {tokenizer}"
     best: tuple[str, Report] | None = None
