@@ -81,8 +81,10 @@ bench: install-vllm install-browsergym
 # The Makefile keeps no defaults of its own: a variable of LEARN_VARS set on the command line passes its option, e.g.
 # the first benchmark's plain recipe: make learn ALGORITHM=partial ITERATIONS=3 VALIDATION=50 EVAL_MODE=every
 # TEMPERATURE=1.0 KL=0 LEARN_ARGS="--sampling frontier"; LEARN_ARGS passes any other option of `webenv train --help`.
+# The web of builders' recipe (issue 48; its demonstrations count chosen on validation, bench/results/learning/notes.md):
+# make learn DEMOS=200 LEARN_OUT=bench/results/learning/builders
 LEARN_VARS := ALGORITHM=--algorithm ITERATIONS=--iterations TEMPERATURE=--temperature MODEL=--model \
-	VALIDATION=--validation-eval EVAL_MODE=--eval-mode KL=--kl-coef
+	VALIDATION=--validation-eval EVAL_MODE=--eval-mode KL=--kl-coef DEMOS=--demos
 learn_flags = $(strip $(foreach v,$(LEARN_VARS),$(if $($(firstword $(subst =, ,$(v)))),$(lastword $(subst =, ,$(v))) $($(firstword $(subst =, ,$(v)))))) $(LEARN_ARGS))
 SEEDS ?= 1 2 3
 LEARN_OUT ?= bench/results/learning/recipe
