@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 from webenv import errors, tokens
-from webenv.budget import HOW, apply_budget, prune_axtree, prune_tokens
+from webenv.budget import HOW, apply_budget, prune_axtree, prune_markdown, prune_tokens
 from webenv.envcontract import validate_observation_spec
 from webenv.v1 import common_pb2 as pb
 
@@ -137,3 +137,12 @@ def test_the_client_helper_sets_either_budget() -> None:
     assert (s.budget_tokens, s.tokenizer, s.budget_chars) == (800, tokens.MINILM, 0)
     validate_observation_spec(s, "observation_spec")
     assert observation_spec(budget_chars=2000).budget_chars == 2000
+
+
+def test_world_model_markdown_one_element_a_line_collapses_its_runs() -> None:
+    md = "\n".join(["# [1] Shop", *[f"[{10 + i}:Product {i}](/p/{i})" for i in range(60)], "Order 4417 ships on 12 March.",
+                    *[f"[{100 + i}:button Add {i}]" for i in range(60)]])
+    out, report = prune_markdown(md, 600, None)
+    assert report is not None and len(out) <= 600 and report.items_collapsed == 110
+    assert "... 55 more link cut ([15]..[69])" in out and "... 55 more button cut ([105]..[159])" in out
+    assert "Order 4417 ships on 12 March." in out and "[10:Product 0](/p/0)" in out

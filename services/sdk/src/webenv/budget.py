@@ -14,9 +14,10 @@ is over the budget:
    sits in). Each gap of cut lines is one line, ``... 12 lines cut``. Visibility comes from the observation's elements
    (``Element.visible``); without them every interactive node counts as in view.
 
-MARKDOWN (`prune_markdown`) is flat, a line a node: table rows (``|``), list items (``- ``) and headings (``#``) are
-the roles whose runs collapse, a line naming an element (``[12:...]``: links, buttons, controls) is interactive and in
-view when one of those elements is, any other line is text.
+MARKDOWN (`prune_markdown`) is flat, a line a node: table rows (``|``), list items (``- ``), headings (``#``) and
+lines that are one link or control (the world model's MARKDOWN, one element a line) are the roles whose runs collapse;
+a line naming an element (``[12:...]``: links, buttons, controls) is interactive and in view when one of those
+elements is; any other line is text.
 
 A budget in tokens (`prune_tokens`) counts with a `webenv.tokens` tokenizer: a text within it is untouched; otherwise
 the same rule runs at the largest number of characters whose output (footer included) is within the tokens, found by
@@ -95,14 +96,19 @@ def _parse(text: str) -> list[_Node]:
 
 _MD_REF = re.compile(r"\[([0-9][^\]:\s]*):")
 _MD_KINDS = (("|", "row"), ("- ", "listitem"), ("#", "heading"))
+_MD_LEAD = re.compile(r"^\[[0-9][^\]:\s]*:(?:(\w+) )?[^\]]*\](\()?")
 
 
 def _parse_markdown(text: str) -> list[_Node]:
-    """MARKDOWN lines as flat nodes: a table row, a list item or a heading by its kind (runs of one kind collapse),
-    any other line as text; a line naming elements (links, buttons, controls) carries their ids."""
+    """MARKDOWN lines as flat nodes: a table row, a list item, a heading, or a line that is one link or control (the
+    world model writes one element a line) by its kind, so runs of one kind collapse; any other line is text. A line
+    naming elements (links, buttons, controls) carries their ids."""
     nodes = []
     for i, line in enumerate(text.split("\n")):
         role = next((kind for lead, kind in _MD_KINDS if line.startswith(lead)), "")
+        lead = _MD_LEAD.match(line) if not role and line.count("[") == 1 else None
+        if lead is not None:
+            role = "link" if lead.group(2) else (lead.group(1) or "control")
         refs = tuple(_MD_REF.findall(line))
         nodes.append(_Node(i, line, 0, role, refs[0] if refs else "", refs=refs))
     return nodes
