@@ -8,7 +8,7 @@ from pathlib import Path
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
-from webenv import errors
+from webenv import errors, tokens
 from webenv.actions import parse_action
 from webenv.testing import scrape
 from webenv.v1 import common_pb2, environment_pb2, environment_pb2_grpc, worldmodel_pb2, worldmodel_pb2_grpc
@@ -87,6 +87,25 @@ async def test_predict_bad_inputs(wm_channel: grpc.aio.Channel) -> None:
     await _expect(grpc.StatusCode.INVALID_ARGUMENT,
                   stub.Predict(worldmodel_pb2.PredictRequest(format=worldmodel_pb2.STATE_FORMAT_XML, **ok)),
                   "STATE_MALFORMED")
+
+
+async def test_a_budget_in_tokens_holds_on_the_world_model_too(wm_channel: grpc.aio.Channel,
+                                                                transitions_file: Path) -> None:
+    """The sdk's one budget rule on the world model's AXTREE and MARKDOWN, in all-MiniLM-L6-v2 tokens."""
+    env = environment_pb2_grpc.EnvironmentServiceStub(wm_channel)
+    ep = [r for r in read_transitions([transitions_file]) if r.episode_id == "shop-0001.web.test-search"]
+    spec = common_pb2.ObservationSpec(formats=[common_pb2.OBSERVATION_FORMAT_AXTREE, common_pb2.OBSERVATION_FORMAT_MARKDOWN],
+                                      budget_tokens=150, tokenizer=tokens.MINILM)
+    opened = await env.OpenSession(environment_pb2.OpenSessionRequest(start_url=ep[0].url, observation_spec=spec))
+    count = tokens.counter(tokens.MINILM)
+    obs = opened.observation
+    assert count(ep[0].state) > 150 and obs.budget.full_tokens == count(ep[0].state)  # the page is over: cut
+    assert count(obs.axtree) == obs.budget.kept_tokens <= 150 and obs.budget.tokenizer == tokens.MINILM
+    assert count(obs.markdown) <= 150 and not obs.elements
+    step = await env.Step(environment_pb2.StepRequest(session_id=opened.session.session_id,
+                                                      action=parse_action(ep[0].action_text), step_index=0))
+    assert count(step.observation.axtree) <= 150 and count(step.observation.markdown) <= 150  # the session's budget
+    await env.CloseSession(environment_pb2.CloseSessionRequest(session_id=opened.session.session_id))
 
 
 async def test_simulated_episode_on_a_held_out_site(wm_channel: grpc.aio.Channel, transitions_file: Path) -> None:
