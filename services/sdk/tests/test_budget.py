@@ -85,6 +85,11 @@ def test_a_local_tokenizer_json_by_its_configured_name_and_a_denser_one_still_fi
     assert report is not None and count(out) <= 700 and 'searchbox "Find"' in out
     out, report = prune_tokens(page(), 150, "per-char", {"2"})  # under the footer's own length: cut at the end
     assert report is not None and count(out) == report.kept_tokens <= 150 and report.kept_chars == len(out) > 0
+    # a configured tokenizer that cannot load fails the spec's check (before a step acts), naming the variable
+    monkeypatch.setenv(tokens.CONFIG_ENV, f"gone={tmp_path / 'missing'}")
+    with pytest.raises(errors.FailedPrecondition) as exc:
+        validate_observation_spec(pb.ObservationSpec(budget_tokens=500, tokenizer="gone"), "observation_spec")
+    assert exc.value.metadata["field"] == tokens.CONFIG_ENV
 
 
 def test_bad_token_budgets_are_invalid_argument_naming_the_field() -> None:

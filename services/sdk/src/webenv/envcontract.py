@@ -135,6 +135,7 @@ def validate_observation_spec(spec: common_pb2.ObservationSpec, field: str) -> N
             raise errors.InvalidArgument(f"{field}.tokenizer: only with budget_tokens", reason="BAD_OBSERVATION_SPEC",
                                          metadata={"field": f"{field}.tokenizer"})
         tokens.check(spec.tokenizer, f"{field}.tokenizer")
+        tokens.counter(spec.tokenizer)  # loaded now: one that cannot load fails the call before anything is acted
     if spec.max_text_chars < 0:
         raise errors.InvalidArgument(f"{field}.max_text_chars: must be >= 0", reason="BAD_OBSERVATION_SPEC",
                                      metadata={"field": f"{field}.max_text_chars"})
