@@ -126,3 +126,22 @@ async def test_a_big_page_within_a_token_budget_keeps_the_answer(env, page_serve
         await env.step(o.session.session_id, "noop()", spec=token_spec(1000, "gpt-unknown"))
     assert "observation_spec.tokenizer" in str(exc.value) and tokens.MINILM in str(exc.value)
     await env.close(o.session.session_id)
+
+
+async def test_an_adapter_passes_a_budget_in_tokens(farm, page_server):
+    """The Gymnasium adapter takes observation_spec()'s keywords: its AXTREE within the budget, saying so."""
+    import asyncio
+
+    from webenv.compat.gym import WebEnv
+
+    def run() -> str:
+        env = WebEnv(farm.address, start_url=page_server.url("products"), formats=["axtree"], budget_tokens=150,
+                     tokenizer=tokens.MINILM)
+        try:
+            obs, _ = env.reset()
+            return obs["axtree"]
+        finally:
+            env.close()
+
+    tree = await asyncio.to_thread(run)
+    assert tokens.counter(tokens.MINILM)(tree) <= 150 and f"[budget 150 tokens of {tokens.MINILM}:" in tree
