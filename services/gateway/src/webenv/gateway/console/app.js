@@ -370,6 +370,9 @@ async function episodePage(runId, episodeId) {
     const img = $("#shot-img");
     if (img && target && (target.box || target.point)) {
       const place = () => {
+        // the image may load after the viewer moved on to another step (screenshots load by reference): mark nothing then
+        const shot = $("#shot");
+        if (!img.isConnected || !shot) return;
         const scale = img.clientWidth / (img.naturalWidth || img.clientWidth || 1);
         const mark = document.createElement("div");
         mark.className = target.box ? "mark" : "mark point";
@@ -378,7 +381,7 @@ async function episodePage(runId, episodeId) {
         Object.assign(mark.style, { left: `${b.x * scale}px`, top: `${b.y * scale}px` });
         if (target.box) Object.assign(mark.style, { width: `${b.width * scale}px`, height: `${b.height * scale}px` });
         $("#target-mark")?.remove();
-        $("#shot").appendChild(mark);
+        shot.appendChild(mark);
       };
       if (img.complete && img.naturalWidth) place(); else img.addEventListener("load", place);
     }
