@@ -38,9 +38,11 @@ WHERE = {
     "worldmodel": (Path, typer.Option(DEFAULT_WORLDMODEL, help="(--dyna --stack) the world model the stack serves.")),
 }
 #: Options whose command-line form differs from the config's: (CLI type, to the config, from the config).
+#: A tuple of names as a comma list ("" = none).
+COMMA_LIST = (str, lambda v: tuple(b for b in v.split(",") if b), ",".join)
 FORMS = {
-    "baselines": (str, lambda v: tuple(b for b in v.split(",") if b), ",".join),
-    "heldout_builders": (str, lambda v: tuple(b for b in v.split(",") if b), ",".join),
+    "baselines": COMMA_LIST,
+    "heldout_builders": COMMA_LIST,
     "out_dir": (Path, str, Path),
 }
 
