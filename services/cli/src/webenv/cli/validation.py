@@ -32,22 +32,31 @@ import asyncio
 import hashlib
 import html
 import json
+import os
 import random
 import re
 import time
+from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from webenv import errors
+from webenv.actions import format_action
 from webenv.client import EnvironmentClient, observation_spec
 from webenv.client.episode import Episode
 from webenv.v1 import common_pb2 as pb
 from webenv.v1 import judge_pb2_grpc
 
-__all__ = ["CHECKS", "Check", "TaskReport", "Validator", "answer_groups", "given_away", "loaded_hosts"]
+__all__ = ["CATALOG_EVERY", "CATALOG_SAMPLE", "CHECKS", "Check", "TaskReport", "Validator", "answer_groups",
+           "append_jsonl", "draw_sample", "coverage", "given_away", "in_shard", "loaded_hosts", "read_jsonl",
+           "stratified"]
 
 CHECKS = ("oracle", "floor", "leak", "determinism", "egress", "isolation")
+CATALOG_EVERY = ("oracle", "floor", "leak", "egress")  # the catalog mode's checks of every task
+CATALOG_SAMPLE = ("determinism", "isolation", "random")  # and of the tasks of its sample only
+NON_ANSWERS = ("", "done")  # and the instruction echoed back: the answers that must not pass
 MIN_ANSWER_CHARS = 4  # shorter expected answers ("2", "yes") occur on any page by chance: not checked for leaks
 _SPEC = observation_spec(("axtree", "html"))
 _IDS = re.compile(r"\[[^\]\s]+\]")
@@ -76,6 +85,15 @@ class TaskReport:
     random_passed: bool | None = None
     error: str = ""
     seconds: float = 0.0
+    mode: str = "full"  # "full": every check on this task; "catalog": the cheap mode (CATALOG_EVERY, CATALOG_SAMPLE)
+    sampled: bool = True  # the catalog mode ran this task's sample checks too (always true in the full mode)
+    finished_at: float = 0.0  # unix time the task's checks ended (the JSONL's wall time)
+
+    @classmethod
+    def from_dict(cls, d: dict) -> TaskReport:
+        """A report as ``as_dict`` wrote it (a JSONL line)."""
+        fields = {k: v for k, v in d.items() if k in cls.__dataclass_fields__ and k != "checks"}
+        return cls(**fields, checks={name: Check(**c) for name, c in d.get("checks", {}).items()})
 
     @property
     def status(self) -> str:
@@ -212,33 +230,65 @@ class Validator:
             await self._play(ep, [pb.Action(answer=pb.AnswerAction(text=""))])
         return _Run(ep, await self._grade(ep))
 
-    async def validate(self, task: pb.Task) -> TaskReport:
-        """Every check of one task (its sessions run concurrently where they do not depend on each other)."""
+    async def validate(self, task: pb.Task, *, catalog: bool = False, sampled: bool = True) -> TaskReport:
+        """The checks of one task (its sessions run concurrently where they do not depend on each other): every
+        check in sessions of its own (full), or the catalog mode's (``catalog``: the sample's checks too when
+        ``sampled``)."""
         t0 = time.monotonic()
         report = TaskReport(task.task_id, pb.TaskSource.Name(task.source).removeprefix("TASK_SOURCE_").lower(),
                             pb.TaskKind.Name(task.kind).removeprefix("TASK_KIND_").lower(),
-                            task.builder)
+                            task.builder, mode="catalog" if catalog else "full", sampled=sampled or not catalog)
         try:
-            await self._checks(task, report)
+            await (self._catalog_checks(task, report, sampled) if catalog else self._checks(task, report))
         except errors.WebenvError as exc:
             report.error = f"{exc.code.name} {exc.reason}: {exc.message}"[:500]
         report.seconds = round(time.monotonic() - t0, 2)
+        report.finished_at = round(time.time(), 2)
         return report
 
-    async def _checks(self, task: pb.Task, report: TaskReport) -> None:
-        has_oracle = len(task.oracle) > 0
-        # the oracle and a session beside it that does nothing, opened together (isolation), then the rest
-        null_ep = await self._open(task)
-        first = await self._oracle(task) if has_oracle else None
-        null = await self._non_answer(null_ep, None)
-        later = await asyncio.gather(
-            *([self._oracle(task)] if has_oracle else []),
-            *(self._answering(task, text) for text in ("", "done", task.instruction)),
-            self._random(task))
-        second = later[0] if has_oracle else None
-        empty, done, echo, rand = later[-4:]
-        runs = {"do-nothing": null, "empty answer": empty, "done": done, "the instruction echoed": echo}
+    async def _on_start_state(self, start: _Run, text: str) -> _Run:
+        """The verdict of ``text`` answered on the start page and site state ``start`` closed with: the trajectory
+        a session answering at once gives the judge (which reads only the trajectory: pages, answer, site state),
+        without a session of its own."""
+        ep = start.episode
+        trajectory = ep.trajectory()
+        action = pb.Action(answer=pb.AnswerAction(text=text))
+        trajectory.steps.append(pb.StepRecord(step_index=1, observation=ep.observation, action=action,
+                                              action_text=format_action(action), done=True,
+                                              url_after=ep.observation.url))
+        trajectory.final_answer = text
+        return _Run(ep, await ep.evaluate(self.judge, trajectory, deadline=self.timeout))
 
+    async def _catalog_checks(self, task: pb.Task, report: TaskReport, sampled: bool) -> None:
+        has_oracle = len(task.oracle) > 0
+        # the start state (graded as doing nothing, and every non-answer on it), the oracle's session and, in the
+        # sample, a session beside it, opened together; the start state is closed before the oracle's first step,
+        # so its site state is a fresh session's whatever the oracle does
+        eps = await asyncio.gather(self._open(task), *([self._open(task)] if has_oracle else []),
+                                   *([self._open(task)] if has_oracle and sampled else []))
+        null = _Run(eps[0], await self._grade(eps[0]))
+        answered = await asyncio.gather(*(self._on_start_state(null, text) for text in (*NON_ANSWERS,
+                                                                                      task.instruction)))
+        runs = {"do-nothing": null, "empty answer": answered[0], "done": answered[1],
+                "the instruction echoed": answered[2]}
+        first = second = rand = None
+        if has_oracle:
+            await self._play(eps[1], task.oracle)
+            first = _Run(eps[1], await self._grade(eps[1]))
+        if sampled:
+            later = await asyncio.gather(*([self._oracle(task)] if has_oracle else []), self._random(task))
+            second, rand = (later[0], later[1]) if has_oracle else (None, later[0])
+        self._verdicts(task, report, first, runs, rand)
+        report.checks["leak"] = _leak(task, _pages(first.episode) if first else [null.episode.opened.observation])
+        report.checks["egress"] = _egress(task, [first, second, null, rand])
+        if sampled:
+            report.checks["determinism"] = _determinism(first, second)
+            report.checks["isolation"] = _isolation(_Run(eps[2], await self._grade(eps[2])), null) if has_oracle \
+                else Check(None, "no reference solution changes the site's state")
+
+    def _verdicts(self, task: pb.Task, report: TaskReport, first: _Run | None, runs: dict[str, _Run],
+                  rand: _Run | None) -> None:
+        """``oracle`` and ``floor`` from the oracle's verdict and the non-answers'; the random policy's, reported."""
         if first is None:
             report.checks["oracle"] = Check(None, "the task has no reference solution")
         else:
@@ -248,8 +298,23 @@ class Validator:
                        f"{_failed_facts(first.verdict)}")
         passing = [name for name, r in runs.items() if r.verdict.passed]
         report.floor = max(r.verdict.score for r in runs.values())
-        report.random_passed = rand.verdict.passed
+        report.random_passed = rand.verdict.passed if rand else None
         report.checks["floor"] = Check(False, f"{', '.join(passing)} passes the rubric") if passing else Check(True)
+
+    async def _checks(self, task: pb.Task, report: TaskReport) -> None:
+        has_oracle = len(task.oracle) > 0
+        # the oracle and a session beside it that does nothing, opened together (isolation), then the rest
+        null_ep = await self._open(task)
+        first = await self._oracle(task) if has_oracle else None
+        null = await self._non_answer(null_ep, None)
+        later = await asyncio.gather(
+            *([self._oracle(task)] if has_oracle else []),
+            *(self._answering(task, text) for text in (*NON_ANSWERS, task.instruction)),
+            self._random(task))
+        second = later[0] if has_oracle else None
+        empty, done, echo, rand = later[-4:]
+        runs = {"do-nothing": null, "empty answer": empty, "done": done, "the instruction echoed": echo}
+        self._verdicts(task, report, first, runs, rand)
         report.checks["leak"] = _leak(task, _pages(first.episode) if first else [null.episode.opened.observation])
         report.checks["determinism"] = _determinism(first, second)
         report.checks["egress"] = _egress(task, [first, second, null, empty, done, echo, rand])
@@ -345,3 +410,84 @@ def _isolation(beside: _Run, fresh: _Run) -> Check:
         return Check(False, "a session opened beside the oracle's holds another site state than a fresh one: "
                             f"{beside.episode.evidence[:160]} vs {fresh.episode.evidence[:160]}")
     return Check(True)
+
+
+def stratified(tasks: list[pb.Task], per_group: int, seed: int) -> list[pb.Task]:
+    """At most ``per_group`` tasks of each (source, kind, builder), drawn with ``seed``, in catalog order."""
+    groups: dict[tuple, list[int]] = defaultdict(list)
+    for i, t in enumerate(tasks):
+        groups[(t.source, t.kind, t.builder)].append(i)
+    rng = random.Random(seed)
+    keep = sorted(i for idx in groups.values() for i in (idx if len(idx) <= per_group else rng.sample(idx, per_group)))
+    return [tasks[i] for i in keep]
+
+
+def _unit(key: str) -> float:
+    """A task's fixed draw in [0, 1) (the same in every process, unlike ``hash``)."""
+    return int.from_bytes(hashlib.sha1(key.encode()).digest()[:8], "big") / 2**64
+
+
+def draw_sample(tasks: list[pb.Task], per_group: int, rate: float, seed: int) -> set[str]:
+    """The catalog mode's sample: ``per_group`` tasks of each source, kind and builder (``stratified``) and besides
+    every task with a draw under ``rate``; over the whole selection, so every shard draws the same sample."""
+    ids = {t.task_id for t in stratified(tasks, per_group, seed)} if per_group else set()
+    return ids | {t.task_id for t in tasks if _unit(f"{seed}/{t.task_id}") < rate}
+
+
+def in_shard(task_id: str, shard: tuple[int, int]) -> bool:
+    """Whether a task is in shard ``i`` of ``n`` (by its id alone: the same split whatever the catalog's order)."""
+    i, n = shard
+    return int(hashlib.sha1(task_id.encode()).hexdigest()[:12], 16) % n == i
+
+
+def append_jsonl(path: Path, report: TaskReport) -> None:
+    """One task's report as one line, written whole and flushed: a run killed mid-write leaves at most one
+    unterminated line, which ``read_jsonl`` leaves out (and a later append starts on a line of its own)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "a+b") as f:
+        f.seek(0, 2)
+        if f.tell():
+            f.seek(-1, 2)
+            torn = f.read(1) != b"\n"
+        else:
+            torn = False
+        f.write((b"\n" if torn else b"") + json.dumps(report.as_dict(), separators=(",", ":")).encode() + b"\n")
+        f.flush()
+        os.fsync(f.fileno())
+
+
+def read_jsonl(paths: Iterable[Path]) -> tuple[list[TaskReport], int]:
+    """The reports of one or many JSONL files (the last line of a task wins: a resumed run re-runs its errored
+    tasks), in first-seen order, and the number of lines left out (torn by a kill, or not a report)."""
+    found: dict[str, TaskReport] = {}
+    torn = 0
+    for path in paths:
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if not line.endswith("\n") or not line.strip():
+                    torn += bool(line.strip())
+                    continue
+                try:
+                    r = TaskReport.from_dict(json.loads(line))
+                except (ValueError, TypeError, KeyError):
+                    torn += 1
+                    continue
+                found.pop(r.task_id, None)
+                found[r.task_id] = r
+    return list(found.values()), torn
+
+
+def coverage(reports: list[TaskReport]) -> dict[str, dict[str, int]]:
+    """Per check (and ``random``): on how many tasks it ran (``ran``: every task not errored whose report has it),
+    on how many it applied (``applicable``: ran and decided), and failed."""
+    out = {}
+    done = [r for r in reports if not r.error]
+    for name in (*CHECKS, "random"):
+        if name == "random":
+            ran = [r for r in done if r.random_passed is not None]
+            out[name] = {"ran": len(ran), "applicable": len(ran), "failed": 0}
+            continue
+        ran = [r.checks[name] for r in done if name in r.checks]
+        out[name] = {"ran": len(ran), "applicable": sum(c.ok is not None for c in ran),
+                     "failed": sum(c.ok is False for c in ran)}
+    return out

@@ -58,6 +58,7 @@ class Episode:
         self.error: errors.WebenvError | None = None  # the infrastructure failure that interrupted it, if one did
         self.evidence = ""  # the site state read when grading closed the session (CloseSession's site_state_json)
         self.network_events: list[common_pb2.NetworkEvent] = []  # the farm's network trace, read at that close
+        self.env_reward = 0.0  # the environment's own reward (MiniWoB++), read at that close
 
     @classmethod
     async def open(cls, client: EnvironmentClient, task: common_pb2.Task | None = None, *, start_url: str = "",
@@ -117,12 +118,24 @@ class Episode:
                 await self.client.close(self.session_id)
             raise interrupted(exc, self.session_id) from exc
         self.evidence = closed.site_state_json
+        self.env_reward = closed.env_reward
         self.network_events = list(closed.network_events)
-        trajectory = common_pb2.Trajectory(
+        return await self.evaluate(judge, self.trajectory(), deadline=deadline)
+
+    def trajectory(self) -> common_pb2.Trajectory:
+        """The trajectory the judge grades: the steps so far, and the evidence and trace once ``grade`` closed the
+        session (``webenv validate`` grades non-answers as one more answer step on a start state's trajectory)."""
+        assert self.task is not None
+        return common_pb2.Trajectory(
             episode_id=self.session_id, task_id=self.task.task_id, steps=self.records,
-            final_observation=self.observation, final_answer=self.answer, site_state_json=closed.site_state_json,
-            env_reward=closed.env_reward, env_kind=self.opened.session.env_kind, category=self.task.category,
-            network_events=closed.network_events)
+            final_observation=self.observation, final_answer=self.answer, site_state_json=self.evidence,
+            env_reward=self.env_reward, env_kind=self.opened.session.env_kind, category=self.task.category,
+            network_events=self.network_events)
+
+    async def evaluate(self, judge: judge_pb2_grpc.JudgeServiceStub, trajectory: common_pb2.Trajectory, *,
+                       deadline: float = 60.0) -> common_pb2.Verdict:
+        """The judge's verdict of a trajectory of this episode's task (its own failure raised typed)."""
+        assert self.task is not None
         request = judge_pb2.EvaluateRequest(task=self.task, trajectory=trajectory,
                                             options=judge_pb2.JudgeOptions(allow_llm=True))
         try:
