@@ -16,6 +16,8 @@ import pytest
 from typer.testing import CliRunner
 from webenv.cli.main import app
 from webenv.cli.stack import Stack
+from webenv.cli.validation import draw_sample, in_shard, read_jsonl
+from webenv.v1 import common_pb2 as pb
 
 pytestmark = pytest.mark.timeout(300)
 CODE = "Zanzibar-42"
@@ -99,3 +101,69 @@ def test_each_broken_task_is_caught_by_its_property(farm: Stack, tmp_path: Path)
     assert got["good"]["oracle_score"] == 1.0 and got["good"]["floor"] == 0.0
     for host in EXPECTED_FAILURE:  # the table, and each failing task with why
         assert (f"failed rubric/validate/{host}:" in out.output) == (host != "good"), out.output
+
+
+def _run(*args: str) -> object:
+    return CliRunner().invoke(app, ["validate", *args])
+
+
+def test_the_catalog_mode_catches_them_too_and_resumes_and_merges(farm: Stack, tmp_path: Path) -> None:
+    """``--catalog`` (one oracle session, the non-answers graded on a start-state session; every task in the sample
+    here, ``--check-rate 1``) catches each broken task by the same property; ``--resume`` runs only the tasks its
+    JSONL lacks, a torn last line (a killed run) not counted; ``--from-jsonl`` of the file split in two builds the
+    same table."""
+    tasks = tmp_path / "broken.json"
+    tasks.write_text(json.dumps({"tasks": [task(h) for h in START]}))
+    where = ["--task-file", str(tasks), "--browser", farm.browser_node, "--judge", farm.address("judge"),
+             "--concurrency", "3", "--catalog", "--check-rate", "1"]
+    lines = tmp_path / "run.jsonl"
+    out = _run(*where, "--jsonl", str(lines), "--markdown", str(tmp_path / "run.md"))
+    assert out.exit_code == 1, (out.output, out.exception)
+    got = {r.task_id.rsplit("/", 1)[-1]: r for r in read_jsonl([lines])[0]}
+    assert set(got) == set(START)
+    for host, expected in EXPECTED_FAILURE.items():
+        r = got[host]
+        assert r.error == "" and r.mode == "catalog" and r.sampled, (host, r)
+        assert {n for n, c in r.checks.items() if c.ok is False} == ({expected} if expected else set()), (host, r)
+    assert got["done"].floor == 1.0 and "done passes" in got["done"].checks["floor"].why
+    assert got["good"].floor == 0.0 and got["good"].checks["isolation"].ok is True
+    assert "checks run, of 6 tasks not errored: oracle 6, floor 6, leak 6 (1 n/a), determinism 6, egress 6, " \
+           "isolation 6, random 6" in (tmp_path / "run.md").read_text()
+
+    # a run killed after 4 tasks, in the middle of the 5th line: --resume runs the 2 others
+    text = lines.read_text().splitlines(keepends=True)
+    lines.write_text("".join(text[:4]) + text[4][: len(text[4]) // 2])
+    assert read_jsonl([lines])[0] and read_jsonl([lines])[1] == 1  # the torn line is left out, counted
+    out = _run(*where, "--jsonl", str(lines), "--resume")
+    assert "validating 2 of 6 selected tasks" in out.output and "4 done before" in out.output, out.output
+    reports, torn = read_jsonl([lines])
+    assert {r.task_id for r in reports} == {f"rubric/validate/{h}" for h in START} and torn == 1
+
+    # merged from two files: the same table as the run's
+    half = len(text) // 2
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    a.write_text("".join(text[:half]))
+    b.write_text("".join(text[half:]))
+    out = _run("--from-jsonl", str(a), "--from-jsonl", str(b), "--markdown", str(tmp_path / "merged.md"))
+    assert out.exit_code == 1 and "6 tasks from 2 file(s)" in out.output, out.output
+    assert (tmp_path / "merged.md").read_text() == (tmp_path / "run.md").read_text()
+
+
+def test_shards_partition_and_the_sample_is_every_shards(tmp_path: Path) -> None:
+    ids = [f"synthetic/site-{i:04d}/info-{i % 7}" for i in range(2000)]
+    shards = [{t for t in ids if in_shard(t, (i, 3))} for i in range(3)]
+    assert set().union(*shards) == set(ids) and sum(map(len, shards)) == len(ids)
+    assert all(500 < len(s) < 840 for s in shards)  # about a third each
+    catalog = [pb.Task(task_id=t, source=pb.TASK_SOURCE_SYNTHETIC, kind=pb.TASK_KIND_INFORMATION + (i % 2),
+                       builder=("classic", "storefront")[i % 3 % 2]) for i, t in enumerate(ids)]
+    sample = draw_sample(catalog, 5, 0.01, seed=0)
+    assert sample == draw_sample(list(reversed(catalog)), 5, 0.01, seed=0)  # whatever the order a shard sees
+    assert 20 <= len(sample) <= 20 + 60 and sample != draw_sample(catalog, 5, 0.01, seed=1)
+
+
+@pytest.mark.parametrize(("args", "flag"), [
+    (["--shard", "2/2"], "--shard"), (["--shard", "a"], "--shard"), (["--resume"], "--resume"),
+    (["--check-rate", "1.5"], "--check-rate"), (["--from-jsonl", "missing.jsonl"], "--from-jsonl")])
+def test_bad_flags_name_the_flag(args: list[str], flag: str) -> None:
+    out = _run("--task-file", "nonexistent.yaml", *args)
+    assert out.exit_code == 2 and flag in out.output, out.output

@@ -430,7 +430,8 @@ def _unit(key: str) -> float:
 def draw_sample(tasks: list[pb.Task], per_group: int, rate: float, seed: int) -> set[str]:
     """The catalog mode's sample: ``per_group`` tasks of each source, kind and builder (``stratified``) and besides
     every task with a draw under ``rate``; over the whole selection, so every shard draws the same sample."""
-    ids = {t.task_id for t in stratified(tasks, per_group, seed)} if per_group else set()
+    ordered = sorted(tasks, key=lambda t: t.task_id)  # the same draw whatever order the catalog lists them in
+    ids = {t.task_id for t in stratified(ordered, per_group, seed)} if per_group else set()
     return ids | {t.task_id for t in tasks if _unit(f"{seed}/{t.task_id}") < rate}
 
 

@@ -129,7 +129,7 @@ def _exit_with(reports: list[TaskReport], report: Path | None, md: Path | None, 
     """The table, the checks' coverage, the failing tasks, the reports asked for; exit 1 when a task failed or
     errored."""
     console.print(_table(reports))
-    console.print(_coverage_line(reports), highlight=False)
+    console.print(_coverage_line(reports), highlight=False, soft_wrap=True)
     bad = [r for r in reports if r.status != "passed"]
     for r in bad[:FAILING_SHOWN]:
         why = r.error or "; ".join(r.failures())
