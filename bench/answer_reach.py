@@ -36,6 +36,8 @@ from webenv.v1 import collector_pb2, common_pb2
 #: ``tight``: an accepted candidate at most twice as long as the oracle's answer (or this long): reach that a long
 #: report or list of every row on the page does not buy.
 TIGHT_CHARS = 80
+KINDS = {"information": common_pb2.TASK_KIND_INFORMATION, "navigation": common_pb2.TASK_KIND_NAVIGATION,
+         "transaction": common_pb2.TASK_KIND_TRANSACTION}
 SPLITS = {"any": common_pb2.SPLIT_UNSPECIFIED, "train": common_pb2.SPLIT_TRAIN,
           "validation": common_pb2.SPLIT_VALIDATION, "test": common_pb2.SPLIT_TEST}
 
@@ -73,9 +75,10 @@ def collect(args: argparse.Namespace) -> None:
             jobs.append((f"handmade:{Path(args.handmade_file).stem}",
                          dict(split=common_pb2.SPLIT_UNSPECIFIED, episodes=len(ids), task_ids=ids,
                               source=common_pb2.TASK_SOURCE_RUBRIC_JSON)))
+        kinds = tuple(KINDS[k] for k in args.kinds.split(",") if k)
         for b in chosen:
             jobs.append((b, dict(split=SPLITS[args.split], episodes=args.episodes, builders=(b,), families=(),
-                                 kinds=(common_pb2.TASK_KIND_INFORMATION,))))
+                                 kinds=kinds)))
         for suite, run_args in jobs:
             run = loop.run(f"reach-{suite.replace(':', '-')}", policy="oracle", seed=args.seed, **run_args)
             folder = out / suite
@@ -116,6 +119,69 @@ def reach_of(ep: collector_pb2.StoredEpisode) -> dict | None:
             "axtree": steps[-1].request.observation.axtree,
             "instruction": ep.task.instruction, "task_id": ep.task.task_id,
             "oracle_answer": oracle}
+
+
+def action_reach_of(ep: collector_pb2.StoredEpisode) -> dict | None:
+    """One passed navigation or transaction episode's *action reach*: is every step the oracle took among the
+    proposer's candidates on its page (webenv.agent.steps.target_index, as BC finds a demonstration's step)? A step
+    outside them is one a ranker can neither learn from the demonstration nor take. None for information tasks."""
+    from webenv.agent.steps import episode_steps, grounded_text
+
+    if ep.task.kind == common_pb2.TASK_KIND_INFORMATION:
+        return None
+    steps = list(episode_steps(ep))
+    if not steps:
+        return None
+    misses = []
+    for st in steps:
+        if st.target >= 0:
+            continue
+        rec = st.record
+        nxt = steps[st.index + 1].request.observation if st.index + 1 < len(steps) else ep.trajectory.final_observation
+        misses.append({"step": st.index, "action": grounded_text(rec.action, rec.action_text, rec.target_element_id,
+                                                                  nxt.axtree),
+                       "element": rec.target_element_id,
+                       "candidates": [c.text for c in st.candidates if c.kind != "answer"],
+                       "axtree": st.request.observation.axtree})
+    return {"steps": len(steps), "reached": len(steps) - len(misses), "all": not misses, "misses": misses,
+            "instruction": ep.task.instruction, "task_id": ep.task.task_id}
+
+
+def measure_actions(args: argparse.Namespace) -> dict:
+    """Action reach per suite (folder): episodes whose every step is a candidate, and steps that are."""
+    out = Path(args.out)
+    table: dict[str, dict] = {}
+    for folder in sorted(p for p in out.iterdir() if p.is_dir()):
+        if args.only and folder.name not in args.only.split(","):
+            continue
+        row = {"episodes": 0, "all": 0, "steps": 0, "reached": 0, "missed": []}
+        for f in sorted(folder.glob("*.pb")):
+            r = action_reach_of(collector_pb2.StoredEpisode.FromString(f.read_bytes()))
+            if r is None:
+                continue
+            row["episodes"] += 1
+            row["all"] += r["all"]
+            row["steps"] += r["steps"]
+            row["reached"] += r["reached"]
+            if not r["all"]:
+                row["missed"].append(r["task_id"])
+            if args.misses:
+                for m in r["misses"]:
+                    print(f"--- MISS {folder.name} {r['task_id']} step {m['step']}\n  instruction: {r['instruction']}"
+                          f"\n  oracle: {m['action']}  (element {m['element']})")
+                    for c in m["candidates"][:60]:
+                        print(f"    {c[:160]}")
+                    if args.pages:
+                        print("  page:\n" + "\n".join("    " + ln for ln in m["axtree"].splitlines()[:120]))
+        if row["episodes"]:
+            table[folder.name] = row
+    total = {k: sum(r[k] for r in table.values()) for k in ("episodes", "all", "steps", "reached")}
+    print(f"{'suite':<22} {'episodes all':>13} {'steps reached':>14}")
+    for name, r in [*table.items(), ("all", total)]:
+        print(f"{name:<22} {r['all']:>5}/{r['episodes']:<7} {r['reached']:>6}/{r['steps']:<7}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(table, indent=1))
+    return table
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -165,6 +231,9 @@ def main(argv: list[str] | None = None) -> None:
     c.add_argument("--builders", default="", help="comma-separated builders (information tasks of each)")
     c.add_argument("--episodes", type=int, default=8, help="episodes per builder")
     c.add_argument("--split", choices=sorted(SPLITS), default="any")
+    c.add_argument("--kinds", default="information",
+                   help="comma-separated kinds of task (information, navigation, transaction): measure's action "
+                        "reach reads the navigation and transaction episodes")
     c.add_argument("--handmade-file", default="", help="also every information task of this rubric task file")
     c.add_argument("--seed", type=int, default=11)
     c.add_argument("--sites", type=int, default=80, help="websites of the local stack's synthetic web")
@@ -177,8 +246,14 @@ def main(argv: list[str] | None = None) -> None:
     m.add_argument("--pages", default="", help="write each final AXTREE page here")
     m.add_argument("--misses", action="store_true", help="print each missed task with its answer candidates")
     m.add_argument("--json", default="")
+    a = sub.add_parser("actions", help="action reach of stored navigation and transaction episodes")
+    a.add_argument("--out", required=True)
+    a.add_argument("--only", default="", help="comma-separated suites (folders) to measure")
+    a.add_argument("--misses", action="store_true", help="print each step outside the candidates")
+    a.add_argument("--pages", action="store_true", help="with --misses, the page of each missed step")
+    a.add_argument("--json", default="")
     args = p.parse_args(argv)
-    (collect if args.cmd == "collect" else measure)(args)
+    {"collect": collect, "measure": measure, "actions": measure_actions}[args.cmd](args)
 
 
 if __name__ == "__main__":

@@ -90,3 +90,47 @@ def test_a_sentence_telling_the_user_to_work_a_control_is_not_a_passage():
     got = passages(nodes)
     assert got == ["Sign in: Call us on 0131 496 0000 for help."], got
     assert relevant_passages("Solve the task 'click-link': click the link shown at the top", nodes) == []
+
+
+FORM = """[43] form ""
+\t[44] radiogroup "Stars"
+\t\t[46] radio "1" checked=false
+\t\t[47] LabelText "1"
+\t\t[52] radio "4" checked=false
+\t\t[53] LabelText "4"
+\t[51] LabelText "Cabin"
+\t[60] combobox "Cabin" expanded=false
+\t[61] combobox "Sort"
+\t\t[62] option "Newest" selected
+\t\t[63] option "Oldest"
+\t[70] button "Search"
+"""
+
+
+def _texts(axtree: str, history: list[tuple[str, str]] = ()) -> set[str]:
+    page = common_pb2.Observation(url="http://x.web.test/", axtree=axtree)
+    return {c.text for c in propose(context('Book it in "Economy" cabin, 4 stars', page, "", list(history), 0))}
+
+
+def test_aria_widgets_are_proposed_the_way_a_user_works_them():
+    texts = _texts(FORM)
+    assert "click(60)" in texts, "a closed ARIA combobox is opened by a click"
+    assert 'select(61, "Oldest")' in texts and "click(63)" not in texts, "a native select's options are selected"
+    opened = FORM.replace('[60] combobox "Cabin" expanded=false',
+                          '[60] combobox "Cabin" expanded=true\n\t[64] listbox ""\n\t\t[65] option "Economy"')
+    assert "click(65)" in _texts(opened), "an open ARIA listbox's option is clicked"
+
+
+def test_a_button_pressed_after_typing_is_a_new_action():
+    pressed = [("fill(9, \"a\")", ""), ("click(70)", ""), ("fill(9, \"b\")", ""), ("click(70)", "")]
+    assert "click(70)" in _texts(FORM, pressed), "a search button pressed for each of three products"
+    assert "click(70)" not in _texts(FORM, [("click(70)", ""), ("click(70)", "")]), "a loop of one click still breaks"
+
+
+def test_a_click_on_a_controls_label_is_the_click_on_the_control():
+    page = common_pb2.Observation(url="http://x.web.test/", axtree=FORM)
+    cands = propose(context("Rate it 4 stars", page, "", [], 0))
+    rec = common_pb2.StepRecord(observation=page, target_element_id="53",
+                                action=common_pb2.Action(click=common_pb2.ClickAction(
+                                    target=common_pb2.ElementTarget(selector='label[for="stars-4"]'))))
+    assert cands[target_index(rec, page, cands)].text == "click(52)"

@@ -83,8 +83,8 @@ def target_index(rec: common_pb2.StepRecord, next_obs: common_pb2.Observation, c
     """Index of the candidate the stored step took, or -1 when the proposer cannot express it.
 
     Actions addressed by element id (a policy's own) match by action text. Selector-addressed ones (the
-    synthetic web's oracle) are matched as :func:`grounded_action` writes them; an answer is "done" or the
-    answer candidate sharing most words with it.
+    synthetic web's oracle) are matched as :func:`grounded_action` writes them, a click on a control's label as
+    the click on the control; an answer is "done" or the answer candidate sharing most words with it.
     """
     kind = rec.action.WhichOneof("kind")
     if kind is None:
@@ -108,9 +108,30 @@ def target_index(rec: common_pb2.StepRecord, next_obs: common_pb2.Observation, c
     if action is None:
         return -1
     try:
-        return by_text.get(format_action(action), -1)
+        found = by_text.get(format_action(action), -1)
     except ValueError:
         return -1
+    if found < 0 and kind == "click":
+        found = _labelled_control(rec.observation.axtree, action.click.target.element_id, cands)
+    return found
+
+
+#: Roles a click on their label toggles: a click on the label is the click on the control.
+_LABELLED = frozenset({"radio", "checkbox", "switch"})
+
+
+def _labelled_control(axtree: str, element_id: str, cands: list[Candidate]) -> int:
+    """A click on a control's label (radio cards: the oracle clicks `label[for=...]`) as the click candidate of the
+    control it labels: the radio, checkbox or switch of the same name next to it (within two nodes). -1 if none."""
+    if not element_id:
+        return -1
+    label = next((n for n in parse_axtree(axtree) if n.element_id == element_id), None)
+    if label is None or label.role != "labeltext" or not label.name:
+        return -1
+    near = [(abs(c.node.index - label.index), i) for i, c in enumerate(cands)
+            if c.kind == "click" and c.node is not None and c.node.role in _LABELLED
+            and c.node.name.strip() == label.name.strip() and abs(c.node.index - label.index) <= 2]
+    return min(near)[1] if near else -1
 
 
 def fold(text: str) -> str:
