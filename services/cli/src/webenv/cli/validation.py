@@ -42,12 +42,13 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from urllib.parse import urlsplit
 
+import grpc
 from webenv import errors
 from webenv.actions import format_action
 from webenv.client import EnvironmentClient, observation_spec
 from webenv.client.episode import Episode
 from webenv.v1 import common_pb2 as pb
-from webenv.v1 import judge_pb2_grpc
+from webenv.v1 import judge_pb2_grpc, policy_pb2, policy_pb2_grpc
 
 __all__ = ["CATALOG_EVERY", "CATALOG_SAMPLE", "CHECKS", "Check", "TaskReport", "Validator", "answer_groups",
            "append_jsonl", "draw_sample", "coverage", "given_away", "in_shard", "loaded_hosts", "read_jsonl",
@@ -56,6 +57,8 @@ __all__ = ["CATALOG_EVERY", "CATALOG_SAMPLE", "CHECKS", "Check", "TaskReport", "
 CHECKS = ("oracle", "floor", "leak", "determinism", "egress", "isolation")
 CATALOG_EVERY = ("oracle", "floor", "leak", "egress")  # the catalog mode's checks of every task
 CATALOG_SAMPLE = ("determinism", "isolation", "random")  # and of the tasks of its sample only
+ORACLE_POLICY = "oracle"  # the policy service's policy that solves the MiniWoB++ tasks it scripts (--policy)
+MAX_SCRIPTED_STEPS = 30  # a script that has not answered by then has failed
 NON_ANSWERS = ("", "done")  # and the instruction echoed back: the answers that must not pass
 MIN_ANSWER_CHARS = 4  # shorter expected answers ("2", "yes") occur on any page by chance: not checked for leaks
 _SPEC = observation_spec(("axtree", "html"))
@@ -182,8 +185,14 @@ class Validator:
     """Validates tasks on one farm and judge (both channels shared by every task's sessions)."""
 
     def __init__(self, env: EnvironmentClient, judge: judge_pb2_grpc.JudgeServiceStub, *, seed: int = 0,
-                 random_steps: int = 5, timeout: float = 120.0) -> None:
+                 random_steps: int = 5, timeout: float = 120.0,
+                 policy: policy_pb2_grpc.PolicyServiceStub | None = None, scripted: Iterable[str] = ()) -> None:
         self.env, self.judge, self.seed, self.random_steps, self.timeout = env, judge, seed, random_steps, timeout
+        self.policy, self.scripted = policy, frozenset(scripted)  # the policy service's oracle, the tasks it solves
+
+    def has_oracle(self, task: pb.Task) -> bool:
+        """A reference solution: ``Task.oracle``, or the policy service's ``oracle`` policy's script (MiniWoB++)."""
+        return len(task.oracle) > 0 or (self.policy is not None and task.task_id in self.scripted)
 
     async def _open(self, task: pb.Task) -> Episode:
         for attempt in range(8):  # the farm full: wait for sessions of other tasks to close
@@ -204,9 +213,25 @@ class Validator:
             if resp.done:
                 return
 
+    async def _solve(self, ep: Episode, task: pb.Task) -> None:
+        """The reference solution: ``Task.oracle`` replayed, else the policy service's ``oracle`` policy asked step
+        by step (its MiniWoB++ scripts read the page, so they are no fixed list of actions)."""
+        if len(task.oracle) or self.policy is None:
+            await self._play(ep, task.oracle)
+            return
+        for i in range(MAX_SCRIPTED_STEPS):
+            try:
+                act = await self.policy.Act(policy_pb2.ActRequest(
+                    episode_id=ep.session_id, policy=ORACLE_POLICY, task=task, observation=ep.observation,
+                    step_index=i, seed=self.seed, instruction=ep.instruction), timeout=self.timeout)
+            except grpc.aio.AioRpcError as exc:
+                raise errors.from_rpc_error(exc) from exc
+            if (await ep.step(act.action)).done:
+                return
+
     async def _oracle(self, task: pb.Task) -> _Run:
         ep = await self._open(task)
-        await self._play(ep, task.oracle)
+        await self._solve(ep, task)
         return _Run(ep, await self._grade(ep))
 
     async def _non_answer(self, ep: Episode, text: str | None) -> _Run:
@@ -260,7 +285,7 @@ class Validator:
         return _Run(ep, await ep.evaluate(self.judge, trajectory, deadline=self.timeout))
 
     async def _catalog_checks(self, task: pb.Task, report: TaskReport, sampled: bool) -> None:
-        has_oracle = len(task.oracle) > 0
+        has_oracle = self.has_oracle(task)
         # the start state (graded as doing nothing, and every non-answer on it), the oracle's session and, in the
         # sample, a session beside it, opened together; the start state is closed before the oracle's first step,
         # so its site state is a fresh session's whatever the oracle does
@@ -273,16 +298,17 @@ class Validator:
                 "the instruction echoed": answered[2]}
         first = second = rand = None
         if has_oracle:
-            await self._play(eps[1], task.oracle)
+            await self._solve(eps[1], task)
             first = _Run(eps[1], await self._grade(eps[1]))
         if sampled:
             later = await asyncio.gather(*([self._oracle(task)] if has_oracle else []), self._random(task))
             second, rand = (later[0], later[1]) if has_oracle else (None, later[0])
         self._verdicts(task, report, first, runs, rand)
-        report.checks["leak"] = _leak(task, _pages(first.episode) if first else [null.episode.opened.observation])
+        report.checks["leak"] = _leak(task, _pages(first.episode) if first else [null.episode.opened.observation],
+                                        _moves(first))
         report.checks["egress"] = _egress(task, [first, second, null, rand])
         if sampled:
-            report.checks["determinism"] = _determinism(first, second)
+            report.checks["determinism"] = _determinism(first, second, pages=len(task.oracle) > 0)
             report.checks["isolation"] = _isolation(_Run(eps[2], await self._grade(eps[2])), null) if has_oracle \
                 else Check(None, "no reference solution changes the site's state")
 
@@ -302,7 +328,7 @@ class Validator:
         report.checks["floor"] = Check(False, f"{', '.join(passing)} passes the rubric") if passing else Check(True)
 
     async def _checks(self, task: pb.Task, report: TaskReport) -> None:
-        has_oracle = len(task.oracle) > 0
+        has_oracle = self.has_oracle(task)
         # the oracle and a session beside it that does nothing, opened together (isolation), then the rest
         null_ep = await self._open(task)
         first = await self._oracle(task) if has_oracle else None
@@ -315,8 +341,9 @@ class Validator:
         empty, done, echo, rand = later[-4:]
         runs = {"do-nothing": null, "empty answer": empty, "done": done, "the instruction echoed": echo}
         self._verdicts(task, report, first, runs, rand)
-        report.checks["leak"] = _leak(task, _pages(first.episode) if first else [null.episode.opened.observation])
-        report.checks["determinism"] = _determinism(first, second)
+        report.checks["leak"] = _leak(task, _pages(first.episode) if first else [null.episode.opened.observation],
+                                        _moves(first))
+        report.checks["determinism"] = _determinism(first, second, pages=len(task.oracle) > 0)
         report.checks["egress"] = _egress(task, [first, second, null, empty, done, echo, rand])
         report.checks["isolation"] = _isolation(null, done) if has_oracle else Check(
             None, "no reference solution changes the site's state")
@@ -328,19 +355,23 @@ def _failed_facts(verdict: pb.Verdict) -> str:
     return ", ".join(bad[:3]) or "no fact failed, the verdict did"
 
 
+def _moves(run: _Run | None) -> int:
+    return sum(r.action.WhichOneof("kind") != "answer" for r in run.episode.records) if run else 0
+
+
 def _step_errors(run: _Run) -> str:
     errs = [f"step {r.step_index}: {r.last_action_error[:120]}" for r in run.episode.records if r.last_action_error]
     return "; ".join(errs[:2]) or "no step failed"
 
 
-def _leak(task: pb.Task, pages: list[pb.Observation]) -> Check:
-    """``pages``: the oracle's, from the start page (only the start page without an oracle)."""
+def _leak(task: pb.Task, pages: list[pb.Observation], moves: int) -> Check:
+    """``pages``: the oracle's, from the start page (only the start page without an oracle); ``moves``: the steps
+    the oracle took before answering."""
     groups = answer_groups(task)
     if not groups:
         return Check(None, "no fact group an answer alone decides (with answers of 4 characters or more)")
     if found := given_away(groups, task.instruction):
         return Check(False, f"the instruction states the answer {', '.join(found)!r}")
-    moves = sum(a.WhichOneof("kind") != "answer" for a in task.oracle)  # steps the oracle takes before answering
     start = pages[0]
     for name, text in (("text", start.axtree + start.html), ("URL", start.url), ("title", start.title)):
         if moves and (found := given_away(groups, text)):
@@ -355,14 +386,18 @@ def _leak(task: pb.Task, pages: list[pb.Observation]) -> Check:
     return Check(True)
 
 
-def _determinism(first: _Run | None, second: _Run | None) -> Check:
+def _determinism(first: _Run | None, second: _Run | None, *, pages: bool = True) -> Check:
+    """The verdict and score twice, and (``pages``: a fixed list of actions, ``Task.oracle``) the same pages; the
+    policy service's scripts read the page and MiniWoB++ draws a new episode after each, so theirs are not compared."""
     if first is None or second is None:
         return Check(None, "the task has no reference solution to replay twice")
     a, b = first.verdict, second.verdict
     if (a.passed, round(a.score, 6)) != (b.passed, round(b.score, 6)):
-        failing = b if a.passed else a
+        failing = second if a.passed else first
         return Check(False, f"the oracle twice: passed {a.passed} score {a.score:g}, then passed {b.passed} score "
-                            f"{b.score:g} ({_failed_facts(failing)}; {_step_errors(failing)})")
+                            f"{b.score:g} ({_failed_facts(failing.verdict)}; {_step_errors(failing)})")
+    if not pages:
+        return Check(True)
     pa, pb_ = [_signature(o) for o in _pages(first.episode)], [_signature(o) for o in _pages(second.episode)]
     for i, (x, y) in enumerate(zip(pa, pb_, strict=False)):
         if x != y:

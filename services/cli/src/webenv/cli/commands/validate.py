@@ -11,11 +11,13 @@ the tasks the file holds, ``--shard i/n`` validates one part, ``--from-jsonl`` m
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import time
 from collections import defaultdict
 from pathlib import Path
 
+import grpc
 import typer
 from rich import box
 from rich.table import Table
@@ -24,6 +26,7 @@ from webenv.cli.commands.common import address, console, task_files
 from webenv.cli.commands.tasks import task_filter
 from webenv.cli.validation import (
     CHECKS,
+    ORACLE_POLICY,
     TaskReport,
     Validator,
     append_jsonl,
@@ -36,7 +39,7 @@ from webenv.cli.validation import (
 from webenv.client import EnvironmentClient, make_channel
 from webenv.compat.hf import list_tasks
 from webenv.v1 import common_pb2 as pb
-from webenv.v1 import judge_pb2_grpc
+from webenv.v1 import judge_pb2_grpc, policy_pb2, policy_pb2_grpc
 
 FAILING_SHOWN = 30
 _MARK = {"passed": "[green]ok[/green]", "failed": "[red]FAIL[/red]", "errored": "[yellow]ERR[/yellow]"}
@@ -56,11 +59,29 @@ def _shard(value: str | None) -> tuple[int, int] | None:
     return i, n
 
 
-async def _validate_all(tasks: list[pb.Task], browser: str, judge: str, concurrency: int, seed: int,
-                        random_steps: int, catalog: bool, sample: set[str], jsonl: Path | None) -> list[TaskReport]:
+async def _scripted(policy: policy_pb2_grpc.PolicyServiceStub) -> list[str]:
+    """The tasks the policy service's ``oracle`` policy solves without a ``Task.oracle`` (its MiniWoB++ scripts)."""
+    try:
+        listed = await policy.ListPolicies(policy_pb2.ListPoliciesRequest(), timeout=30)
+    except grpc.aio.AioRpcError as exc:
+        raise errors.from_rpc_error(exc) from exc
+    return [t for p in listed.policies if p.name == ORACLE_POLICY for t in p.solved_task_ids]
+
+
+async def _validate_all(tasks: list[pb.Task], browser: str, judge: str, policy: str | None, concurrency: int,
+                        seed: int, random_steps: int, catalog: bool, sample: set[str],
+                        jsonl: Path | None) -> list[TaskReport]:
     gate = asyncio.Semaphore(concurrency)
-    async with EnvironmentClient(browser, timeout=120) as env, make_channel(judge, timeout=120) as ch:
-        validator = Validator(env, judge_pb2_grpc.JudgeServiceStub(ch), seed=seed, random_steps=random_steps)
+    async with (EnvironmentClient(browser, timeout=120) as env, make_channel(judge, timeout=120) as ch,
+                contextlib.AsyncExitStack() as more):
+        stub = policy_pb2_grpc.PolicyServiceStub(await more.enter_async_context(make_channel(policy, timeout=120))) \
+            if policy else None
+        validator = Validator(env, judge_pb2_grpc.JudgeServiceStub(ch), seed=seed, random_steps=random_steps,
+                              policy=stub, scripted=await _scripted(stub) if stub else ())
+        if stub:
+            console.print(f"the policy service's oracle solves {len(validator.scripted)} tasks "
+                          f"({sum(validator.has_oracle(t) and not len(t.oracle) for t in tasks)} of these)",
+                          highlight=False)
 
         async def one(task: pb.Task) -> TaskReport:
             async with gate:
@@ -202,6 +223,8 @@ def validate(
     browser: str = typer.Option(None, help="The browser farm (EnvironmentService) address."),
     sites: str = typer.Option(None, help="TaskService (sites) address."),
     judge: str = typer.Option(None, help="JudgeService address."),
+    policy: str = typer.Option(None, help="A PolicyService address: its `oracle` policy's scripts are the reference "
+                                          "solution of the MiniWoB++ tasks they solve (without it those have none)."),
 ) -> None:
     """Validate tasks on the real farm and judge: oracle, floor, leaks, determinism, egress, isolation."""
     if from_jsonl:
@@ -240,7 +263,7 @@ def validate(
     t0 = time.monotonic()
     try:
         reports = asyncio.run(_validate_all(selected, address("browser", browser), address("judge", judge),
-                                            concurrency, seed, random_steps, catalog, checked, jsonl))
+                                            policy, concurrency, seed, random_steps, catalog, checked, jsonl))
     except errors.WebenvError as exc:
         console.print(f"[red]error[/red] {exc.code.name}: {exc.message}", highlight=False)
         raise typer.Exit(1) from None
