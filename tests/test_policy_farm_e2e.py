@@ -201,3 +201,37 @@ async def test_crawlers_act_validly_on_real_pages(web, policy):
     assert len(kinds) == 15
     if policy == "explore":
         assert len(urls) >= 3, urls  # novelty leads it to new pages
+
+
+async def test_validate_takes_the_scripted_miniwob_oracles(web, tmp_path):
+    """`webenv validate --policy`: the oracle's MiniWoB++ scripts are the reference solution of the tasks they
+    solve (they read the page: no ``Task.oracle``), replayed twice (determinism: verdict and score), on this farm
+    and a real judge (started here; the module's services are shared)."""
+    from typer.testing import CliRunner
+    from webenv.cli.main import app
+    from webenv.cli.validation import read_jsonl
+
+    sites_addr, farm_addr, policy_addr = web
+    judge_port, log = free_port(), tmp_path / "judge.log"
+    base = {k: v for k, v in os.environ.items() if not k.startswith("WEBENV_")}
+    judge = subprocess.Popen(  # noqa: ASYNC220 (a long-running service, not awaited)
+        [sys.executable, "-m", "webenv.judge"], stdout=log.open("w"), stderr=subprocess.STDOUT,
+        env={**base, "WEBENV_HOST": "127.0.0.1", "WEBENV_GRPC_PORT": str(judge_port), "WEBENV_METRICS_PORT": "0",
+             "WEBENV_JUDGE_LLM_BACKEND": "none"})
+    try:
+        await _serving(judge_port, "webenv.v1.JudgeService", judge, log)
+        lines, ids = tmp_path / "mw.jsonl", ("miniwob/click-test", "miniwob/click-button")
+        out = await asyncio.to_thread(CliRunner().invoke, app, [
+            "validate", *(a for t in ids for a in ("--task", t)), "--sites", sites_addr, "--browser", farm_addr,
+            "--judge", f"127.0.0.1:{judge_port}", "--policy", policy_addr, "--catalog", "--check-rate", "1",
+            "--seed", "1", "--jsonl", str(lines)])
+    finally:
+        judge.terminate()
+        judge.wait(20)
+    assert "the policy service's oracle solves" in out.output, (out.output, out.exception)
+    reports = {r.task_id: r for r in read_jsonl([lines])[0]}
+    assert set(reports) == set(ids), out.output
+    for r in reports.values():  # applicable now; MiniWoB's 10 s clock may run out on a loaded machine: one pass
+        assert r.error == "" and r.checks["oracle"].ok is not None and r.checks["determinism"].ok is not None, r
+        assert r.checks["floor"].ok is True, r
+    assert any(r.checks["oracle"].ok and r.oracle_score == 1.0 for r in reports.values()), reports

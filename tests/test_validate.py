@@ -167,3 +167,4 @@ def test_shards_partition_and_the_sample_is_every_shards(tmp_path: Path) -> None
 def test_bad_flags_name_the_flag(args: list[str], flag: str) -> None:
     out = _run("--task-file", "nonexistent.yaml", *args)
     assert out.exit_code == 2 and flag in out.output, out.output
+
