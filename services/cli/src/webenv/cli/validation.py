@@ -24,6 +24,25 @@ Per task, in sessions of its own (each an `webenv.client.episode.Episode`, grade
 
 A check that cannot run because the farm or judge failed makes the task ``errored`` (never ``failed``: an
 infrastructure failure says nothing of the task).
+
+A reference solution is ``Task.oracle`` replayed, or, given the policy service (``policy``), its ``oracle``
+policy asked step by step for the tasks it scripts (22 MiniWoB++ tasks: the scripts read the page, so they are no
+fixed list of actions a task could carry; the determinism of those compares verdict and score, not pages).
+
+The catalog mode (``validate(catalog=True)``, ``webenv validate --catalog``) exists because of what a task costs.
+Measured on this 2-core machine (10 synthetic tasks one at a time, the full mode): a task opens 7 sessions (1.0-4.0
+s each), takes 17-47 steps (0.25-0.6 s each: the oracle's twice, three answers, six random) and 7 closes with
+evidence (0.1-0.4 s), while the judge's 7 verdicts take 0.0-0.3 s in all. Sessions and steps are the cost, the
+judge is free; and the judge grades a trajectory alone (its pages, answer, site state and the farm's trace: it
+reads nothing live). So, per task, on every task (``CATALOG_EVERY``): the oracle once in its own session (``oracle``;
+``leak`` from its pages, ``egress`` from its trace and pages), and one start-state session opened beside it and
+closed with its evidence before the oracle's first step, graded as doing nothing and, as one more answer step on
+its trajectory each, the empty answer, "done" and the instruction echoed (``floor``: decided on a real start page
+and site state, without a session each). On the tasks of a seeded sample (``draw_sample``: N of each source, kind
+and builder, and a share of every task; the same draw in every shard), besides (``CATALOG_SAMPLE``): the oracle a
+second time (``determinism``), a session opened beside the oracle's and closed after it against the start state
+(``isolation``), and the random policy. 2 sessions and the oracle's steps a task instead of 7 sessions and twice
+the oracle's steps plus 9: 3.2 times the tasks a minute on the same tasks (bench/results/validate.md).
 """
 
 from __future__ import annotations
