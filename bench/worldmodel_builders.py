@@ -6,8 +6,9 @@ builders' websites (hashapp, govform), the hand-made websites and MiniWoB++ agai
 
 Reads the build's evaluation (OUT/model/eval.json: held-out builders and outside suites; eval-validation.json: the
 validation builders), its split (OUT/data/sites.json) and timings (build.json), and adds the transfer ablation: the
-model's retrieval (no language model) with and without copy-by-default on unseen markup (the similarity gate,
-siblings, every-family edits, links' hrefs), on the validation and the held-out websites. Writes
+model's retrieval (no language model) as served, without line survival and the known-paths check (the first
+round's copy by default), and without copy-by-default on unseen markup too (the similarity gate, siblings,
+every-family edits, links' hrefs), on the validation and the held-out websites. Writes
 bench/results/worldmodel-builders.{json,md}.
 """
 
@@ -30,14 +31,19 @@ SYSTEMS = ("copy_state", "lookup", "model")
 
 
 async def ablation(data: Path, model: Path) -> dict:
-    """Retrieval alone (mode analogy), copy-by-default on (as served) and off (as before), per suite and split."""
+    """Retrieval alone (mode analogy) per suite and split: as served (`retrieval`); without line survival and the
+    known-paths check on analogy's URLs (`retrieval_copy`: a new document nothing supplies keeps the whole current
+    page, as the first round served); and without copy by default on unseen markup too (`retrieval_before`)."""
     records = read_transitions([data])
     on = await load_world_model("transformers", str(model), mode="analogy")
-    off = copy.copy(on)
+    keep = copy.copy(on)
+    keep.survival_threshold, keep.known_paths = 0.0, False
+    off = copy.copy(keep)
     off.min_similarity, off.siblings, off.link_default, off.any_family = 0.0, False, False, False
     out = {}
     for split in ("validation", "test"):
-        res = await single_step(episodes(r for r in records if r.split == split), {"retrieval_before": off, "retrieval": on})
+        res = await single_step(episodes(r for r in records if r.split == split),
+                                {"retrieval_before": off, "retrieval_copy": keep, "retrieval": on})
         out[split] = res["by_suite"]
     return out
 
@@ -148,9 +154,10 @@ def main() -> int:
           *[f"| {sname} | {c} | {v['n']} | {v['line_f1'][0]:+.3f} [{v['line_f1'][1]:+.3f}, {v['line_f1'][2]:+.3f}] | "
             f"{v['n_changed']} | {v['diff_f1_changed'][0]:+.3f} [{v['diff_f1_changed'][1]:+.3f}, {v['diff_f1_changed'][2]:+.3f}] |"
             for sname, cs in sorted(diffs.items()) for c, v in cs.items()], "",
-          "## Copy by default on unseen markup (retrieval alone, no language model): before and after", "",
+          "## Retrieval alone (no language model): before copy by default, copy by default keeping the whole page, "
+          "and as served (line survival, known paths)", "",
           *suite_table({f"{sp}: {g}": d for sp, gs in abl.items() for g, d in gs.items()},
-                       ["copy_state", "lookup", "retrieval_before", "retrieval"], False), ""]
+                       ["copy_state", "lookup", "retrieval_before", "retrieval_copy", "retrieval"], False), ""]
     out.with_suffix(".md").write_text("\n".join(md) + "\n")
     print("\n".join(md))
     return 0

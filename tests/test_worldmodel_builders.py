@@ -16,7 +16,7 @@ from webenv.cli.wmbuild import BuildPlan, pick_sites_by_builder
 from webenv.v1 import common_pb2, task_pb2
 from webenv.worldmodel import tinyweb
 from webenv.worldmodel.dataset import build_examples, join_exports, split_examples
-from webenv.worldmodel.predict import save_exemplars, save_page_actions, save_start_states
+from webenv.worldmodel.predict import save_exemplars, save_line_survival, save_page_actions, save_start_states
 
 TRAIN, VAL, TEST = common_pb2.SPLIT_TRAIN, common_pb2.SPLIT_VALIDATION, common_pb2.SPLIT_TEST
 #: builder -> split of its sites as the catalog says (a train builder's website may still be a website-split test site)
@@ -92,6 +92,10 @@ def test_held_out_builders_never_reach_training(tmp_path: Path) -> None:
     assert save_page_actions(records, kept["page_actions.jsonl"]) > 0
     assert save_exemplars(records, kept["exemplars.jsonl"]) > 0
     assert save_start_states(records, kept["start_states.jsonl"]) > 0
+    # the line survival counts lines of training navigations only: no held-out page adds to it
+    assert save_line_survival(records, tmp_path / "survival.json") == save_line_survival(
+        [r for r in records if r.split == "train"], tmp_path / "train-only.json") > 0
+    assert (tmp_path / "survival.json").read_text() == (tmp_path / "train-only.json").read_text()
     for name, path in kept.items():
         rows = [json.loads(line) for line in path.read_text().splitlines()]
         assert rows and all(r["site"] != held_out for r in rows), name

@@ -114,3 +114,67 @@ def test_a_selector_action_and_an_id_action_on_one_button_are_one_kind_and_a_sea
     assert best is not None and best.found and best.target_role == "button"
     page = compose(here, "click(4)", "http://shop-0002.web.test/products?q=Red+Chair", best)
     assert 'link "Red Chair"' in page.state  # the record searched for is on the simulated results page
+
+
+def _unseen_markup_page(site: str, path: str, main: str, search: str = "") -> PageView:
+    """A page of markup no exemplar shares: a banner every page of the site has, then this page's own lines."""
+    state = (f'[1] banner ""\n\t[2] link "Acme"\n\t[3] searchbox "Find"{f" value={search!r}".replace(chr(39), chr(34)) if search else ""}'
+             f'\n\t[4] button "Find"\n[5] main ""\n{main}')
+    return PageView(f"http://{site}{path}", state, {"2": "/", "9": "/records/7"})
+
+
+def test_a_new_document_of_unseen_markup_keeps_the_sessions_chrome_and_drops_this_pages_own_lines() -> None:
+    from webenv.worldmodel.compose import LineSurvival, session_lines
+    from webenv.worldmodel.predict import SURVIVAL_THRESHOLD
+
+    assert SURVIVAL_THRESHOLD > 0  # served on
+    survival = LineSurvival(min_count=1)
+    for i in range(3):  # training navigations: the banner the session saw on another page stays, the rest goes
+        memory = PageMemory()
+        before = _unseen_markup_page("shop-0000.web.test", "/", '\t[6] heading "Home"')
+        memory.navigated(before)
+        here = _unseen_markup_page("shop-0000.web.test", f"/list{i}", f'\t[6] heading "List {i}"\n\t[9] link "Item {i}"')
+        memory.navigated(here)
+        nxt = _unseen_markup_page("shop-0000.web.test", f"/item{i}", f'\t[6] heading "Item {i}"\n\t[7] paragraph ""')
+        survival.add(here.url, here.state, nxt.url, nxt.state, session_lines(memory, here.url))
+    assert len(LineSurvival.from_json(survival.to_json())) == len(survival)
+    pred = Predictor(None, ModelInfo("m", "", ["axtree"], 0, 0), mode="analogy", survival=survival)
+    memory = PageMemory()
+    memory.navigated(_unseen_markup_page("shop-0005.web.test", "/", '\t[6] heading "Welcome"'))
+    page = _unseen_markup_page("shop-0005.web.test", "/records", '\t[6] heading "Records"\n\t[9] link "Record 7"')
+    memory.navigated(page)
+    import asyncio
+
+    p = asyncio.run(pred.predict(Query(page, "click(9)", memory=memory)))  # a link to a page this session has not loaded
+    assert p.navigated and p.source == "prune" and p.next_url == "http://shop-0005.web.test/records/7"
+    assert '\t[2] link "Acme"' in p.next_state and '\t[4] button "Find"' in p.next_state  # the site's chrome
+    assert "Records" not in p.next_state and "Record 7" not in p.next_state  # this page's own lines
+    pred.survival_threshold = 0.0  # off: the current page kept whole at the new URL
+    assert asyncio.run(pred.predict(Query(page, "click(9)", memory=memory))).next_state == page.state
+
+
+def test_another_builders_url_scheme_is_not_believed_and_a_search_goes_where_this_sessions_search_went() -> None:
+    import asyncio
+
+    from webenv.worldmodel.analogy import PageActions
+
+    pa = PageActions()  # a training builder's search: its button submits to its own /list.cgi
+    home = _unseen_markup_page("shop-0000.web.test", "/", '\t[6] heading "Home"', search="lamp")
+    pa.add("shop-0000.web.test", home, "click(4)", "http://shop-0000.web.test/list.cgi?query=lamp", home.state)
+    pred = Predictor(None, ModelInfo("m", "", ["axtree"], 0, 0), mode="analogy", page_actions=pa)
+    memory = PageMemory()
+    first = _unseen_markup_page("shop-0005.web.test", "/", '\t[6] heading "Welcome"', search="red chair")
+    memory.navigated(first)
+    p = asyncio.run(pred.predict(Query(first, "click(4)", memory=memory)))
+    # /list.cgi is no path this website has shown: a new document, at this URL (nothing better to go by)
+    assert p.navigated and p.next_url == first.url and p.source in ("prune", "keep")
+    pred.known_paths = False  # before: the training builder's scheme
+    assert asyncio.run(pred.predict(Query(first, "click(4)", memory=memory))).next_url.endswith("/list.cgi?query=red+chair")
+    pred.known_paths = True
+    # this session searched before: its results page shows what it searched for, and its URL holds it
+    results = _unseen_markup_page("shop-0005.web.test", "/find", '\t[6] heading "Results"', search="red chair")
+    memory.navigated(PageView(results.url + "?term=red+chair&page=1", results.state, results.links))
+    again = _unseen_markup_page("shop-0005.web.test", "/find", '\t[6] heading "Results"', search="blue lamp & co")
+    p = asyncio.run(pred.predict(Query(PageView(results.url + "?term=red+chair&page=1", again.state, again.links),
+                                       "click(4)", memory=memory)))
+    assert p.navigated and p.next_url == "http://shop-0005.web.test/find?term=blue+lamp+%26+co&page=1"

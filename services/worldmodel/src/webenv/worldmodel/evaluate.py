@@ -44,6 +44,7 @@ from webenv.worldmodel.formats import line_f1
 from webenv.worldmodel.page import action_kind, family_of
 from webenv.worldmodel.predict import (
     EXEMPLARS_FILE,
+    LINE_SURVIVAL_FILE,
     PAGE_ACTIONS_FILE,
     Prediction,
     Predictor,
@@ -51,8 +52,10 @@ from webenv.worldmodel.predict import (
     advance,
     history_target,
     load_exemplars,
+    load_line_survival,
     load_page_actions,
     save_exemplars,
+    save_line_survival,
     save_page_actions,
 )
 
@@ -171,15 +174,7 @@ def lookup(q: Query) -> PageView:
 
 def _teacher_advance(memory: PageMemory, r: TransitionRecord) -> None:
     """Move an episode's memory as the recorded step did."""
-    kind = action_kind(r.action_text)
-    if kind == "go_back" and r.next_url != r.url:
-        memory.go_back()
-    elif kind == "go_forward" and r.next_url != r.url:
-        memory.go_forward()
-    elif r.next_url != r.url:
-        memory.navigated(r.next_page)
-    else:
-        memory.changed(r.next_page)
+    memory.recorded(r.action_text, r.url, r.next_page)
 
 
 def variants(predictor: Predictor, compare_lm: bool) -> dict[str, Predictor]:
@@ -338,9 +333,11 @@ def hold_out_family(records: list[TransitionRecord], predictor: Predictor | None
     with tempfile.TemporaryDirectory() as tmp:
         save_exemplars(out, Path(tmp) / EXEMPLARS_FILE)
         save_page_actions(out, Path(tmp) / PAGE_ACTIONS_FILE)
+        save_line_survival(out, Path(tmp) / LINE_SURVIVAL_FILE)
         exemplars, page_actions = load_exemplars(Path(tmp) / EXEMPLARS_FILE), load_page_actions(Path(tmp) / PAGE_ACTIONS_FILE)
+        survival = load_line_survival(Path(tmp) / LINE_SURVIVAL_FILE)
     v = copy.copy(predictor)
-    v.exemplars, v.page_actions, v.mode = exemplars, page_actions, "analogy"
+    v.exemplars, v.page_actions, v.survival, v.mode = exemplars, page_actions, survival, "analogy"
     return out, v
 
 

@@ -9,7 +9,13 @@ One step of a simulated browser is decided in this order (each part is measured 
 3. **the language model** — for a page action analogy has no exemplar for, it decides between an edit of this
    page (`<same>` + edit) and a new document at a URL (`<nav>/path`);
 4. **the page of a new document** — recalled when this session has been there (compose.PageMemory), otherwise
-   composed by analogy with a training transition of the same kind (compose.Exemplars).
+   composed by analogy with a training transition of the same kind (compose.Exemplars), else the current page
+   with the lines a navigation drops taken out (compose.LineSurvival).
+Analogy's URL of a page action is believed only on a URL path this website has shown (known_paths: the current
+URL, its links, the session's pages): on the validation builders' websites, 132 of analogy's 247 navigations went to
+a path the website had never shown (another builder's scheme: `/index.php?search=` or `/shop?s=` for a docs site's
+search) and none of them was right, while 105 of the 115 on a path it had shown were. A form whose URL is not known that way is submitted where this
+session's own earlier submission went (session_search), else at the current URL, as a new document.
 Shared by the Predict RPC, the simulated environment and the evaluation, so all three measure the same thing.
 A malformed completion keeps the current page and sets `fallback`; the simulation goes on instead of failing.
 A predicted URL is accepted only when it is a web URL (`url_problem`): otherwise the prediction is malformed too
@@ -24,9 +30,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import re
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from webenv.envcontract import web_url_problem
 from webenv.llm import BackendConfig, GenerationRequest, LLMBackend, SamplingParams, make_backend
@@ -34,11 +42,13 @@ from webenv.worldmodel import metrics
 from webenv.worldmodel.analogy import PageActions, apply_outcome, context, fill_template
 from webenv.worldmodel.compose import (
     Exemplars,
+    LineSurvival,
     PageMemory,
     PageView,
     compose,
     navigation_target,
     refresh_chrome,
+    session_lines,
 )
 from webenv.worldmodel.dataset import (
     HISTORY,
@@ -50,15 +60,20 @@ from webenv.worldmodel.dataset import (
     parse_output,
     read_transitions,
 )
-from webenv.worldmodel.page import action_kind
+from webenv.worldmodel.page import TEXT_FIELDS, action_kind, parse, resolve
 
 #: Least likeness (compose.Exemplars.best_scored) of a training exemplar's source page to the current page for the
 #: new document to be composed from it; chosen on the validation builders' websites (bench/results/worldmodel-builders.md)
 MIN_SIMILARITY = 0.5
 SIBLING_FIRST = False
+#: Least learned survival (compose.LineSurvival) of a current-page line for it to stay in a new document nothing else
+#: supplies; chosen on the validation builders' websites by a rule written before the held-out figures were read
+#: (bench/results/worldmodel-builders.md): line F1 0 (off) 0.835, 0.2 0.841, 0.25-0.4 0.843-0.844, 0.5 0.826
+SURVIVAL_THRESHOLD = 0.4
 EXEMPLARS_FILE = "exemplars.jsonl"
 PAGE_ACTIONS_FILE = "page_actions.jsonl"
 START_STATES_FILE = "start_states.jsonl"
+LINE_SURVIVAL_FILE = "line_survival.json"
 #: Who decides page actions: analogy with the language model as fallback (served), either alone, nothing but
 #: the rules (page actions keep the page, new documents only recalled: the evaluation's rules-alone baseline), or
 #: a model of your own in WebWorld's format (webworld.py), retrieval's result optionally given to it as context.
@@ -169,6 +184,37 @@ def checked_target(q: Query, url: str) -> tuple[str, str]:
     return (href if href and not url_problem(href) else ""), f"predicted URL {url!r} {problem}"
 
 
+def known_paths(page: PageView, memory: PageMemory | None) -> set[str]:
+    """The URL paths this website has shown this session: the current URL's, its links', the pages loaded."""
+    host = urlsplit(page.url).netloc
+    urls = [page.url, *(resolve(page.url, h) for h in page.links.values()), *(memory.pages if memory is not None else ())]
+    return {u.path or "/" for u in map(urlsplit, urls) if u.netloc == host}
+
+
+def session_search(page: PageView, memory: PageMemory | None, ctx) -> str:
+    """The URL a form on this page submits to, from this session's own earlier submission: a page it loaded on this
+    website whose URL holds, as a query value, the text a field of that page shows (a results page showing its
+    query), re-bound to the text this page's field holds ('' when none)."""
+    typed = next((v for k, v in ctx.variables().items() if k.startswith("V:") and v), "")
+    if memory is None or not typed:
+        return ""
+    host = urlsplit(page.url).netloc
+    for url, seen in reversed(list(memory.pages.items())):
+        u = urlsplit(url)
+        if u.netloc != host or not u.query:
+            continue
+        shown = {v for n in parse(seen.state) if n.role in TEXT_FIELDS for v in _field_values(n.states) if v}
+        pairs = parse_qsl(u.query, keep_blank_values=True)
+        if any(v in shown for _, v in pairs):
+            query = urlencode([(k, typed if v in shown else v) for k, v in pairs])
+            return urlunsplit((u.scheme, u.netloc, u.path, query, ""))
+    return ""
+
+
+def _field_values(states: str) -> list[str]:
+    return [json.loads(m) for m in re.findall(r'value=("(?:[^"\\]|\\.)*")', states)]
+
+
 def _navigate_url(action_text: str) -> str:
     inner = action_text[action_text.find("(") + 1: action_text.rfind(")")]
     try:
@@ -183,7 +229,8 @@ class Predictor:
     def __init__(self, llm: LLMBackend | None, info: ModelInfo, exemplars: Exemplars | None = None,
                  page_actions: PageActions | None = None, default_max_new_tokens: int = 256, repair: bool = True,
                  reason: bool = False, mode: str = "analogy+lm", retrieval_context: bool = True,
-                 siblings: bool = True, min_similarity: float = MIN_SIMILARITY) -> None:
+                 siblings: bool = True, min_similarity: float = MIN_SIMILARITY,
+                 survival: LineSurvival | None = None) -> None:
         if mode not in MODES:
             raise ValueError(f"mode: expected one of {', '.join(MODES)}, got {mode!r}")
         if llm is None and mode not in ("analogy", "rules"):
@@ -209,9 +256,19 @@ class Predictor:
         #: composition from a training exemplar only when its source page is at least this like the current one
         #: (markup the training builders share); below, the page is kept: copy by default on unseen markup
         self.min_similarity = min_similarity
+        #: a new document nothing else supplies: the current page without the lines whose survival (learned from
+        #: the training websites' navigations) is below this; 0 keeps the whole page
+        self.survival = survival or LineSurvival()
+        self.survival_threshold = SURVIVAL_THRESHOLD
+        #: analogy's URL only on a path this website has shown (known_paths); else session_search or this URL
+        self.known_paths = True
 
-    def new_page(self, q: Query, url: str) -> tuple[PageView, str]:
-        """The page of a new document at `url`: recalled, composed, or (nothing to go by) the current one."""
+    def new_page(self, q: Query, url: str, fresh: bool = False) -> tuple[PageView, str]:
+        """The page of a new document at `url`: recalled, composed, or (nothing to go by) the current one with the
+        lines a navigation drops taken out; `fresh`: nothing but the last (a form submitted to a URL this website
+        has not shown, guessed: its recalled page, siblings or exemplars would be of the guessed URL)."""
+        if fresh:
+            return self.unseen_page(q, url)
         seen = q.memory.recall(url) if q.memory is not None else (q.page if url == q.page.url else None)
         if seen is not None:
             return refresh_chrome(PageView(url, seen.state, seen.links), q.page), "recall"
@@ -225,6 +282,13 @@ class Predictor:
             return compose(q.page, q.action_text, url, ex), "compose"
         if sibling is not None:
             return refresh_chrome(PageView(url, sibling.state, sibling.links), q.page), "sibling"
+        return self.unseen_page(q, url)
+
+    def unseen_page(self, q: Query, url: str) -> tuple[PageView, str]:
+        """A new document nothing supplies: the current page without the lines whose learned survival is below the
+        threshold (compose.LineSurvival), or the whole current page (threshold 0, or no survival learned)."""
+        if self.survival_threshold > 0 and len(self.survival):
+            return self.survival.prune(q.page, url, session_lines(q.memory, q.page.url), self.survival_threshold), "prune"
         return PageView(url, q.page.state, q.page.links), "keep"
 
     async def predict_many(self, queries: list[Query]) -> list[Prediction]:
@@ -296,6 +360,12 @@ class Predictor:
             url = fill_template(o.url_template, ctx)
             if url is None or url_problem(url):  # bound to a value this page lacks, or not a web URL (javascript:)
                 return None
+            if self.known_paths and urlsplit(url).path not in known_paths(q.page, q.memory):
+                # another builder's URL scheme: this website has shown no such path; a new document all the same, at
+                # the URL this session's own searches went to (with this page's typed text), else at this URL
+                url = session_search(q.page, q.memory, ctx) or q.page.url
+                page, source = self.new_page(q, url, fresh=True)
+                return Prediction(page, source, navigated=True, decided_by="analogy")
             page, source = self.new_page(q, url)
             return Prediction(page, source, navigated=True, decided_by="analogy")
         state = apply_outcome(o, ctx)
@@ -423,6 +493,28 @@ def save_page_actions(records: list[TransitionRecord], path: Path, per_behaviour
     return n
 
 
+def save_line_survival(records: list[TransitionRecord], path: Path) -> int:
+    """Write the training websites' line survival (compose.LineSurvival): every navigation of a training episode
+    to a page the episode had not loaded, replayed with the session's memory as it stood; returns how many."""
+    from webenv.worldmodel.dataset import episodes
+
+    ls, n = LineSurvival(), 0
+    for ep in episodes(r for r in records if r.split == "train").values():
+        memory = PageMemory()
+        memory.navigated(ep[0].page)
+        for r in ep:
+            if r.next_url != r.url and memory.recall(r.next_url) is None:
+                ls.add(r.url, r.state, r.next_url, r.next_state, session_lines(memory, r.url))
+                n += 1
+            memory.recorded(r.action_text, r.url, r.next_page)
+    path.write_text(json.dumps(ls.to_json()))
+    return n
+
+
+def load_line_survival(path: Path) -> LineSurvival:
+    return LineSurvival.from_json(json.loads(path.read_text())) if path.exists() else LineSurvival()
+
+
 def load_page_actions(path: Path) -> PageActions:
     pa = PageActions()
     if path.exists():
@@ -500,8 +592,10 @@ async def load_world_model(backend: str, path: str, device: str = "cpu", threads
         llm = lm
     if llm is not None:
         info.parameters, info.max_context_tokens = llm.parameters, llm.max_context_tokens
-    exemplars, page_actions = await asyncio.to_thread(
-        lambda: (load_exemplars(Path(path) / EXEMPLARS_FILE), load_page_actions(Path(path) / PAGE_ACTIONS_FILE)))
+    exemplars, page_actions, survival = await asyncio.to_thread(
+        lambda: (load_exemplars(Path(path) / EXEMPLARS_FILE), load_page_actions(Path(path) / PAGE_ACTIONS_FILE),
+                 load_line_survival(Path(path) / LINE_SURVIVAL_FILE)))
     trained_with = llm is not None and info.reasoning
     return Predictor(llm, info, exemplars, page_actions, max_new_tokens,
-                     reason=trained_with if reason is None else reason, mode=mode, retrieval_context=retrieval_context)
+                     reason=trained_with if reason is None else reason, mode=mode, retrieval_context=retrieval_context,
+                     survival=survival)

@@ -28,9 +28,11 @@ from webenv.worldmodel.dataset import Example, build_examples, iter_texts, read_
 from webenv.worldmodel.model import TinySize, build_model, parameter_count
 from webenv.worldmodel.predict import (
     EXEMPLARS_FILE,
+    LINE_SURVIVAL_FILE,
     PAGE_ACTIONS_FILE,
     START_STATES_FILE,
     save_exemplars,
+    save_line_survival,
     save_page_actions,
     save_start_states,
 )
@@ -253,6 +255,7 @@ def train(cfg: TrainConfig, progress: bool = True) -> TrainResult:
     save_exemplars(records, out / "model" / EXEMPLARS_FILE, seed=cfg.seed)
     save_page_actions(records, out / "model" / PAGE_ACTIONS_FILE)
     save_start_states(records, out / "model" / START_STATES_FILE)
+    save_line_survival(records, out / "model" / LINE_SURVIVAL_FILE)
     _save(model, tok, ckpt, cfg)
     torch.save(opt.state_dict(), ckpt / "optimizer.pt")
     (ckpt / "trainer.json").write_text(json.dumps({"step": step, "elapsed_s": elapsed}))
