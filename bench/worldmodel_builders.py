@@ -81,8 +81,11 @@ async def paired(data: Path, model: Path) -> dict:
             d_diff = [x[2]["model"][1] - x[2][base][1] for x in ch]
             lo, hi = bootstrap_ci(d_line, [x[0] for x in rs])
             lo2, hi2 = bootstrap_ci(d_diff, [x[0] for x in ch]) if ch else (0.0, 0.0)
+            d_line_ch = [x[2]["model"][0] - x[2][base][0] for x in ch]
+            lo3, hi3 = bootstrap_ci(d_line_ch, [x[0] for x in ch]) if ch else (0.0, 0.0)
             out[suite][f"model-{base}"] = {
                 "line_f1": [round(sum(d_line) / len(d_line), 4), round(lo, 4), round(hi, 4)],
+                "line_f1_changed": [round(sum(d_line_ch) / max(len(d_line_ch), 1), 4), round(lo3, 4), round(hi3, 4)],
                 "diff_f1_changed": [round(sum(d_diff) / max(len(d_diff), 1), 4), round(lo2, 4), round(hi2, 4)],
                 "n": len(rs), "n_changed": len(ch)}
     return out
@@ -150,9 +153,11 @@ def main() -> int:
           "## Validation builders", "", *suite_table(val["single_step"]["by_builder"], systems, False), "",
           "## Paired differences: the model minus each baseline on the same steps (mean [95% bootstrap over episodes]; "
           "the model's retrieval, mode analogy, which scores as the served model on every step here)", "",
-          "| suite | comparison | n | line F1 | n changed | diff F1, changed |", "| --- | --- | --- | --- | --- | --- |",
+          "| suite | comparison | n | line F1 | n changed | line F1, changed | diff F1, changed |",
+          "| --- | --- | --- | --- | --- | --- | --- |",
           *[f"| {sname} | {c} | {v['n']} | {v['line_f1'][0]:+.3f} [{v['line_f1'][1]:+.3f}, {v['line_f1'][2]:+.3f}] | "
-            f"{v['n_changed']} | {v['diff_f1_changed'][0]:+.3f} [{v['diff_f1_changed'][1]:+.3f}, {v['diff_f1_changed'][2]:+.3f}] |"
+            f"{v['n_changed']} | {v['line_f1_changed'][0]:+.3f} [{v['line_f1_changed'][1]:+.3f}, {v['line_f1_changed'][2]:+.3f}] | "
+            f"{v['diff_f1_changed'][0]:+.3f} [{v['diff_f1_changed'][1]:+.3f}, {v['diff_f1_changed'][2]:+.3f}] |"
             for sname, cs in sorted(diffs.items()) for c, v in cs.items()], "",
           "## Retrieval alone (no language model): before copy by default, copy by default keeping the whole page, "
           "and as served (line survival, known paths)", "",

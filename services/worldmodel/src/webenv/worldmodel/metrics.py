@@ -7,7 +7,7 @@ from prometheus_client import Counter, Gauge, Histogram
 _BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 
 PREDICTIONS = Counter("webenv_worldmodel_predictions_total",
-                      "Next-page predictions by where the page came from (rule, edit, recall, compose, keep)", ["source"])
+                      "Next-page predictions by where the page came from (rule, edit, recall, compose, sibling, prune, keep)", ["source"])
 DECISIONS = Counter("webenv_worldmodel_decisions_total",
                     "Next-page predictions by who decided the action's effect (rule, analogy, lm)", ["decided_by"])
 FALLBACKS = Counter("webenv_worldmodel_fallbacks_total",

@@ -125,7 +125,7 @@ class Query:
 @dataclass
 class Prediction:
     """The predicted next page and how it was obtained: `source` says where the page came from (rule, edit,
-    recall, compose, keep; generate: written whole by a WebWorld-format model), `decided_by` who decided the action's effect (rule, analogy, lm)."""
+    recall, compose, sibling, prune, keep; generate: written whole by a WebWorld-format model), `decided_by` who decided the action's effect (rule, analogy, lm)."""
 
     page: PageView
     source: str
