@@ -391,7 +391,7 @@ class Encoder:
 
     def __init__(self, model: EncoderModel) -> None:
         self.model = model
-        self.featurizer = Featurizer(ScorerConfig())
+        self.featurizer = Featurizer(ScorerConfig(features=1))  # its numeric features (unchanged by features 2)
         self._lock = threading.Lock()
 
     def example(self, ctx: Context, cands: Sequence[Candidate], target: int = -1, weight: float = 1.0) -> StepExample:

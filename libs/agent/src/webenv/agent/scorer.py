@@ -27,7 +27,7 @@ from urllib.parse import urlsplit
 import torch
 from torch import nn
 
-from .candidates import Candidate, Context, instruction_values, parse_memory, words
+from .candidates import _QUOTED, _TOKEN, Candidate, Context, instruction_values, parse_memory, words
 
 N_NUMERIC = 15
 #: Words too common to carry meaning in instruction x label crosses.
@@ -44,6 +44,9 @@ class ScorerConfig:
     buckets: int = 1 << 17
     dim: int = 32
     hidden: int = 128
+    # 2: features that do not name one website's markup (`Featurizer`); a checkpoint saved without the field is 1 and
+    # keeps its features
+    features: int = 2
 
 
 def _h(token: str, buckets: int) -> int:
@@ -52,6 +55,14 @@ def _h(token: str, buckets: int) -> int:
 
 def _stem(w: str) -> str:
     return w[:3]
+
+
+def entity_words(instruction: str) -> frozenset[str]:
+    """Words of the instruction's quoted strings and of its tokens with digits, ``@`` or a hyphen: a record's name, a
+    comment to post, a username. They differ from website to website, so features 2 hash them as ``@q`` (the word is
+    one of the instruction's own strings) instead of as themselves."""
+    found = [m.group(1) for m in _QUOTED.finditer(instruction)] + [m.group(0) for m in _TOKEN.finditer(instruction)]
+    return frozenset(w for text in found for w in words(text) if w not in _STOP)
 
 
 def _page_kind(url: str) -> str:
@@ -85,10 +96,21 @@ class Featurizer:
 
     def __init__(self, config: ScorerConfig) -> None:
         self.buckets = config.buckets
+        self.version = config.features
+
+    def _lex(self, instruction: str):
+        """The word as hashed: itself, or ``@q`` under features 2 when it is one of the instruction's own strings."""
+        if self.version < 2:
+            return lambda w: w
+        ents = entity_words(instruction)
+        return lambda w: "@q" if w in ents else w
 
     def context_tokens(self, ctx: Context) -> list[int]:
         iw = words(ctx.instruction)
-        toks = [f"i:{w}" for w in iw] + [f"p:{_depth_kind(ctx.url)}", f"s:{min(ctx.step_index, 8)}"]
+        lx = self._lex(ctx.instruction)
+        toks = [f"i:{lx(w)}" for w in iw] + [f"s:{min(ctx.step_index, 8)}"]
+        if self.version < 2:  # the URL path's first segment: one builder's scheme
+            toks.append(f"p:{_depth_kind(ctx.url)}")
         if ctx.last_error:
             toks.append("err")
         if ctx.history:
@@ -126,6 +148,8 @@ class Featurizer:
         lands = _landmarks(ctx)
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
+        lx = self._lex(instr)
+        lexical = self.version < 2  # a label's own words, crossed with the instruction's, and the URL's page kind
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
         for c in cands:
@@ -133,14 +157,17 @@ class Featurizer:
             role = node.role if node else "-"
             label = node.name if node else c.label
             lw = words(label)[:12]
-            t = [f"k:{c.kind}", f"r:{role}", f"kr:{c.kind}|{role}", f"kp:{c.kind}|{page}", f"lk:{last_kind}|{c.kind}",
+            t = [f"k:{c.kind}", f"r:{role}", f"kr:{c.kind}|{role}", f"lk:{last_kind}|{c.kind}",
                  f"s:{min(ctx.step_index, 8)}|{c.kind}"]
+            if lexical:
+                t.append(f"kp:{c.kind}|{page}")
             if node is not None:
                 land = lands.get(node.index, "top")
                 t += [f"land:{land}|{c.kind}", f"land:{land}|{role}"]
-            t += [f"l:{w}" for w in lw]
-            t += [f"lm:{w}" for w in lw if w in iset]
-            if c.kind != "answer":
+            if lexical:
+                t += [f"l:{w}" for w in lw]
+            t += [f"lm:{lx(w)}" for w in lw if w in iset]
+            if c.kind != "answer" and lexical:
                 t += [f"il:{w}|{x}" for w in content for x in lw[:4] if x not in _STOP]
             t += [f"pre:{p}|{c.kind}" for p in prefix]
             if ctx.last_error:
@@ -150,7 +177,7 @@ class Featurizer:
             value_q = value_pos = already = opt_overlap = n_report = 0.0
             if c.kind == "fill":
                 vw = words(c.value)[:8]
-                t += [f"v:{w}" for w in vw]
+                t += [f"v:{lx(w)}" for w in vw]
                 shape = ("q" if c.value.lower() in quoted else "") + ("@" if "@" in c.value else "") + \
                         ("d" if c.value.isdigit() else ("n" if re.search(r"\d", c.value) else "")) + \
                         ("c" if c.value[:1].isupper() else "") + str(min(len(c.value.split()), 4))
@@ -159,11 +186,11 @@ class Featurizer:
                 before = words(instr[max(0, idx - 40):idx])[-3:] if idx >= 0 else []
                 after = words(instr[idx + len(c.value):idx + len(c.value) + 25])[:2] if idx >= 0 else []
                 for b in before + [f">{a}" for a in after]:
-                    t.append(f"xv:{b}|{shape}")
+                    t.append(f"xv:{lx(b)}|{shape}")
                     for w in lw[:4]:
-                        t.append(f"x:{b}|{w}")
+                        t.append(f"x:{lx(b)}|{lx(w)}")
                 for w in lw[:4]:
-                    t.append(f"xs:{shape}|{w}")
+                    t.append(f"xs:{shape}|{lx(w)}")
                 value_q = 1.0 if c.value.lower() in quoted else 0.0
                 value_pos = value_rank.get(c.value, len(values)) / max(len(values), 1)
                 already = 1.0 if node is not None and node.value == c.value else 0.0
@@ -171,20 +198,21 @@ class Featurizer:
                     t.append("hasvalue")
             elif c.kind == "select":
                 ow = words(c.value)[:6]
-                t += [f"o:{w}" for w in ow]
+                t += [f"o:{lx(w)}" for w in ow]
                 opt_overlap = sum(1 for w in ow if _stem(w) in istems) / len(ow) if ow else 0.0
                 for w in ow:
                     for b in iw:
                         if _stem(b) == _stem(w):
-                            t.append(f"om:{w}")
+                            t.append(f"om:{lx(w)}")
             elif c.kind == "answer":
-                t += [f"a:{c.answer_type}", f"ap:{c.answer_type}|{page}", f"au:{c.answer_type}|{url_bucket}",
-                      f"al:{c.answer_type}|{last_kind}"]
-                t += [f"ai:{c.answer_type}|{w}" for w in iw[:40]]
+                t += [f"a:{c.answer_type}", f"au:{c.answer_type}|{url_bucket}", f"al:{c.answer_type}|{last_kind}"]
+                if lexical:
+                    t.append(f"ap:{c.answer_type}|{page}")
+                t += [f"ai:{c.answer_type}|{lx(w)}" for w in iw[:40]]
                 if c.answer_type == "report":
                     n_report = len(c.value.split("; ")) / 5.0
                     labels = {k.lower() for k, _ in parse_memory(ctx.memory)}
-                    t += [f"ar:{w}" for w in iw if w in labels]
+                    t += [f"ar:{lx(w)}" for w in iw if w in labels]
             if c.text in done:
                 t.append(f"done:{c.kind}")
             if node is not None and node.element_id in acted_ids:
@@ -297,7 +325,7 @@ def save(model: ScorerModel, folder: Path) -> None:
 
 
 def load(folder: Path) -> ScorerModel:
-    config = ScorerConfig(**json.loads((folder / "scorer.json").read_text()))
+    config = ScorerConfig(**{"features": 1, **json.loads((folder / "scorer.json").read_text())})
     model = ScorerModel(config)
     model.load_state_dict(torch.load(folder / "scorer.pt", map_location="cpu", weights_only=True))
     model.eval()
