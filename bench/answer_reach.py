@@ -121,6 +121,26 @@ def reach_of(ep: collector_pb2.StoredEpisode) -> dict | None:
             "oracle_answer": oracle}
 
 
+def _tally(row: dict, r: dict, count: str, keys: tuple[str, ...], ok: str) -> None:
+    """One measured episode into its suite's row: counted, its figures summed, its task id kept when it missed."""
+    row[count] += 1
+    for k in keys:
+        row[k] += r[k]
+    if not r[ok]:
+        row["missed"].append(r["task_id"])
+
+
+def _report(table: dict[str, dict], keys: tuple[str, ...], header: str, row, json_path: str) -> dict[str, dict]:
+    """The suites' rows and their total printed (``row`` formats one), and written as JSON when asked."""
+    total = {k: sum(r[k] for r in table.values()) for k in keys}
+    print(f"{'suite':<22} {header}")
+    for name, r in [*table.items(), ("all", total)]:
+        print(f"{name:<22} {row(r)}")
+    if json_path:
+        Path(json_path).write_text(json.dumps(table, indent=1))
+    return table
+
+
 def action_reach_of(ep: collector_pb2.StoredEpisode) -> dict | None:
     """One passed navigation or transaction episode's *action reach*: is every step the oracle took among the
     proposer's candidates on its page (webenv.agent.steps.target_index, as BC finds a demonstration's step)? A step
@@ -159,12 +179,7 @@ def measure_actions(args: argparse.Namespace) -> dict:
             r = action_reach_of(collector_pb2.StoredEpisode.FromString(f.read_bytes()))
             if r is None:
                 continue
-            row["episodes"] += 1
-            row["all"] += r["all"]
-            row["steps"] += r["steps"]
-            row["reached"] += r["reached"]
-            if not r["all"]:
-                row["missed"].append(r["task_id"])
+            _tally(row, r, "episodes", ("all", "steps", "reached"), "all")
             if args.misses:
                 for m in r["misses"]:
                     print(f"--- MISS {folder.name} {r['task_id']} step {m['step']}\n  instruction: {r['instruction']}"
@@ -175,13 +190,8 @@ def measure_actions(args: argparse.Namespace) -> dict:
                         print("  page:\n" + "\n".join("    " + ln for ln in m["axtree"].splitlines()[:120]))
         if row["episodes"]:
             table[folder.name] = row
-    total = {k: sum(r[k] for r in table.values()) for k in ("episodes", "all", "steps", "reached")}
-    print(f"{'suite':<22} {'episodes all':>13} {'steps reached':>14}")
-    for name, r in [*table.items(), ("all", total)]:
-        print(f"{name:<22} {r['all']:>5}/{r['episodes']:<7} {r['reached']:>6}/{r['steps']:<7}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(table, indent=1))
-    return table
+    return _report(table, ("episodes", "all", "steps", "reached"), f"{'episodes all':>13} {'steps reached':>14}",
+                   lambda r: f"{r['all']:>5}/{r['episodes']:<7} {r['reached']:>6}/{r['steps']:<7}", args.json)
 
 
 def measure(args: argparse.Namespace) -> dict:
@@ -199,12 +209,7 @@ def measure(args: argparse.Namespace) -> dict:
             r = reach_of(ep)
             if r is None:
                 continue
-            row["tasks"] += 1
-            row["one"] += r["one"]
-            row["each"] += r["each"]
-            row["tight"] += r["tight"]
-            if not r["one"]:
-                row["missed"].append(r["task_id"])
+            _tally(row, r, "tasks", ("one", "each", "tight"), "one")
             if args.misses and not r["one"]:
                 print(f"--- MISS {folder.name} {r['task_id']}\n  instruction: {r['instruction']}\n  want: {r['want']}"
                       f"\n  oracle said: {r['oracle_answer']}")
@@ -214,13 +219,8 @@ def measure(args: argparse.Namespace) -> dict:
                 head = f"# instruction: {r['instruction']}\n# expected: {json.dumps(r['want'])}\n"
                 (pages / f"{folder.name.replace(':', '-')}-{i:02d}.txt").write_text(head + r["axtree"])
         table[folder.name] = row
-    total = {k: sum(r[k] for r in table.values()) for k in ("tasks", "one", "tight", "each")}
-    print(f"{'suite':<22} {'one':>5} {'tight':>5} {'each':>5} {'tasks':>5}")
-    for name, r in [*table.items(), ("all", total)]:
-        print(f"{name:<22} {r['one']:>5} {r['tight']:>5} {r['each']:>5} {r['tasks']:>5}")
-    if args.json:
-        Path(args.json).write_text(json.dumps(table, indent=1))
-    return table
+    return _report(table, ("tasks", "one", "tight", "each"), f"{'one':>5} {'tight':>5} {'each':>5} {'tasks':>5}",
+                   lambda r: f"{r['one']:>5} {r['tight']:>5} {r['each']:>5} {r['tasks']:>5}", args.json)
 
 
 def main(argv: list[str] | None = None) -> None:
