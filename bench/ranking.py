@@ -43,7 +43,7 @@ def episodes_of(folder: Path) -> dict[str, list[collector_pb2.StoredEpisode]]:
     return out
 
 
-def fit(episodes: list[collector_pb2.StoredEpisode], *, epochs: int, seed: int):
+def fit(episodes: list[collector_pb2.StoredEpisode], *, epochs: int, seed: int, features: int = 2):
     """A BC scorer trained as the trainer's BC job trains it; returns its acting wrapper."""
     import torch
     from webenv.trainer import train_scorer
@@ -55,7 +55,7 @@ def fit(episodes: list[collector_pb2.StoredEpisode], *, epochs: int, seed: int):
     kind = RANKERS[trainer_pb2.MODEL_KIND_SCORER]
     lib = kind.library()
     torch.manual_seed(seed)
-    model = kind.new("")
+    model = kind.new("", features)
     scorer = kind.wrap(model)
     selected = select(episodes, trainer_pb2.TRAINING_ALGORITHM_BC, True)  # the loop's filter: drop_repeated
     train_set, _ = train_scorer.split_examples(selected, scorer, 0.1, seed)  # the job's default hold-out
@@ -106,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval", required=True, action="append", help="folder(s) of stored oracle episodes to score")
     p.add_argument("--epochs", type=int, default=40, help="BC epochs (the loop's bc_epochs)")
     p.add_argument("--seed", type=int, default=1)
+    p.add_argument("--features", type=int, choices=(1, 2), default=2, help="the scorer's features (ScorerConfig)")
     p.add_argument("--held-out", action="store_true", help="allow the held-out builders' folders (the final read)")
     p.add_argument("--wrong", type=int, default=0, help="print this many first wrong choices per builder and kind")
     p.add_argument("--json", default="")
@@ -121,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
                 raise SystemExit(f"{name}: a held-out builder is read once, at the end (--held-out)")
             evals[f"{Path(folder).name}/{name}"] = eps
     t0 = time.perf_counter()
-    scorer, info = fit(train, epochs=args.epochs, seed=args.seed)
+    scorer, info = fit(train, epochs=args.epochs, seed=args.seed, features=args.features)
     print(f"trained on {info['episodes']} demonstrations, {info['examples']} steps ({info['unmapped']} not "
           f"expressible) in {time.perf_counter() - t0:.0f} s")
     table = {name: score(scorer, eps) for name, eps in evals.items()}

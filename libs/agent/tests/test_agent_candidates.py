@@ -134,3 +134,24 @@ def test_a_click_on_a_controls_label_is_the_click_on_the_control():
                                 action=common_pb2.Action(click=common_pb2.ClickAction(
                                     target=common_pb2.ElementTarget(selector='label[for="stars-4"]'))))
     assert cands[target_index(rec, page, cands)].text == "click(52)"
+
+
+def test_features_2_name_no_websites_markup():
+    """Two websites' pages, addressed and worded each its own way, read alike under features 2 (the instruction's
+    strings as placeholders, no label words, no URL page kind); features 1 tell them apart by URL and words."""
+    from webenv.agent.scorer import Featurizer, ScorerConfig
+
+    instruction = 'Open the page of "Garlic Tiramisu" on the site'
+    a = context(instruction, common_pb2.Observation(url="http://a.web.test/recipes/12",
+                                                    axtree='[3] link "Garlic Tiramisu"\n[4] link "Kitchen journal"'),
+                "", [], 1)
+    b = context(instruction, common_pb2.Observation(url="http://b.web.test/index.php?r=9",
+                                                    axtree='[7] link "Garlic Tiramisu"\n[8] link "Blog archive"'),
+                "", [], 1)
+    for version, alike in ((1, False), (2, True)):
+        f = Featurizer(ScorerConfig(features=version))
+        ta = [f.candidate_features(a, propose(a))[0][i] for i in (0, 1)]
+        tb = [f.candidate_features(b, propose(b))[0][i] for i in (0, 1)]
+        assert (sorted(ta[0]) == sorted(tb[0])) is alike, f"features {version}: the named record's link"
+        assert (sorted(ta[1]) == sorted(tb[1])) is alike, f"features {version}: an unnamed link by its own words"
+        assert (f.context_tokens(a) == f.context_tokens(b)) is alike, f"features {version}: the URL's page kind"

@@ -44,9 +44,11 @@ class ScorerConfig:
     buckets: int = 1 << 17
     dim: int = 32
     hidden: int = 128
-    # 2: features that do not name one website's markup (`Featurizer`); a checkpoint saved without the field is 1 and
-    # keeps its features
-    features: int = 2
+    # 2: features that name no website's markup (`Featurizer`: the instruction's own strings as placeholders, no label
+    # words, no URL page kind); a checkpoint saved without the field is 1 and keeps its features. A new scorer is 1
+    # unless the trainer is set to 2 (WEBENV_TRAINER_SCORER_FEATURES), while the pre-registered trial of 2 on the web
+    # of builders decides (bench/results/learning/notes.md)
+    features: int = 1
 
 
 def _h(token: str, buckets: int) -> int:

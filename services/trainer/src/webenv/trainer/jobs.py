@@ -392,7 +392,7 @@ class JobManager:
             model = lib.load(checkpoints.resolve(self.root, spec.parent))
         else:
             torch.manual_seed(spec.hyper.seed)
-            model = kind.new(spec.base_model_path or self.settings.encoder_base)
+            model = kind.new(spec.base_model_path or self.settings.encoder_base, self.settings.trainer_scorer_features)
         scorer = kind.wrap(model)
         train_set, valid_set = train_scorer.split_examples(selected, scorer, spec.hyper.validation_fraction,
                                                            spec.hyper.seed, relabel_answers=spec.options.relabel_answers,

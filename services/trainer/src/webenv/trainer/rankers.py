@@ -42,11 +42,12 @@ class Ranker(Protocol):
 @dataclass(frozen=True)
 class RankerKind:
     """One registered ranker: its name, its library, a new model (from the base model path, for those that have
-    one) and the acting wrapper of a model (its `example` featurizes a step)."""
+    one, and the hashed scorer's features: ``new(base, features)``) and the acting wrapper of a model (its `example`
+    featurizes a step)."""
 
     name: str
     library: Callable[[], Ranker]
-    new: Callable[[str], torch.nn.Module]
+    new: Callable[[str, int], torch.nn.Module]
     wrap: Callable[[torch.nn.Module], Any]
 
 
@@ -62,13 +63,13 @@ def _encoder() -> Ranker:
     return encoder
 
 
-def _new_scorer(base: str) -> torch.nn.Module:
+def _new_scorer(base: str, features: int = 1) -> torch.nn.Module:
     from webenv.agent import scorer
 
-    return scorer.ScorerModel(scorer.ScorerConfig())
+    return scorer.ScorerModel(scorer.ScorerConfig(features=features))
 
 
-def _new_encoder(base: str) -> torch.nn.Module:
+def _new_encoder(base: str, features: int = 1) -> torch.nn.Module:
     from webenv.agent import encoder
 
     return encoder.new(encoder.EncoderConfig(), base)
