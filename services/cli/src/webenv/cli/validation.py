@@ -49,7 +49,6 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import html
 import json
 import os
 import random
@@ -64,6 +63,7 @@ from urllib.parse import urlsplit
 import grpc
 from webenv import errors
 from webenv.actions import format_action
+from webenv.answers import MIN_ANSWER_CHARS, answer_groups, given_away  # noqa: F401 (names of this module)
 from webenv.client import EnvironmentClient, observation_spec
 from webenv.client.episode import Episode
 from webenv.v1 import common_pb2 as pb
@@ -79,7 +79,6 @@ CATALOG_SAMPLE = ("determinism", "isolation", "random")  # and of the tasks of i
 ORACLE_POLICY = "oracle"  # the policy service's policy that solves the MiniWoB++ tasks it scripts (--policy)
 MAX_SCRIPTED_STEPS = 30  # a script that has not answered by then has failed
 NON_ANSWERS = ("", "done")  # and the instruction echoed back: the answers that must not pass
-MIN_ANSWER_CHARS = 4  # shorter expected answers ("2", "yes") occur on any page by chance: not checked for leaks
 _SPEC = observation_spec(("axtree", "html"))
 _IDS = re.compile(r"\[[^\]\s]+\]")
 _URL = re.compile(r"""(?:https?|wss?):(?:\\?/){2}([A-Za-z0-9.-]+)""")
@@ -128,44 +127,6 @@ class TaskReport:
 
     def as_dict(self) -> dict:
         return {**asdict(self), "status": self.status}
-
-
-def _norm(text: str) -> str:
-    return " ".join(html.unescape(text).lower().split())
-
-
-def answer_groups(task: pb.Task) -> list[list[list[str]]]:
-    """The rubric's required fact groups that an answer alone decides (every fact an answer criterion, none a regular
-    expression): per group, per fact, the accepted answers, normalized. A group is given away by a text that holds an
-    accepted answer of each of its facts, each of them 4 characters or more (shorter ones, "2" or "yes", occur on any
-    page by chance)."""
-    out = []
-    for group in task.rubric.groups:
-        if group.optional or not group.facts:
-            continue
-        facts = []
-        for fact in group.facts:
-            c = fact.criterion
-            if c.WhichOneof("kind") != "answer" or c.answer.mode == pb.MATCH_MODE_REGEX:
-                break
-            values = [v for v in dict.fromkeys(_norm(x) for x in (c.answer.expected, *c.answer.values))
-                      if len(v) >= MIN_ANSWER_CHARS]
-            if not values:
-                break
-            facts.append(values)
-        else:
-            out.append(facts)
-    return out
-
-
-def given_away(groups: list[list[list[str]]], text: str) -> list[str] | None:
-    """The answers of the first group ``text`` gives away (one accepted answer of each fact), or None."""
-    t = _norm(text)
-    for facts in groups:
-        found = [next((v for v in values if v in t), None) for values in facts]
-        if all(found):
-            return [v for v in found if v]
-    return None
 
 
 def loaded_hosts(page_html: str) -> set[str]:

@@ -15,7 +15,9 @@ from __future__ import annotations
 import json
 import random
 from dataclasses import dataclass, field
+from functools import cached_property
 
+from webenv.answers import fact_answers, given_away, normalize
 from webenv.sites import builders
 from webenv.sites import content as c
 from webenv.sites.builders.base import PAGE_SIZE, answer, search
@@ -222,6 +224,44 @@ class TaskFactory:
         verb = rng.choice(("fill in the form on", "use the form of", "submit the form on", "complete the form for"))
         return f'{verb} the {self.fam.noun} "{item.title}" with {_join(parts)}'
 
+    @cached_property
+    def start_text(self) -> str:
+        """What the site's start page gives to read (`Builder.start_text`), normalized once per site."""
+        return normalize(self.builder.start_text(self.site))
+
+    def shown(self, values: list[str]) -> bool:
+        """Whether the start page gives away a fact group asking for these values, by the rule of `webenv validate`'s
+        leak check (`webenv.answers.given_away`): an information task asking for them is answered before its first
+        step (issue 50: a home page's featured listing showing the salary asked for)."""
+        facts = fact_answers(answer_contains(v) for v in values)
+        return facts is not None and given_away([facts], self.start_text, normalized=True) is not None
+
+    def pick_attrs(self, rng: random.Random, item: Item, n_attrs: int) -> list[tuple[str, str]]:
+        """n attributes of the item to ask for, not all of them read off its title."""
+        attrs = rng.sample(self.attributes(item), n_attrs)
+        if all(value.lower() in item.title.lower() for _, value in attrs):  # the title answers them all
+            hidden = [a for a in self.attributes(item) if a[1].lower() not in item.title.lower()]
+            attrs = rng.sample(hidden, n_attrs) if len(hidden) >= n_attrs else attrs
+        return attrs
+
+    def unshown(self, rng: random.Random, item: Item, attrs: list[tuple[str, str]],
+                taken: list[Item]) -> tuple[Item, list[tuple[str, str]]]:
+        """For attributes the start page shows all of: the same with one swapped for an attribute of the item that
+        neither the start page nor the title shows, else another item (not one of `taken`) and attributes of it."""
+        spare = [a for a in self.attributes(item) if a not in attrs and a[1].lower() not in item.title.lower()
+                 and not self.shown([a[1]])]
+        if spare:
+            attrs = list(attrs)
+            attrs[rng.randrange(len(attrs))] = rng.choice(spare)
+            return item, attrs
+        ids = {it.id for it in taken}
+        for other in rng.sample(self.site.items, len(self.site.items)):
+            if other.id not in ids:
+                attrs = self.pick_attrs(rng, other, len(attrs))
+                if not self.shown([v for _, v in attrs]):
+                    return other, attrs
+        raise ValueError(f"{self.site.host}: the start page shows every item's attributes")
+
     def attributes(self, item: Item) -> list[tuple[str, str]]:
         """(label, value as shown) pairs an information task can ask for."""
         s = self.site
@@ -269,10 +309,10 @@ class TaskFactory:
         oracle = self.prelude(self.fam.login_required)
         asks: list[str] = []
         for k, item in enumerate(items):
-            attrs = rng.sample(self.attributes(item), n_attrs)
-            if all(value.lower() in item.title.lower() for _, value in attrs):  # the title answers them all
-                hidden = [a for a in self.attributes(item) if a[1].lower() not in item.title.lower()]
-                attrs = rng.sample(hidden, n_attrs) if len(hidden) >= n_attrs else attrs
+            attrs = self.pick_attrs(rng, item, n_attrs)
+            if self.shown([value for _, value in attrs]):  # the start page answers it: ask for what it does not show
+                item, attrs = self.unshown(rng, item, attrs, items)
+                items[k] = item
             what = _join([f"the {label}" for label, _ in attrs])
             asks.append(f"{what} of \"{item.title}\"")
             g = Group(f"item{k}", f"Facts about {item.title}", subtask=f"{self.login_text(rng)}On {self.site.name}, find {what} of the {self.fam.noun} \"{item.title}\".")
@@ -293,11 +333,20 @@ class TaskFactory:
 
     def superlative(self, n: int) -> pb.Task:
         rng, seed = self.rng("info", n)
-        slug = rng.choice(sorted(self.site.category_labels))
-        label = self.site.category_labels[slug]
+        slugs = sorted(self.site.category_labels)
+        slug = rng.choice(slugs)
         asc = rng.random() < 0.5
+        best = search(self.site, "", slug, "value_asc" if asc else "value_desc")[0]
+        if self.shown([best.title, best.value_text]):  # the start page shows the answer: another category or order
+            others = [(s, a) for s in slugs for a in (True, False) if (s, a) != (slug, asc)]
+            for slug, asc in rng.sample(others, len(others)):
+                best = search(self.site, "", slug, "value_asc" if asc else "value_desc")[0]
+                if not self.shown([best.title, best.value_text]):
+                    break
+            else:
+                return self.info(n, 1, 2)  # every category's ends are on the start page: ask about one item
+        label = self.site.category_labels[slug]
         sort = "value_asc" if asc else "value_desc"
-        best = search(self.site, "", slug, sort)[0]
         word = self.fam.value_sort_words[0 if asc else 1]
         instr = self.login_text(rng) + rng.choice(SUPERLATIVE_OPENERS).format(
             site=self.site.name, Site=self.site.name, noun=self.fam.noun, plural=self.fam.plural, category=label,

@@ -184,6 +184,18 @@ class HashApp(Builder):
             return self.redirect("/#" + path + ("?" + req.url.query if req.url.query else ""))
         return super().route(ctx)
 
+    def start_text(self, site: Site) -> str:
+        """The shell, and what its script draws at `/` (`body`, `header`): the name, tagline and categories (the mega
+        menu), then the four best rated items' cards (`card`: the title; value · author · date), or a portal's prompt
+        to sign in."""
+        drawn = [site.name, str(site.look["tagline"]), *site.category_labels.values()]
+        if site.family.login_required:
+            drawn.append(f"Sign in to see your {site.family.plural}.")
+        else:
+            drawn += [f"{it.title} {it.value_text} · {it.author} · {site.fmt_date(it.date)}"
+                      for it in search(site, "", "", "rating_desc")[:4]]
+        return f"{super().start_text(site)} {' '.join(drawn)}"
+
     def shell(self, ctx: Ctx) -> Response:
         return self.page(ctx, ctx.site.name, "null")
 

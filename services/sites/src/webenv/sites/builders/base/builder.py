@@ -5,10 +5,12 @@ changes the site state, the builder renders the result."""
 from __future__ import annotations
 
 import json
+import re
 from functools import lru_cache
 from html import escape
 from typing import TYPE_CHECKING, ClassVar
 
+from starlette.requests import Request
 from starlette.responses import HTMLResponse, RedirectResponse, Response
 from webenv.sites import content as c
 from webenv.sites.builders.base.oracle import click, css_str, fill, with_query
@@ -24,10 +26,16 @@ from webenv.sites.builders.base.request import (
 )
 from webenv.sites.builders.base.urls import Meaning, Scheme
 from webenv.sites.families.base import Item
+from webenv.sites.state import default_state
 from webenv.v1 import common_pb2 as pb
 
 if TYPE_CHECKING:
     from webenv.sites.catalog import Site
+
+
+#: What a browser never shows as text: scripts, styles, templates (an agent's observation leaves them out too).
+_UNSHOWN = re.compile(r"<(script|style|template|noscript)\b.*?</\1\s*>", re.S | re.I)
+_TAG = re.compile(r"<[^>]*>")
 
 
 @lru_cache(maxsize=262144)
@@ -73,6 +81,21 @@ class Builder:
         if not bank:
             return site.words[key]
         return bank[_pick(self.name, site.host, key, len(bank))]
+
+    # --- the start page ----------------------------------------------------------------------------------------------
+    def start_text(self, site: Site) -> str:
+        """What the site's start page (`/` in a fresh session: signed out, cookie notice and pop-up up) gives an agent
+        to read, for the task generator to keep information tasks from asking what it already shows: the served
+        document but its scripts and styles, tags and all (attribute values are read too: link titles, alt texts),
+        then the same with its tags taken out (a value split by markup, "$179,000 <span>/ year</span>", reads whole).
+        More than an agent's observation (hidden panels count too), never less; a builder that draws its pages by
+        script adds what its script draws (`HashApp`)."""
+        key = site.family.action.key if site.family.action else None
+        scope = {"type": "http", "method": "GET", "path": "/", "raw_path": b"/", "query_string": b"",
+                 "headers": [(b"host", site.host.encode())], "scheme": "http", "server": (site.host, 80)}
+        ctx = Ctx(site, "start", default_state(site.host, site.family.name, key), Request(scope), {})
+        doc = _UNSHOWN.sub(" ", bytes(self.route(ctx).body).decode())
+        return f"{doc} {_TAG.sub(' ', doc)}"
 
     # --- routing: one call per request ---------------------------------------------------------------------------
     def route(self, ctx: Ctx) -> Response:
