@@ -17,7 +17,7 @@ import random
 from dataclasses import dataclass, field
 from functools import cached_property
 
-from webenv.answers import fact_answers, given_away, normalize
+from webenv.answers import MIN_ANSWER_CHARS, fact_answers, given_away, normalize
 from webenv.sites import builders
 from webenv.sites import content as c
 from webenv.sites.builders.base import PAGE_SIZE, answer, search
@@ -250,9 +250,10 @@ class TaskFactory:
         neither the start page nor the title shows, else another item (not one of `taken`) and attributes of it."""
         spare = [a for a in self.attributes(item) if a not in attrs and a[1].lower() not in item.title.lower()
                  and not self.shown([a[1]])]
-        if spare:
+        if spare:  # one long enough for the leak check to judge (a rating, "4.5", is on any page) when there is one
+            checked = [a for a in spare if len(normalize(a[1])) >= MIN_ANSWER_CHARS]
             attrs = list(attrs)
-            attrs[rng.randrange(len(attrs))] = rng.choice(spare)
+            attrs[rng.randrange(len(attrs))] = rng.choice(checked or spare)
             return item, attrs
         ids = {it.id for it in taken}
         for other in rng.sample(self.site.items, len(self.site.items)):
