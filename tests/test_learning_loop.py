@@ -52,8 +52,12 @@ def tiny_lm(tmp_path_factory) -> Path:
 
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory, tiny_lm):
+    # features 1: test_demos_train_load_and_solve replays three demonstrations of one site, which words and the URL's
+    # page kind memorise; features 2 (the default, made to carry across websites) went on past one navigation
+    # demonstration's record page (bench/results/learning/notes.md); the trainer, policy and CLI tests train features 2
     env = {"WEBENV_POLICY_BACKEND": "transformers", "WEBENV_POLICY_MODEL_PATH": str(tiny_lm),
-           "WEBENV_POLICY_MAX_NEW_TOKENS": str(LM_NEW_TOKENS), "WEBENV_POLICY_TORCH_THREADS": "1"}
+           "WEBENV_POLICY_MAX_NEW_TOKENS": str(LM_NEW_TOKENS), "WEBENV_POLICY_TORCH_THREADS": "1",
+           "WEBENV_TRAINER_SCORER_FEATURES": "1"}
     s = Stack(tmp_path_factory.mktemp("learn"), free_ports=True, sites_count=12, extra_env=env)
     s.start(timeout=180)
     yield s

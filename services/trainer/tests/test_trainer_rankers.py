@@ -32,10 +32,11 @@ def test_the_scorers_features_follow_the_trainer_setting_and_its_checkpoint(tmp_
     from webenv.trainer.config import Settings
 
     kind = RANKERS[trainer_pb2.MODEL_KIND_SCORER]
+    assert Settings().trainer_scorer_features == 2
+    monkeypatch.setenv("WEBENV_TRAINER_SCORER_FEATURES", "1")
     assert Settings().trainer_scorer_features == 1
     monkeypatch.setenv("WEBENV_TRAINER_SCORER_FEATURES", "2")
     features = Settings().trainer_scorer_features
-    assert features == 2
     lib = kind.library()
     lib.save(kind.new("", features), tmp_path)
     assert lib.load(tmp_path).config.features == 2

@@ -45,10 +45,10 @@ class ScorerConfig:
     dim: int = 32
     hidden: int = 128
     # 2: features that name no website's markup (`Featurizer`: the instruction's own strings as placeholders, no label
-    # words, no URL page kind); a checkpoint saved without the field is 1 and keeps its features. A new scorer is 1
-    # unless the trainer is set to 2 (WEBENV_TRAINER_SCORER_FEATURES), while the pre-registered trial of 2 on the web
-    # of builders decides (bench/results/learning/notes.md)
-    features: int = 1
+    # words, no URL page kind), the default since their pre-registered trial on the web of builders (validation 30.0%
+    # -> 42.7% for the selected checkpoint, bench/results/learning/notes.md); 1: words as themselves (the trainer's
+    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features
+    features: int = 2
 
 
 def _h(token: str, buckets: int) -> int:

@@ -21,7 +21,7 @@ class Settings(ServiceSettings):
     trainer_data_dir: Path = Field(Path(".webenv/trainer"), description="job records and resume states")
     trainer_device: Literal["auto", "cpu", "cuda"] = Field("auto", description="torch device for training")
     trainer_torch_threads: int = Field(0, ge=0, description="torch intra-op threads (0 = torch's default)")
-    trainer_scorer_features: int = Field(1, ge=1, le=2, description="features of a new hashed scorer: 1 (words as "
+    trainer_scorer_features: int = Field(2, ge=1, le=2, description="features of a new hashed scorer: 1 (words as "
                                          "themselves) or 2 (none naming a website's markup; webenv.agent.scorer)")
     trainer_max_running_jobs: int = Field(1, ge=1, le=64, description="jobs that train at once; others wait PENDING")
     trainer_max_jobs_kept: int = Field(1000, ge=1, description="finished job records kept (oldest dropped)")
