@@ -334,15 +334,17 @@ class TaskFactory:
 
     def superlative(self, n: int) -> pb.Task:
         rng, seed = self.rng("info", n)
+        def end(slug: str, asc: bool) -> Item:
+            return search(self.site, "", slug, "value_asc" if asc else "value_desc")[0]
+
         slugs = sorted(self.site.category_labels)
         slug = rng.choice(slugs)
         asc = rng.random() < 0.5
-        best = search(self.site, "", slug, "value_asc" if asc else "value_desc")[0]
+        best = end(slug, asc)
         if self.shown([best.title, best.value_text]):  # the start page shows the answer: another category or order
             others = [(s, a) for s in slugs for a in (True, False) if (s, a) != (slug, asc)]
             for slug, asc in rng.sample(others, len(others)):
-                best = search(self.site, "", slug, "value_asc" if asc else "value_desc")[0]
-                if not self.shown([best.title, best.value_text]):
+                if not self.shown([(best := end(slug, asc)).title, best.value_text]):
                     break
             else:
                 return self.info(n, 1, 2)  # every category's ends are on the start page: ask about one item
