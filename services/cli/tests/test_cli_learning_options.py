@@ -12,7 +12,7 @@ import grpc
 import pytest
 from webenv.cli.commands.train import WHERE, config_of, train
 from webenv.cli.learning import RECIPE, Loop, LoopConfig
-from webenv.cli.learning.options import LATER_SUITES, PER_RUN, changed, table
+from webenv.cli.learning.options import LATER_OPTIONS, LATER_SUITES, PER_RUN, changed, table
 from webenv.v1 import collector_pb2, trainer_pb2
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -27,12 +27,14 @@ def test_webenv_trains_default_config_is_the_reported_recipes_recorded_config():
     for seed in (1, 2, 3):
         recorded = json.loads((ROOT / RECIPE / f"seed{seed}" / "learning.json").read_text())["config"]
         recorded["seed"] = 1  # the seed is the run's own choice: its default is 1
-        later = set(LATER_SUITES) - set(recorded)  # suites added since (they measure, never train)
+        # suites added since (they measure, never train), and training options whose default is what the run did
+        later = (set(LATER_SUITES) | set(LATER_OPTIONS)) - set(recorded)
         assert set(recorded) | later == set(built), set(recorded) ^ set(built)
         differ = {k: (built[k], recorded[k]) for k in built
                   if k not in PER_RUN and k not in later and json.loads(json.dumps(built[k])) != recorded[k]}
         assert differ == {}, differ
     assert changed({**recorded, "temperature": 1.0}) == {"temperature": 1.0}
+    assert {k: built[k] for k in LATER_OPTIONS} == LATER_OPTIONS
 
 
 def test_the_commands_options_are_the_tables():
@@ -76,6 +78,28 @@ def test_start_run_asks_again_only_while_the_collector_is_unavailable(monkeypatc
         with pytest.raises(grpc.RpcError):
             loop.start_run(collector_pb2.RunSpec())
         assert len(loop.collector.requests) == 1, code
+
+
+def test_relabel_subtasks_reaches_the_rl_jobs_only():
+    """(--relabel-subtasks) An RL job asks for subtask relabeling and reads the failed rollouts too (filtered BC would
+    read only the passed ones); the BC warm start stays on passed demonstrations, without relabeling."""
+    loop = bare_loop()
+    loop.cfg.relabel_subtasks, loop.warm_ref, specs = True, "agent@1", []
+
+    class Trainer:
+        def StartJob(self, req, timeout=None):
+            specs.append(req.spec)
+            raise LookupError  # the spec is all this test reads
+
+    loop.trainer = Trainer()
+    for algorithm, parent in ((trainer_pb2.TRAINING_ALGORITHM_BC, ""),
+                              (trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC, "agent@1")):
+        with pytest.raises(LookupError):
+            loop.train("it", algorithm, ["run-1"], parent, 4)
+    bc, rl = specs
+    assert not bc.options.relabel_subtasks and bc.data.filter.HasField("passed")
+    assert rl.options.relabel_subtasks and not rl.data.filter.HasField("passed")
+    assert rl.algorithm == trainer_pb2.TRAINING_ALGORITHM_FILTERED_BC and rl.options.kl_coef == 0.5
 
 
 def test_the_reference_bc_is_its_own_family_without_renaming_the_loop():

@@ -84,9 +84,11 @@ def test_partial_credit_and_subtask_relabeling():
     relabeled = [st for st, w, eid in sel.steps if st.ctx.instruction == "Find the order"]
     assert len(relabeled) == sel.relabeled == 6, "both rollouts that found the order, every step (3 each)"
     assert {st.request.instruction for st in relabeled} == {"Find the order"}, "the prompt-based models see it too"
-    # relabeling as an option of filtered BC: the failure's subtask becomes an example, the failure itself not
-    fbc = episode_weights([half, none], T.TRAINING_ALGORITHM_FILTERED_BC, T.AlgorithmOptions(relabel_subtasks=True))
-    assert fbc == {"half#Find the order": [(0, -1, 1.0)]}
+    # relabeling as an option of filtered BC: the failure's subtask becomes an example, the failure itself not, and a
+    # passed rollout stays its whole task's example only
+    fbc = episode_weights([half, none, full], T.TRAINING_ALGORITHM_FILTERED_BC,
+                          T.AlgorithmOptions(relabel_subtasks=True))
+    assert fbc == {"half#Find the order": [(0, -1, 1.0)], "full": [(0, -1, 1.0)]}
 
 
 def test_branching_weighs_continuations_against_their_anchor_state():

@@ -25,7 +25,10 @@
 Options (AlgorithmOptions): the reward the advantages compare (passed, or the fact-group share); AsyncWebRL's 1/k
 step normaliser (each episode's step weights divided by the number of steps it contributes); subtask relabeling
 (WebGym: a rollout that satisfied every fact group of one of the task's subtasks is a success example, weight 1,
-for that subtask's instruction: its steps are rebuilt with the subtask's instruction in the context).
+for that subtask's instruction: its steps are rebuilt with the subtask's instruction in the context). Under filtered
+BC only failed rollouts are relabeled: a passed one is its whole task's example already, and relabeling it would
+teach each part's instruction to go on to the other parts (on builders-f2 seed 1's data, 294 such spans against the
+68 parts its failures completed, bench/results/learning/notes.md).
 
 An episode begun along a stored one (RunSpec.starts) contributes only its own steps: the ones replayed at its start
 (``start_steps``) were another episode's, and are never targets, whatever the algorithm.
@@ -189,7 +192,9 @@ def spans(episodes: Sequence[collector_pb2.StoredEpisode], algorithm: int,
     else:
         result = [Span(ep, 1.0) for ep in kept]
     if options.relabel_subtasks or algorithm == A.TRAINING_ALGORITHM_PARTIAL_CREDIT:
-        result += relabeled(kept)
+        # filtered BC imitates a passed rollout as the whole task's success already: only the failures' subtasks are new
+        result += relabeled([ep for ep in kept if not ep.passed] if algorithm == A.TRAINING_ALGORITHM_FILTERED_BC
+                            else kept)
     return [s for s in result if abs(s.weight) >= 1e-9]
 
 

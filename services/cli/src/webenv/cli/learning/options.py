@@ -69,6 +69,12 @@ class LoopConfig:
                                choices=("warm-start", "parent"))
     relabel_answers: bool = option(False, "Train every answer step towards every answer candidate the task's rubric "
                                    "accepts, not only the one typed (AlgorithmOptions.relabel_answers; BC and RL jobs).")
+    # builders-f2 seed 1: over five collections the three-record transactions (tx-4, tx-5) passed 1 of 47 and 1 of 39
+    # rollouts, while 13 and 15 of their failures completed a record (all its fact groups held), which filtered BC
+    # throws away (bench/results/learning/notes.md, "Why RL lifts little on the web of builders")
+    relabel_subtasks: bool = option(False, "(RL jobs) Also train on every subtask a failed rollout completed, as a "
+                                    "success for that subtask's instruction (AlgorithmOptions.relabel_subtasks, "
+                                    "WebGym's relabeling; filtered BC then reads the failed rollouts too).")
     hard_negatives: int = option(0, "Passages borrowed from the site's other pages added to each training step as "
                                  "wrong answers (AlgorithmOptions.hard_negatives; 0 = none; BC and RL jobs).",
                                  low=0, high=16)
@@ -134,6 +140,8 @@ PER_RUN = ("out_dir",)
 #: measure and never train, so a run without them (the recipe's recorded config) ran the same recipe; a recorded
 #: config that lacks them ran without them (`changed` then counts their defaults as unset).
 LATER_SUITES = {"heldout_builders": (), "builder_episodes": 150, "miniwob_suite": "oracle"}
+#: Training options added after the reported recipe's run, whose default is what that run did (off).
+LATER_OPTIONS = {"relabel_subtasks": False}
 
 
 def table() -> list[dict]:

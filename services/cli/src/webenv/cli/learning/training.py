@@ -37,6 +37,9 @@ class Training:
             # kl_reference "": the trainer holds the job to its parent (AlgorithmOptions.kl_reference)
             ARMS[self.cfg.algorithm].job(spec, step_normalize=self.cfg.step_normalize, kl_coef=self.cfg.kl_coef,
                                          kl_reference=self.warm_ref if self.cfg.kl_reference == "warm-start" else "")
+            if self.cfg.relabel_subtasks:  # a failure's satisfied subtasks are examples: read the failures too
+                spec.options.relabel_subtasks = True
+                spec.data.filter.ClearField("passed")
         job = self.trainer.StartJob(trainer_pb2.StartJobRequest(request_id=os.urandom(8).hex(), spec=spec),
                                     timeout=60).job
         job = self.watch_job(job.job_id)
