@@ -155,3 +155,21 @@ def test_features_2_name_no_websites_markup():
         assert (sorted(ta[0]) == sorted(tb[0])) is alike, f"features {version}: the named record's link"
         assert (sorted(ta[1]) == sorted(tb[1])) is alike, f"features {version}: an unnamed link by its own words"
         assert (f.context_tokens(a) == f.context_tokens(b)) is alike, f"features {version}: the URL's page kind"
+
+
+def test_a_question_is_answered_never_ended_with_done():
+    page = obs("book")
+    asked = [c.answer_type for c in propose(context("Who is the author of The Quiet Harbor? ", page, "", [], 2))]
+    told = [c.answer_type for c in propose(context("Open the page of The Quiet Harbor.", page, "", [], 2))]
+    assert "done" not in asked and "fact" in asked
+    assert "done" in told
+
+
+def test_an_answer_that_only_repeats_the_instruction_is_not_proposed():
+    page = common_pb2.Observation(url="http://bakery.web.test/", axtree='[1] StaticText "Hearth & Loaf"\n'
+                                  '[2] heading "Opening hours"\n[3] StaticText "Saturday: 8 a.m. to 2 p.m."')
+    asked = [c.value for c in propose(context("On the Hearth &  Loaf website, when do they close on Saturday?", page,
+                                              "", [], 0)) if c.kind == "answer"]
+    assert "Hearth & Loaf" not in asked and any("2 p.m." in a for a in asked)
+    either = [c.value for c in propose(context("Which is open on Saturday, Hearth & Loaf or Crumb?", page, "", [], 0))]
+    assert "Hearth & Loaf" in either
