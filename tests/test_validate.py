@@ -6,6 +6,7 @@ host, which the farm would carry to this server and `validate` refuses from the 
 
 from __future__ import annotations
 
+import asyncio
 import json
 import secrets
 import threading
@@ -14,10 +15,12 @@ from pathlib import Path
 
 import pytest
 from typer.testing import CliRunner
+from webenv import errors
 from webenv.cli.main import app
 from webenv.cli.stack import Stack
-from webenv.cli.validation import draw_sample, in_shard, read_jsonl
+from webenv.cli.validation import Validator, draw_sample, in_shard, read_jsonl
 from webenv.v1 import common_pb2 as pb
+from webenv.v1 import environment_pb2, judge_pb2
 
 pytestmark = pytest.mark.timeout(300)
 CODE = "Zanzibar-42"
@@ -168,3 +171,63 @@ def test_bad_flags_name_the_flag(args: list[str], flag: str) -> None:
     out = _run("--task-file", "nonexistent.yaml", *args)
     assert out.exit_code == 2 and flag in out.output, out.output
 
+
+
+class CountingFarm:
+    """The farm's open and close, counted (no browser): each session a page at the task's start URL."""
+
+    def __init__(self, fail_first: int = 0) -> None:
+        self.opened: list[str] = []
+        self.fail_first = fail_first
+
+    async def open(self, *, task: pb.Task, **_: object) -> environment_pb2.OpenSessionResponse:
+        await asyncio.sleep(0.01)  # the tasks of a group ask while the first open is in flight
+        if self.fail_first:
+            self.fail_first -= 1
+            raise errors.Unavailable("the farm is down", reason="TEST")
+        self.opened.append(task.task_id)
+        return environment_pb2.OpenSessionResponse(
+            session=environment_pb2.Session(session_id=f"s{len(self.opened)}"),
+            observation=pb.Observation(url=task.start_url, title="Home", axtree="[1] link 'Home'"))
+
+    async def close(self, session_id: str, *, capture_evidence: bool = False) -> environment_pb2.CloseSessionResponse:
+        return environment_pb2.CloseSessionResponse(site_state_json='{"cart": []}' if capture_evidence else "")
+
+
+class EchoJudge:
+    """Fails every trajectory, and records which task each was graded as."""
+
+    def __init__(self) -> None:
+        self.graded: list[tuple[str, str, str]] = []  # (task, trajectory's task_id, answer)
+
+    async def Evaluate(self, request: judge_pb2.EvaluateRequest, **_: object) -> judge_pb2.EvaluateResponse:
+        self.graded.append((request.task.task_id, request.trajectory.task_id, request.trajectory.final_answer))
+        return judge_pb2.EvaluateResponse(verdict=pb.Verdict(passed=False, score=0.0))
+
+
+def test_the_catalog_mode_opens_one_start_state_per_site_and_start_url() -> None:
+    """The synthetic tasks of one site and start URL share one start-state session (opened and closed with its site
+    state once, each task graded on it as itself); other tasks open their own, even on the same URL; a failed open
+    is the errored task's, and the next task of its group opens it again."""
+    def synthetic(site: str, n: int) -> pb.Task:
+        return pb.Task(task_id=f"synthetic/{site}/info-{n}", source=pb.TASK_SOURCE_SYNTHETIC, site=f"{site}.web.test",
+                       start_url=f"http://{site}.web.test/", instruction=f"Question {n}?")
+    tasks = [*(synthetic("shop-0000", n) for n in range(3)), synthetic("mail-0000", 0),
+             *(pb.Task(task_id=f"rubric/t{n}", source=pb.TASK_SOURCE_RUBRIC_JSON, start_url="http://a.web.test/")
+               for n in range(2))]
+    farm, judge = CountingFarm(), EchoJudge()
+    validator = Validator(farm, judge)  # type: ignore[arg-type]
+
+    async def run(ts: list[pb.Task]) -> list:
+        return await asyncio.gather(*(validator.validate(t, catalog=True, sampled=False) for t in ts))
+
+    reports = asyncio.run(run(tasks))
+    assert farm.opened == ["synthetic/shop-0000/info-0", "synthetic/mail-0000/info-0", "rubric/t0", "rubric/t1"]
+    assert all(r.error == "" and r.checks["floor"].ok and r.checks["egress"].ok for r in reports), reports
+    for t in tasks:  # doing nothing, "", "done" and the instruction, each graded as the task itself
+        assert sorted(a for task, traj, a in judge.graded if task == traj == t.task_id) == sorted(
+            ["", "", "done", t.instruction])
+    farm = validator.env = CountingFarm(fail_first=1)
+    validator._starts.clear()
+    first, second = asyncio.run(run(tasks[:1])) + asyncio.run(run(tasks[1:2]))
+    assert "the farm is down" in first.error and second.error == "" and farm.opened == [tasks[1].task_id]

@@ -54,7 +54,7 @@ import os
 import random
 import re
 import time
-from collections import defaultdict
+from collections import OrderedDict, defaultdict
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -71,13 +71,14 @@ from webenv.v1 import judge_pb2_grpc, policy_pb2, policy_pb2_grpc
 
 __all__ = ["CATALOG_EVERY", "CATALOG_SAMPLE", "CHECKS", "Check", "TaskReport", "Validator", "answer_groups",
            "append_jsonl", "draw_sample", "coverage", "given_away", "in_shard", "loaded_hosts", "read_jsonl",
-           "stratified"]
+           "start_key", "stratified"]
 
 CHECKS = ("oracle", "floor", "leak", "determinism", "egress", "isolation")
 CATALOG_EVERY = ("oracle", "floor", "leak", "egress")  # the catalog mode's checks of every task
 CATALOG_SAMPLE = ("determinism", "isolation", "random")  # and of the tasks of its sample only
 ORACLE_POLICY = "oracle"  # the policy service's policy that solves the MiniWoB++ tasks it scripts (--policy)
 MAX_SCRIPTED_STEPS = 30  # a script that has not answered by then has failed
+START_STATES_KEPT = 64  # the catalog mode's latest start-state sessions kept (the run is ordered by start_key)
 NON_ANSWERS = ("", "done")  # and the instruction echoed back: the answers that must not pass
 _SPEC = observation_spec(("axtree", "html"))
 _IDS = re.compile(r"\[[^\]\s]+\]")
@@ -169,6 +170,8 @@ class Validator:
                  policy: policy_pb2_grpc.PolicyServiceStub | None = None, scripted: Iterable[str] = ()) -> None:
         self.env, self.judge, self.seed, self.random_steps, self.timeout = env, judge, seed, random_steps, timeout
         self.policy, self.scripted = policy, frozenset(scripted)  # the policy service's oracle, the tasks it solves
+        # the catalog mode's start-state sessions, opened and closed once per start_key (the latest groups only)
+        self._starts: OrderedDict[tuple[str, ...], asyncio.Future[Episode]] = OrderedDict()
 
     def has_oracle(self, task: pb.Task) -> bool:
         """A reference solution: ``Task.oracle``, or the policy service's ``oracle`` policy's script (MiniWoB++)."""
@@ -251,35 +254,52 @@ class Validator:
         report.finished_at = round(time.time(), 2)
         return report
 
-    async def _on_start_state(self, start: _Run, text: str) -> _Run:
-        """The verdict of ``text`` answered on the start page and site state ``start`` closed with: the trajectory
-        a session answering at once gives the judge (which reads only the trajectory: pages, answer, site state),
-        without a session of its own."""
-        ep = start.episode
-        trajectory = ep.trajectory()
-        action = pb.Action(answer=pb.AnswerAction(text=text))
-        trajectory.steps.append(pb.StepRecord(step_index=1, observation=ep.observation, action=action,
-                                              action_text=format_action(action), done=True,
-                                              url_after=ep.observation.url))
-        trajectory.final_answer = text
-        return _Run(ep, await ep.evaluate(self.judge, trajectory, deadline=self.timeout))
+    async def _start_state(self, task: pb.Task) -> Episode:
+        """The start-state session of the task's group (``start_key``): opened and closed with its site state and
+        network trace once, by the first task of the group to ask; the others wait for it (so it is closed before
+        any of them takes a step). A failed one is opened again by the next task that asks."""
+        key = start_key(task)
+        fut = self._starts.get(key)
+        if fut is None or (fut.done() and (fut.cancelled() or fut.exception() is not None)):
+            fut = self._starts[key] = asyncio.ensure_future(self._closed_start(task))
+            while len(self._starts) > START_STATES_KEPT:
+                self._starts.popitem(last=False)
+        self._starts.move_to_end(key)
+        return await asyncio.shield(fut)
+
+    async def _closed_start(self, task: pb.Task) -> Episode:
+        ep = await self._open(task)
+        await ep.end()
+        return ep
+
+    async def _on_start_state(self, ep: Episode, task: pb.Task, text: str | None) -> _Run:
+        """The verdict of ``task`` on the start page and site state ``ep`` was closed with: doing nothing (``text``
+        None), or ``text`` answered at once, as one answer step (the trajectory a session answering at once gives
+        the judge, which reads only the trajectory: pages, answer, site state), without a session of its own."""
+        trajectory = ep.trajectory(task)
+        if text is not None:
+            action = pb.Action(answer=pb.AnswerAction(text=text))
+            trajectory.steps.append(pb.StepRecord(step_index=1, observation=ep.observation, action=action,
+                                                  action_text=format_action(action), done=True,
+                                                  url_after=ep.observation.url))
+            trajectory.final_answer = text
+        return _Run(ep, await ep.evaluate(self.judge, trajectory, task=task, deadline=self.timeout))
 
     async def _catalog_checks(self, task: pb.Task, report: TaskReport, sampled: bool) -> None:
         has_oracle = self.has_oracle(task)
-        # the start state (graded as doing nothing, and every non-answer on it), the oracle's session and, in the
-        # sample, a session beside it, opened together; the start state is closed before the oracle's first step,
-        # so its site state is a fresh session's whatever the oracle does
-        eps = await asyncio.gather(self._open(task), *([self._open(task)] if has_oracle else []),
-                                   *([self._open(task)] if has_oracle and sampled else []))
-        null = _Run(eps[0], await self._grade(eps[0]))
-        answered = await asyncio.gather(*(self._on_start_state(null, text) for text in (*NON_ANSWERS,
-                                                                                      task.instruction)))
+        # the start state (graded as doing nothing, and every non-answer on it: one session per start_key group),
+        # the oracle's session and, in the sample, a session beside it, opened together; the start state is closed
+        # before the oracle's first step, so its site state is a fresh session's whatever the oracle does
+        start, *eps = await asyncio.gather(self._start_state(task), *([self._open(task)] if has_oracle else []),
+                                           *([self._open(task)] if has_oracle and sampled else []))
+        null, *answered = await asyncio.gather(*(self._on_start_state(start, task, text) for text in (
+            None, *NON_ANSWERS, task.instruction)))
         runs = {"do-nothing": null, "empty answer": answered[0], "done": answered[1],
                 "the instruction echoed": answered[2]}
         first = second = rand = None
         if has_oracle:
-            await self._solve(eps[1], task)
-            first = _Run(eps[1], await self._grade(eps[1]))
+            await self._solve(eps[0], task)
+            first = _Run(eps[0], await self._grade(eps[0]))
         if sampled:
             later = await asyncio.gather(*([self._oracle(task)] if has_oracle else []), self._random(task))
             second, rand = (later[0], later[1]) if has_oracle else (None, later[0])
@@ -289,7 +309,7 @@ class Validator:
         report.checks["egress"] = _egress(task, [first, second, null, rand])
         if sampled:
             report.checks["determinism"] = _determinism(first, second, pages=len(task.oracle) > 0)
-            report.checks["isolation"] = _isolation(_Run(eps[2], await self._grade(eps[2])), null) if has_oracle \
+            report.checks["isolation"] = _isolation(_Run(eps[1], await self._grade(eps[1])), null) if has_oracle \
                 else Check(None, "no reference solution changes the site's state")
 
     def _verdicts(self, task: pb.Task, report: TaskReport, first: _Run | None, runs: dict[str, _Run],
@@ -448,6 +468,16 @@ def draw_sample(tasks: list[pb.Task], per_group: int, rate: float, seed: int) ->
     ordered = sorted(tasks, key=lambda t: t.task_id)  # the same draw whatever order the catalog lists them in
     ids = {t.task_id for t in stratified(ordered, per_group, seed)} if per_group else set()
     return ids | {t.task_id for t in tasks if _unit(f"{seed}/{t.task_id}") < rate}
+
+
+def start_key(task: pb.Task) -> tuple[str, ...]:
+    """The tasks whose start-state session is one and the same: a synthetic task's session is its site's state
+    reset (``ResetSiteState`` of ``task.site``) and its start URL loaded with the validator's seed, nothing of the
+    task besides (the farm's ``SyntheticAdapter``), so the tasks of one site and start URL share it; any other task
+    (MiniWoB++ episodes, task files, benchmarks with their own setup) has its own."""
+    if task.source == pb.TASK_SOURCE_SYNTHETIC:
+        return "synthetic", task.site, task.start_url
+    return ("task", task.task_id)
 
 
 def in_shard(task_id: str, shard: tuple[int, int]) -> bool:

@@ -103,6 +103,13 @@ class Episode:
         Raises the typed ``EPISODE_INTERRUPTED`` error for an interrupted episode, the judge's own error when it
         fails: never a verdict of a trajectory cut short."""
         assert self.task is not None, "grading needs the task (its rubric is what the judge grades)"
+        await self.end()
+        return await self.evaluate(judge, self.trajectory(), deadline=deadline)
+
+    async def end(self) -> None:
+        """Close the session with its evidence (site state), network trace and environment reward, for the judge
+        (`grade`; ``webenv validate`` grades one start-state session for many tasks of a site). Raises the typed
+        ``EPISODE_INTERRUPTED`` error for an interrupted episode or evidence that cannot be read."""
         if self.error is not None:
             await self.close()
             raise interrupted(self.error, self.session_id)
@@ -120,23 +127,26 @@ class Episode:
         self.evidence = closed.site_state_json
         self.env_reward = closed.env_reward
         self.network_events = list(closed.network_events)
-        return await self.evaluate(judge, self.trajectory(), deadline=deadline)
 
-    def trajectory(self) -> common_pb2.Trajectory:
+    def trajectory(self, task: common_pb2.Task | None = None) -> common_pb2.Trajectory:
         """The trajectory the judge grades: the steps so far, and the evidence and trace once ``grade`` closed the
-        session (``webenv validate`` grades non-answers as one more answer step on a start state's trajectory)."""
-        assert self.task is not None
+        session (``webenv validate`` grades non-answers as one more answer step on a start state's trajectory, of
+        ``task``: another task opened on the same start state)."""
+        task = task or self.task
+        assert task is not None
         return common_pb2.Trajectory(
-            episode_id=self.session_id, task_id=self.task.task_id, steps=self.records,
+            episode_id=self.session_id, task_id=task.task_id, steps=self.records,
             final_observation=self.observation, final_answer=self.answer, site_state_json=self.evidence,
-            env_reward=self.env_reward, env_kind=self.opened.session.env_kind, category=self.task.category,
+            env_reward=self.env_reward, env_kind=self.opened.session.env_kind, category=task.category,
             network_events=self.network_events)
 
     async def evaluate(self, judge: judge_pb2_grpc.JudgeServiceStub, trajectory: common_pb2.Trajectory, *,
-                       deadline: float = 60.0) -> common_pb2.Verdict:
-        """The judge's verdict of a trajectory of this episode's task (its own failure raised typed)."""
-        assert self.task is not None
-        request = judge_pb2.EvaluateRequest(task=self.task, trajectory=trajectory,
+                       task: common_pb2.Task | None = None, deadline: float = 60.0) -> common_pb2.Verdict:
+        """The judge's verdict of a trajectory of this episode's task, or of ``task`` (its own failure raised
+        typed)."""
+        task = task or self.task
+        assert task is not None
+        request = judge_pb2.EvaluateRequest(task=task, trajectory=trajectory,
                                             options=judge_pb2.JudgeOptions(allow_llm=True))
         try:
             return (await judge.Evaluate(request, timeout=deadline)).verdict

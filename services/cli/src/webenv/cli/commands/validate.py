@@ -34,6 +34,7 @@ from webenv.cli.validation import (
     draw_sample,
     in_shard,
     read_jsonl,
+    start_key,
     stratified,
 )
 from webenv.client import EnvironmentClient, make_channel
@@ -255,6 +256,9 @@ def validate(
     if not selected and not done:
         console.print("[red]error[/red] no task matches", highlight=False)
         raise typer.Exit(1)
+    if catalog:  # the tasks of one start state one after another: its session is opened once for them all
+        groups: dict[tuple[str, ...], int] = {}
+        selected.sort(key=lambda t: groups.setdefault(start_key(t), len(groups)))
     mode = (f"catalog mode, {sum(t.task_id in checked for t in selected)} of them in the sample" if catalog
             else "every check")
     console.print(f"validating {len(selected)} of {len(tasks)} selected tasks ({mode}; "
