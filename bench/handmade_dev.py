@@ -5,7 +5,8 @@ with where each episode went wrong: the design loop for the hand-made suite that
 evaluates each version with the loop's own code (`Loop.evaluate_handmade`: the run's seed, step caps and concurrency,
 one episode per task; the same tasks for every version) and stores each episode (``<out>/<label>/<task>.pb``).
 ``diagnose`` reads them back offline with this checkout's proposer and the checkpoint's own scorer: success, steps,
-how it ended, and for an information task whether a page it saw offered an answer candidate the rubric accepts (the
+how it ended, whether it was ever on the page the oracle ended on (``<out>/oracle-before``), and for an
+information task whether a page it saw offered an answer candidate the rubric accepts (the
 fact reader's side) and, where one was offered, the rank the scorer gave it (the ranker's side).
 
     python bench/handmade_dev.py run --data-dir /tmp/hdev --run bench/results/learning/builders-f2/seed1 \\
@@ -60,8 +61,15 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def diagnose_episode(ep: collector_pb2.StoredEpisode, scorer) -> dict:
-    """One episode: how it ended, and for information tasks the answer side (reached / offered / ranked)."""
+def _page(url: str) -> str:
+    """A URL's host and path, the page an answer or a navigation goal is on (``/`` as ``/index.html``)."""
+    page = url.split("//")[-1].split("?")[0].split("#")[0]
+    return page + "index.html" if page.endswith("/") else page
+
+
+def diagnose_episode(ep: collector_pb2.StoredEpisode, scorer, goal: str = "") -> dict:
+    """One episode: how it ended, whether it was ever on ``goal`` (the page the oracle ended on), and for information
+    tasks the answer side (an accepted answer candidate offered on some page; the best rank the scorer gave it)."""
     from webenv.agent.steps import accepted_answers, episode_steps
 
     steps = list(episode_steps(ep))
@@ -71,7 +79,10 @@ def diagnose_episode(ep: collector_pb2.StoredEpisode, scorer) -> dict:
     row = {"task": ep.task.task_id, "kind": common_pb2.TaskKind.Name(ep.task.kind)[10:].lower(),
            "passed": ep.passed, "steps": len(steps), "truncated": ep.truncated,
            "final": final, "said": said[:120], "urls": [s.url_after.split("//")[-1][:80] for s in ep.trajectory.steps],
-           "instruction": ep.task.instruction}
+           "instruction": ep.task.instruction, "goal": goal,
+           "on_goal": bool(goal) and any(_page(s.observation.url) == goal for s in ep.trajectory.steps),
+           "ended_on_goal": bool(goal) and _page(ep.trajectory.final_observation.url or
+                                                 (last.observation.url if last else "")) == goal}
     if ep.task.kind == common_pb2.TASK_KIND_INFORMATION:
         offered, best = -1, None
         for st in steps:
@@ -97,17 +108,22 @@ def diagnose_episode(ep: collector_pb2.StoredEpisode, scorer) -> dict:
 def diagnose(args: argparse.Namespace) -> int:
     from webenv.agent.scorer import Scorer, load
 
+    goals = {}  # task -> the page the oracle's episode ended on
+    for f in (args.out / "oracle-before").glob("*.pb"):
+        ep = collector_pb2.StoredEpisode.FromString(f.read_bytes())
+        goals[ep.task.task_id] = _page(ep.trajectory.final_observation.url or ep.trajectory.steps[-1].observation.url)
     rows = {}
     for folder in sorted(p for p in args.out.iterdir() if p.is_dir()):
         version = folder.name.split("-")[0]
         ck = args.checkpoints / version.replace("agent", "v")
         scorer = Scorer(load(ck)) if ck.is_dir() else None
-        rows[folder.name] = [diagnose_episode(collector_pb2.StoredEpisode.FromString(f.read_bytes()), scorer)
-                             for f in sorted(folder.glob("*.pb"))]
+        eps = [collector_pb2.StoredEpisode.FromString(f.read_bytes()) for f in sorted(folder.glob("*.pb"))]
+        rows[folder.name] = [diagnose_episode(ep, scorer, goals.get(ep.task.task_id, "")) for ep in eps]
         ok = sum(r["passed"] for r in rows[folder.name])
         print(f"== {folder.name}: {ok}/{len(rows[folder.name])}")
         for r in rows[folder.name]:
-            extra = f" offered@{r['offered_at']} rank={r['best_rank']}" if "offered_at" in r else ""
+            extra = f" goal={'ended' if r['ended_on_goal'] else 'seen' if r['on_goal'] else 'never'}"
+            extra += f" offered@{r['offered_at']} rank={r['best_rank']}" if "offered_at" in r else ""
             print(f"  {'PASS' if r['passed'] else 'fail'} {r['task']:<40} {r['kind'][:4]} steps={r['steps']:>2} "
                   f"{r['final'] + ('/cap' if r['truncated'] else ''):<12} {r['said'][:50]!r}{extra}\n      "
                   + " > ".join(r["urls"]))
