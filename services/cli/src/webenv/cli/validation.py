@@ -43,6 +43,21 @@ and builder, and a share of every task; the same draw in every shard), besides (
 second time (``determinism``), a session opened beside the oracle's and closed after it against the start state
 (``isolation``), and the random policy. 2 sessions and the oracle's steps a task instead of 7 sessions and twice
 the oracle's steps plus 9: 3.2 times the tasks a minute on the same tasks (bench/results/validate.md).
+
+The start-state session is one per group of tasks with the same start state (``start_key``): a synthetic task's
+session is its site's state reset and its start URL loaded with the run's seed, nothing of the task besides (the
+farm's ``SyntheticAdapter``), and the 21 tasks of a site share site and start URL. The first task of a group opens
+it and closes it with its site state and network trace; every task of the group waits for that close before its
+oracle's first step and is graded on it as itself (the judge reads only the trajectory); the run is ordered by
+``start_key``, so a group's tasks come together (``START_STATES_KEPT`` latest groups are kept). The sites are
+deterministic: two fresh sessions of one site show the same start page and site state, which the sample checks
+(``determinism`` compares the oracle's pages from the start page on; ``isolation`` compares a fresh session's site
+state with the shared start state). Measured where a catalog-mode task's time went first (84 tasks of 4 whole
+sites at ``--concurrency 4``, bench/results/validate.md): 2 opens (2.3-3.5 s each, in parallel), 7.9 oracle steps
+(0.8-1.1 s each: action, settle, observe on the farm), 2 closes (0.15-0.34 s), the judge 0.01 s a verdict; 1.9
+CPU-s a task, Chromium's most of it. So a synthetic task now opens 1 session (and 1/21 of its site's start state):
+half the opens and closes, 1.39 times the tasks a minute on the same tasks at the same concurrency (18% less CPU a
+task); what is left is the oracle's own session and steps, the check itself.
 """
 
 from __future__ import annotations

@@ -203,8 +203,8 @@ def validate(
     limit: int = typer.Option(0, min=0, help="At most this many tasks in all (0 = no limit)."),
     catalog: bool = typer.Option(False, "--catalog", help="The cheap mode for the whole catalog: oracle, floor, leak "
                                  "and egress on every task (one oracle session; the non-answers graded on one "
-                                 "start-state session), determinism, isolation and random on a sample "
-                                 "(--check-sample, --check-rate)."),
+                                 "start-state session per site and start URL), determinism, isolation and random on "
+                                 "a sample (--check-sample, --check-rate)."),
     check_sample: int = typer.Option(10, min=0, help="--catalog: tasks of each source, kind and builder in the "
                                                      "sample (drawn with --seed)."),
     check_rate: float = typer.Option(0.01, min=0.0, max=1.0, help="--catalog: and this share of all the selected "
