@@ -189,3 +189,10 @@ def test_features_3_see_the_heading_the_instruction_names_and_features_2_do_not(
         done = [next(t for t, c in zip(f.candidate_features(p, propose(p))[0], propose(p), strict=True)
                      if c.answer_type == "done") for p in pages]
         assert (sorted(done[0]) == sorted(done[1])) is alike, f"features {version}"
+
+
+def test_a_sentence_led_by_a_preposition_and_a_number_is_no_label():
+    nodes = parse_axtree('[1] paragraph ""\n\tStaticText "Last entry is 45 minutes before closing. On 24 and 31 '
+                         'December we close at 16:00. Replies 42."')
+    facts = page_facts(nodes)
+    assert ("On", "24") not in facts and ("Replies", "42") in facts
