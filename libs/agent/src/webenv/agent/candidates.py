@@ -144,10 +144,10 @@ def instruction_values(instruction: str) -> list[str]:
 def asks_question(instruction: str) -> bool:
     """Whether the instruction ends with a question mark: a task that asks for an answer, so "done" is not one.
 
-    Of the distinct tasks of the stored oracle episodes of the train and validation builders (.webenv/areach,
-    rank-train, rank-val, reach-final: 220 information, 267 navigation and transaction), 50 information tasks end with
-    "?" and no other does (`Could you book ...?` goes on with the booking's details); all 17 of handmade_dev's
-    information tasks do. The features-2 seed-1 checkpoints answered "done" to 14 (BC) and 16 (RL) of those 17
+    Of the distinct tasks of the stored oracle episodes of the train and validation builders (answer_reach's and
+    ranking's collections: 203 information, 267 navigation and transaction), 33 information tasks end with "?" and no
+    other does (`Could you book ...?` goes on with the booking's details); all 17 of handmade_dev's information tasks
+    do. The features-2 seed-1 checkpoints answered "done" to 14 (BC) and 16 (RL) of those 17
     questions after two or three clicks (bench/results/handmade-dev.md): a ranker trained where "done" ends short navigation episodes
     ranks it first on pages it does not know.
     """
