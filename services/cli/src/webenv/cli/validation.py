@@ -56,7 +56,7 @@ state with the shared start state). Measured where a catalog-mode task's time we
 sites at ``--concurrency 4``, bench/results/validate.md): 2 opens (2.3-3.5 s each, in parallel), 7.9 oracle steps
 (0.8-1.1 s each: action, settle, observe on the farm), 2 closes (0.15-0.34 s), the judge 0.01 s a verdict; 1.9
 CPU-s a task, Chromium's most of it. So a synthetic task now opens 1 session (and 1/21 of its site's start state):
-half the opens and closes, 1.39 times the tasks a minute on the same tasks at the same concurrency (18% less CPU a
+half the opens and closes, 1.39 times the tasks a minute on the same tasks at the same concurrency (19% less CPU a
 task); what is left is the oracle's own session and steps, the check itself.
 """
 
