@@ -175,22 +175,6 @@ def test_an_answer_that_only_repeats_the_instruction_is_not_proposed():
     assert "Hearth & Loaf" in either
 
 
-def test_features_3_see_the_heading_the_instruction_names_and_features_2_do_not():
-    """The page asked for, told by its heading (not its URL): under features 3 "done" on it reads differently from
-    "done" on another page; under features 2 both read alike (their default behaviour unchanged)."""
-    from webenv.agent.scorer import Featurizer, ScorerConfig
-
-    instruction = "Go to the page of the bakery's website that tells the story of how it started."
-    pages = [context(instruction, common_pb2.Observation(url=f"http://bakery.web.test/{u}.html",
-                                                         axtree=f'[1] heading "{h}"\n[2] link "Home"'), "", [], 2)
-             for u, h in (("about", "Our story"), ("menu", "Our menu"))]
-    for version, alike in ((2, True), (3, False)):
-        f = Featurizer(ScorerConfig(features=version))
-        done = [next(t for t, c in zip(f.candidate_features(p, propose(p))[0], propose(p), strict=True)
-                     if c.answer_type == "done") for p in pages]
-        assert (sorted(done[0]) == sorted(done[1])) is alike, f"features {version}"
-
-
 def test_a_sentence_led_by_a_preposition_and_a_number_is_no_label():
     nodes = parse_axtree('[1] paragraph ""\n\tStaticText "Last entry is 45 minutes before closing. On 24 and 31 '
                          'December we close at 16:00. Replies 42."')

@@ -47,8 +47,7 @@ class ScorerConfig:
     # 2: features that name no website's markup (`Featurizer`: the instruction's own strings as placeholders, no label
     # words, no URL page kind), the default since their pre-registered trial on the web of builders (validation 30.0%
     # -> 42.7% for the selected checkpoint, bench/results/learning/notes.md); 1: words as themselves (the trainer's
-    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features. 3: features
-    # 2 and how much of the page's first heading the instruction names (`_head_named`), on trial only
+    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features
     features: int = 2
 
 
@@ -66,19 +65,6 @@ def entity_words(instruction: str) -> frozenset[str]:
     one of the instruction's own strings) instead of as themselves."""
     found = [m.group(1) for m in _QUOTED.finditer(instruction)] + [m.group(0) for m in _TOKEN.finditer(instruction)]
     return frozenset(w for text in found for w in words(text) if w not in _STOP)
-
-
-def _head_named(head: str, content: Sequence[str]) -> str:
-    """Features 3: how much of the page's first heading the instruction names, by word stem ("0", "1": some, "2": at
-    least half), for the answer candidates ("done" included): that a page is the one asked for is often said by its
-    heading rather than its URL ("the page that tells the story of how the bakery started" for "Our story" at
-    /about.html). On handmade_dev the features-2 seed-1 checkpoints reached the goal page of 3-4 of its 7 navigation
-    tasks and left it (bench/results/handmade-dev.md): features 2 see the URL's words and a quoted heading only."""
-    have = {_stem(w) for w in words(head) if w not in _STOP}
-    if not have:
-        return "0"
-    named = len(have & {_stem(w) for w in content}) / len(have)
-    return "2" if named >= 0.5 else "1" if named > 0 else "0"
 
 
 def _page_kind(url: str) -> str:
@@ -161,7 +147,6 @@ class Featurizer:
         head = next((n.name.lower() for n in ctx.nodes if n.role == "heading" and n.name), "")
         head_quoted = 1.0 if head and head in quoted else 0.0
         url_bucket = f"{round(url_numbers * 2)}{round(url_content * 4)}{int(head_quoted)}"
-        head_named = _head_named(head, content) if self.version >= 3 else ""
         lands = _landmarks(ctx)
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
@@ -223,8 +208,6 @@ class Featurizer:
                             t.append(f"om:{lx(w)}")
             elif c.kind == "answer":
                 t += [f"a:{c.answer_type}", f"au:{c.answer_type}|{url_bucket}", f"al:{c.answer_type}|{last_kind}"]
-                if head_named:
-                    t.append(f"ah:{c.answer_type}|{head_named}")
                 if lexical:
                     t.append(f"ap:{c.answer_type}|{page}")
                 t += [f"ai:{c.answer_type}|{lx(w)}" for w in iw[:40]]
