@@ -75,8 +75,8 @@ def _related(label_words: Sequence[str], iset: set[str], istems4: set[str]) -> i
 
     Features 2 give a link only the words it shares with the instruction (`lm:`); on handmade_dev the features-2
     seed-1 checkpoints then walked each site's navigation bar by position whatever the task. Offline screen (BC on
-    rank-train's 216 oracle demonstrations, 8 epochs, one seed; bench/results/handmade-dev.md): oracle steps ranked
-    first on the validation builders 412 -> 429 of 633 (paths 5 -> 7 of 80), handmade_dev 5 -> 7 of 49.
+    rank-train's 216 oracle demonstrations, 8 epochs; bench/results/handmade-dev.md): oracle steps ranked first on
+    the validation builders' 633, seed 1 412 -> 429, seed 2 410 -> 408: no gain shown yet (on trial, off by default).
     """
     n = 0
     for w in label_words:
