@@ -157,21 +157,6 @@ def test_features_2_name_no_websites_markup():
         assert (f.context_tokens(a) == f.context_tokens(b)) is alike, f"features {version}: the URL's page kind"
 
 
-def test_features_3_relate_a_link_to_the_instruction_by_stem_and_synonym_and_features_2_do_not():
-    """"Prices" for "how much does it cost", "Baking classes" for "the pastry class": under features 2 such a link
-    reads like any other unnamed link; under features 3 it does not (features 2 hash exactly what they did)."""
-    from webenv.agent.scorer import Featurizer, ScorerConfig
-
-    ctx = context("How much does the pastry class cost?", common_pb2.Observation(
-        url="http://bakery.web.test/", axtree='[1] link "Prices"\n[2] link "Baking classes"\n[3] link "Visit us"\n'
-                                              '[4] link "Our story"'), "", [], 0)
-    for version, alike in ((2, True), (3, False)):
-        f = Featurizer(ScorerConfig(features=version))
-        prices, classes, visit, story = (sorted(t) for t in f.candidate_features(ctx, propose(ctx))[0][:4])
-        assert visit == story and prices == classes, f"features {version}: related links alike, unrelated alike"
-        assert (prices == visit) is alike, f"features {version}: a related link against an unrelated one"
-
-
 def test_a_question_is_answered_never_ended_with_done():
     page = obs("book")
     asked = [c.answer_type for c in propose(context("Who is the author of The Quiet Harbor? ", page, "", [], 2))]

@@ -28,7 +28,6 @@ import torch
 from torch import nn
 
 from .candidates import _QUOTED, _TOKEN, Candidate, Context, instruction_values, parse_memory, words
-from .facts import SYNONYMS
 
 N_NUMERIC = 15
 #: Words too common to carry meaning in instruction x label crosses.
@@ -48,8 +47,7 @@ class ScorerConfig:
     # 2: features that name no website's markup (`Featurizer`: the instruction's own strings as placeholders, no label
     # words, no URL page kind), the default since their pre-registered trial on the web of builders (validation 30.0%
     # -> 42.7% for the selected checkpoint, bench/results/learning/notes.md); 1: words as themselves (the trainer's
-    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features. 3: features
-    # 2 and a control's label words related to the instruction's by stem or synonym (`_related`), on trial only
+    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features
     features: int = 2
 
 
@@ -67,25 +65,6 @@ def entity_words(instruction: str) -> frozenset[str]:
     one of the instruction's own strings) instead of as themselves."""
     found = [m.group(1) for m in _QUOTED.finditer(instruction)] + [m.group(0) for m in _TOKEN.finditer(instruction)]
     return frozenset(w for text in found for w in words(text) if w not in _STOP)
-
-
-def _related(label_words: Sequence[str], iset: set[str], istems4: set[str]) -> int:
-    """Features 3: a control's label words that are not the instruction's words but related to one of them: the same
-    4-letter stem ("classes" for "class") or one group of `facts.SYNONYMS` ("Prices" for "cost").
-
-    Features 2 give a link only the words it shares with the instruction (`lm:`); on handmade_dev the features-2
-    seed-1 checkpoints then walked each site's navigation bar by position whatever the task. Offline screen (BC on
-    rank-train's 216 oracle demonstrations, 8 epochs; bench/results/handmade-dev.md): oracle steps ranked first on
-    the validation builders' 633, seed 1 412 -> 429, seed 2 410 -> 408: no gain shown yet (on trial, off by default).
-    """
-    n = 0
-    for w in label_words:
-        if w in iset or w in _STOP or len(w) < 3:
-            continue
-        base = w[:-1] if w.endswith("s") else w
-        if w[:4] in istems4 or any((w in g or base in g) and g & iset for g in SYNONYMS):
-            n += 1
-    return n
 
 
 def _page_kind(url: str) -> str:
@@ -172,7 +151,6 @@ class Featurizer:
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
         lx = self._lex(instr)
-        istems4 = {w[:4] for w in iw if len(w) > 3 and w not in _STOP}
         lexical = self.version < 2  # a label's own words, crossed with the instruction's, and the URL's page kind
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
@@ -191,8 +169,6 @@ class Featurizer:
             if lexical:
                 t += [f"l:{w}" for w in lw]
             t += [f"lm:{lx(w)}" for w in lw if w in iset]
-            if self.version >= 3 and c.kind in ("click", "select"):
-                t.append(f"ls:{c.kind}|{min(_related(lw, iset, istems4), 2)}")
             if c.kind != "answer" and lexical:
                 t += [f"il:{w}|{x}" for w in content for x in lw[:4] if x not in _STOP]
             t += [f"pre:{p}|{c.kind}" for p in prefix]
