@@ -231,3 +231,24 @@ def test_the_catalog_mode_opens_one_start_state_per_site_and_start_url() -> None
     validator._starts.clear()
     first, second = asyncio.run(run(tasks[:1])) + asyncio.run(run(tasks[1:2]))
     assert "the farm is down" in first.error and second.error == "" and farm.opened == [tasks[1].task_id]
+
+
+def test_an_oracle_that_fails_after_a_timed_out_step_is_errored_not_failed() -> None:
+    """A verdict after a step that ran out of time on a loaded farm is the machine's: the task is errored (typed,
+    run again by --resume); an oracle that fails with no timeout stays failed, its step errors in the why."""
+    from types import SimpleNamespace
+
+    from webenv.cli.validation import TaskReport, _Run
+
+    def run(error: str) -> _Run:
+        records = [SimpleNamespace(step_index=0, last_action_error=""), SimpleNamespace(step_index=1, last_action_error=error)]
+        return _Run(SimpleNamespace(records=records), pb.Verdict(passed=False, score=0.0))  # type: ignore[arg-type]
+
+    nothing = {"none": _Run(SimpleNamespace(records=[]), pb.Verdict(passed=False, score=0.0))}  # type: ignore[arg-type]
+    validator = Validator(CountingFarm(), EchoJudge())  # type: ignore[arg-type]
+    task = pb.Task(task_id="synthetic/shop-0011/tx-0")
+    late, wrong = (TaskReport(task.task_id, "synthetic", "transaction", "classic") for _ in range(2))
+    validator._verdicts(task, late, run("fill failed: ElementHandle.fill: Timeout 5000ms exceeded."), nothing, None)
+    validator._verdicts(task, wrong, run(""), nothing, None)
+    assert late.status == "errored" and "step 1: fill failed" in late.error
+    assert wrong.status == "failed" and "no step failed" in wrong.checks["oracle"].why
