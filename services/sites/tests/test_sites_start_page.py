@@ -11,7 +11,7 @@ from webenv.answers import answer_groups, given_away, normalize
 from webenv.sites import builders
 from webenv.sites.catalog import Site, SiteCatalog
 from webenv.sites.state import StateStore
-from webenv.sites.tasks import TaskFactory
+from webenv.sites.tasks import TaskFactory, site_tasks
 from webenv.sites.web import SitesApp
 from webenv.v1 import common_pb2 as pb
 
@@ -79,3 +79,19 @@ async def test_no_information_task_of_any_builder_is_answered_by_its_start_page(
     for site, text in zip(world.sites.sites, texts, strict=True):
         for task in (t for t in tasks if t.site == site.host):
             assert given_away(answer_groups(task), text) is None, (task.task_id, given_away(answer_groups(task), text))
+
+
+def test_no_information_task_is_answered_by_echoing_its_instruction() -> None:
+    """The five tasks whose answer (a one-digit count) was in their instruction's password, so the instruction echoed
+    back passed a substring criterion (`mail-0014/info-0`: "0" attachments after "falcon-1006"), ask for another
+    attribute: no fact group's substring criteria are all inside the instruction."""
+    catalog = SiteCatalog(1000, seed=0, builders=builders.splits())
+    for n in ("0014", "0057", "0080", "0083", "0098"):
+        site = catalog.get(f"mail-{n}.web.test")
+        assert site is not None
+        for task in site_tasks(site):
+            said = task.instruction.lower()
+            for group in task.rubric.groups:
+                crits = [f.criterion.answer for f in group.facts]
+                assert not all(c.mode == pb.MATCH_MODE_CONTAINS and c.expected.lower() in said for c in crits), \
+                    f"{task.task_id}: the instruction holds {[c.expected for c in crits]}"
