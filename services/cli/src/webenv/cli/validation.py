@@ -376,9 +376,14 @@ def _moves(run: _Run | None) -> int:
     return sum(r.action.WhichOneof("kind") != "answer" for r in run.episode.records) if run else 0
 
 
+def _failed_steps(run: _Run, *, timed_out: bool = False) -> list[str]:
+    """The run's steps whose action failed on the farm (``timed_out``: ran out of time, "Timeout 5000ms exceeded")."""
+    return [f"step {r.step_index}: {r.last_action_error[:120]}" for r in run.episode.records if r.last_action_error
+            and (not timed_out or ("Timeout" in r.last_action_error and "exceeded" in r.last_action_error))]
+
+
 def _step_errors(run: _Run) -> str:
-    errs = [f"step {r.step_index}: {r.last_action_error[:120]}" for r in run.episode.records if r.last_action_error]
-    return "; ".join(errs[:2]) or "no step failed"
+    return "; ".join(_failed_steps(run)[:2]) or "no step failed"
 
 
 def _timed_out(run: _Run) -> str:
@@ -386,9 +391,7 @@ def _timed_out(run: _Run) -> str:
     whole-catalog run: at load average 40-55 on 2 cores, 16 of 3,323 tasks' oracles failed this way or left a
     transaction's record unsaved, and all 16 passed when run again at load 9; a verdict after a timed-out step is the
     machine's, not the task's, so such a task is errored (typed; `--resume` runs it again), never failed."""
-    late = [f"step {r.step_index}: {r.last_action_error[:120]}" for r in run.episode.records
-            if "Timeout" in r.last_action_error and "exceeded" in r.last_action_error]
-    return "; ".join(late[:2])
+    return "; ".join(_failed_steps(run, timed_out=True)[:2])
 
 
 def _leak(task: pb.Task, pages: list[pb.Observation], moves: int) -> Check:

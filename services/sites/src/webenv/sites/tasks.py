@@ -245,6 +245,11 @@ class TaskFactory:
             said += f" {self.user.username} {self.user.password}".lower()
         return bool(values) and all(v.lower() in said for v in values)
 
+    def answered_early(self, item: Item, values: list[str]) -> bool:
+        """Whether a task asking for these values of the item is answered before its first step: by its start page
+        (`shown`) or by its own instruction echoed back (`echoed`)."""
+        return self.shown(values) or self.echoed(item, values)
+
     def pick_attrs(self, rng: random.Random, item: Item, n_attrs: int) -> list[tuple[str, str]]:
         """n attributes of the item to ask for, not all of them read off its title."""
         attrs = rng.sample(self.attributes(item), n_attrs)
@@ -258,7 +263,7 @@ class TaskFactory:
         """For attributes the start page shows all of: the same with one swapped for an attribute of the item that
         neither the start page nor the title shows, else another item (not one of `taken`) and attributes of it."""
         spare = [a for a in self.attributes(item) if a not in attrs and a[1].lower() not in item.title.lower()
-                 and not self.shown([a[1]]) and not self.echoed(item, [a[1]])]
+                 and not self.answered_early(item, [a[1]])]
         if spare:  # one long enough for the leak check to judge (a rating, "4.5", is on any page) when there is one
             checked = [a for a in spare if len(normalize(a[1])) >= MIN_ANSWER_CHARS]
             attrs = list(attrs)
@@ -268,7 +273,7 @@ class TaskFactory:
         for other in rng.sample(self.site.items, len(self.site.items)):
             if other.id not in ids:
                 attrs = self.pick_attrs(rng, other, len(attrs))
-                if not self.shown([v for _, v in attrs]) and not self.echoed(other, [v for _, v in attrs]):
+                if not self.answered_early(other, [v for _, v in attrs]):
                     return other, attrs
         raise ValueError(f"{self.site.host}: the start page shows every item's attributes")
 
@@ -321,7 +326,7 @@ class TaskFactory:
         for k, item in enumerate(items):
             attrs = self.pick_attrs(rng, item, n_attrs)
             values = [value for _, value in attrs]
-            if self.shown(values) or self.echoed(item, values):  # answered before a step: ask for what is not
+            if self.answered_early(item, values):  # answered before a step: ask for what is not
                 item, attrs = self.unshown(rng, item, attrs, items)
                 items[k] = item
             what = _join([f"the {label}" for label, _ in attrs])
