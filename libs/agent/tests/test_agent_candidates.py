@@ -205,46 +205,10 @@ def _features_digest(version: int) -> str:
     return hashlib.sha256(json.dumps(acc).encode()).hexdigest()[:16]
 
 
-def test_features_1_and_2_hash_as_before_features_3():
-    """Features 1 and 2 of click, fill, select and answer candidates are the ones hashed before features 3 (the
-    frozen encoder's similarity) were added: digests computed on the code before that change."""
+def test_features_1_and_2_hash_as_pinned():
+    """Features 1 and 2 of click, fill, select and answer candidates hash as they did when pinned (digests computed
+    at bb63369, before the frozen encoder's similarity was screened as features 3 and removed): a new feature
+    version must leave them alone."""
     assert _features_digest(1) == "eb773b78e002c5bb"
     assert _features_digest(2) == "1471baa1dfc117ea"
 
-
-def test_features_3_are_features_2_with_the_similarity(monkeypatch, tmp_path):
-    """Features 3 = features 2's tokens plus one ``cos:{kind}|{bucket}`` token a candidate, and their numerics plus
-    the cosine; the model's input follows the config, and a checkpoint keeps features 3 (a stub stands in for the
-    sentence encoder)."""
-    import hashlib
-
-    import torch
-    from webenv.agent import scorer as lib
-
-    def fake(texts):
-        vecs = [torch.tensor([b - 127.5 for b in hashlib.sha256(t.encode()).digest()]) if t else torch.zeros(32)
-                for t in texts]
-        return torch.nn.functional.normalize(torch.stack(vecs), dim=1)
-
-    monkeypatch.setattr(lib, "_EMBEDDER", fake)
-    instr, url, page, hist, step = _PAGES_OF_ALL_KINDS[1]
-    ctx = context(instr, common_pb2.Observation(url=url, axtree=(PAGES / page).read_text()), "", hist, step)
-    cands = propose(ctx)
-    t2, n2 = lib.Featurizer(lib.ScorerConfig(features=2)).candidate_features(ctx, cands)
-    f3 = lib.Featurizer(lib.ScorerConfig(features=3))
-    t3, n3 = f3.candidate_features(ctx, cands)
-    cos = f3.similarity(ctx.instruction, cands)
-    assert f3.context_tokens(ctx) == lib.Featurizer(lib.ScorerConfig(features=2)).context_tokens(ctx)
-    for c, a, b, x, y, s in zip(cands, t2, t3, n2, n3, cos, strict=True):
-        assert b[:-1] == a and len(b) == len(a) + 1, c.text
-        assert y == [*x, s] and len(y) == lib.n_numeric(lib.ScorerConfig(features=3)) == lib.N_NUMERIC + 1
-        assert -1.0 - 1e-6 <= s <= 1.0 + 1e-6 and (s == 0.0 or lib.similarity_text(c))
-    assert lib.n_numeric(lib.ScorerConfig(features=2)) == lib.n_numeric(lib.ScorerConfig(features=1)) == lib.N_NUMERIC
-    for version in (1, 2, 3):
-        model = lib.ScorerModel(lib.ScorerConfig(features=version))
-        assert model.mlp[0].in_features == 3 * model.config.dim + lib.n_numeric(model.config)
-    model = lib.ScorerModel(lib.ScorerConfig(features=3))
-    lib.save(model, tmp_path)
-    scorer = lib.Scorer(lib.load(tmp_path))
-    assert scorer.model.config.features == 3
-    assert len(scorer.log_probs(ctx, cands)) == len(cands)

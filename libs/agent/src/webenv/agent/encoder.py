@@ -131,59 +131,6 @@ def base_model_path(configured: str | os.PathLike = "") -> Path:
     return dest
 
 
-def load_base(path: Path):
-    """The tokenizer and the encoder of a local Hugging Face folder (never downloaded)."""
-    from transformers import AutoModel, AutoTokenizer
-
-    return (AutoTokenizer.from_pretrained(path, local_files_only=True),
-            AutoModel.from_pretrained(path, local_files_only=True))
-
-
-def mean_pool(h: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
-    """Mean of the token states ``h`` [texts, tokens, dim] over the tokens ``mask`` [texts, tokens] keeps."""
-    return (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp_min(1.0)
-
-
-class FrozenEmbedder:
-    """The base encoder, frozen (never fine-tuned): unit-length mean-pooled embeddings, cached by text (LRU).
-
-    The hashed scorer's features 3 read its cosines (`webenv.agent.scorer`); texts repeat across a site's steps, so
-    after a page's first visit a step costs dictionary look-ups."""
-
-    def __init__(self, base: str | os.PathLike = "", max_len: int = 64, cache_size: int = MAX_CACHED_EMBEDDINGS):
-        self.tokenizer, self.encoder = load_base(base_model_path(base))
-        self.encoder.eval()
-        self.max_len = max_len
-        self.cache_size = cache_size
-        self._cache: OrderedDict[str, torch.Tensor] = OrderedDict()
-        self._lock = threading.Lock()
-
-    @torch.no_grad()
-    def __call__(self, texts: Sequence[str]) -> torch.Tensor:
-        """Embeddings [len(texts), dim] of unit length (an empty text: zeros)."""
-        with self._lock:
-            missing = [t for t in dict.fromkeys(texts) if t and t not in self._cache]
-            missing.sort(key=len)
-            for i in range(0, len(missing), 64):
-                chunk = missing[i:i + 64]
-                b = self.tokenizer(chunk, padding=True, truncation=True, max_length=self.max_len, return_tensors="pt")
-                h = self.encoder(**b).last_hidden_state
-                vec = nn.functional.normalize(mean_pool(h, b["attention_mask"].float()), dim=1)
-                for t, v in zip(chunk, vec, strict=True):
-                    self._cache[t] = v.clone()
-            dim = self.encoder.config.hidden_size
-            out = []
-            for t in texts:
-                if t:
-                    self._cache.move_to_end(t)
-                    out.append(self._cache[t])
-                else:
-                    out.append(torch.zeros(dim))
-            while len(self._cache) > self.cache_size:
-                self._cache.popitem(last=False)
-            return torch.stack(out) if out else torch.zeros(0, dim)
-
-
 # -- texts --------------------------------------------------------------------------------------------------------
 def _region(land: str) -> str:
     where, _, li = land.partition("|")
@@ -246,8 +193,11 @@ class EncoderModel(nn.Module):
 
     def __init__(self, config: EncoderConfig, path: Path) -> None:
         super().__init__()
+        from transformers import AutoModel, AutoTokenizer
+
         self.config = config
-        self.tokenizer, self.encoder = load_base(path)
+        self.tokenizer = AutoTokenizer.from_pretrained(path, local_files_only=True)
+        self.encoder = AutoModel.from_pretrained(path, local_files_only=True)
         inner = getattr(self.encoder, "encoder", None)
         if not hasattr(self.encoder, "embeddings") or not hasattr(inner, "layer"):
             raise errors.FailedPrecondition(f"{BASE_ENV}: {str(path)[:200]} is not a BERT-family encoder "
@@ -342,7 +292,7 @@ class EncoderModel(nn.Module):
             ext = _additive(mask)
             for layer in top:
                 h = _layer(layer, h, ext)
-            vec = mean_pool(h, mask)
+            vec = (h * mask[..., None]).sum(1) / mask.sum(1, keepdim=True).clamp_min(1.0)
             for j, t in enumerate(chunk):
                 pooled[t] = vec[j]
         if caching:

@@ -29,9 +29,7 @@ from torch import nn
 
 from .candidates import _QUOTED, _TOKEN, Candidate, Context, instruction_values, parse_memory, words
 
-N_NUMERIC = 15  # numeric features of features 1 and 2; features 3 add one (`n_numeric`)
-#: Features 3: bucket edges of the frozen sentence encoder's instruction-candidate cosine (`cos:{kind}|{bucket}`).
-COS_EDGES = (0.1, 0.2, 0.3, 0.45)
+N_NUMERIC = 15
 #: Words too common to carry meaning in instruction x label crosses.
 _STOP = frozenset("a an the of on in to and or for with by at from as is are be it its this that your you i me "
                   "my what which who how all any some then first".split())
@@ -49,41 +47,8 @@ class ScorerConfig:
     # 2: features that name no website's markup (`Featurizer`: the instruction's own strings as placeholders, no label
     # words, no URL page kind), the default since their pre-registered trial on the web of builders (validation 30.0%
     # -> 42.7% for the selected checkpoint, bench/results/learning/notes.md); 1: words as themselves (the trainer's
-    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features. 3: on
-    # screen (bench/ranking.py only), features 2 and the frozen all-MiniLM-L6-v2 cosine of the instruction and each
-    # candidate's text (one more numeric feature and a bucketed token; `Featurizer.similarity`)
+    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features
     features: int = 2
-
-
-def n_numeric(config: ScorerConfig) -> int:
-    """Numeric features per candidate under the config's features (the MLP's input follows it)."""
-    return N_NUMERIC + (1 if config.features >= 3 else 0)
-
-
-_EMBEDDER = None
-
-
-def _embedder():
-    """The frozen base sentence encoder of `webenv.agent.encoder` (loaded once per process, shared cache)."""
-    global _EMBEDDER
-    if _EMBEDDER is None:
-        from .encoder import FrozenEmbedder
-
-        _EMBEDDER = FrozenEmbedder()
-    return _EMBEDDER
-
-
-def similarity_text(c: Candidate) -> str:
-    """What features 3 compare with the instruction: a control's label or link text, a fill's or a select's value
-    with the field's label, an answer's value."""
-    label = c.node.name if c.node is not None else ""
-    if c.kind in ("fill", "select"):
-        return f"{c.value} {label}".strip()
-    if c.kind == "answer":
-        return c.value.strip()
-    if c.kind == "back":
-        return ""
-    return label.strip()
 
 
 def _h(token: str, buckets: int) -> int:
@@ -134,13 +99,6 @@ class Featurizer:
     def __init__(self, config: ScorerConfig) -> None:
         self.buckets = config.buckets
         self.version = config.features
-
-    def similarity(self, instruction: str, cands: Sequence[Candidate]) -> list[float]:
-        """Features 3: cosine of the instruction and each candidate's `similarity_text` under the frozen encoder
-        (0 for a candidate with no text)."""
-        texts = [similarity_text(c) for c in cands]
-        emb = _embedder()([instruction.strip(), *texts])
-        return [float(x) if t else 0.0 for t, x in zip(texts, emb[1:] @ emb[0], strict=True)]
 
     def _lex(self, instruction: str):
         """The word as hashed: itself, or ``@q`` under features 2 when it is one of the instruction's own strings."""
@@ -194,10 +152,9 @@ class Featurizer:
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
         lx = self._lex(instr)
         lexical = self.version < 2  # a label's own words, crossed with the instruction's, and the URL's page kind
-        cos = self.similarity(instr, cands) if self.version >= 3 else []
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
-        for ci, c in enumerate(cands):
+        for c in cands:
             node = c.node
             role = node.role if node else "-"
             label = node.name if node else c.label
@@ -262,8 +219,6 @@ class Featurizer:
                 t.append(f"done:{c.kind}")
             if node is not None and node.element_id in acted_ids:
                 t.append(f"acted:{c.kind}")
-            if self.version >= 3:
-                t.append(f"cos:{c.kind}|{sum(cos[ci] >= e for e in COS_EDGES) if similarity_text(c) else '-'}")
             tokens.append([_h(x, self.buckets) for x in t])
             nums.append([
                 overlap, exact_q, value_q, value_pos, already, opt_overlap, n_report,
@@ -272,7 +227,7 @@ class Featurizer:
                 1.0 if c.kind == "answer" and c.answer_type == "report" and c.value else 0.0,
                 url_numbers if c.kind == "answer" else 0.0, url_content if c.kind == "answer" else 0.0,
                 head_quoted if c.kind == "answer" else 0.0,
-            ] + ([cos[ci]] if self.version >= 3 else []))
+            ])
         return tokens, nums
 
 
@@ -288,7 +243,7 @@ class ScorerModel(nn.Module):
         nn.init.normal_(self.cand.weight, std=0.1)
         nn.init.normal_(self.ctx.weight, std=0.1)
         self.mlp = nn.Sequential(
-            nn.Linear(3 * config.dim + n_numeric(config), config.hidden), nn.ReLU(),
+            nn.Linear(3 * config.dim + N_NUMERIC, config.hidden), nn.ReLU(),
             nn.Linear(config.hidden, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 1),
         )
 
