@@ -94,6 +94,9 @@ async def test_coordinate_actions(env, page_server):
 async def test_page_navigation_and_scroll(env, page_server, eid):
     o = await env.open(start_url=page_server.url("basic"), formats=[F.OBSERVATION_FORMAT_AXTREE])
     sid = o.session.session_id
+    r = await env.step(sid, "go_back()")  # the start page: the tab's blank first entry is no page to go back to
+    assert r.observation.last_action_error == "go_back: no history entry"
+    assert r.observation.url == o.observation.url and r.observation.axtree == o.observation.axtree
     r = await env.step(sid, "scroll(0, 500)")
     assert r.observation.scroll.y == pytest.approx(500, abs=2)
     assert r.observation.scroll.scroll_height > 2000

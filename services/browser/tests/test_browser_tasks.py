@@ -52,6 +52,32 @@ async def test_miniwob_wrong_answer_gets_negative_reward(env, farm):
     await env.close(sid)
 
 
+def untimed(axtree: str) -> list[str]:
+    """The axtree's lines but the countdown's ("9 / 10sec")."""
+    return [line for line in axtree.splitlines() if not re.search(r"\d+ / \d+sec", line)]
+
+
+@pytest.mark.parametrize("name", ["click-test", "ascending-numbers"])
+async def test_miniwob_go_back_on_the_task_page_keeps_the_episode(env, farm, name):
+    """go_back on the task page is "no history entry" and the page stays as it was. It used to go back to the tab's
+    first entry, about:blank: an empty page, the episode (in the task page's JavaScript) gone and never done, which
+    the checkpoint policies then refused (an errored episode)."""
+    r = await env.open(task=miniwob_task(name), seed=2)
+    sid = r.session.session_id
+    for _ in range(2):
+        back = await env.step(sid, "go_back()")
+        assert back.observation.last_action_error == "go_back: no history entry"
+        assert back.observation.url == r.observation.url and not back.done
+        assert untimed(back.observation.axtree) == untimed(r.observation.axtree) != []
+    if name == "click-test":  # the episode goes on and ends with its reward
+        step = await env.step(sid, 'click("#subbtn")')
+        assert step.done and step.raw_reward == 1.0
+        closed = await env.close(sid)
+        assert closed.env_reward == 1.0
+    else:
+        await env.close(sid)
+
+
 class SiteState(task_pb2_grpc.TaskServiceServicer):
     """A TaskService holding state per site session, served on a real channel for the adapter to call."""
 

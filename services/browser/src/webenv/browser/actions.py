@@ -326,8 +326,18 @@ async def _navigate(session: BrowserSession, msg: Any, step: _Step) -> ActionOut
 
 
 async def _history(session: BrowserSession, msg: Any, step: _Step) -> ActionOutcome:
-    """go_back, go_forward."""
+    """go_back, go_forward.
+
+    A tab's history starts with the about:blank page it was made with, before the session's start URL; that entry
+    is no page of the session (fork.py drops it too), so going back to it is "no history entry" and the page stays:
+    leaving a MiniWoB++ task page for it would lose the episode, which lives in that page's JavaScript, and leave an
+    empty page that is not done.
+    """
     page = session.page
+    if step.kind == "go_back":
+        nav = await (await session.cdp()).send("Page.getNavigationHistory")
+        if all(e.get("url") in ("about:blank", "") for e in nav["entries"][:nav["currentIndex"]]):
+            return ActionOutcome(error="go_back: no history entry")
     fn = page.go_back if step.kind == "go_back" else page.go_forward
     resp = await fn(wait_until="domcontentloaded", timeout=step.nav_timeout_ms)
     if resp is None and page.url in ("about:blank", ""):
