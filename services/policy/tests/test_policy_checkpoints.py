@@ -14,7 +14,7 @@ from webenv.agent import checkpoints
 from webenv.agent import scorer as lib
 from webenv.agent.candidates import context, propose
 from webenv.policy.synthetic import random_observation
-from webenv.v1 import policy_pb2, trainer_pb2
+from webenv.v1 import common_pb2, policy_pb2, trainer_pb2
 
 AXTREE = ('[1] banner ""\n\t[2] link "Home"\n\t[3] search ""\n\t\t[4] searchbox "Search"\n\t\t[5] button "Go"\n'
           '[6] main ""\n\t[7] heading "Shop" level=1\n\t[8] link "Red Kettle"')
@@ -97,9 +97,24 @@ async def test_scorer_needs_the_axtree(serve_policy, policy_stub, tmp_path):
             policy_stub(server) as stub:
         req = act_request("agent")
         req.observation.axtree = ""
+        del req.observation.formats[:]  # the caller did not ask for the AXTREE
+        req.observation.formats.append(common_pb2.OBSERVATION_FORMAT_ELEMENTS)
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await stub.Act(req, timeout=30)
         assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "observation.axtree" in err.value.details()
+        # asked for and made empty (about:blank, a page with nothing accessible): acted on, never refused
+        req.observation.formats.append(common_pb2.OBSERVATION_FORMAT_AXTREE)
+        act = await stub.Act(req, timeout=30)
+        cands = propose(context(req.instruction, req.observation, "", [], 0))
+        assert act.action_text in {c.text for c in cands} and {"go_back()", 'answer("done")'} <= {c.text for c in cands}
+        # every candidate repeated out (a question has no "done"; go_back taken twice): go_back, no empty ranking
+        req.instruction = "What is the price of the Red Kettle?"
+        req.step_index = 2
+        req.history.extend([policy_pb2.HistoryEntry(action_text="go_back()", url="about:blank")] * 2)
+        ctx = context(req.instruction, req.observation, "", [(h.action_text, "") for h in req.history], 2)
+        assert propose(ctx) == []
+        act = await stub.Act(req, timeout=30)
+        assert act.action.WhichOneof("kind") == "go_back"
 
 
 async def test_encoder_checkpoint_loads_acts_and_round_trips(serve_policy, policy_stub, tmp_path):

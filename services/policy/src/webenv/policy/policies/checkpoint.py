@@ -21,7 +21,7 @@ from webenv import errors
 from webenv.agent import checkpoints
 from webenv.agent.candidates import propose
 from webenv.agent.steps import request_context
-from webenv.v1 import policy_pb2, trainer_pb2
+from webenv.v1 import common_pb2, policy_pb2, trainer_pb2
 
 from .base import Decision, Policy
 from .crawl import plan_place, require_observation, step_rng
@@ -45,15 +45,22 @@ class ScorerPolicy:
         self.threaded = threaded
 
     async def act(self, request: policy_pb2.ActRequest) -> Decision:
-        require_observation(request, self.name)
-        if not request.observation.axtree:
+        obs = require_observation(request, self.name)
+        # An empty AXTREE that the environment produced (it echoes the formats it made in `formats`) is a page with
+        # nothing to show (about:blank, a blank canvas page): acted on, with what the proposer offers on any page
+        # (go back, done). Only an AXTREE nobody asked for is the caller's mistake.
+        if not obs.axtree and common_pb2.OBSERVATION_FORMAT_AXTREE not in obs.formats:
             raise errors.InvalidArgument(
-                f"observation.axtree: empty; policy '{self.name}' reads the AXTREE format (ask for "
-                "OBSERVATION_FORMAT_AXTREE in the observation spec)",
+                f"observation.axtree: empty and AXTREE is not among observation.formats; policy '{self.name}' reads "
+                "the AXTREE format (ask for OBSERVATION_FORMAT_AXTREE in the observation spec)",
                 reason="MISSING_FORMAT", metadata={"field": "observation.axtree", "policy": self.name})
         t0 = time.perf_counter()
         ctx = request_context(request)
         cands = propose(ctx)
+        if not cands:  # every candidate repeated out (the proposer's loop breaker), e.g. on an empty page
+            return Decision(action=common_pb2.Action(go_back=common_pb2.GoBackAction()), memory=ctx.memory,
+                            model=self.version, raw_output="no candidates: go_back",
+                            inference_seconds=time.perf_counter() - t0)
         logp = await asyncio.to_thread(self.scorer.log_probs, ctx, cands) if self.threaded else \
             self.scorer.log_probs(ctx, cands)
         temperature = request.options.temperature
