@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import shlex
 import shutil
 import sys
@@ -32,7 +31,7 @@ from dataclasses import asdict, replace
 from pathlib import Path
 
 from learning_handmade import config_of, read_run
-from learning_seeds import paired, sign_test
+from learning_seeds import paired, summarise
 
 
 def run(args: argparse.Namespace) -> int:
@@ -89,17 +88,6 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def interval(d: list[float]) -> tuple[float, float, float]:
-    """Mean of the paired differences and its 95% interval (normal, paired standard error)."""
-    n = len(d)
-    if n == 0:
-        return 0.0, 0.0, 0.0
-    m = sum(d) / n
-    sd = math.sqrt(sum((x - m) ** 2 for x in d) / (n - 1)) if n > 1 else 0.0
-    h = 1.96 * sd / math.sqrt(n)
-    return m, m - h, m + h
-
-
 def report(args: argparse.Namespace) -> int:
     seeds = [json.loads(p.read_text(encoding="utf-8")) for p in args.files]
     lines = ["# MiniWoB++ measured again after the go-back fix (b10d52e)", "",
@@ -108,7 +96,6 @@ def report(args: argparse.Namespace) -> int:
              "the fix), \"now\" the same checkpoints on today's farm. Errored episodes count as failures.", "",
              "| seed | version | recorded: passed (errored) | now: passed (errored) |", "|---|---|---|---|"]
     pairs: dict[str, list[float]] = {"rl-bc": [], "rl-random": [], "bc-random": []}
-    signs: dict[str, list[int]] = {k: [0, 0] for k in pairs}
     for s in seeds:
         for role in ("random", "bc", "rl"):
             r = s["rows"][role]
@@ -118,18 +105,15 @@ def report(args: argparse.Namespace) -> int:
                          f"{now['passed']}/{now['episodes']} ({now['errored']}) |")
         for key in pairs:
             a, b = key.split("-")
-            p = paired(s["rows"][b]["now"]["outcomes"], s["rows"][a]["now"]["outcomes"])
-            pairs[key] += p["d"]
-            signs[key][0] += sum(1 for x in p["d"] if x > 0)
-            signs[key][1] += sum(1 for x in p["d"] if x < 0)
+            pairs[key] += paired(s["rows"][b]["now"]["outcomes"], s["rows"][a]["now"]["outcomes"])["d"]
     lines += ["", f"## Paired over {len(seeds)} seed(s), now", "",
               "| comparison | tasks | gain (points) | 95% interval | tasks won / lost | p (sign test) |",
               "|---|---|---|---|---|---|"]
     for key, d in pairs.items():
-        m, lo, hi = interval(d)
-        w, lose = signs[key]
-        lines.append(f"| {key.replace('-', ' - ')} | {len(d)} | {100 * m:+.1f} | [{100 * lo:+.1f}, {100 * hi:+.1f}] | "
-                     f"{w} / {lose} | {sign_test(w, lose):.2g} |")
+        g = summarise(d)
+        lo, hi = g["ci95"]
+        lines.append(f"| {key.replace('-', ' - ')} | {g['n']} | {100 * g['gain']:+.1f} | [{100 * lo:+.1f}, "
+                     f"{100 * hi:+.1f}] | {g['wins']} / {g['losses']} | {g['p']:.2g} |")
     lines += ["", "## Commands", ""] + [f"- `{s['command']}`" for s in seeds]
     args.out.write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
