@@ -53,6 +53,12 @@ def read_run(run: Path) -> dict | None:
     return json.loads(path.read_text(encoding="utf-8"))
 
 
+def bc_and_selected(result: dict) -> tuple[str, str]:
+    """The run's BC warm start and the checkpoint its loop selected on validation ("" where it has none)."""
+    bc = next((c["ref"] for c in result["checkpoints"] if c["label"] == "bc"), "")
+    return bc, (result.get("selected") or {}).get("ref", "")
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = run_arguments(__doc__)
     ap.add_argument("--tasks", type=int, default=40, help="hand-made tasks, one episode each (default: all 40)")
@@ -67,8 +73,7 @@ def main(argv: list[str] | None = None) -> int:
     if any(e["split"] == "handmade" for e in result["evaluations"]):
         print(f"{path}: already has hand-made rows", file=sys.stderr)
         return 2
-    bc = next((c["ref"] for c in result["checkpoints"] if c["label"] == "bc"), "")
-    selected = (result.get("selected") or {}).get("ref", "")
+    bc, selected = bc_and_selected(result)
     if not bc or not selected:
         print(f"{path}: no BC warm start or selected checkpoint", file=sys.stderr)
         return 2

@@ -30,7 +30,7 @@ import sys
 from dataclasses import asdict, replace
 from pathlib import Path
 
-from learning_handmade import config_of, read_run
+from learning_handmade import bc_and_selected, config_of, read_run
 from learning_seeds import paired, summarise
 
 
@@ -42,8 +42,7 @@ def run(args: argparse.Namespace) -> int:
     result = read_run(args.run)
     if result is None:
         return 2
-    bc = next((c["ref"] for c in result["checkpoints"] if c["label"] == "bc"), "")
-    selected = (result.get("selected") or {}).get("ref", "")
+    bc, selected = bc_and_selected(result)
     if not bc or not selected:
         print(f"{args.run}: no BC warm start or selected checkpoint in learning.json", file=sys.stderr)
         return 2
