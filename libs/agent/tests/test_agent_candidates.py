@@ -212,22 +212,3 @@ def test_features_1_and_2_hash_as_pinned():
     assert _features_digest(1) == "eb773b78e002c5bb"
     assert _features_digest(2) == "1471baa1dfc117ea"
 
-
-
-def test_features_4_bind_a_value_to_the_record_the_page_shows():
-    """Features 4 (on screen, bench/results/learning/notes.md): on the page of one of two records the value said of
-    that record is `here`, the other record's value is not; the strings no action used yet are counted."""
-    from webenv.agent.scorer import Featurizer, ScorerConfig, _bind_state, _records
-
-    instr = ('Book a seat on flight "Lisbon to Accra (Gale Air 966)" for passenger Kemal Kowalski, then on the flight '
-             '"Valencia to Bogota (Falcon 12)" for passenger Omar Fischer.')
-    page = common_pb2.Observation(url="http://travel.web.test/f/966",
-                                  axtree='[1] heading "Lisbon to Accra (Gale Air 966)"\n[2] textbox "Passenger"')
-    ctx = context(instr, page, "", [], 1)
-    recs, shown, left = _records(ctx)
-    assert left == 1 and shown == {"lisbon to accra (gale air 966)"}
-    assert _bind_state(instr, "Kemal Kowalski", recs, shown) == "here"
-    assert _bind_state(instr, "Omar Fischer", recs, shown) != "here"
-    toks, _ = Featurizer(ScorerConfig(features=4)).candidate_features(ctx, propose(ctx))
-    toks2, _ = Featurizer(ScorerConfig(features=2)).candidate_features(ctx, propose(ctx))
-    assert all(len(a) == len(b) + 1 or len(a) == len(b) + 2 for a, b in zip(toks, toks2, strict=True))

@@ -47,8 +47,7 @@ class ScorerConfig:
     # 2: features that name no website's markup (`Featurizer`: the instruction's own strings as placeholders, no label
     # words, no URL page kind), the default since their pre-registered trial on the web of builders (validation 30.0%
     # -> 42.7% for the selected checkpoint, bench/results/learning/notes.md); 1: words as themselves (the trainer's
-    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features.
-    # 4: features 2 plus which record a value is said of and what is left to do (`_records`; on screen, notes.md)
+    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features
     features: int = 2
 
 
@@ -92,33 +91,6 @@ def _landmarks(ctx: Context) -> dict[int, str]:
         out[n.index] = land + ("|li" if "listitem" in roles else "")
         stack.append((n.depth, n.role))
     return out
-
-
-def _records(ctx: Context) -> tuple[list[tuple[int, int, str]], set[str], int]:
-    """The instruction's quoted strings as records (start, end, text), those a heading of the page names, and how many
-    no earlier action's text holds and no heading names (features 4: a multi-record task's progress, read from the
-    instruction, the headings and the history's action texts only)."""
-    recs = [(m.start(1), m.end(1), m.group(1)) for m in _QUOTED.finditer(ctx.instruction)]
-    heads = [n.name.lower() for n in ctx.nodes if n.role == "heading" and n.name]
-    shown = {r.lower() for _, _, r in recs if any(r.lower() in h for h in heads)}
-    said = " ".join(ctx.history)
-    left = sum(1 for _, _, r in recs if r.lower() not in shown and f'"{r}"' not in said)
-    return recs, shown, left
-
-
-def _bind_state(instruction: str, value: str, recs: list[tuple[int, int, str]], shown: set[str]) -> str:
-    """Where the record a heading of the page names stands among the instruction's quoted strings, by their distance
-    (characters between) from ``value``: ``here`` nearest, ``near`` second, ``far`` further; ``none`` when no heading
-    names one of two or more quoted strings besides the value. A quoted string may be another value rather than a
-    record (a reason, a message), so the rank, not only "nearest", is what the model reads."""
-    idx = instruction.find(value) if value else -1
-    others = [r for r in recs if r[2] != value]
-    if idx < 0 or len(others) < 2 or not shown:
-        return "none"
-    end = idx + len(value)
-    ranked = sorted(others, key=lambda r: r[0] - end if r[0] >= end else (idx - r[1] if r[1] <= idx else 0))
-    at = next((i for i, r in enumerate(ranked) if r[2].lower() in shown), None)
-    return "none" if at is None else ("here", "near")[at] if at < 2 else "far"
 
 
 class Featurizer:
@@ -179,8 +151,6 @@ class Featurizer:
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
         lx = self._lex(instr)
-        if self.version >= 4:
-            recs, shown, left = _records(ctx)
         lexical = self.version < 2  # a label's own words, crossed with the instruction's, and the URL's page kind
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
@@ -204,10 +174,6 @@ class Featurizer:
             t += [f"pre:{p}|{c.kind}" for p in prefix]
             if ctx.last_error:
                 t.append(f"err|{c.kind}")
-            if self.version >= 4:
-                t.append(f"left:{min(left, 3)}|{c.kind}")
-                if c.kind in ("fill", "select"):
-                    t.append(f"bind:{_bind_state(instr, c.value, recs, shown)}|{c.kind}")
             overlap = sum(1 for w in lw if w in iset) / len(lw) if lw else 0.0
             exact_q = 1.0 if label and label.lower() in quoted else 0.0
             value_q = value_pos = already = opt_overlap = n_report = 0.0
