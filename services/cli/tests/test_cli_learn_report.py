@@ -251,6 +251,21 @@ def test_the_seeds_report_has_the_held_out_builders_goal_and_a_table_by_builder_
     assert "Goal (issue 48: >= 15 points on the held-out builders' websites over 3 seeds): not met" in text
     assert "| govform | builders | information | 1/3 (33%) | 3/3 (100%) | 3/3 (100%) | - |" in text
     assert "| hashapp | builders | transaction | 0/3 (0%) | 1/3 (33%) | 3/3 (100%) | - |" in text
+    # with the catalog's validation (gzipped JSONL, as committed): its tasks, oracle passes, failures and floor
+    import gzip
+
+    from webenv.cli.validation import Check, TaskReport
+
+    lines = [TaskReport(f"synthetic/x-{i}/info-0", "synthetic", "information", "govform",
+                        {"oracle": Check(i != 1, "" if i != 1 else "no pass"), "floor": Check(True)}, floor=0.5 * (i == 2))
+             for i in range(3)]
+    with gzip.open(tmp_path / "v.jsonl.gz", "wt") as f:
+        f.writelines(json.dumps(r.as_dict()) + "\n" for r in lines)
+    assert seeds.main([str(tmp_path / "s1"), "--validity", str(tmp_path / "v.jsonl.gz"), "--out",
+                       str(tmp_path / "V.md")]) == 0
+    text = (tmp_path / "V.md").read_text()
+    assert "| govform | builders | information | 1/3 (33%) | 3/3 (100%) | 3/3 (100%) | - | 3 | 2/3 (67%) | 1 | 0.50 |" in text
+    assert "| hashapp | builders | transaction | 0/3 (0%) | 1/3 (33%) | 3/3 (100%) | - | - | - | - | - |" in text
 
 
 def test_versus_pairs_two_runs_of_the_same_seed_version_by_version(tmp_path):

@@ -63,6 +63,7 @@ task); what is left is the oracle's own session and steps, the check itself.
 from __future__ import annotations
 
 import asyncio
+import gzip
 import hashlib
 import json
 import os
@@ -533,12 +534,14 @@ def append_jsonl(path: Path, report: TaskReport) -> None:
 
 
 def read_jsonl(paths: Iterable[Path]) -> tuple[list[TaskReport], int]:
-    """The reports of one or many JSONL files (the last line of a task wins: a resumed run re-runs its errored
-    tasks), in first-seen order, and the number of lines left out (torn by a kill, or not a report)."""
+    """The reports of one or many JSONL files, gzipped (``.gz``) or not (the last line of a task wins: a resumed run
+    re-runs its errored tasks), in first-seen order, and the number of lines left out (torn by a kill, or not a
+    report)."""
     found: dict[str, TaskReport] = {}
     torn = 0
     for path in paths:
-        with open(path, encoding="utf-8", errors="replace") as f:
+        opener = gzip.open if str(path).endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
             for line in f:
                 if not line.endswith("\n") or not line.strip():
                     torn += bool(line.strip())
