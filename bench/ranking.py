@@ -106,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--eval", required=True, action="append", help="folder(s) of stored oracle episodes to score")
     p.add_argument("--epochs", type=int, default=40, help="BC epochs (the loop's bc_epochs)")
     p.add_argument("--seed", type=int, default=1)
-    p.add_argument("--features", type=int, choices=(1, 2), default=2, help="the scorer's features (ScorerConfig)")
+    p.add_argument("--features", type=int, choices=(1, 2, 5), default=2, help="the scorer's features (ScorerConfig)")
     p.add_argument("--held-out", action="store_true", help="allow the held-out builders' folders (the final read)")
     p.add_argument("--wrong", type=int, default=0, help="print this many first wrong choices per builder and kind")
     p.add_argument("--json", default="")

@@ -212,3 +212,26 @@ def test_features_1_and_2_hash_as_pinned():
     assert _features_digest(1) == "eb773b78e002c5bb"
     assert _features_digest(2) == "1471baa1dfc117ea"
 
+
+
+def test_features_5_say_how_much_of_what_was_asked_the_memory_holds():
+    """Features 5 (on screen, bench/results/learning/notes.md): the attributes an instruction asks for, and on every
+    candidate the share not found yet; a report naming two of five covers 0.4; the MLP is two inputs wider."""
+    from webenv.agent.scorer import Featurizer, ScorerConfig, ScorerModel, Scorer, asked_attributes, n_numeric
+
+    instr = ('SwiftEchopedia lists a article named "Origins of Harbor Project": give me the rating, the license, the '
+             'length, the editors and the updated date.')
+    assert asked_attributes(instr) == ["rating", "license", "length", "editors", "updated date"]
+    assert asked_attributes('Tell me the license and the rating for the article "Mountains" on Docs.') == ["license",
+                                                                                                           "rating"]
+    page = common_pb2.Observation(url="http://wiki-0006.web.test/p/1034", axtree=(
+        '[23] heading "Origins of Harbor Project" level=1\n[24] paragraph ""\n\tStaticText "Rating: 1.7"\n'
+        '[25] paragraph ""\n\tStaticText "Length: 3721 words"\n[44] tab "Description" selected\n[45] tab "Specifications"'))
+    ctx = context(instr, page, "", [], 4)
+    cands = propose(ctx)
+    _, nums = Featurizer(ScorerConfig(features=5)).candidate_features(ctx, cands)
+    report = next(i for i, c in enumerate(cands) if c.answer_type == "report")
+    assert all(abs(n[-2] - 0.6) < 1e-9 for n in nums)  # 3 of the 5 asked not found yet, on every candidate
+    assert abs(nums[report][-1] - 0.4) < 1e-9 and all(n[-1] == 0.0 for i, n in enumerate(nums) if i != report)
+    assert n_numeric(ScorerConfig(features=5)) == n_numeric(ScorerConfig()) + 2
+    assert len(Scorer(ScorerModel(ScorerConfig(features=5))).log_probs(ctx, cands)) == len(cands)

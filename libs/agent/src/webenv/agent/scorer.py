@@ -28,8 +28,9 @@ import torch
 from torch import nn
 
 from .candidates import _QUOTED, _TOKEN, Candidate, Context, instruction_values, parse_memory, words
+from .facts import wanted_labels
 
-N_NUMERIC = 15
+N_NUMERIC = 15  # numeric features of features 1 and 2; features 5 add two (`n_numeric`)
 #: Words too common to carry meaning in instruction x label crosses.
 _STOP = frozenset("a an the of on in to and or for with by at from as is are be it its this that your you i me "
                   "my what which who how all any some then first".split())
@@ -47,8 +48,33 @@ class ScorerConfig:
     # 2: features that name no website's markup (`Featurizer`: the instruction's own strings as placeholders, no label
     # words, no URL page kind), the default since their pre-registered trial on the web of builders (validation 30.0%
     # -> 42.7% for the selected checkpoint, bench/results/learning/notes.md); 1: words as themselves (the trainer's
-    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features
+    # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features. 5: on
+    # screen (bench/ranking.py only), features 2 and how much of what the instruction asks the memory holds
+    # (`asked_attributes`; bench/results/learning/notes.md, "Features 5")
     features: int = 2
+
+
+def n_numeric(config: ScorerConfig) -> int:
+    """Numeric features per candidate under the config's features (the MLP's input follows it)."""
+    return N_NUMERIC + (2 if config.features >= 5 else 0)
+
+
+_NOT_SECOND = "of|for|on|from|off|and|as|in|to|with|at|is|are|was|were|that|which|qq"
+_ASKED = re.compile(rf"\bthe ([a-z]+(?: (?!(?:{_NOT_SECOND})\b)[a-z]+)?)(?!\s*qq\b)(?=\s*(?:,|\band\b|\bof\b|"
+                    r"\bfor\b|\bon\b|\bfrom\b|\boff\b|\bas well as\b|[?.:;!]|$))")
+
+
+def asked_attributes(instruction: str) -> list[str]:
+    """The attributes an instruction asks for: its "the X" phrases (one or two words) that end at a comma, "and",
+    "of", "for", "on", "from", "off", "as well as" or punctuation, outside its quoted strings and not naming one
+    (`the article "X"` names a record, not an attribute), in order, once each."""
+    text = _QUOTED.sub(" qq ", instruction.lower())
+    return [a for a in dict.fromkeys(m.group(1) for m in _ASKED.finditer(text)) if a != "qq"]
+
+
+def _covered(asked: Sequence[str], labels: Sequence[str]) -> int:
+    """How many of the asked attributes some label answers (`facts.wanted_labels`, the phrase as the question)."""
+    return sum(1 for a in asked if any(wanted_labels(lb, a) for lb in labels))
 
 
 def _h(token: str, buckets: int) -> int:
@@ -151,6 +177,8 @@ class Featurizer:
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
         lx = self._lex(instr)
+        asked = asked_attributes(instr) if self.version >= 5 else []
+        missing = 1.0 - _covered(asked, [k for k, _ in parse_memory(ctx.memory)]) / len(asked) if asked else 0.0
         lexical = self.version < 2  # a label's own words, crossed with the instruction's, and the URL's page kind
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
@@ -227,7 +255,9 @@ class Featurizer:
                 1.0 if c.kind == "answer" and c.answer_type == "report" and c.value else 0.0,
                 url_numbers if c.kind == "answer" else 0.0, url_content if c.kind == "answer" else 0.0,
                 head_quoted if c.kind == "answer" else 0.0,
-            ])
+            ] + ([missing, _covered(asked, [part.split(": ", 1)[0] for part in c.value.split("; ")]) / len(asked)
+                  if asked and c.kind == "answer" and c.answer_type == "report" else 0.0]
+                 if self.version >= 5 else []))
         return tokens, nums
 
 
@@ -243,7 +273,7 @@ class ScorerModel(nn.Module):
         nn.init.normal_(self.cand.weight, std=0.1)
         nn.init.normal_(self.ctx.weight, std=0.1)
         self.mlp = nn.Sequential(
-            nn.Linear(3 * config.dim + N_NUMERIC, config.hidden), nn.ReLU(),
+            nn.Linear(3 * config.dim + n_numeric(config), config.hidden), nn.ReLU(),
             nn.Linear(config.hidden, config.hidden), nn.ReLU(), nn.Linear(config.hidden, 1),
         )
 
