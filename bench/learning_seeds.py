@@ -265,9 +265,10 @@ def by_builder_and_kind(seeds: list[dict], summary: dict, validity: dict | None 
     if validity:
         lines += ["", f"Validity: `webenv validate --catalog` over every task of the catalog of that builder and kind "
                       f"({validity['tasks']:,} tasks read from {', '.join(f'`{p}`' for p in validity['paths'])}): "
-                      "tasks validated, the oracle's passes, tasks failing any check, and the floor (the best score "
-                      "of doing nothing, an empty answer, \"done\" or the instruction echoed; a pass/fail task "
-                      "passes at 1)."]
+                      "tasks validated, the oracle's passes, tasks failing any check (a non-answer that passes fails "
+                      "`floor`), and the floor: the best score of doing nothing, an empty answer, \"done\" or the "
+                      "instruction echoed, as a share of the rubric's fact groups (a task passes at 1). Added by "
+                      "`python bench/learning_seeds.py <runs> --validity <validate JSONL>`."]
         head += " catalog tasks | catalog oracle | catalog failed | catalog floor |"
     lines += ["", head, "|" + "---|" * (head.count("|") - 1)]
 
