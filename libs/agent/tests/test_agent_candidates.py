@@ -217,7 +217,7 @@ def test_features_1_and_2_hash_as_pinned():
 def test_features_5_say_how_much_of_what_was_asked_the_memory_holds():
     """Features 5 (on screen, bench/results/learning/notes.md): the attributes an instruction asks for, and on every
     candidate the share not found yet; a report naming two of five covers 0.4; the MLP is two inputs wider."""
-    from webenv.agent.scorer import Featurizer, ScorerConfig, ScorerModel, Scorer, asked_attributes, n_numeric
+    from webenv.agent.scorer import Featurizer, Scorer, ScorerConfig, ScorerModel, asked_attributes, n_numeric
 
     instr = ('SwiftEchopedia lists a article named "Origins of Harbor Project": give me the rating, the license, the '
              'length, the editors and the updated date.')
