@@ -415,6 +415,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--versus", nargs="+", type=Path, default=[],
                         help="runs B of the same seeds as the runs A given first, in the same order: B against A")
     args = parser.parse_args(argv)
+    if args.validity and (args.ablation or args.versus):
+        print("--validity adds the catalog's validity to the seeds' report, not to --ablation or --versus",
+              file=sys.stderr)
+        return 2
     if args.versus and (args.ablation or len(args.versus) != len(args.runs)):
         print(f"--versus takes one run per run given first ({len(args.runs)}), got {len(args.versus)}"
               + (" (and not with --ablation)" if args.ablation else ""), file=sys.stderr)

@@ -49,8 +49,9 @@ class ScorerConfig:
     # words, no URL page kind), the default since their pre-registered trial on the web of builders (validation 30.0%
     # -> 42.7% for the selected checkpoint, bench/results/learning/notes.md); 1: words as themselves (the trainer's
     # WEBENV_TRAINER_SCORER_FEATURES=1). A checkpoint saved without the field is 1 and keeps its features. 5: on
-    # screen (bench/ranking.py only), features 2 and how much of what the instruction asks the memory holds
-    # (`asked_attributes`; bench/results/learning/notes.md, "Features 5")
+    # trial (bench/ranking.py, and the builders-f5 learning run from branch exp/features5, where it is the default),
+    # features 2 and how much of what the instruction asks the memory holds (`asked_attributes`;
+    # bench/results/learning/notes.md, "Features 5")
     features: int = 2
 
 
@@ -177,8 +178,9 @@ class Featurizer:
         n_nodes = max(len(ctx.nodes), 1)
         prefix = [w for w in iw[:8] if w in _PREFIXES][:3] or ["other"]
         lx = self._lex(instr)
+        memory_labels = [k for k, _ in parse_memory(ctx.memory)]  # what a report can name (and features 5 count)
         asked = asked_attributes(instr) if self.version >= 5 else []
-        missing = 1.0 - _covered(asked, [k for k, _ in parse_memory(ctx.memory)]) / len(asked) if asked else 0.0
+        missing = 1.0 - _covered(asked, memory_labels) / len(asked) if asked else 0.0
         lexical = self.version < 2  # a label's own words, crossed with the instruction's, and the URL's page kind
         tokens: list[list[int]] = []
         nums: list[list[float]] = []
@@ -241,7 +243,7 @@ class Featurizer:
                 t += [f"ai:{c.answer_type}|{lx(w)}" for w in iw[:40]]
                 if c.answer_type == "report":
                     n_report = len(c.value.split("; ")) / 5.0
-                    labels = {k.lower() for k, _ in parse_memory(ctx.memory)}
+                    labels = {k.lower() for k in memory_labels}
                     t += [f"ar:{lx(w)}" for w in iw if w in labels]
             if c.text in done:
                 t.append(f"done:{c.kind}")
